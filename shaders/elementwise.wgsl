@@ -1,0 +1,49 @@
+// Binary arithmetic with NumPy broadcasting, and multiplication by a scalar.
+//
+// Shapes and strides travel in the uniform as two vec4s each (rank <= 8). A stride of 0 reads
+// the same element along a broadcast axis.
+
+struct Broadcast {
+    n: u32,
+    rank: u32,
+    kind: u32, // 0 add, 1 sub, 2 mul, 3 div
+    _pad: u32,
+    shape: array<vec4<u32>, 2>,
+    a_strides: array<vec4<u32>, 2>,
+    b_strides: array<vec4<u32>, 2>,
+}
+
+@group(0) @binding(0) var<uniform> p: Broadcast;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+fn dim(v: array<vec4<u32>, 2>, i: u32) -> u32 {
+    return v[i / 4u][i % 4u];
+}
+
+@compute @workgroup_size(256)
+fn binary(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * 256u;
+    if (i >= p.n) {
+        return;
+    }
+    var rest = i;
+    var ia = 0u;
+    var ib = 0u;
+    for (var d = i32(p.rank) - 1; d >= 0; d--) {
+        let size = dim(p.shape, u32(d));
+        let coord = rest % size;
+        rest = rest / size;
+        ia += coord * dim(p.a_strides, u32(d));
+        ib += coord * dim(p.b_strides, u32(d));
+    }
+    let x = a[ia];
+    let y = b[ib];
+    switch p.kind {
+        case 0u: { out[i] = x + y; }
+        case 1u: { out[i] = x - y; }
+        case 2u: { out[i] = x * y; }
+        default: { out[i] = x / y; }
+    }
+}

@@ -1,0 +1,86 @@
+// Sums over one axis of a tensor seen as [outer, len, inner], and broadcasting (its adjoint).
+
+struct Axis {
+    outer: u32,
+    len: u32,
+    inner: u32,
+    n_out: u32,
+}
+
+struct Broadcast {
+    n: u32,
+    rank: u32,
+    _pad0: u32,
+    _pad1: u32,
+    shape: array<vec4<u32>, 2>,
+    strides: array<vec4<u32>, 2>,
+}
+
+@group(0) @binding(0) var<uniform> axis: Axis;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+
+// One thread per output element: for short axes.
+@compute @workgroup_size(256)
+fn sum_axis(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let o = gid.x + gid.y * groups.x * 256u;
+    if (o >= axis.n_out) {
+        return;
+    }
+    let outer = o / axis.inner;
+    let i = o % axis.inner;
+    var acc = 0.0;
+    for (var k = 0u; k < axis.len; k++) {
+        acc += x[(outer * axis.len + k) * axis.inner + i];
+    }
+    out[o] = acc;
+}
+
+var<workgroup> partial: array<f32, 64>;
+
+// One workgroup per output element: 64 threads stride over a long axis, then a tree sum.
+@compute @workgroup_size(64)
+fn sum_axis_workgroup(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let o = wid.x + wid.y * groups.x;
+    let outer = o / axis.inner;
+    let i = o % axis.inner;
+    var acc = 0.0;
+    if (o < axis.n_out) {
+        for (var k = lid; k < axis.len; k += 64u) {
+            acc += x[(outer * axis.len + k) * axis.inner + i];
+        }
+    }
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var stride = 32u; stride > 0u; stride >>= 1u) {
+        if (lid < stride) {
+            partial[lid] += partial[lid + stride];
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u && o < axis.n_out) {
+        out[o] = partial[0];
+    }
+}
+
+@group(0) @binding(0) var<uniform> bc: Broadcast;
+
+fn dim(v: array<vec4<u32>, 2>, i: u32) -> u32 {
+    return v[i / 4u][i % 4u];
+}
+
+@compute @workgroup_size(256)
+fn broadcast_to(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * 256u;
+    if (i >= bc.n) {
+        return;
+    }
+    var rest = i;
+    var offset = 0u;
+    for (var d = i32(bc.rank) - 1; d >= 0; d--) {
+        let size = dim(bc.shape, u32(d));
+        offset += (rest % size) * dim(bc.strides, u32(d));
+        rest = rest / size;
+    }
+    out[i] = x[offset];
+}

@@ -1,0 +1,117 @@
+//! The CPU backend: runs each op's reference implementation. It defines the semantics the GPU
+//! kernels are tested against, and it is what runs when the machine has no real GPU.
+
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use super::{Backend, BackendKind, Buffer, Compiled, Program, ReadFuture};
+use crate::error::{Error, Result};
+use crate::ops::{In, Out};
+
+#[derive(Debug, Default)]
+pub struct CpuBackend;
+
+impl CpuBackend {
+    pub fn new() -> Self {
+        Self
+    }
+}
+
+fn cpu_buffer(buffer: &Buffer) -> &Arc<RwLock<Vec<f32>>> {
+    match buffer {
+        Buffer::Cpu(b) => b,
+        Buffer::Gpu(_) => panic!("a GPU buffer was given to the CPU backend"),
+    }
+}
+
+impl Backend for CpuBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cpu
+    }
+
+    fn describe(&self) -> String {
+        format!("cpu ({} threads)", rayon::current_num_threads())
+    }
+
+    fn alloc(&self, words: usize, _label: &str) -> Result<Buffer> {
+        Ok(Buffer::Cpu(Arc::new(RwLock::new(vec![0.0; words]))))
+    }
+
+    fn write(&self, buffer: &Buffer, words: &[u32]) -> Result<()> {
+        let mut data = cpu_buffer(buffer).write().expect("buffer lock");
+        if words.len() > data.len() {
+            return Err(Error::Input(format!(
+                "writing {} words into a buffer of {}",
+                words.len(),
+                data.len()
+            )));
+        }
+        data[..words.len()].copy_from_slice(bytemuck::cast_slice(words));
+        Ok(())
+    }
+
+    fn read<'a>(&'a self, buffer: &'a Buffer) -> ReadFuture<'a> {
+        let words = bytemuck::cast_slice(&cpu_buffer(buffer).read().expect("buffer lock")).to_vec();
+        Box::pin(std::future::ready(Ok(words)))
+    }
+
+    fn compile(&self, program: &Program) -> Result<Box<dyn Compiled>> {
+        for step in program {
+            for o in &step.outputs {
+                if step.inputs.iter().any(|i| i.buffer.same(&o.buffer)) {
+                    return Err(Error::Graph(format!(
+                        "{}: output `{}` shares a buffer with an input",
+                        step.op.name(),
+                        o.name
+                    )));
+                }
+            }
+        }
+        Ok(Box::new(CpuProgram(program.clone())))
+    }
+}
+
+struct CpuProgram(Program);
+
+impl Compiled for CpuProgram {
+    fn run(&self) -> Result<()> {
+        for step in &self.0 {
+            // Outputs are moved out of their locks while inputs are read, so one op can read the
+            // same buffer twice (x * x) without holding a write lock on it.
+            let mut out_data: Vec<Vec<f32>> = step
+                .outputs
+                .iter()
+                .map(|o| std::mem::take(&mut *cpu_buffer(&o.buffer).write().expect("buffer lock")))
+                .collect();
+            {
+                let guards: Vec<RwLockReadGuard<Vec<f32>>> = step
+                    .inputs
+                    .iter()
+                    .map(|i| cpu_buffer(&i.buffer).read().expect("buffer lock"))
+                    .collect();
+                let inputs: Vec<In> = step
+                    .inputs
+                    .iter()
+                    .zip(&guards)
+                    .map(|(b, g)| In {
+                        meta: &b.meta,
+                        data: &g[..b.meta.numel()],
+                    })
+                    .collect();
+                let mut outputs: Vec<Out> = step
+                    .outputs
+                    .iter()
+                    .zip(out_data.iter_mut())
+                    .map(|(b, d)| Out {
+                        meta: &b.meta,
+                        data: &mut d[..b.meta.numel()],
+                    })
+                    .collect();
+                step.op.cpu(&inputs, &mut outputs);
+            }
+            for (o, data) in step.outputs.iter().zip(out_data) {
+                *cpu_buffer(&o.buffer).write().expect("buffer lock") = data;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,159 @@
+//! The wgpu backend: buffers on the device, a pipeline cache, and programs recorded into one
+//! command encoder per run, so a whole training step is a single submission.
+
+use std::sync::{Arc, Mutex};
+
+use super::{Backend, BackendKind, Buffer, Compiled, Program, ReadFuture};
+use crate::error::{Error, Result};
+
+mod adapter;
+mod pipelines;
+mod program;
+
+pub use adapter::SoftwareAdapters;
+
+pub struct GpuBackend {
+    info: wgpu::AdapterInfo,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    pipelines: pipelines::PipelineCache,
+    /// The first error wgpu reported outside an error scope; checked after each call.
+    error: Arc<Mutex<Option<String>>>,
+}
+
+impl GpuBackend {
+    pub async fn new(software: SoftwareAdapters) -> Result<Self> {
+        let instance = adapter::instance();
+        let adapter = adapter::pick(&instance, software).await?;
+        let (device, queue) = adapter::open(&adapter).await?;
+        let error = Arc::new(Mutex::new(None));
+        let sink = error.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            sink.lock()
+                .expect("error lock")
+                .get_or_insert_with(|| e.to_string());
+        }));
+        Ok(Self {
+            info: adapter.get_info(),
+            device,
+            queue,
+            pipelines: Default::default(),
+            error,
+        })
+    }
+
+    pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
+        &self.info
+    }
+
+    pub fn device(&self) -> &wgpu::Device {
+        &self.device
+    }
+
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.queue
+    }
+
+    /// Turns an error wgpu reported since the last check into an [`Error::Gpu`].
+    fn check_errors(&self) -> Result<()> {
+        match self.error.lock().expect("error lock").take() {
+            Some(e) => Err(Error::Gpu(e)),
+            None => Ok(()),
+        }
+    }
+}
+
+pub(super) fn gpu_buffer(buffer: &Buffer) -> &wgpu::Buffer {
+    match buffer {
+        Buffer::Gpu(b) => b,
+        Buffer::Cpu(_) => panic!("a CPU buffer was given to the GPU backend"),
+    }
+}
+
+impl Backend for GpuBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Gpu
+    }
+
+    fn describe(&self) -> String {
+        adapter::describe(&self.info)
+    }
+
+    fn alloc(&self, words: usize, label: &str) -> Result<Buffer> {
+        let bytes = (words.max(1) * 4) as u64;
+        let limit = self.device.limits().max_storage_buffer_binding_size;
+        if bytes > limit {
+            return Err(Error::BindingTooLarge {
+                tensor: label.to_string(),
+                bytes,
+                limit,
+            });
+        }
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.check_errors()?;
+        Ok(Buffer::Gpu(buffer))
+    }
+
+    fn write(&self, buffer: &Buffer, words: &[u32]) -> Result<()> {
+        let buffer = gpu_buffer(buffer);
+        if (words.len() * 4) as u64 > buffer.size() {
+            return Err(Error::Input(format!(
+                "writing {} words into a buffer of {}",
+                words.len(),
+                buffer.size() / 4
+            )));
+        }
+        self.queue.write_buffer(buffer, 0, bytemuck::cast_slice(words));
+        self.check_errors()
+    }
+
+    fn read<'a>(&'a self, buffer: &'a Buffer) -> ReadFuture<'a> {
+        Box::pin(self.read_buffer(gpu_buffer(buffer)))
+    }
+
+    fn compile(&self, program: &Program) -> Result<Box<dyn Compiled>> {
+        let compiled = program::GpuProgram::new(self, program)?;
+        self.check_errors()?;
+        Ok(Box::new(compiled))
+    }
+}
+
+impl GpuBackend {
+    async fn read_buffer(&self, buffer: &wgpu::Buffer) -> Result<Vec<u32>> {
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: buffer.size(),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = self.device.create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, buffer.size());
+        self.queue.submit([encoder.finish()]);
+        let (tx, rx) = futures_channel::oneshot::channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        // Natively the map completes only when the device is polled; the web polls by itself.
+        #[cfg(not(target_arch = "wasm32"))]
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(e.to_string()))?;
+        rx.await
+            .map_err(|_| Error::Gpu("readback was cancelled".into()))?
+            .map_err(|e| Error::Gpu(format!("readback failed: {e}")))?;
+        let words = {
+            let view = staging
+                .get_mapped_range(..)
+                .map_err(|e| Error::Gpu(e.to_string()))?;
+            bytemuck::cast_slice(&view).to_vec()
+        };
+        staging.unmap();
+        self.check_errors()?;
+        Ok(words)
+    }
+}

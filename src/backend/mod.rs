@@ -1,0 +1,101 @@
+//! Backends execute what ops describe. A [`Program`] is a list of [`Step`]s with concrete
+//! buffers; a backend compiles it once (pipelines, bind groups) and runs it many times.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::{Arc, RwLock};
+
+use crate::error::Result;
+use crate::ops::Op;
+use crate::tensor::TensorMeta;
+
+pub mod cpu;
+pub mod gpu;
+mod select;
+
+pub use cpu::CpuBackend;
+pub use gpu::GpuBackend;
+#[cfg(not(target_arch = "wasm32"))]
+pub use select::gpu_for_tests;
+pub use select::{DeviceChoice, select_backend};
+
+/// A device buffer of 32-bit words. Cloning shares the same memory.
+#[derive(Clone, Debug)]
+pub enum Buffer {
+    Cpu(Arc<RwLock<Vec<f32>>>),
+    Gpu(wgpu::Buffer),
+}
+
+impl Buffer {
+    pub fn same(&self, other: &Buffer) -> bool {
+        match (self, other) {
+            (Buffer::Cpu(a), Buffer::Cpu(b)) => Arc::ptr_eq(a, b),
+            (Buffer::Gpu(a), Buffer::Gpu(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+/// A tensor bound to a buffer for one step.
+#[derive(Clone, Debug)]
+pub struct Bound {
+    pub name: String,
+    pub meta: TensorMeta,
+    pub buffer: Buffer,
+}
+
+/// One op with its buffers.
+#[derive(Clone, Debug)]
+pub struct Step {
+    pub op: Rc<dyn Op>,
+    pub inputs: Vec<Bound>,
+    pub outputs: Vec<Bound>,
+}
+
+/// Steps run in order, as one submission on the GPU.
+pub type Program = Vec<Step>;
+
+/// A program ready to run again and again.
+pub trait Compiled {
+    fn run(&self) -> Result<()>;
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendKind {
+    Cpu,
+    Gpu,
+}
+
+/// A boxed future: readback is async because the web has no blocking poll.
+pub type ReadFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<u32>>> + 'a>>;
+
+pub trait Backend {
+    fn kind(&self) -> BackendKind;
+
+    /// What runs the work, e.g. "cpu (2 threads)" or the GPU adapter's name and API.
+    fn describe(&self) -> String;
+
+    /// A zeroed buffer of `words` 32-bit words. `label` names the tensor in errors.
+    fn alloc(&self, words: usize, label: &str) -> Result<Buffer>;
+
+    fn write(&self, buffer: &Buffer, words: &[u32]) -> Result<()>;
+
+    fn read<'a>(&'a self, buffer: &'a Buffer) -> ReadFuture<'a>;
+
+    fn compile(&self, program: &Program) -> Result<Box<dyn Compiled>>;
+}
+
+/// Blocks on a readback. Native only: the web awaits [`Backend::read`] instead.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn read_blocking(backend: &dyn Backend, buffer: &Buffer) -> Result<Vec<u32>> {
+    pollster::block_on(backend.read(buffer))
+}
+
+pub fn f32_words(data: &[f32]) -> &[u32] {
+    bytemuck::cast_slice(data)
+}
+
+pub fn words_f32(words: Vec<u32>) -> Vec<f32> {
+    bytemuck::allocation::cast_vec(words)
+}

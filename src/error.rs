@@ -1,0 +1,40 @@
+//! One error type for the whole engine: every message names the op, tensor or file at fault.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum Error {
+    /// Shapes or dtypes that an op cannot take. `op` is the op's name, `detail` names the shapes.
+    #[error("{op}: {detail}")]
+    Shape { op: &'static str, detail: String },
+
+    /// A tensor too large for one storage binding on the chosen GPU.
+    #[error("tensor `{tensor}` needs {bytes} bytes, over this GPU's storage binding limit of {limit} bytes")]
+    BindingTooLarge { tensor: String, bytes: u64, limit: u64 },
+
+    /// No usable device, or the device asked for is missing.
+    #[error("{0}")]
+    Device(String),
+
+    /// A GPU error reported by wgpu (validation, out of memory, lost device).
+    #[error("GPU error: {0}")]
+    Gpu(String),
+
+    /// Misuse of the graph API (unknown tensor, gradient of a non-scalar, ...).
+    #[error("graph: {0}")]
+    Graph(String),
+
+    /// Data that does not fit what the caller declared.
+    #[error("{0}")]
+    Input(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Builds a shape error; ops use it to name themselves and the shapes they were given.
+pub fn shape_err<T>(op: &'static str, detail: impl Into<String>) -> Result<T> {
+    Err(Error::Shape {
+        op,
+        detail: detail.into(),
+    })
+}

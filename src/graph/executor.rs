@@ -1,0 +1,152 @@
+//! The executor: binds a plan's tensors to buffers on one backend, compiles the program once,
+//! and replays it. The host boundary (`read`) is async because the web cannot block on the GPU.
+
+use std::cell::OnceCell;
+use std::rc::Rc;
+
+use super::{Graph, Plan, Slot, Source, TensorId};
+use crate::backend::{Backend, Bound, Buffer, Compiled, Program, Step, f32_words, words_f32};
+use crate::error::{Error, Result};
+use crate::params::ParamStore;
+use crate::tensor::DType;
+
+pub struct Executor {
+    backend: Rc<dyn Backend>,
+    plan: Plan,
+    /// Every tensor the plan touches, with its buffer.
+    bound: Vec<Option<Bound>>,
+    program: Program,
+    compiled: OnceCell<Box<dyn Compiled>>,
+}
+
+impl Executor {
+    /// Plans `graph` for reading `outputs` and binds it to the buffers of `params`' backend.
+    pub fn new(graph: &Graph, outputs: &[TensorId], params: &ParamStore) -> Result<Self> {
+        let backend = params.backend().clone();
+        let plan = Plan::new(graph, outputs)?;
+        let buffers: Vec<Buffer> = plan
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(i, &words)| backend.alloc(words, &buffer_label(graph, &plan, i)))
+            .collect::<Result<_>>()?;
+        let mut bound = vec![None; plan.slots.len()];
+        for (t, info) in graph.tensors() {
+            let buffer = match &plan.slots[t.0] {
+                None => continue,
+                Some(Slot::Buffer(i)) => buffers[*i].clone(),
+                Some(Slot::Param(name)) => params
+                    .get(name)
+                    .ok_or_else(|| Error::Graph(format!("parameter `{name}` is not in the parameter store")))?
+                    .buffer
+                    .clone(),
+            };
+            bound[t.0] = Some(Bound {
+                name: info.name.clone(),
+                meta: info.meta.clone(),
+                buffer,
+            });
+        }
+        let program = plan
+            .steps
+            .iter()
+            .map(|&n| {
+                let node = &graph.nodes()[n];
+                let take = |ts: &[TensorId]| {
+                    ts.iter()
+                        .map(|t| bound[t.0].clone().expect("planned tensor"))
+                        .collect()
+                };
+                Step {
+                    op: node.op.clone(),
+                    inputs: take(&node.inputs),
+                    outputs: take(&node.outputs),
+                }
+            })
+            .collect();
+        Ok(Self {
+            backend,
+            plan,
+            bound,
+            program,
+            compiled: OnceCell::new(),
+        })
+    }
+
+    pub fn backend(&self) -> &Rc<dyn Backend> {
+        &self.backend
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The buffer and metadata of a planned tensor, e.g. a gradient the optimizer reads.
+    pub fn bound(&self, t: TensorId) -> Result<&Bound> {
+        self.bound
+            .get(t.0)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| Error::Graph(format!("tensor {} is not part of this plan", t.0)))
+    }
+
+    /// Appends steps that run after the graph in the same submission (the optimizer's update).
+    pub fn push_steps(&mut self, steps: impl IntoIterator<Item = Step>) {
+        self.program.extend(steps);
+        self.compiled = OnceCell::new();
+    }
+
+    pub fn set_f32(&self, t: TensorId, data: &[f32]) -> Result<()> {
+        self.set(t, DType::F32, f32_words(data))
+    }
+
+    pub fn set_i32(&self, t: TensorId, data: &[i32]) -> Result<()> {
+        self.set(t, DType::I32, bytemuck::cast_slice(data))
+    }
+
+    fn set(&self, t: TensorId, dtype: DType, words: &[u32]) -> Result<()> {
+        let b = self.bound(t)?;
+        if b.meta.dtype != dtype || b.meta.numel() != words.len() {
+            return Err(Error::Input(format!(
+                "input `{}` is {}, got {} {:?} values",
+                b.name,
+                b.meta,
+                words.len(),
+                dtype
+            )));
+        }
+        self.backend.write(&b.buffer, words)
+    }
+
+    /// Runs the whole program: on the GPU, one command buffer and one submission.
+    pub fn run(&self) -> Result<()> {
+        if self.compiled.get().is_none() {
+            let compiled = self.backend.compile(&self.program)?;
+            let _ = self.compiled.set(compiled);
+        }
+        self.compiled.get().expect("compiled above").run()
+    }
+
+    pub async fn read(&self, t: TensorId) -> Result<Vec<f32>> {
+        let b = self.bound(t)?;
+        let mut v = words_f32(self.backend.read(&b.buffer).await?);
+        v.truncate(b.meta.numel());
+        Ok(v)
+    }
+
+    /// [`Executor::read`], blocking. Native only.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn read_blocking(&self, t: TensorId) -> Result<Vec<f32>> {
+        pollster::block_on(self.read(t))
+    }
+}
+
+/// Names a plan buffer after the first tensor it holds (for errors about its size).
+fn buffer_label(graph: &Graph, plan: &Plan, buffer: usize) -> String {
+    graph
+        .tensors()
+        .find(|(t, info)| {
+            plan.slots[t.0] == Some(Slot::Buffer(buffer)) && !matches!(info.source, Source::Param(_))
+        })
+        .map(|(_, info)| info.name.clone())
+        .unwrap_or_else(|| format!("buffer {buffer}"))
+}

@@ -1,0 +1,168 @@
+//! The static graph: tensors and the ops that produce them, built once per shape and replayed.
+
+use std::rc::Rc;
+
+use crate::error::{Error, Result};
+use crate::ops::Op;
+use crate::tensor::TensorMeta;
+
+mod autodiff;
+mod executor;
+mod plan;
+
+pub use autodiff::Gradients;
+pub use executor::Executor;
+pub use plan::{Plan, Slot};
+
+/// A tensor in one graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorId(pub(crate) usize);
+
+impl TensorId {
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
+/// How a parameter is initialised; drawn on the host from a seed, so every backend starts equal.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Init {
+    Zeros,
+    Ones,
+    /// Normal with this standard deviation.
+    Normal(f32),
+    /// Uniform on [-a, a].
+    Uniform(f32),
+}
+
+/// Where a tensor's value comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Source {
+    /// Fed by the caller before each run.
+    Input,
+    /// A trainable parameter, held in a [`crate::params::ParamStore`] under its name.
+    Param(Init),
+    /// Output `index` of node `node`.
+    Node { node: usize, index: usize },
+}
+
+#[derive(Clone, Debug)]
+pub struct TensorInfo {
+    pub meta: TensorMeta,
+    pub name: String,
+    pub source: Source,
+}
+
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub op: Rc<dyn Op>,
+    pub inputs: Vec<TensorId>,
+    pub outputs: Vec<TensorId>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    tensors: Vec<TensorInfo>,
+    nodes: Vec<Node>,
+}
+
+impl Graph {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A tensor the caller writes before each run (data, targets).
+    pub fn input(&mut self, name: &str, meta: TensorMeta) -> TensorId {
+        self.push_tensor(meta, name.to_string(), Source::Input)
+    }
+
+    /// A trainable f32 parameter. Names are unique: they are the keys of checkpoints.
+    pub fn param(&mut self, name: &str, shape: &[usize], init: Init) -> Result<TensorId> {
+        if self
+            .tensors
+            .iter()
+            .any(|t| t.name == name && matches!(t.source, Source::Param(_)))
+        {
+            return Err(Error::Graph(format!("parameter `{name}` declared twice")));
+        }
+        Ok(self.push_tensor(TensorMeta::f32(shape), name.to_string(), Source::Param(init)))
+    }
+
+    /// Appends a node; returns its outputs. Shape errors name the op and the shapes given.
+    pub fn apply(&mut self, op: impl Op + 'static, inputs: &[TensorId]) -> Result<Vec<TensorId>> {
+        for &t in inputs {
+            self.check(t)?;
+        }
+        let metas: Vec<&TensorMeta> = inputs.iter().map(|&t| &self.tensors[t.0].meta).collect();
+        let out_metas = op.infer(&metas)?;
+        let node = self.nodes.len();
+        let name = op.name();
+        let outputs = out_metas
+            .into_iter()
+            .enumerate()
+            .map(|(index, meta)| {
+                self.push_tensor(
+                    meta,
+                    format!("{name}#{node}.{index}"),
+                    Source::Node { node, index },
+                )
+            })
+            .collect::<Vec<_>>();
+        self.nodes.push(Node {
+            op: Rc::new(op),
+            inputs: inputs.to_vec(),
+            outputs: outputs.clone(),
+        });
+        Ok(outputs)
+    }
+
+    /// [`Graph::apply`] for the common single-output op.
+    pub fn apply1(&mut self, op: impl Op + 'static, inputs: &[TensorId]) -> Result<TensorId> {
+        Ok(self.apply(op, inputs)?[0])
+    }
+
+    pub fn meta(&self, t: TensorId) -> &TensorMeta {
+        &self.tensors[t.0].meta
+    }
+
+    pub fn shape(&self, t: TensorId) -> &[usize] {
+        &self.tensors[t.0].meta.shape
+    }
+
+    pub fn info(&self, t: TensorId) -> &TensorInfo {
+        &self.tensors[t.0]
+    }
+
+    pub fn tensors(&self) -> impl Iterator<Item = (TensorId, &TensorInfo)> {
+        self.tensors.iter().enumerate().map(|(i, t)| (TensorId(i), t))
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Gives a tensor a readable name (shown in errors such as a binding over the GPU's limit).
+    pub fn name(&mut self, t: TensorId, name: &str) {
+        self.tensors[t.0].name = name.to_string();
+    }
+
+    /// The parameter tensor called `name`.
+    pub fn param_by_name(&self, name: &str) -> Option<TensorId> {
+        self.tensors()
+            .find(|(_, t)| t.name == name && matches!(t.source, Source::Param(_)))
+            .map(|(id, _)| id)
+    }
+
+    fn check(&self, t: TensorId) -> Result<()> {
+        if t.0 < self.tensors.len() {
+            Ok(())
+        } else {
+            Err(Error::Graph(format!("tensor {} is not in this graph", t.0)))
+        }
+    }
+
+    fn push_tensor(&mut self, meta: TensorMeta, name: String, source: Source) -> TensorId {
+        self.tensors.push(TensorInfo { meta, name, source });
+        TensorId(self.tensors.len() - 1)
+    }
+}

@@ -1,0 +1,168 @@
+//! The planner: which nodes run, in what order, and which buffer holds each tensor. Intermediate
+//! tensors share buffers when their lifetimes do not overlap, so a training step needs far less
+//! memory than one buffer per tensor.
+
+use super::{Graph, Source, TensorId};
+use crate::error::{Error, Result};
+
+/// Where a tensor lives while a plan runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Slot {
+    /// In the parameter store, under this name.
+    Param(String),
+    /// In the plan's buffer with this index.
+    Buffer(usize),
+}
+
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Nodes that run, in order (views excluded: they run no kernel).
+    pub steps: Vec<usize>,
+    /// Length in 32-bit words of each plan buffer.
+    pub buffers: Vec<usize>,
+    /// Where each tensor lives; `None` for tensors the plan never touches.
+    pub slots: Vec<Option<Slot>>,
+    /// Tensors the caller reads after a run; their buffers are never reused.
+    pub outputs: Vec<TensorId>,
+}
+
+impl Plan {
+    pub fn new(graph: &Graph, outputs: &[TensorId]) -> Result<Plan> {
+        for &t in outputs {
+            graph.check(t)?;
+        }
+        let n_tensors = graph.tensors.len();
+        let needed = needed_nodes(graph, outputs);
+
+        // A view shares its input's buffer: everything below works on the root of each alias.
+        let mut root: Vec<usize> = (0..n_tensors).collect();
+        for (n, node) in graph.nodes.iter().enumerate() {
+            if needed[n] && node.op.is_view() {
+                root[node.outputs[0].0] = root[node.inputs[0].0];
+            }
+        }
+
+        let mut persistent = vec![false; n_tensors];
+        for (t, info) in graph.tensors.iter().enumerate() {
+            if !matches!(info.source, Source::Node { .. }) {
+                persistent[root[t]] = true;
+            }
+        }
+        for &t in outputs {
+            persistent[root[t.0]] = true;
+        }
+
+        let steps: Vec<usize> = (0..graph.nodes.len())
+            .filter(|&n| needed[n] && !graph.nodes[n].op.is_view())
+            .collect();
+        let mut last_use = vec![None; n_tensors];
+        let mut step_of_node = vec![None; graph.nodes.len()];
+        for (s, &n) in steps.iter().enumerate() {
+            step_of_node[n] = Some(s);
+        }
+        for (n, node) in graph.nodes.iter().enumerate() {
+            if !needed[n] {
+                continue;
+            }
+            // A view is "used" where its consumers are; the view node itself runs nothing.
+            // Steps are in order, so the last assignment is the last use.
+            let Some(s) = step_of_node[n] else { continue };
+            for t in &node.inputs {
+                last_use[root[t.0]] = Some(s);
+            }
+        }
+
+        let mut slots: Vec<Option<Slot>> = vec![None; n_tensors];
+        let mut buffers: Vec<usize> = Vec::new();
+        let mut free: Vec<usize> = Vec::new();
+        for (t, info) in graph.tensors.iter().enumerate() {
+            if root[t] != t {
+                continue;
+            }
+            match &info.source {
+                Source::Param(_) => slots[t] = Some(Slot::Param(info.name.clone())),
+                Source::Input => {
+                    buffers.push(info.meta.numel().max(1));
+                    slots[t] = Some(Slot::Buffer(buffers.len() - 1));
+                }
+                Source::Node { .. } => {}
+            }
+        }
+        for (s, &n) in steps.iter().enumerate() {
+            let node = &graph.nodes[n];
+            for t in &node.outputs {
+                let len = graph.tensors[t.0].meta.numel().max(1);
+                let buffer = if persistent[t.0] {
+                    None
+                } else {
+                    take_best_fit(&mut free, &buffers, len)
+                };
+                let buffer = buffer.unwrap_or_else(|| {
+                    buffers.push(len);
+                    buffers.len() - 1
+                });
+                buffers[buffer] = buffers[buffer].max(len);
+                slots[t.0] = Some(Slot::Buffer(buffer));
+            }
+            // Inputs are freed after outputs are placed, so no kernel writes what it reads.
+            for t in node.inputs.iter().chain(&node.outputs) {
+                let r = root[t.0];
+                let dead = !persistent[r] && last_use[r].is_none_or(|last| last <= s);
+                if let (true, Some(Slot::Buffer(b))) = (dead, &slots[r])
+                    && !free.contains(b)
+                {
+                    free.push(*b);
+                }
+            }
+        }
+        for (t, slot) in slots.clone().iter().enumerate() {
+            if slot.is_none() && root[t] != t {
+                slots[t] = slots[root[t]].clone();
+            }
+        }
+        for &t in outputs {
+            if slots[t.0].is_none() {
+                return Err(Error::Graph(format!(
+                    "output `{}` is not computed by this graph",
+                    graph.tensors[t.0].name
+                )));
+            }
+        }
+        Ok(Plan {
+            steps,
+            buffers,
+            slots,
+            outputs: outputs.to_vec(),
+        })
+    }
+}
+
+/// Nodes on some path to an output.
+fn needed_nodes(graph: &Graph, outputs: &[TensorId]) -> Vec<bool> {
+    let mut needed_tensor = vec![false; graph.tensors.len()];
+    for t in outputs {
+        needed_tensor[t.0] = true;
+    }
+    let mut needed = vec![false; graph.nodes.len()];
+    for (n, node) in graph.nodes.iter().enumerate().rev() {
+        if node.outputs.iter().any(|t| needed_tensor[t.0]) {
+            needed[n] = true;
+            for t in &node.inputs {
+                needed_tensor[t.0] = true;
+            }
+        }
+    }
+    needed
+}
+
+/// The smallest free buffer that holds `len` words, else the largest free one (it grows).
+fn take_best_fit(free: &mut Vec<usize>, buffers: &[usize], len: usize) -> Option<usize> {
+    let pick = free
+        .iter()
+        .enumerate()
+        .filter(|&(_, &b)| buffers[b] >= len)
+        .min_by_key(|&(_, &b)| buffers[b])
+        .or_else(|| free.iter().enumerate().max_by_key(|&(_, &b)| buffers[b]))
+        .map(|(i, _)| i)?;
+    Some(free.swap_remove(pick))
+}

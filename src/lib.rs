@@ -1,0 +1,21 @@
+//! posflow: a compute engine on WebGPU that trains small Transformers with neural-ODE position
+//! encodings (FLOATER), untied positional attention (TUPE) and Runge-Kutta blocks (ODE
+//! Transformer), natively on any GPU or on the CPU, and in the browser.
+//!
+//! The layers, top to bottom: [`graph`] (a static graph, autodiff, planner, executor) over
+//! [`ops`] (shape rules, CPU references, GPU dispatches, gradients) over [`backend`] (CPU and
+//! wgpu). See `DESIGN.md` beside the sources for the why.
+
+pub mod backend;
+pub mod error;
+pub mod graph;
+pub mod ops;
+pub mod params;
+pub mod shaders;
+pub mod tensor;
+#[cfg(test)]
+pub(crate) mod testing;
+
+pub use error::{Error, Result};
+pub use graph::{Graph, Init, TensorId};
+pub use tensor::{DType, TensorMeta};

@@ -1,0 +1,227 @@
+//! Sums over an axis and their adjoint, broadcasting. Means are sums scaled by 1/n.
+
+use rayon::prelude::*;
+
+use super::elementwise::{MAX_RANK, PAR_CHUNK, padded};
+use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
+use crate::error::{Result, shape_err};
+use crate::graph::{Graph, TensorId};
+use crate::shaders;
+use crate::tensor::{DType, TensorMeta, broadcast_shapes, broadcast_strides};
+
+/// Sum over one axis.
+#[derive(Debug)]
+pub struct Sum {
+    pub axis: usize,
+    pub keepdim: bool,
+}
+
+/// (outer, axis length, inner) of a row-major shape split at `axis`.
+pub(crate) fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    (
+        shape[..axis].iter().product(),
+        shape[axis],
+        shape[axis + 1..].iter().product(),
+    )
+}
+
+/// Axes at least this long get a whole workgroup per output element.
+const WORKGROUP_AXIS: usize = 64;
+
+impl Op for Sum {
+    fn name(&self) -> &'static str {
+        "sum"
+    }
+
+    fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let x = inputs[0];
+        if x.dtype != DType::F32 || self.axis >= x.rank() {
+            return shape_err(self.name(), format!("cannot sum axis {} of {x}", self.axis));
+        }
+        let mut shape = x.shape.clone();
+        if self.keepdim {
+            shape[self.axis] = 1;
+        } else {
+            shape.remove(self.axis);
+        }
+        Ok(vec![TensorMeta::f32(&shape)])
+    }
+
+    fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
+        let x = inputs[0].data;
+        let (_, len, inner) = split_at_axis(inputs[0].shape(), self.axis);
+        let rows_per_chunk = (PAR_CHUNK / (len * inner).max(1)).max(1);
+        outputs[0]
+            .data
+            .par_chunks_mut(rows_per_chunk * inner.max(1))
+            .enumerate()
+            .for_each(|(c, chunk)| {
+                for (j, o) in chunk.iter_mut().enumerate() {
+                    let flat = c * rows_per_chunk * inner + j;
+                    let (outer, i) = (flat / inner, flat % inner);
+                    *o = (0..len).map(|k| x[(outer * len + k) * inner + i]).sum();
+                }
+            });
+    }
+
+    fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
+        let (outer, len, inner) = split_at_axis(&inputs[0].shape, self.axis);
+        let n = outputs[0].numel();
+        let params = Params::new().u(outer).u(len).u(inner).u(n).words();
+        let (entry, workgroups) = if len >= WORKGROUP_AXIS {
+            ("sum_axis_workgroup", grid(n, 1))
+        } else {
+            ("sum_axis", grid(n, 256))
+        };
+        GpuKernels::single(Dispatch {
+            shader: &shaders::REDUCE,
+            entry,
+            params,
+            args: vec![Arg::In(0), Arg::Out(0)],
+            workgroups,
+        })
+    }
+
+    fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
+        let Some(grad) = args.grads[0] else {
+            return Ok(vec![None]);
+        };
+        let in_shape = g.shape(args.inputs[0]).to_vec();
+        let mut kept = in_shape.clone();
+        kept[self.axis] = 1;
+        let grad = g.reshape(grad, &kept)?;
+        Ok(vec![Some(g.broadcast_to(grad, &in_shape)?)])
+    }
+}
+
+/// Repeats a tensor along its size-1 (or missing leading) axes, NumPy style.
+#[derive(Debug)]
+pub struct BroadcastTo {
+    pub shape: Vec<usize>,
+}
+
+impl Op for BroadcastTo {
+    fn name(&self) -> &'static str {
+        "broadcast_to"
+    }
+
+    fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let x = inputs[0];
+        let out = broadcast_shapes(self.name(), &x.shape, &self.shape)?;
+        if out != self.shape || x.dtype != DType::F32 {
+            return shape_err(self.name(), format!("cannot broadcast {x} to {:?}", self.shape));
+        }
+        if out.len() > MAX_RANK {
+            return shape_err(
+                self.name(),
+                format!("rank {} is over the limit of {MAX_RANK}", out.len()),
+            );
+        }
+        Ok(vec![TensorMeta::f32(&out)])
+    }
+
+    fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
+        let x = inputs[0].data;
+        let strides = broadcast_strides(inputs[0].shape(), &self.shape);
+        outputs[0]
+            .data
+            .par_chunks_mut(PAR_CHUNK)
+            .enumerate()
+            .for_each(|(c, chunk)| {
+                for (j, o) in chunk.iter_mut().enumerate() {
+                    let mut i = c * PAR_CHUNK + j;
+                    let mut offset = 0;
+                    for d in (0..self.shape.len()).rev() {
+                        offset += (i % self.shape[d]) * strides[d];
+                        i /= self.shape[d];
+                    }
+                    *o = x[offset];
+                }
+            });
+    }
+
+    fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
+        let n = outputs[0].numel();
+        let params = Params::new()
+            .u(n)
+            .u(self.shape.len())
+            .u(0)
+            .u(0)
+            .words()
+            .into_iter()
+            .chain(padded(&self.shape))
+            .chain(padded(&broadcast_strides(&inputs[0].shape, &self.shape)))
+            .collect();
+        GpuKernels::single(Dispatch {
+            shader: &shaders::REDUCE,
+            entry: "broadcast_to",
+            params,
+            args: vec![Arg::In(0), Arg::Out(0)],
+            workgroups: grid(n, 256),
+        })
+    }
+
+    fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
+        let Some(grad) = args.grads[0] else {
+            return Ok(vec![None]);
+        };
+        let in_shape = g.shape(args.inputs[0]).to_vec();
+        Ok(vec![Some(g.sum_to(grad, &in_shape)?)])
+    }
+}
+
+impl Graph {
+    pub fn sum(&mut self, x: TensorId, axis: usize, keepdim: bool) -> Result<TensorId> {
+        self.apply1(Sum { axis, keepdim }, &[x])
+    }
+
+    pub fn mean(&mut self, x: TensorId, axis: usize, keepdim: bool) -> Result<TensorId> {
+        let n = self.shape(x).get(axis).copied().unwrap_or(1);
+        let s = self.sum(x, axis, keepdim)?;
+        self.scale(s, 1.0 / n as f32)
+    }
+
+    /// Sum of every element, as a tensor of shape [1].
+    pub fn sum_all(&mut self, x: TensorId) -> Result<TensorId> {
+        let n = self.meta(x).numel();
+        let flat = self.reshape(x, &[n])?;
+        self.sum(flat, 0, true)
+    }
+
+    pub fn broadcast_to(&mut self, x: TensorId, shape: &[usize]) -> Result<TensorId> {
+        if self.shape(x) == shape {
+            return Ok(x);
+        }
+        self.apply1(
+            BroadcastTo {
+                shape: shape.to_vec(),
+            },
+            &[x],
+        )
+    }
+
+    /// Sums a broadcast result back to `shape`: the gradient rule of every broadcasting op.
+    pub fn sum_to(&mut self, x: TensorId, shape: &[usize]) -> Result<TensorId> {
+        let from = self.shape(x).to_vec();
+        if from == shape {
+            return Ok(x);
+        }
+        if from.len() < shape.len() {
+            return shape_err(
+                "sum_to",
+                format!("cannot sum {from:?} to the larger rank {shape:?}"),
+            );
+        }
+        let extra = from.len() - shape.len();
+        let mut y = x;
+        for axis in extra..from.len() {
+            if shape[axis - extra] == 1 && from[axis] != 1 {
+                y = self.sum(y, axis, true)?;
+            }
+        }
+        for _ in 0..extra {
+            y = self.sum(y, 0, false)?;
+        }
+        self.reshape(y, shape)
+    }
+}

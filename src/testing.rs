@@ -1,0 +1,256 @@
+//! Test harness shared by every op's tests: run a small graph on the CPU and the GPU and compare,
+//! check gradients against central finite differences, and compare with PyTorch reference values
+//! committed under `tests/reference/`.
+
+use std::cell::OnceCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::backend::{Backend, CpuBackend, gpu_for_tests};
+use crate::graph::{Executor, Graph, Init, TensorId};
+use crate::params::ParamStore;
+use crate::tensor::TensorMeta;
+
+pub enum Feed {
+    F32(Vec<f32>),
+    I32(Vec<i32>),
+}
+
+/// A graph under test: `out` is the op's result; `feeds` are values for its inputs (token ids).
+pub struct Built {
+    pub out: TensorId,
+    pub feeds: Vec<(TensorId, Feed)>,
+}
+
+/// Everything a run produced: the output, the loss sum(out * upstream), every parameter's gradient.
+pub struct Results {
+    pub out: Vec<f32>,
+    pub loss: f32,
+    pub grads: BTreeMap<String, Vec<f32>>,
+}
+
+thread_local! {
+    // Leaked on purpose: dropping a wgpu device inside a thread-local destructor touches wgpu's
+    // own thread-locals, which may already be gone.
+    static GPU: OnceCell<&'static Option<Rc<dyn Backend>>> = const { OnceCell::new() };
+}
+
+/// One GPU device per test thread; `None` (after saying so) where the machine has none.
+pub fn gpu() -> Option<Rc<dyn Backend>> {
+    GPU.with(|cell| (*cell.get_or_init(|| Box::leak(Box::new(gpu_for_tests())))).clone())
+}
+
+pub fn cpu() -> Rc<dyn Backend> {
+    Rc::new(CpuBackend::new())
+}
+
+pub fn random_vec(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect()
+}
+
+/// A parameter with uniform random values, for ops under test.
+pub fn param(g: &mut Graph, name: &str, shape: &[usize]) -> TensorId {
+    g.param(name, shape, Init::Uniform(1.0))
+        .expect("fresh parameter name")
+}
+
+/// Values that replace the seeded ones: parameters and inputs by name, and the loss weights.
+#[derive(Default)]
+pub struct Overrides {
+    pub params: BTreeMap<String, Vec<f32>>,
+    pub inputs: BTreeMap<String, Feed>,
+    pub upstream: Option<Vec<f32>>,
+}
+
+/// Builds the graph, appends loss = sum(out * upstream) and its backward pass, and runs it.
+/// Parameters come from `seed`, so every backend sees the same values.
+pub fn run(
+    backend: Rc<dyn Backend>,
+    build: &dyn Fn(&mut Graph) -> Built,
+    seed: u64,
+    over: &Overrides,
+) -> Results {
+    let (mut g, mut built, mut upstream, loss) = build_with_loss(build, seed);
+    let grads = g.backward(loss).expect("backward");
+    let params = ParamStore::init(backend, &g, seed).expect("params");
+    for (name, v) in &over.params {
+        params.set(name, v).expect("override parameter");
+    }
+    if let Some(u) = &over.upstream {
+        upstream.1 = u.clone();
+    }
+    for (t, f) in built.feeds.iter_mut() {
+        match over.inputs.get(&g.info(*t).name) {
+            Some(Feed::F32(v)) => *f = Feed::F32(v.clone()),
+            Some(Feed::I32(v)) => *f = Feed::I32(v.clone()),
+            None => {}
+        }
+    }
+    let grad_list: Vec<(String, TensorId)> =
+        grads.iter().map(|(p, gr)| (g.info(p).name.clone(), gr)).collect();
+    let mut outputs = vec![built.out, loss];
+    outputs.extend(grad_list.iter().map(|(_, t)| *t));
+    let exec = Executor::new(&g, &outputs, &params).expect("plan");
+    feed(&exec, &built, upstream);
+    exec.run().expect("run");
+    Results {
+        out: exec.read_blocking(built.out).expect("read out"),
+        loss: exec.read_blocking(loss).expect("read loss")[0],
+        grads: grad_list
+            .iter()
+            .map(|(name, t)| (name.clone(), exec.read_blocking(*t).expect("read grad")))
+            .collect(),
+    }
+}
+
+fn build_with_loss(
+    build: &dyn Fn(&mut Graph) -> Built,
+    seed: u64,
+) -> (Graph, Built, (TensorId, Vec<f32>), TensorId) {
+    let mut g = Graph::new();
+    let built = build(&mut g);
+    let shape = g.shape(built.out).to_vec();
+    let r = g.input("upstream", TensorMeta::f32(&shape));
+    let weighted = g.mul(built.out, r).expect("mul");
+    let loss = g.sum_all(weighted).expect("sum");
+    let upstream = random_vec(shape.iter().product(), seed ^ 0x5eed);
+    (g, built, (r, upstream), loss)
+}
+
+fn feed(exec: &Executor, built: &Built, upstream: (TensorId, Vec<f32>)) {
+    exec.set_f32(upstream.0, &upstream.1).expect("feed upstream");
+    for (t, f) in &built.feeds {
+        match f {
+            Feed::F32(v) => exec.set_f32(*t, v),
+            Feed::I32(v) => exec.set_i32(*t, v),
+        }
+        .expect("feed input");
+    }
+}
+
+/// Asserts |a - b| <= atol + rtol * |b| elementwise, naming the first element that differs.
+pub fn assert_close(what: &str, a: &[f32], b: &[f32], atol: f32, rtol: f32) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths differ");
+    for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
+        assert!(
+            (x - y).abs() <= atol + rtol * y.abs() && x.is_finite() == y.is_finite(),
+            "{what}[{i}]: {x} vs {y} (atol {atol}, rtol {rtol})"
+        );
+    }
+}
+
+/// The GPU kernels agree with the CPU reference, forward and backward.
+pub fn check_gpu_matches_cpu(build: &dyn Fn(&mut Graph) -> Built, atol: f32, rtol: f32) {
+    let Some(gpu) = gpu() else { return };
+    let want = run(cpu(), build, 7, &Overrides::default());
+    let got = run(gpu, build, 7, &Overrides::default());
+    assert_close("output", &got.out, &want.out, atol, rtol);
+    assert_eq!(
+        got.grads.keys().collect::<Vec<_>>(),
+        want.grads.keys().collect::<Vec<_>>()
+    );
+    for (name, g) in &got.grads {
+        assert_close(&format!("grad {name}"), g, &want.grads[name], atol, rtol);
+    }
+}
+
+/// The backward pass agrees with central finite differences of the loss, on the CPU, for up to
+/// `samples` elements of every parameter.
+pub fn check_gradients(build: &dyn Fn(&mut Graph) -> Built, eps: f32, tol: f32, samples: usize) {
+    let seed = 11;
+    let analytic = run(cpu(), build, seed, &Overrides::default());
+    let (g, _, _, _) = build_with_loss(build, seed);
+    let base = ParamStore::init(cpu(), &g, seed).expect("params");
+    for (name, grad) in &analytic.grads {
+        let values = pollster::block_on(base.read(name)).expect("read param");
+        let step = (values.len() / samples).max(1);
+        for i in (0..values.len()).step_by(step) {
+            let loss_at = |delta: f32| {
+                let mut v = values.clone();
+                v[i] += delta;
+                let over = Overrides {
+                    params: BTreeMap::from([(name.clone(), v)]),
+                    ..Default::default()
+                };
+                run(cpu(), build, seed, &over).loss
+            };
+            let numeric = (loss_at(eps) - loss_at(-eps)) / (2.0 * eps);
+            let scale = 1.0f32.max(numeric.abs()).max(grad[i].abs());
+            assert!(
+                (numeric - grad[i]).abs() <= tol * scale,
+                "d loss / d {name}[{i}]: finite difference {numeric}, backward {}",
+                grad[i]
+            );
+        }
+    }
+}
+
+/// The op matches PyTorch on the committed case `case` of `tests/reference/<family>.safetensors`
+/// (written by `tests/reference/gen_<family>.py`): output and every gradient, on the CPU and, where
+/// there is one, on the GPU. Parameters and inputs are matched to the file by name.
+pub fn check_reference(family: &str, case: &str, build: &dyn Fn(&mut Graph) -> Built, atol: f32, rtol: f32) {
+    let path = format!(
+        "{}/tests/reference/{family}.safetensors",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let tensor = |name: &str| {
+        file.tensor(&format!("{case}/{name}"))
+            .unwrap_or_else(|e| panic!("{path}: {case}/{name}: {e}"))
+    };
+    let floats = |name: &str| -> Vec<f32> { bytemuck::pod_collect_to_vec(tensor(name).data()) };
+
+    let mut g = Graph::new();
+    build(&mut g);
+    let mut over = Overrides {
+        upstream: Some(floats("upstream")),
+        ..Default::default()
+    };
+    for (_, info) in g.tensors() {
+        let Ok(t) = file.tensor(&format!("{case}/{}", info.name)) else {
+            continue;
+        };
+        let data = t.data();
+        match info.source {
+            crate::graph::Source::Param(_) => {
+                over.params
+                    .insert(info.name.clone(), bytemuck::pod_collect_to_vec(data));
+            }
+            crate::graph::Source::Input => {
+                let feed = match info.meta.dtype {
+                    crate::tensor::DType::F32 => Feed::F32(bytemuck::pod_collect_to_vec(data)),
+                    crate::tensor::DType::I32 => Feed::I32(bytemuck::pod_collect_to_vec(data)),
+                };
+                over.inputs.insert(info.name.clone(), feed);
+            }
+            crate::graph::Source::Node { .. } => {}
+        }
+    }
+    let mut backends = vec![cpu()];
+    backends.extend(gpu());
+    for backend in backends {
+        let on = backend.describe();
+        let got = run(backend, build, 0, &over);
+        assert_close(
+            &format!("{case} output on {on}"),
+            &got.out,
+            &floats("out"),
+            atol,
+            rtol,
+        );
+        for (name, grad) in &got.grads {
+            assert_close(
+                &format!("{case} grad {name} on {on}"),
+                grad,
+                &floats(&format!("grad/{name}")),
+                atol,
+                rtol,
+            );
+        }
+    }
+}

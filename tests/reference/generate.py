@@ -1,0 +1,18 @@
+"""Regenerates every reference file in this folder from PyTorch.
+
+    pip install torch safetensors numpy
+    python3 tests/reference/generate.py
+
+Each `gen_<family>.py` writes `<family>.safetensors`; the Rust tests read them without Python.
+"""
+
+import importlib
+import pathlib
+import sys
+
+here = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(here))
+
+for path in sorted(here.glob("gen_*.py")):
+    module = importlib.import_module(path.stem)
+    module.main(str(here / (path.stem[len("gen_"):] + ".safetensors")))
