@@ -10,6 +10,7 @@ pub mod backend;
 pub mod error;
 pub mod graph;
 pub mod ops;
+pub mod optim;
 pub mod params;
 pub mod shaders;
 pub mod tensor;

@@ -1,0 +1,84 @@
+// AdamW with global gradient-norm clipping, as torch.optim.AdamW after
+// torch.nn.utils.clip_grad_norm_.
+//
+// A step is: one `sum_squares` per gradient, each writing its squared norm into one slot of
+// `norms`; then one `adam` per parameter, which reads all slots to get the global norm. The
+// learning rate and bias corrections change every step, so they come from a small storage
+// buffer written before each run instead of from the uniform, which is fixed at compile time.
+
+struct SumSquares {
+    n: u32,
+    slot: u32,
+}
+
+struct Adam {
+    n: u32,
+    n_norms: u32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    weight_decay: f32,
+    // Clip the global gradient norm to this value; 0 means no clipping.
+    max_norm: f32,
+}
+
+@group(0) @binding(0) var<uniform> sq: SumSquares;
+@group(0) @binding(1) var<storage, read> grad: array<f32>;
+@group(0) @binding(2) var<storage, read_write> norms: array<f32>;
+
+var<workgroup> partial: array<f32, 256>;
+
+// One workgroup: 256 threads stride over the gradient, then a tree sum.
+@compute @workgroup_size(256)
+fn sum_squares(@builtin(local_invocation_index) lid: u32) {
+    var acc = 0.0;
+    for (var i = lid; i < sq.n; i += 256u) {
+        let g = grad[i];
+        acc += g * g;
+    }
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var stride = 128u; stride > 0u; stride >>= 1u) {
+        if (lid < stride) {
+            partial[lid] += partial[lid + stride];
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        norms[sq.slot] = partial[0];
+    }
+}
+
+@group(0) @binding(0) var<uniform> adam: Adam;
+// binding 1 is `grad`, shared with sum_squares.
+@group(0) @binding(2) var<storage, read> all_norms: array<f32>;
+// [learning rate, 1 - beta1^t, 1 - beta2^t]
+@group(0) @binding(3) var<storage, read> schedule: array<f32>;
+@group(0) @binding(4) var<storage, read_write> param: array<f32>;
+@group(0) @binding(5) var<storage, read_write> m: array<f32>;
+@group(0) @binding(6) var<storage, read_write> v: array<f32>;
+
+@compute @workgroup_size(256)
+fn adam_step(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * 256u;
+    if (i >= adam.n) {
+        return;
+    }
+    var clip = 1.0;
+    if (adam.max_norm > 0.0) {
+        var total = 0.0;
+        for (var k = 0u; k < adam.n_norms; k++) {
+            total += all_norms[k];
+        }
+        clip = min(adam.max_norm / (sqrt(total) + 1e-6), 1.0);
+    }
+    let lr = schedule[0];
+    let g = grad[i] * clip;
+    let mi = adam.beta1 * m[i] + (1.0 - adam.beta1) * g;
+    let vi = adam.beta2 * v[i] + (1.0 - adam.beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    let decayed = param[i] * (1.0 - lr * adam.weight_decay);
+    let denom = sqrt(vi) / sqrt(schedule[2]) + adam.eps;
+    param[i] = decayed - (lr / schedule[1]) * mi / denom;
+}
