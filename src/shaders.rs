@@ -20,6 +20,9 @@ shaders! {
     ELEMENTWISE => "elementwise",
     REDUCE => "reduce",
     SCALE => "scale",
+    UNARY => "unary",
+    SOFTMAX => "softmax",
+    LAYERNORM => "layernorm",
 }
 
 #[cfg(test)]
