@@ -21,6 +21,9 @@ shaders! {
     REDUCE => "reduce",
     SCALE => "scale",
     ADAM => "adam",
+    UNARY => "unary",
+    SOFTMAX => "softmax",
+    LAYERNORM => "layernorm",
 }
 
 #[cfg(test)]

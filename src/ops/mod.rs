@@ -14,8 +14,11 @@ use crate::tensor::TensorMeta;
 
 pub mod elementwise;
 pub mod fill;
+pub mod layernorm;
 pub mod reduce;
 pub mod shape;
+pub mod softmax;
+pub mod unary;
 
 /// An input tensor as the CPU reference sees it.
 pub struct In<'a> {

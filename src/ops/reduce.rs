@@ -225,3 +225,123 @@ impl Graph {
         self.reshape(y, shape)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::graph::Graph;
+    use crate::testing::*;
+
+    fn sum(shape: &'static [usize], axis: usize, keepdim: bool) -> impl Fn(&mut Graph) -> Built {
+        move |g| {
+            let x = param(g, "x", shape);
+            Built {
+                out: g.sum(x, axis, keepdim).unwrap(),
+                feeds: vec![],
+            }
+        }
+    }
+
+    fn mean(shape: &'static [usize], axis: usize, keepdim: bool) -> impl Fn(&mut Graph) -> Built {
+        move |g| {
+            let x = param(g, "x", shape);
+            Built {
+                out: g.mean(x, axis, keepdim).unwrap(),
+                feeds: vec![],
+            }
+        }
+    }
+
+    fn broadcast_to(from: &'static [usize], to: &'static [usize]) -> impl Fn(&mut Graph) -> Built {
+        move |g| {
+            let x = param(g, "x", from);
+            Built {
+                out: g.broadcast_to(x, to).unwrap(),
+                feeds: vec![],
+            }
+        }
+    }
+
+    fn sum_to(from: &'static [usize], to: &'static [usize]) -> impl Fn(&mut Graph) -> Built {
+        move |g| {
+            let x = param(g, "x", from);
+            Built {
+                out: g.sum_to(x, to).unwrap(),
+                feeds: vec![],
+            }
+        }
+    }
+
+    #[test]
+    fn gpu_matches_cpu_for_sums_along_short_and_long_axes() {
+        // Axes of 37 and 53 take the thread-per-output kernel, 91 the workgroup kernel; 63 and 64
+        // sit on either side of the switch. Backward passes run broadcast_to.
+        for axis in 0..3 {
+            for keepdim in [false, true] {
+                check_gpu_matches_cpu(&sum(&[37, 91, 53], axis, keepdim), 1e-5, 1e-4);
+            }
+        }
+        check_gpu_matches_cpu(&sum(&[63, 5], 0, false), 1e-5, 1e-4);
+        check_gpu_matches_cpu(&sum(&[64, 5], 0, false), 1e-5, 1e-4);
+        // 70001 outputs of a short axis; and sums of 70001 terms, whose rounding depends on the order.
+        check_gpu_matches_cpu(&sum(&[3, 70001], 0, true), 1e-5, 1e-4);
+        check_gpu_matches_cpu(&sum(&[3, 70001], 1, false), 1e-3, 1e-4);
+    }
+
+    #[test]
+    fn gpu_matches_cpu_for_mean_broadcast_and_sum_to() {
+        check_gpu_matches_cpu(&mean(&[37, 91, 53], 1, true), 1e-5, 1e-4);
+        check_gpu_matches_cpu(&mean(&[37, 91, 53], 2, false), 1e-5, 1e-4);
+        check_gpu_matches_cpu(&broadcast_to(&[37, 1, 53], &[4, 37, 91, 53]), 1e-5, 1e-4);
+        check_gpu_matches_cpu(&broadcast_to(&[1], &[3, 70001]), 1e-3, 1e-4);
+        check_gpu_matches_cpu(&sum_to(&[2, 37, 91, 53], &[91, 1]), 1e-4, 1e-4);
+        check_gpu_matches_cpu(&sum_to(&[37, 91, 53], &[37, 1, 53]), 1e-5, 1e-4);
+    }
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        check_gradients(&sum(&[3, 70, 2], 1, false), 1e-2, 1e-2, 8);
+        check_gradients(&sum(&[4, 5], 1, true), 1e-2, 1e-2, 8);
+        check_gradients(&mean(&[5, 4], 0, true), 1e-2, 1e-2, 8);
+        check_gradients(&broadcast_to(&[3, 1], &[2, 3, 4]), 1e-2, 1e-2, 3);
+        check_gradients(&sum_to(&[2, 3, 4], &[3, 1]), 1e-2, 1e-2, 8);
+    }
+
+    #[test]
+    fn matches_pytorch() {
+        check_reference("elementwise", "sum", &sum(&[3, 70, 2], 1, false), 1e-5, 1e-5);
+        check_reference("elementwise", "mean_keepdim", &mean(&[5, 4], 0, true), 1e-5, 1e-5);
+        check_reference(
+            "elementwise",
+            "broadcast_to",
+            &broadcast_to(&[3, 1], &[2, 3, 4]),
+            1e-5,
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn bad_shapes_name_the_op_and_the_shapes() {
+        let mut g = Graph::new();
+        let x = param(&mut g, "x", &[2, 3]);
+        let err = g.sum(x, 2, false).unwrap_err().to_string();
+        assert!(
+            err.starts_with("sum:") && err.contains("axis 2") && err.contains("[2, 3]"),
+            "{err}"
+        );
+        let err = g.broadcast_to(x, &[4, 3, 3]).unwrap_err().to_string();
+        assert!(
+            err.starts_with("broadcast_to:") && err.contains("[2, 3]") && err.contains("[4, 3, 3]"),
+            "{err}"
+        );
+        let err = g.broadcast_to(x, &[3]).unwrap_err().to_string();
+        assert!(
+            err.starts_with("broadcast_to:") && err.contains("[2, 3]") && err.contains("[3]"),
+            "{err}"
+        );
+        let err = g.sum_to(x, &[1, 2, 3]).unwrap_err().to_string();
+        assert!(
+            err.starts_with("sum_to:") && err.contains("[2, 3]") && err.contains("[1, 2, 3]"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,151 @@
+// Layer normalisation over the last axis and its gradient. Rows are normalised by one 64-thread
+// workgroup each (threads stride over the row, so any length works). dgamma and dbeta are sums
+// over rows: each thread of `layernorm_backward_partials` sums one column over a chunk of rows,
+// then `layernorm_backward_params` adds the chunks in order: deterministic, no float atomics.
+
+struct Norm {
+    rows: u32,
+    dim: u32,
+    eps: f32, // forward only
+    chunk_rows: u32, // backward only: rows per partial sum
+}
+
+@group(0) @binding(0) var<uniform> p: Norm;
+
+// layernorm_forward: x, gamma, beta -> y, mean, rstd.
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> gamma: array<f32>;
+@group(0) @binding(3) var<storage, read> beta: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<storage, read_write> mean_out: array<f32>;
+@group(0) @binding(6) var<storage, read_write> rstd_out: array<f32>;
+
+// layernorm_backward_dx: x, gamma, mean, rstd, gy -> dx.
+// layernorm_backward_partials: the same inputs (gamma unused) -> partials.
+@group(0) @binding(3) var<storage, read> mean: array<f32>;
+@group(0) @binding(4) var<storage, read> rstd: array<f32>;
+@group(0) @binding(5) var<storage, read> gy: array<f32>;
+@group(0) @binding(6) var<storage, read_write> dx: array<f32>;
+@group(0) @binding(6) var<storage, read_write> partials: array<f32>;
+
+// layernorm_backward_params: partials -> dgamma, dbeta.
+@group(0) @binding(1) var<storage, read_write> partials_in: array<f32>;
+@group(0) @binding(2) var<storage, read_write> dgamma: array<f32>;
+@group(0) @binding(3) var<storage, read_write> dbeta: array<f32>;
+
+const WG: u32 = 64u;
+
+var<workgroup> shared_sums: array<vec2<f32>, 64>;
+
+// Two row sums at once (the backward needs two; the forward leaves y at 0).
+fn workgroup_sum(lid: u32, value: vec2<f32>) -> vec2<f32> {
+    shared_sums[lid] = value;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
+        if (lid < stride) {
+            shared_sums[lid] += shared_sums[lid + stride];
+        }
+        workgroupBarrier();
+    }
+    let result = shared_sums[0];
+    // Everyone reads the result before the next reduction overwrites it.
+    workgroupBarrier();
+    return result;
+}
+
+@compute @workgroup_size(64)
+fn layernorm_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wid.x + wid.y * groups.x;
+    // Uniform across the workgroup, so the barriers below stay in uniform control flow.
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.dim;
+    let n = f32(p.dim);
+    var s = 0.0;
+    for (var k = lid; k < p.dim; k += WG) {
+        s += x[base + k];
+    }
+    let m = workgroup_sum(lid, vec2(s, 0.0)).x / n;
+    // Two passes: the variance of x − mean, not E[x²] − mean², which cancels badly.
+    var q = 0.0;
+    for (var k = lid; k < p.dim; k += WG) {
+        let d = x[base + k] - m;
+        q += d * d;
+    }
+    let variance = workgroup_sum(lid, vec2(q, 0.0)).x / n;
+    let r = 1.0 / sqrt(variance + p.eps);
+    for (var k = lid; k < p.dim; k += WG) {
+        y[base + k] = (x[base + k] - m) * r * gamma[k] + beta[k];
+    }
+    if (lid == 0u) {
+        mean_out[row] = m;
+        rstd_out[row] = r;
+    }
+}
+
+@compute @workgroup_size(64)
+fn layernorm_backward_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wid.x + wid.y * groups.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.dim;
+    let m = mean[row];
+    let r = rstd[row];
+    // (Σ g, Σ g·x̂) with g = gy·gamma and x̂ = (x − mean)·rstd.
+    var acc = vec2(0.0, 0.0);
+    for (var k = lid; k < p.dim; k += WG) {
+        let g = gy[base + k] * gamma[k];
+        acc += vec2(g, g * (x[base + k] - m) * r);
+    }
+    let means = workgroup_sum(lid, acc) / f32(p.dim);
+    for (var k = lid; k < p.dim; k += WG) {
+        let xhat = (x[base + k] - m) * r;
+        dx[base + k] = r * (gy[base + k] * gamma[k] - means.x - xhat * means.y);
+    }
+}
+
+fn chunk_count() -> u32 {
+    return (p.rows + p.chunk_rows - 1u) / p.chunk_rows;
+}
+
+// One thread per (chunk of rows, column); partials are laid out [2][chunks][dim]: dgamma, dbeta.
+@compute @workgroup_size(256)
+fn layernorm_backward_partials(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * 256u;
+    let chunks = chunk_count();
+    if (i >= chunks * p.dim) {
+        return;
+    }
+    let chunk = i / p.dim;
+    let col = i % p.dim;
+    let end = min(p.rows, (chunk + 1u) * p.chunk_rows);
+    var acc_gamma = 0.0;
+    var acc_beta = 0.0;
+    for (var row = chunk * p.chunk_rows; row < end; row++) {
+        let g = gy[row * p.dim + col];
+        acc_gamma += g * (x[row * p.dim + col] - mean[row]) * rstd[row];
+        acc_beta += g;
+    }
+    partials[chunk * p.dim + col] = acc_gamma;
+    partials[(chunks + chunk) * p.dim + col] = acc_beta;
+}
+
+// One thread per column: adds the chunks' partials in order.
+@compute @workgroup_size(256)
+fn layernorm_backward_params(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let col = gid.x + gid.y * groups.x * 256u;
+    if (col >= p.dim) {
+        return;
+    }
+    let chunks = chunk_count();
+    var acc_gamma = 0.0;
+    var acc_beta = 0.0;
+    for (var c = 0u; c < chunks; c++) {
+        acc_gamma += partials_in[c * p.dim + col];
+        acc_beta += partials_in[(chunks + c) * p.dim + col];
+    }
+    dgamma[col] = acc_gamma;
+    dbeta[col] = acc_beta;
+}

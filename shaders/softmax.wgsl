@@ -1,0 +1,93 @@
+// Softmax over the last axis and its gradient: one 64-thread workgroup per row. Threads stride
+// over the row, so rows of any length work; short rows leave threads idle.
+
+struct Rows {
+    rows: u32,
+    len: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Rows;
+
+// softmax: x -> y.
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+
+// softmax_backward: (probs, gy) -> gx.
+@group(0) @binding(1) var<storage, read> probs: array<f32>;
+@group(0) @binding(2) var<storage, read> gy: array<f32>;
+@group(0) @binding(3) var<storage, read_write> gx: array<f32>;
+
+const WG: u32 = 64u;
+// The lowest finite f32: the start of a running max (WGSL has no infinity literal).
+const LOWEST: f32 = -3.40282347e38;
+
+var<workgroup> shared_vals: array<f32, 64>;
+
+fn workgroup_max(lid: u32, value: f32) -> f32 {
+    shared_vals[lid] = value;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
+        if (lid < stride) {
+            shared_vals[lid] = max(shared_vals[lid], shared_vals[lid + stride]);
+        }
+        workgroupBarrier();
+    }
+    let result = shared_vals[0];
+    // Everyone reads the result before the next reduction overwrites it.
+    workgroupBarrier();
+    return result;
+}
+
+fn workgroup_sum(lid: u32, value: f32) -> f32 {
+    shared_vals[lid] = value;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
+        if (lid < stride) {
+            shared_vals[lid] += shared_vals[lid + stride];
+        }
+        workgroupBarrier();
+    }
+    let result = shared_vals[0];
+    workgroupBarrier();
+    return result;
+}
+
+@compute @workgroup_size(64)
+fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wid.x + wid.y * groups.x;
+    // Uniform across the workgroup, so the barriers below stay in uniform control flow.
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.len;
+    var m = LOWEST;
+    for (var k = lid; k < p.len; k += WG) {
+        m = max(m, x[base + k]);
+    }
+    let row_max = workgroup_max(lid, m);
+    var s = 0.0;
+    for (var k = lid; k < p.len; k += WG) {
+        s += exp(x[base + k] - row_max);
+    }
+    let total = workgroup_sum(lid, s);
+    for (var k = lid; k < p.len; k += WG) {
+        y[base + k] = exp(x[base + k] - row_max) / total;
+    }
+}
+
+@compute @workgroup_size(64)
+fn softmax_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wid.x + wid.y * groups.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.len;
+    var d = 0.0;
+    for (var k = lid; k < p.len; k += WG) {
+        d += probs[base + k] * gy[base + k];
+    }
+    let dot = workgroup_sum(lid, d);
+    for (var k = lid; k < p.len; k += WG) {
+        gx[base + k] = probs[base + k] * (gy[base + k] - dot);
+    }
+}

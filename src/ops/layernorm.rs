@@ -1,0 +1,358 @@
+//! Layer normalisation over the last axis with a learned scale and shift, and its gradient.
+//!
+//! Like llm.c, the forward also outputs each row's mean and 1/std, which the backward reads
+//! instead of recomputing them.
+
+use rayon::prelude::*;
+
+use super::elementwise::PAR_CHUNK;
+use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
+use crate::error::{Error, Result, shape_err};
+use crate::graph::{Graph, TensorId};
+use crate::shaders;
+use crate::tensor::{DType, TensorMeta};
+
+/// Rows each thread of the GPU's dgamma/dbeta pass sums into one partial. Partials are then
+/// summed in a fixed order, so the gradients are deterministic without float atomics.
+const CHUNK_ROWS: usize = 32;
+
+/// (rows, row length) of a tensor normalised over its last axis.
+fn rows_of(meta: &TensorMeta) -> (usize, usize) {
+    let dim = meta.shape.last().copied().unwrap_or(1);
+    (meta.numel() / dim.max(1), dim)
+}
+
+/// Rows per parallel CPU task: about `PAR_CHUNK` elements, at least one row.
+fn rows_per_task(dim: usize) -> usize {
+    (PAR_CHUNK / dim.max(1)).max(1)
+}
+
+/// The uniform every layernorm kernel reads (`Norm` in `shaders/layernorm.wgsl`).
+fn norm_params(rows: usize, dim: usize, eps: f32) -> Vec<u32> {
+    Params::new().u(rows).u(dim).f(eps).u(CHUNK_ROWS).words()
+}
+
+/// y = (x − mean)·rstd·gamma + beta per row of the last axis, with rstd = 1/√(var + eps) and the
+/// biased variance, as `torch.nn.functional.layer_norm`. Inputs x [.., D], gamma [D], beta [D];
+/// outputs y (x's shape), mean [rows], rstd [rows].
+#[derive(Debug)]
+pub struct LayerNorm {
+    pub eps: f32,
+}
+
+impl Op for LayerNorm {
+    fn name(&self) -> &'static str {
+        "layernorm"
+    }
+
+    fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let (x, gamma, beta) = (inputs[0], inputs[1], inputs[2]);
+        let all_f32 = [x, gamma, beta].iter().all(|m| m.dtype == DType::F32);
+        let Some(&dim) = x.shape.last().filter(|&&d| d > 0 && all_f32) else {
+            return shape_err(
+                self.name(),
+                format!("needs f32 x with a non-empty last axis, got x {x}, gamma {gamma}, beta {beta}"),
+            );
+        };
+        if gamma.shape != [dim] || beta.shape != [dim] {
+            return shape_err(
+                self.name(),
+                format!("x {x} needs gamma and beta of shape [{dim}], got gamma {gamma} and beta {beta}"),
+            );
+        }
+        let (rows, _) = rows_of(x);
+        Ok(vec![
+            x.clone(),
+            TensorMeta::f32(&[rows]),
+            TensorMeta::f32(&[rows]),
+        ])
+    }
+
+    fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
+        let (x, gamma, beta) = (inputs[0].data, inputs[1].data, inputs[2].data);
+        let (_, dim) = rows_of(inputs[0].meta);
+        let rows = rows_per_task(dim);
+        let [y, mean, rstd] = outputs else {
+            unreachable!("layernorm has three outputs")
+        };
+        y.data
+            .par_chunks_mut(rows * dim)
+            .zip(mean.data.par_chunks_mut(rows))
+            .zip(rstd.data.par_chunks_mut(rows))
+            .enumerate()
+            .for_each(|(c, ((y, mean), rstd))| {
+                for (r, y) in y.chunks_mut(dim).enumerate() {
+                    let x = &x[(c * rows + r) * dim..][..dim];
+                    let m = x.iter().sum::<f32>() / dim as f32;
+                    let var = x.iter().map(|v| (v - m) * (v - m)).sum::<f32>() / dim as f32;
+                    let s = 1.0 / (var + self.eps).sqrt();
+                    for (i, o) in y.iter_mut().enumerate() {
+                        *o = (x[i] - m) * s * gamma[i] + beta[i];
+                    }
+                    mean[r] = m;
+                    rstd[r] = s;
+                }
+            });
+    }
+
+    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+        let (rows, dim) = rows_of(inputs[0]);
+        GpuKernels::single(Dispatch {
+            shader: &shaders::LAYERNORM,
+            entry: "layernorm_forward",
+            params: norm_params(rows, dim, self.eps),
+            args: vec![
+                Arg::In(0),
+                Arg::In(1),
+                Arg::In(2),
+                Arg::Out(0),
+                Arg::Out(1),
+                Arg::Out(2),
+            ],
+            workgroups: grid(rows, 1),
+        })
+    }
+
+    fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
+        if args.grads[1].is_some() || args.grads[2].is_some() {
+            return Err(Error::Graph(
+                "layernorm: mean and rstd are caches for the backward and have no gradient".into(),
+            ));
+        }
+        let Some(gy) = args.grads[0] else {
+            return Ok(vec![None, None, None]);
+        };
+        let (x, gamma) = (args.inputs[0], args.inputs[1]);
+        let (mean, rstd) = (args.outputs[1], args.outputs[2]);
+        let grads = g.apply(LayerNormBackward, &[x, gamma, mean, rstd, gy])?;
+        Ok(grads.into_iter().map(Some).collect())
+    }
+}
+
+/// The gradient of [`LayerNorm`]: inputs x, gamma, mean, rstd, gy; outputs dx, dgamma, dbeta.
+/// With x̂ = (x − mean)·rstd and g = gy·gamma, per row dx = rstd·(g − mean(g) − x̂·mean(g·x̂));
+/// over rows dgamma = Σ gy·x̂ and dbeta = Σ gy.
+#[derive(Debug)]
+pub struct LayerNormBackward;
+
+impl Op for LayerNormBackward {
+    fn name(&self) -> &'static str {
+        "layernorm_backward"
+    }
+
+    fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let [x, gamma, mean, rstd, gy] = inputs else {
+            return shape_err(self.name(), format!("needs 5 inputs, got {}", inputs.len()));
+        };
+        let (rows, dim) = rows_of(x);
+        let fits = x.shape.last().is_some_and(|&d| d > 0)
+            && inputs.iter().all(|m| m.dtype == DType::F32)
+            && gamma.shape == [dim]
+            && mean.shape == [rows]
+            && rstd.shape == [rows]
+            && gy == x;
+        if !fits {
+            return shape_err(
+                self.name(),
+                format!(
+                    "needs x [.., D] with gamma [D], mean and rstd [rows], gy like x; got x {x}, gamma {gamma}, mean {mean}, rstd {rstd}, gy {gy}"
+                ),
+            );
+        }
+        Ok(vec![(*x).clone(), (*gamma).clone(), (*gamma).clone()])
+    }
+
+    fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
+        let [x, gamma, mean, rstd, gy] = [0, 1, 2, 3, 4].map(|i| inputs[i].data);
+        let (n_rows, dim) = rows_of(inputs[0].meta);
+        let [dx, dgamma, dbeta] = outputs else {
+            unreachable!("layernorm_backward has three outputs")
+        };
+        let rows = rows_per_task(dim);
+        dx.data
+            .par_chunks_mut(rows * dim)
+            .enumerate()
+            .for_each(|(c, dx)| {
+                for (r, dx) in dx.chunks_mut(dim).enumerate() {
+                    let row = c * rows + r;
+                    let (x, gy) = (&x[row * dim..][..dim], &gy[row * dim..][..dim]);
+                    let (m, s) = (mean[row], rstd[row]);
+                    let (mut g_mean, mut gx_mean) = (0.0, 0.0);
+                    for i in 0..dim {
+                        let g = gy[i] * gamma[i];
+                        g_mean += g;
+                        gx_mean += g * (x[i] - m) * s;
+                    }
+                    g_mean /= dim as f32;
+                    gx_mean /= dim as f32;
+                    for (i, o) in dx.iter_mut().enumerate() {
+                        let xhat = (x[i] - m) * s;
+                        *o = s * (gy[i] * gamma[i] - g_mean - xhat * gx_mean);
+                    }
+                }
+            });
+        dgamma.data.fill(0.0);
+        dbeta.data.fill(0.0);
+        for row in 0..n_rows {
+            let (x, gy) = (&x[row * dim..][..dim], &gy[row * dim..][..dim]);
+            for i in 0..dim {
+                dgamma.data[i] += gy[i] * (x[i] - mean[row]) * rstd[row];
+                dbeta.data[i] += gy[i];
+            }
+        }
+    }
+
+    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+        let (rows, dim) = rows_of(inputs[0]);
+        let chunks = rows.div_ceil(CHUNK_ROWS);
+        let params = norm_params(rows, dim, 0.0);
+        let dispatch = |entry, args, workgroups| Dispatch {
+            shader: &shaders::LAYERNORM,
+            entry,
+            params: params.clone(),
+            args,
+            workgroups,
+        };
+        let ins = [0, 1, 2, 3, 4].map(Arg::In);
+        GpuKernels {
+            // dgamma partials, then dbeta partials: [2][chunks][dim].
+            scratch: vec![(2 * chunks * dim).max(1)],
+            dispatches: vec![
+                dispatch(
+                    "layernorm_backward_dx",
+                    [&ins[..], &[Arg::Out(0)]].concat(),
+                    grid(rows, 1),
+                ),
+                dispatch(
+                    "layernorm_backward_partials",
+                    [&ins[..], &[Arg::Scratch(0)]].concat(),
+                    grid(chunks * dim, 256),
+                ),
+                dispatch(
+                    "layernorm_backward_params",
+                    vec![Arg::Scratch(0), Arg::Out(1), Arg::Out(2)],
+                    grid(dim, 256),
+                ),
+            ],
+        }
+    }
+}
+
+impl Graph {
+    /// Layer normalisation of `x` over its last axis, scaled by `gamma` and shifted by `beta`.
+    pub fn layernorm(&mut self, x: TensorId, gamma: TensorId, beta: TensorId, eps: f32) -> Result<TensorId> {
+        Ok(self.apply(LayerNorm { eps }, &[x, gamma, beta])?[0])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::graph::Graph;
+    use crate::testing::*;
+
+    /// layernorm(x * spread + shift) with parameters x, gamma, beta uniform on [-1, 1].
+    fn layernorm(shape: &'static [usize], spread: f32, shift: f32, eps: f32) -> impl Fn(&mut Graph) -> Built {
+        move |g| {
+            let dim = *shape.last().unwrap();
+            let mut x = param(g, "x", shape);
+            if spread != 1.0 {
+                x = g.scale(x, spread).unwrap();
+            }
+            if shift != 0.0 {
+                let s = g.fill(&[1], shift).unwrap();
+                x = g.add(x, s).unwrap();
+            }
+            let gamma = param(g, "gamma", &[dim]);
+            let beta = param(g, "beta", &[dim]);
+            Built {
+                out: g.layernorm(x, gamma, beta, eps).unwrap(),
+                feeds: vec![],
+            }
+        }
+    }
+
+    #[test]
+    fn gpu_matches_cpu_on_odd_and_long_rows() {
+        // Odd rows (53), rows of 1 and 3, rows longer than the 64-thread workgroup (300, 1000),
+        // and more rows than one dgamma chunk (3367 rows, 105 chunks).
+        let shapes: [&'static [usize]; 5] = [&[37, 91, 53], &[5, 1], &[70, 3], &[4, 300], &[2, 1000]];
+        for shape in shapes {
+            check_gpu_matches_cpu(&layernorm(shape, 1.0, 0.0, 1e-5), 1e-4, 1e-4);
+        }
+        // Rows with a mean 100 times their spread.
+        check_gpu_matches_cpu(&layernorm(&[9, 77], 0.1, 10.0, 1e-5), 1e-4, 1e-4);
+    }
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        check_gradients(&layernorm(&[2, 3, 6], 1.0, 0.0, 1e-5), 1e-2, 1e-2, 12);
+        // A large eps makes rstd depend on eps; the gradient must still hold.
+        check_gradients(&layernorm(&[4, 5], 1.0, 0.0, 0.5), 1e-2, 1e-2, 10);
+    }
+
+    #[test]
+    fn matches_pytorch() {
+        check_reference(
+            "layernorm",
+            "small",
+            &layernorm(&[3, 5, 16], 1.0, 0.0, 1e-5),
+            1e-5,
+            1e-4,
+        );
+        check_reference(
+            "layernorm",
+            "long_rows",
+            &layernorm(&[2, 300], 1.0, 0.0, 1e-5),
+            1e-5,
+            1e-4,
+        );
+        check_reference(
+            "layernorm",
+            "large_eps",
+            &layernorm(&[4, 7], 1.0, 0.0, 0.1),
+            1e-5,
+            1e-4,
+        );
+        // A mean 100 times the spread: a one-pass variance, E[x²] − mean², loses ~1e-3 here.
+        check_reference(
+            "layernorm",
+            "offset_rows",
+            &layernorm(&[4, 50], 1.0, 0.0, 1e-5),
+            1e-4,
+            1e-4,
+        );
+    }
+
+    #[test]
+    fn mismatched_gamma_names_the_op_and_every_shape() {
+        let mut g = Graph::new();
+        let x = param(&mut g, "x", &[2, 5]);
+        let gamma = param(&mut g, "gamma", &[4]);
+        let beta = param(&mut g, "beta", &[5]);
+        let err = g.layernorm(x, gamma, beta, 1e-5).unwrap_err().to_string();
+        assert!(
+            err.starts_with("layernorm:")
+                && err.contains("[2, 5]")
+                && err.contains("[4]")
+                && err.contains("[5]"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn gradient_of_the_cached_statistics_is_an_error() {
+        let mut g = Graph::new();
+        let x = param(&mut g, "x", &[2, 5]);
+        let gamma = param(&mut g, "gamma", &[5]);
+        let beta = param(&mut g, "beta", &[5]);
+        let outs = g
+            .apply(super::LayerNorm { eps: 1e-5 }, &[x, gamma, beta])
+            .unwrap();
+        let loss = g.sum_all(outs[1]).unwrap();
+        let err = g.backward(loss).unwrap_err().to_string();
+        assert!(
+            err.contains("layernorm") && err.contains("mean and rstd"),
+            "{err}"
+        );
+    }
+}
