@@ -24,6 +24,10 @@ pub enum Error {
     #[error("graph: {0}")]
     Graph(String),
 
+    /// Training diverged (a non-finite loss) or cannot go on.
+    #[error("training: {0}")]
+    Training(String),
+
     /// Data that does not fit what the caller declared.
     #[error("{0}")]
     Input(String),

@@ -108,3 +108,41 @@ impl Graph {
         needs
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::graph::{Executor, Graph, Init};
+    use crate::params::ParamStore;
+    use crate::testing::cpu;
+
+    /// loss = sum(w·w) + sum(3·w): w feeds three uses, so its gradient 2w + 3 is a sum of three.
+    #[test]
+    fn a_parameter_used_several_times_sums_its_gradients() {
+        let mut g = Graph::new();
+        let w = g.param("w", &[4], Init::Uniform(1.0)).unwrap();
+        let sq = g.mul(w, w).unwrap();
+        let a = g.sum_all(sq).unwrap();
+        let lin = g.scale(w, 3.0).unwrap();
+        let b = g.sum_all(lin).unwrap();
+        let loss = g.add(a, b).unwrap();
+        let grads = g.backward(loss).unwrap();
+        let dw = grads.get(w).unwrap();
+        let params = ParamStore::init(cpu(), &g, 3).unwrap();
+        let exec = Executor::new(&g, &[dw], &params).unwrap();
+        exec.run().unwrap();
+        let w_val = pollster::block_on(params.read("w")).unwrap();
+        let got = exec.read_blocking(dw).unwrap();
+        for (gw, wv) in got.iter().zip(&w_val) {
+            assert!((gw - (2.0 * wv + 3.0)).abs() < 1e-6, "{gw} vs {}", 2.0 * wv + 3.0);
+        }
+    }
+
+    #[test]
+    fn backward_of_a_non_scalar_is_an_error() {
+        let mut g = Graph::new();
+        let w = g.param("w", &[4], Init::Zeros).unwrap();
+        let y = g.scale(w, 2.0).unwrap();
+        let err = g.backward(y).unwrap_err().to_string();
+        assert!(err.contains("scalar") && err.contains("[4]"), "{err}");
+    }
+}

@@ -150,3 +150,25 @@ fn buffer_label(graph: &Graph, plan: &Plan, buffer: usize) -> String {
         .map(|(_, info)| info.name.clone())
         .unwrap_or_else(|| format!("buffer {buffer}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Executor;
+    use crate::graph::Graph;
+    use crate::params::ParamStore;
+    use crate::tensor::TensorMeta;
+    use crate::testing::cpu;
+
+    #[test]
+    fn feeding_the_wrong_length_names_the_input_and_its_shape() {
+        let mut g = Graph::new();
+        let x = g.input("tokens", TensorMeta::f32(&[2, 3]));
+        let y = g.scale(x, 2.0).unwrap();
+        let params = ParamStore::init(cpu(), &g, 0).unwrap();
+        let exec = Executor::new(&g, &[y], &params).unwrap();
+        let err = exec.set_f32(x, &[1.0; 5]).unwrap_err().to_string();
+        assert!(err.contains("tokens") && err.contains("[2, 3]") && err.contains('5'), "{err}");
+        let err = exec.set_i32(x, &[1; 6]).unwrap_err().to_string();
+        assert!(err.contains("I32"), "{err}");
+    }
+}

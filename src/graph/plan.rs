@@ -166,3 +166,46 @@ fn take_best_fit(free: &mut Vec<usize>, buffers: &[usize], len: usize) -> Option
         .map(|(i, _)| i)?;
     Some(free.swap_remove(pick))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Plan, Slot};
+    use crate::graph::{Graph, Init};
+    use crate::tensor::TensorMeta;
+
+    #[test]
+    fn a_chain_reuses_buffers_and_keeps_outputs() {
+        let mut g = Graph::new();
+        let x = g.input("x", TensorMeta::f32(&[64]));
+        let mut y = x;
+        for _ in 0..10 {
+            y = g.scale(y, 2.0).unwrap();
+        }
+        let plan = Plan::new(&g, &[y]).unwrap();
+        assert_eq!(plan.steps.len(), 10);
+        // x, the output, and two buffers that the intermediates alternate between.
+        assert_eq!(plan.buffers.len(), 4, "{:?}", plan.slots);
+        let Some(Slot::Buffer(out)) = plan.slots[y.index()] else { panic!("output not placed") };
+        let Some(Slot::Buffer(input)) = plan.slots[x.index()] else { panic!("input not placed") };
+        let others = plan
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|&(t, _)| t != y.index() && t != x.index());
+        for (_, slot) in others {
+            assert!(slot != &Some(Slot::Buffer(out)) && slot != &Some(Slot::Buffer(input)));
+        }
+    }
+
+    #[test]
+    fn unneeded_nodes_are_pruned_and_views_share_buffers() {
+        let mut g = Graph::new();
+        let w = g.param("w", &[2, 3], Init::Zeros).unwrap();
+        let flat = g.reshape(w, &[6]).unwrap();
+        let used = g.scale(flat, 3.0).unwrap();
+        let _unused = g.scale(w, 5.0).unwrap();
+        let plan = Plan::new(&g, &[used]).unwrap();
+        assert_eq!(plan.steps.len(), 1, "only the scale that feeds the output runs");
+        assert_eq!(plan.slots[flat.index()], Some(Slot::Param("w".into())));
+    }
+}

@@ -10,9 +10,13 @@ import importlib
 import pathlib
 import sys
 
+import torch
+
 here = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(here))
 
 for path in sorted(here.glob("gen_*.py")):
     module = importlib.import_module(path.stem)
+    # Each file gets the same seed whether it is generated here or on its own.
+    torch.manual_seed(0)
     module.main(str(here / (path.stem[len("gen_"):] + ".safetensors")))

@@ -93,3 +93,14 @@ pub(super) async fn open(adapter: &wgpu::Adapter) -> Result<(wgpu::Device, wgpu:
         .await
         .map_err(|e| Error::Device(format!("could not open {}: {e}", describe(&adapter.get_info()))))
 }
+
+/// Every adapter wgpu can see, one line each.
+#[cfg(not(target_arch = "wasm32"))]
+pub async fn list() -> Vec<String> {
+    instance()
+        .enumerate_adapters(wgpu::Backends::all())
+        .await
+        .iter()
+        .map(|a| describe(&a.get_info()))
+        .collect()
+}

@@ -11,6 +11,8 @@ mod pipelines;
 mod program;
 
 pub use adapter::SoftwareAdapters;
+#[cfg(not(target_arch = "wasm32"))]
+pub use adapter::list as list_adapters;
 
 pub struct GpuBackend {
     info: wgpu::AdapterInfo,

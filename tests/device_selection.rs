@@ -1,0 +1,38 @@
+//! Device selection: `auto` never picks a software GPU, `gpu` without an adapter is a clear error.
+//! Its own test binary, because one test changes WGPU_BACKEND for the whole process.
+
+use posflow::backend::{BackendKind, DeviceChoice, gpu::list_adapters, select_backend};
+
+#[test]
+fn device_names_parse_and_unknown_ones_are_explained() {
+    assert_eq!("GPU".parse::<DeviceChoice>().unwrap(), DeviceChoice::Gpu);
+    assert_eq!(" cpu".parse::<DeviceChoice>().unwrap(), DeviceChoice::Cpu);
+    let err = "tpu".parse::<DeviceChoice>().unwrap_err().to_string();
+    assert!(err.contains("tpu") && err.contains("auto, cpu or gpu"), "{err}");
+}
+
+#[test]
+fn auto_prefers_a_real_gpu_and_otherwise_the_cpu() {
+    let adapters = pollster::block_on(list_adapters());
+    let hardware = adapters.iter().any(|a| !a.contains("Cpu)"));
+    let backend = pollster::block_on(select_backend(DeviceChoice::Auto)).unwrap();
+    let expected = if hardware { BackendKind::Gpu } else { BackendKind::Cpu };
+    assert_eq!(backend.kind(), expected, "adapters: {adapters:?}, picked {}", backend.describe());
+}
+
+#[test]
+fn asking_for_a_gpu_where_there_is_none_lists_what_was_seen_and_what_to_install() {
+    // No Metal on Linux (and no DX12 elsewhere): wgpu finds no adapter at all.
+    let absent = if cfg!(target_os = "macos") { "dx12" } else { "metal" };
+    // SAFETY: this binary's other tests do not read the environment concurrently with wgpu setup
+    // in a way that matters: they only compare adapter kinds, which this variable cannot change
+    // for them once their instance exists. Tests here are few and short.
+    unsafe { std::env::set_var("WGPU_BACKEND", absent) };
+    let err = match pollster::block_on(select_backend(DeviceChoice::Gpu)) {
+        Ok(b) => panic!("expected no adapter, got {}", b.describe()),
+        Err(e) => e.to_string(),
+    };
+    unsafe { std::env::set_var("WGPU_BACKEND", "vulkan") };
+    assert!(err.contains("no GPU adapter found") && err.contains("adapters seen: none"), "{err}");
+    assert!(err.contains("mesa-vulkan-drivers") && err.contains("--device cpu"), "{err}");
+}
