@@ -20,6 +20,9 @@ shaders! {
     ELEMENTWISE => "elementwise",
     REDUCE => "reduce",
     SCALE => "scale",
+    SHAPE => "shape",
+    EMBEDDING => "embedding",
+    CROSS_ENTROPY => "cross_entropy",
 }
 
 #[cfg(test)]
