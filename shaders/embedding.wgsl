@@ -2,13 +2,17 @@
 //
 // Ids outside [0, vocab) read a zero row and contribute no gradient.
 //
-// The backward pass sorts tokens by id without float atomics, so every run sums each vocabulary
-// row's gradients in the same order (ascending token index):
-//   1. backward_count:   one thread per vocabulary row counts the tokens with its id;
-//   2. backward_offsets: one workgroup turns the counts into start offsets (exclusive scan);
-//   3. backward_order:   one thread per vocabulary row lists its tokens, in order, from its offset;
-//   4. backward_sum:     one thread per (row, column) sums the listed tokens' gradients.
-// Steps 1 and 3 scan every id once per vocabulary row, from tiles of ids in workgroup memory.
+// The backward pass groups tokens by id and sums each vocabulary row's gradients in ascending
+// token order, so every run gives the same bits without float atomics. Integer atomics only
+// count and bucket; the order inside a bucket is then fixed by sorting on the token index:
+//   1. backward_clear:   zero the counts and the bucket cursors;
+//   2. backward_count:   one thread per token counts its id;
+//   3. backward_offsets: one workgroup turns the counts into bucket offsets (exclusive scan);
+//   4. backward_place:   one thread per token drops its index into its id's bucket (any order);
+//   5. backward_rank:    one thread per token finds its rank in its bucket (the bucket entries
+//                        below it) and writes itself there: the bucket, sorted;
+//   6. backward_sum:     one thread per (row, column) sums its bucket's gradients in order.
+// The cost is O(tokens + vocab) plus the sum of squared bucket sizes in step 5.
 
 struct Lookup {
     n: u32,     // output elements
@@ -44,46 +48,47 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroup
 }
 
 @group(0) @binding(0) var<uniform> scatter: Scatter;
-// offsets[v] is where row v's tokens start in `order`; offsets[vocab] is the total.
-@group(0) @binding(2) var<storage, read_write> offsets: array<u32>;
-@group(0) @binding(3) var<storage, read_write> order: array<u32>;
-// The scan sees only the offsets (holding the counts on entry).
-@group(0) @binding(1) var<storage, read_write> counts: array<u32>;
-// The sum reads the output gradient at binding 1 and writes the table's gradient.
+// The index buffer: offsets[0..=vocab] (counts before the scan), then vocab bucket cursors.
+@group(0) @binding(1) var<storage, read_write> index: array<u32>;
+@group(0) @binding(2) var<storage, read_write> index_atomic: array<atomic<u32>>;
+// Token indices grouped by id: in arrival order, then sorted.
+@group(0) @binding(3) var<storage, read_write> bucketed: array<u32>;
+@group(0) @binding(4) var<storage, read_write> order: array<u32>;
+// The sum reads the output gradient and the sorted buckets, and writes the table's gradient.
 @group(0) @binding(1) var<storage, read> grad: array<f32>;
+@group(0) @binding(3) var<storage, read_write> sorted: array<u32>;
 @group(0) @binding(4) var<storage, read_write> grad_table: array<f32>;
 
-const TILE: u32 = 256u;
-var<workgroup> tile: array<i32, TILE>;
-
-// The vocabulary row of a thread in the per-row kernels. Every workgroup scans every id, so the
-// last one's threads past the vocabulary still join the barriers.
-fn row_of(wid: vec3<u32>, groups: vec3<u32>, lid: u32) -> u32 {
-    return (wid.x + wid.y * groups.x) * TILE + lid;
+fn linear_id(gid: vec3<u32>, groups: vec3<u32>) -> u32 {
+    return gid.x + gid.y * groups.x * 256u;
 }
 
-// Loads ids[base..base + TILE] into the tile; returns how many are valid.
-fn load_tile(base: u32, lid: u32) -> u32 {
-    workgroupBarrier();
-    if (base + lid < scatter.tokens) {
-        tile[lid] = ids[base + lid];
+// The bucket of a token, or vocab for an id that is not counted.
+fn bucket_of(t: u32) -> u32 {
+    let id = ids[t];
+    if (id >= 0 && u32(id) < scatter.vocab) {
+        return u32(id);
     }
-    workgroupBarrier();
-    return min(TILE, scatter.tokens - base);
+    return scatter.vocab;
 }
 
 @compute @workgroup_size(256)
-fn backward_count(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let v = row_of(wid, groups, lid);
-    var count = 0u;
-    for (var base = 0u; base < scatter.tokens; base += TILE) {
-        let m = load_tile(base, lid);
-        for (var k = 0u; k < m; k++) {
-            count += select(0u, 1u, tile[k] == i32(v));
-        }
+fn backward_clear(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = linear_id(gid, groups);
+    if (i < 2u * scatter.vocab + 1u) {
+        index[i] = 0u;
     }
+}
+
+@compute @workgroup_size(256)
+fn backward_count(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let t = linear_id(gid, groups);
+    if (t >= scatter.tokens) {
+        return;
+    }
+    let v = bucket_of(t);
     if (v < scatter.vocab) {
-        offsets[v] = count;
+        atomicAdd(&index_atomic[v], 1u);
     }
 }
 
@@ -97,7 +102,7 @@ fn backward_offsets(@builtin(local_invocation_index) lid: u32) {
     let hi = min(lo + per, scatter.vocab);
     var sum = 0u;
     for (var v = lo; v < hi; v++) {
-        sum += counts[v];
+        sum += index[v];
     }
     partial[lid] = sum;
     workgroupBarrier();
@@ -113,46 +118,59 @@ fn backward_offsets(@builtin(local_invocation_index) lid: u32) {
     }
     var at = partial[lid] - sum;
     for (var v = lo; v < hi; v++) {
-        let c = counts[v];
-        counts[v] = at;
+        let c = index[v];
+        index[v] = at;
         at += c;
     }
     if (lid == 255u) {
-        counts[scatter.vocab] = partial[255];
+        index[scatter.vocab] = partial[255];
     }
 }
 
 @compute @workgroup_size(256)
-fn backward_order(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let v = row_of(wid, groups, lid);
-    let mine = v < scatter.vocab;
-    var at = 0u;
-    if (mine) {
-        at = offsets[v];
+fn backward_place(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let t = linear_id(gid, groups);
+    if (t >= scatter.tokens) {
+        return;
     }
-    for (var base = 0u; base < scatter.tokens; base += TILE) {
-        let m = load_tile(base, lid);
-        for (var k = 0u; k < m; k++) {
-            if (mine && tile[k] == i32(v)) {
-                order[at] = base + k;
-                at++;
-            }
-        }
+    let v = bucket_of(t);
+    if (v < scatter.vocab) {
+        let slot = atomicAdd(&index_atomic[scatter.vocab + 1u + v], 1u);
+        bucketed[atomicLoad(&index_atomic[v]) + slot] = t;
     }
+}
+
+@compute @workgroup_size(256)
+fn backward_rank(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let t = linear_id(gid, groups);
+    if (t >= scatter.tokens) {
+        return;
+    }
+    let v = bucket_of(t);
+    if (v >= scatter.vocab) {
+        return;
+    }
+    let lo = atomicLoad(&index_atomic[v]);
+    let hi = atomicLoad(&index_atomic[v + 1u]);
+    var rank = 0u;
+    for (var p = lo; p < hi; p++) {
+        rank += select(0u, 1u, bucketed[p] < t);
+    }
+    order[lo + rank] = t;
 }
 
 @compute @workgroup_size(256)
 fn backward_sum(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = gid.x + gid.y * groups.x * 256u;
+    let i = linear_id(gid, groups);
     if (i >= scatter.vocab * scatter.dim) {
         return;
     }
     let v = i / scatter.dim;
     let d = i % scatter.dim;
-    let end = offsets[v + 1u];
+    let end = atomicLoad(&index_atomic[v + 1u]);
     var acc = 0.0;
-    for (var p = offsets[v]; p < end; p++) {
-        acc += grad[order[p] * scatter.dim + d];
+    for (var p = atomicLoad(&index_atomic[v]); p < end; p++) {
+        acc += grad[sorted[p] * scatter.dim + d];
     }
     grad_table[i] = acc;
 }

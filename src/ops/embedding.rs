@@ -143,16 +143,20 @@ impl Op for EmbeddingBackward {
             args,
             workgroups,
         };
-        let (ids, offsets, order) = (Arg::In(1), Arg::Scratch(0), Arg::Scratch(1));
+        let (ids, index, bucketed, sorted) = (Arg::In(1), Arg::Scratch(0), Arg::Scratch(1), Arg::Scratch(2));
+        let per_token = grid(tokens, 256);
         GpuKernels {
-            scratch: vec![self.vocab + 1, tokens.max(1)],
+            // Offsets (vocab + 1) then bucket cursors (vocab); tokens by id, unsorted and sorted.
+            scratch: vec![2 * self.vocab + 1, tokens.max(1), tokens.max(1)],
             dispatches: vec![
-                dispatch("backward_count", vec![ids, offsets], grid(self.vocab, 256)),
-                dispatch("backward_offsets", vec![offsets], [1, 1, 1]),
-                dispatch("backward_order", vec![ids, offsets, order], grid(self.vocab, 256)),
+                dispatch("backward_clear", vec![index], grid(2 * self.vocab + 1, 256)),
+                dispatch("backward_count", vec![ids, index], per_token),
+                dispatch("backward_offsets", vec![index], [1, 1, 1]),
+                dispatch("backward_place", vec![ids, index, bucketed], per_token),
+                dispatch("backward_rank", vec![ids, index, bucketed, sorted], per_token),
                 dispatch(
                     "backward_sum",
-                    vec![Arg::In(0), offsets, order, Arg::Out(0)],
+                    vec![Arg::In(0), index, sorted, Arg::Out(0)],
                     grid(outputs[0].numel(), 256),
                 ),
             ],
@@ -204,6 +208,9 @@ mod tests {
         // Few distinct ids: long runs of tokens per row.
         check_gpu_matches_cpu(&lookup(1000, 5, &[600], 10), 0.0, 0.0);
         check_gpu_matches_cpu(&lookup(7, 300, &[3, 1, 5], 7), 0.0, 0.0);
+        // One id for almost every token: a bucket of 2000 that arrives in a racy order and must
+        // be summed in token order.
+        check_gpu_matches_cpu(&lookup(3, 4, &[2000], 1), 0.0, 0.0);
     }
 
     #[test]
