@@ -24,6 +24,9 @@ shaders! {
     UNARY => "unary",
     SOFTMAX => "softmax",
     LAYERNORM => "layernorm",
+    SHAPE => "shape",
+    EMBEDDING => "embedding",
+    CROSS_ENTROPY => "cross_entropy",
 }
 
 #[cfg(test)]

@@ -52,6 +52,23 @@ pub fn random_vec(n: usize, seed: u64) -> Vec<f32> {
     (0..n).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect()
 }
 
+/// Integers in [0, below), for token ids and targets.
+pub fn random_ints(n: usize, below: i32, seed: u64) -> Vec<i32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n).map(|_| rng.random_range(0..below)).collect()
+}
+
+/// An i32 input called `name` and the feed that gives it `values`.
+pub fn int_input(
+    g: &mut Graph,
+    name: &str,
+    shape: &[usize],
+    values: Vec<i32>,
+) -> (TensorId, (TensorId, Feed)) {
+    let t = g.input(name, TensorMeta::i32(shape));
+    (t, (t, Feed::I32(values)))
+}
+
 /// A parameter with uniform random values, for ops under test.
 pub fn param(g: &mut Graph, name: &str, shape: &[usize]) -> TensorId {
     g.param(name, shape, Init::Uniform(1.0))

@@ -12,7 +12,9 @@ use crate::graph::{Graph, TensorId};
 use crate::shaders::Shader;
 use crate::tensor::TensorMeta;
 
+pub mod cross_entropy;
 pub mod elementwise;
+pub mod embedding;
 pub mod fill;
 pub mod layernorm;
 pub mod reduce;

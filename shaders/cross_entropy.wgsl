@@ -1,0 +1,164 @@
+// Cross-entropy of logits [rows, V] against i32 targets [rows], averaged over the counted rows:
+// those whose target is not the ignore index and lies in [0, V).
+//
+// Forward: `row_loss` (one workgroup per row: max, log-sum-exp) writes each row's loss to a
+// scratch buffer, then `mean` (one workgroup) sums them in a fixed order: deterministic.
+// Backward: `count` (one workgroup) counts the rows, then `row_grad` (one workgroup per row)
+// writes (softmax - onehot) * g / count, zeros for rows not counted.
+
+struct Rows {
+    rows: u32,
+    vocab: u32,
+    ignore_index: i32,
+}
+
+@group(0) @binding(0) var<uniform> p: Rows;
+@group(0) @binding(1) var<storage, read> logits: array<f32>;
+@group(0) @binding(2) var<storage, read> targets: array<i32>;
+// Each entry point binds its buffers from 1 upwards; globals that share a binding number are
+// never used by the same entry point.
+// row_loss: logits 1, targets 2, per-row losses 3.
+@group(0) @binding(3) var<storage, read_write> losses: array<f32>;
+// count: targets 1, the count 2.
+@group(0) @binding(1) var<storage, read> count_targets: array<i32>;
+@group(0) @binding(2) var<storage, read_write> counted: array<f32>;
+// mean: targets 1, per-row losses 2, the loss 3.
+@group(0) @binding(2) var<storage, read_write> mean_losses: array<f32>;
+@group(0) @binding(3) var<storage, read_write> mean_out: array<f32>;
+// row_grad: logits 1, targets 2, the upstream gradient 3, the count 4, dlogits 5.
+@group(0) @binding(3) var<storage, read> upstream: array<f32>;
+@group(0) @binding(4) var<storage, read_write> grad_count: array<f32>;
+@group(0) @binding(5) var<storage, read_write> dlogits: array<f32>;
+
+const WG: u32 = 256u;
+var<workgroup> red: array<f32, WG>;
+var<workgroup> row_label: i32;
+
+fn counts(label: i32) -> bool {
+    return label != p.ignore_index && label >= 0 && u32(label) < p.vocab;
+}
+
+fn workgroup_max(lid: u32, x: f32) -> f32 {
+    red[lid] = x;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            red[lid] = max(red[lid], red[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}
+
+fn workgroup_sum(lid: u32, x: f32) -> f32 {
+    red[lid] = x;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            red[lid] += red[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}
+
+// The row's target, uniform across the workgroup so that the barriers after a branch on it stay
+// in uniform control flow.
+fn load_target(row: u32, lid: u32) -> i32 {
+    if (lid == 0u) {
+        row_label = targets[row];
+    }
+    return workgroupUniformLoad(&row_label);
+}
+
+// The row's max and sum of exp(x - max), from a workgroup striding over the row.
+fn row_stats(row: u32, lid: u32) -> vec2<f32> {
+    let base = row * p.vocab;
+    var m = -3.4028235e38;
+    for (var j = lid; j < p.vocab; j += WG) {
+        m = max(m, logits[base + j]);
+    }
+    m = workgroup_max(lid, m);
+    var s = 0.0;
+    for (var j = lid; j < p.vocab; j += WG) {
+        s += exp(logits[base + j] - m);
+    }
+    return vec2<f32>(m, workgroup_sum(lid, s));
+}
+
+@compute @workgroup_size(256)
+fn row_loss(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wid.x + wid.y * groups.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let label = load_target(row, lid);
+    if (!counts(label)) {
+        if (lid == 0u) {
+            losses[row] = 0.0;
+        }
+        return;
+    }
+    let stats = row_stats(row, lid);
+    if (lid == 0u) {
+        losses[row] = log(stats.y) + stats.x - logits[row * p.vocab + u32(label)];
+    }
+}
+
+// How many rows count, by one workgroup in a fixed order.
+fn count_rows(lid: u32) -> f32 {
+    var c = 0.0;
+    for (var r = lid; r < p.rows; r += WG) {
+        c += select(0.0, 1.0, counts(count_targets[r]));
+    }
+    return workgroup_sum(lid, c);
+}
+
+@compute @workgroup_size(256)
+fn mean(@builtin(local_invocation_index) lid: u32) {
+    let c = count_rows(lid);
+    var s = 0.0;
+    for (var r = lid; r < p.rows; r += WG) {
+        s += mean_losses[r];
+    }
+    s = workgroup_sum(lid, s);
+    if (lid == 0u) {
+        // Every row ignored: 0, not PyTorch's NaN.
+        mean_out[0] = select(0.0, s / c, c > 0.0);
+    }
+}
+
+@compute @workgroup_size(256)
+fn count(@builtin(local_invocation_index) lid: u32) {
+    let c = count_rows(lid);
+    if (lid == 0u) {
+        counted[0] = c;
+    }
+}
+
+@compute @workgroup_size(256)
+fn row_grad(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wid.x + wid.y * groups.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.vocab;
+    let label = load_target(row, lid);
+    if (!counts(label)) {
+        for (var j = lid; j < p.vocab; j += WG) {
+            dlogits[base + j] = 0.0;
+        }
+        return;
+    }
+    let stats = row_stats(row, lid);
+    // counts(label) holds for this row, so the count is at least 1.
+    let scale = upstream[0] / grad_count[0];
+    for (var j = lid; j < p.vocab; j += WG) {
+        let prob = exp(logits[base + j] - stats.x) / stats.y;
+        dlogits[base + j] = (prob - select(0.0, 1.0, j == u32(label))) * scale;
+    }
+}

@@ -1,0 +1,79 @@
+// Data movement: copies of row segments (concat, slice), zero padding (the slice's gradient) and
+// axis permutation. Elements are moved as u32 words so f32 and i32 tensors both pass bit-exact
+// (a float load could flush an integer's bit pattern that happens to be a denormal).
+//
+// A tensor split at an axis is [outer, axis * inner]; a "row" is one outer index's contiguous run.
+
+struct Rows {
+    n: u32,       // elements to move
+    row: u32,     // words moved per outer index
+    src_row: u32, // row length of the source
+    src_off: u32, // where the moved run starts in each source row
+    dst_row: u32,
+    dst_off: u32,
+}
+
+struct Pad {
+    n: u32,       // output elements
+    row: u32,     // input row length
+    dst_row: u32, // output row length
+    dst_off: u32, // where the input run starts in each output row
+}
+
+// Shapes padded at the front to rank 8 with size 1, stride 0: the index arithmetic then runs over
+// all eight axes with vector operations instead of runtime-indexed arrays.
+struct Permute {
+    n: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+    out_shape: array<vec4<u32>, 2>,
+    out_strides: array<vec4<u32>, 2>,
+    // The input stride of the axis that lands at each output axis.
+    src_strides: array<vec4<u32>, 2>,
+}
+
+@group(0) @binding(0) var<uniform> rows: Rows;
+@group(0) @binding(0) var<uniform> pad: Pad;
+@group(0) @binding(0) var<uniform> perm: Permute;
+@group(0) @binding(1) var<storage, read> src: array<u32>;
+@group(0) @binding(2) var<storage, read_write> dst: array<u32>;
+
+// Concat (one dispatch per input, into its slice of the output) and slice (out of one).
+@compute @workgroup_size(256)
+fn copy_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * 256u;
+    if (i >= rows.n) {
+        return;
+    }
+    let outer = i / rows.row;
+    let k = i % rows.row;
+    dst[outer * rows.dst_row + rows.dst_off + k] = src[outer * rows.src_row + rows.src_off + k];
+}
+
+// The gradient of a slice: the incoming run in place, zeros around it.
+@compute @workgroup_size(256)
+fn pad_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * 256u;
+    if (i >= pad.n) {
+        return;
+    }
+    let outer = i / pad.dst_row;
+    let k = i % pad.dst_row;
+    if (k >= pad.dst_off && k < pad.dst_off + pad.row) {
+        dst[i] = src[outer * pad.row + k - pad.dst_off];
+    } else {
+        dst[i] = 0u;
+    }
+}
+
+@compute @workgroup_size(256)
+fn permute(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * 256u;
+    if (i >= perm.n) {
+        return;
+    }
+    let lo = (vec4<u32>(i) / perm.out_strides[0]) % perm.out_shape[0];
+    let hi = (vec4<u32>(i) / perm.out_strides[1]) % perm.out_shape[1];
+    dst[i] = src[dot(lo, perm.src_strides[0]) + dot(hi, perm.src_strides[1])];
+}

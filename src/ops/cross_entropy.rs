@@ -1,0 +1,345 @@
+//! Cross-entropy loss of logits against integer targets, averaged over the tokens that count,
+//! and its gradient. Matches `torch.nn.functional.cross_entropy(logits, targets,
+//! ignore_index=..., reduction='mean')` with two deliberate differences:
+//! - when no token counts the loss is 0 (PyTorch gives NaN), so a batch of padding cannot poison
+//!   training;
+//! - a target outside `[0, V)` that is not the ignore index is ignored like it (PyTorch raises);
+//!   the data layer validates targets, this only keeps a bad one from reading out of bounds.
+
+use rayon::prelude::*;
+
+use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
+use crate::error::{Result, shape_err};
+use crate::graph::{Graph, TensorId};
+use crate::shaders;
+use crate::tensor::{DType, TensorMeta};
+
+/// Checks logits [.., V] (V > 0) against targets [..]; returns (rows, V).
+fn rows_and_vocab(op: &'static str, logits: &TensorMeta, targets: &TensorMeta) -> Result<(usize, usize)> {
+    let fits = logits.dtype == DType::F32
+        && targets.dtype == DType::I32
+        && logits.rank() == targets.rank() + 1
+        && logits.shape[..targets.rank()] == targets.shape[..]
+        && logits.shape[targets.rank()] > 0;
+    if !fits {
+        return shape_err(
+            op,
+            format!(
+                "needs f32 logits [.., V] and i32 targets [..], got logits {logits} and targets {targets}"
+            ),
+        );
+    }
+    Ok((targets.numel(), logits.shape[targets.rank()]))
+}
+
+/// The row of the target, or `None` where the token does not count.
+fn counted(target: i32, ignore_index: i32, vocab: usize) -> Option<usize> {
+    if target == ignore_index {
+        return None;
+    }
+    usize::try_from(target).ok().filter(|&t| t < vocab)
+}
+
+/// A row's max and sum of exp(x - max): softmax(x)_j = exp(x_j - max) / sum.
+fn row_stats(row: &[f32]) -> (f32, f32) {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    (max, row.iter().map(|&x| (x - max).exp()).sum())
+}
+
+fn params(rows: usize, vocab: usize, ignore_index: i32) -> Vec<u32> {
+    let mut words = Params::new().u(rows).u(vocab).words();
+    words.push(ignore_index as u32);
+    words
+}
+
+/// Inputs: logits [.., V] and targets [..] (i32); output the mean loss, shape [1].
+#[derive(Debug)]
+pub struct CrossEntropy {
+    pub ignore_index: i32,
+}
+
+impl Op for CrossEntropy {
+    fn name(&self) -> &'static str {
+        "cross_entropy"
+    }
+
+    fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        rows_and_vocab(self.name(), inputs[0], inputs[1])?;
+        Ok(vec![TensorMeta::f32(&[1])])
+    }
+
+    fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
+        let (logits, targets) = (inputs[0].data, inputs[1].ints());
+        let vocab = logits.len() / targets.len().max(1);
+        let (sum, count) = logits
+            .par_chunks(vocab.max(1))
+            .zip(targets.par_iter())
+            .filter_map(|(row, &t)| {
+                let t = counted(t, self.ignore_index, vocab)?;
+                let (max, sum) = row_stats(row);
+                Some((f64::from(sum.ln() + max - row[t]), 1usize))
+            })
+            .reduce(|| (0.0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        outputs[0].data[0] = if count == 0 {
+            0.0
+        } else {
+            (sum / count as f64) as f32
+        };
+    }
+
+    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+        let rows = inputs[1].numel();
+        let params = params(rows, inputs[0].numel() / rows.max(1), self.ignore_index);
+        GpuKernels {
+            scratch: vec![rows.max(1)],
+            dispatches: vec![
+                Dispatch {
+                    shader: &shaders::CROSS_ENTROPY,
+                    entry: "row_loss",
+                    params: params.clone(),
+                    args: vec![Arg::In(0), Arg::In(1), Arg::Scratch(0)],
+                    workgroups: grid(rows, 1),
+                },
+                Dispatch {
+                    shader: &shaders::CROSS_ENTROPY,
+                    entry: "mean",
+                    params,
+                    args: vec![Arg::In(1), Arg::Scratch(0), Arg::Out(0)],
+                    workgroups: [1, 1, 1],
+                },
+            ],
+        }
+    }
+
+    fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
+        let Some(grad) = args.grads[0] else {
+            return Ok(vec![None, None]);
+        };
+        let backward = CrossEntropyBackward {
+            ignore_index: self.ignore_index,
+        };
+        let (logits, targets) = (args.inputs[0], args.inputs[1]);
+        Ok(vec![Some(g.apply1(backward, &[logits, targets, grad])?), None])
+    }
+}
+
+/// d loss / d logits: inputs logits [.., V], targets [..] and the loss's gradient [1]; output
+/// (softmax - onehot(target)) * grad / count per counted row, zeros for the others.
+#[derive(Debug)]
+pub struct CrossEntropyBackward {
+    pub ignore_index: i32,
+}
+
+impl Op for CrossEntropyBackward {
+    fn name(&self) -> &'static str {
+        "cross_entropy_backward"
+    }
+
+    fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let (logits, targets, grad) = (inputs[0], inputs[1], inputs[2]);
+        rows_and_vocab(self.name(), logits, targets)?;
+        if grad.shape != [1] || grad.dtype != DType::F32 {
+            return shape_err(
+                self.name(),
+                format!("needs the loss gradient as f32 [1], got {grad} (logits {logits})"),
+            );
+        }
+        Ok(vec![logits.clone()])
+    }
+
+    fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
+        let (logits, targets, grad) = (inputs[0].data, inputs[1].ints(), inputs[2].data[0]);
+        let vocab = logits.len() / targets.len().max(1);
+        if vocab == 0 {
+            return;
+        }
+        let ignore = self.ignore_index;
+        let count = targets
+            .iter()
+            .filter(|&&t| counted(t, ignore, vocab).is_some())
+            .count();
+        let scale = grad / count.max(1) as f32;
+        outputs[0]
+            .data
+            .par_chunks_mut(vocab)
+            .zip(logits.par_chunks(vocab))
+            .zip(targets.par_iter())
+            .for_each(|((out, row), &t)| {
+                let Some(t) = counted(t, ignore, vocab) else {
+                    out.fill(0.0);
+                    return;
+                };
+                let (max, sum) = row_stats(row);
+                for (j, (o, &x)) in out.iter_mut().zip(row).enumerate() {
+                    let onehot = if j == t { 1.0 } else { 0.0 };
+                    *o = ((x - max).exp() / sum - onehot) * scale;
+                }
+            });
+    }
+
+    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+        let rows = inputs[1].numel();
+        let params = params(rows, inputs[0].numel() / rows.max(1), self.ignore_index);
+        GpuKernels {
+            scratch: vec![1],
+            dispatches: vec![
+                Dispatch {
+                    shader: &shaders::CROSS_ENTROPY,
+                    entry: "count",
+                    params: params.clone(),
+                    args: vec![Arg::In(1), Arg::Scratch(0)],
+                    workgroups: [1, 1, 1],
+                },
+                Dispatch {
+                    shader: &shaders::CROSS_ENTROPY,
+                    entry: "row_grad",
+                    params,
+                    args: vec![Arg::In(0), Arg::In(1), Arg::In(2), Arg::Scratch(0), Arg::Out(0)],
+                    workgroups: grid(rows, 1),
+                },
+            ],
+        }
+    }
+}
+
+impl Graph {
+    /// Mean cross-entropy of `logits` [.., V] against i32 `targets` [..], over the targets that
+    /// are not `ignore_index` (and lie in [0, V)); 0 when none does. Shape [1].
+    pub fn cross_entropy(
+        &mut self,
+        logits: TensorId,
+        targets: TensorId,
+        ignore_index: i32,
+    ) -> Result<TensorId> {
+        self.apply1(CrossEntropy { ignore_index }, &[logits, targets])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::graph::Graph;
+    use crate::testing::*;
+
+    const IGNORE: i32 = -100;
+
+    /// Loss of random logits [.., vocab]; every 5th target ignored, every 11th out of range.
+    fn loss(shape: &'static [usize]) -> impl Fn(&mut Graph) -> Built {
+        move |g| {
+            let logits = param(g, "logits", shape);
+            let (rows, vocab) = shape.split_at(shape.len() - 1);
+            let n = rows.iter().product();
+            let mut values = random_ints(n, vocab[0] as i32, 9);
+            for (r, v) in values.iter_mut().enumerate() {
+                if r % 5 == 1 {
+                    *v = IGNORE;
+                } else if r % 11 == 2 {
+                    *v = vocab[0] as i32 + r as i32;
+                }
+            }
+            let (targets, feed) = int_input(g, "targets", rows, values);
+            Built {
+                out: g.cross_entropy(logits, targets, IGNORE).unwrap(),
+                feeds: vec![feed],
+            }
+        }
+    }
+
+    #[test]
+    fn gpu_matches_cpu_on_odd_shapes() {
+        check_gpu_matches_cpu(&loss(&[37, 91, 53]), 1e-8, 1e-4);
+        // Long rows (a vocabulary of 5000): many elements per thread of the row's workgroup.
+        check_gpu_matches_cpu(&loss(&[6, 5000]), 1e-8, 1e-4);
+        check_gpu_matches_cpu(&loss(&[300, 2]), 1e-8, 1e-4);
+    }
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        check_gradients(&loss(&[3, 4, 5]), 1e-2, 1e-2, 20);
+    }
+
+    /// The logits of a reference case, with its targets read from the file.
+    fn reference(shape: &'static [usize], ignore_index: i32) -> impl Fn(&mut Graph) -> Built {
+        move |g| {
+            let logits = param(g, "logits", shape);
+            let rows = &shape[..shape.len() - 1];
+            let (targets, feed) = int_input(g, "targets", rows, vec![0; rows.iter().product()]);
+            Built {
+                out: g.cross_entropy(logits, targets, ignore_index).unwrap(),
+                feeds: vec![feed],
+            }
+        }
+    }
+
+    #[test]
+    fn matches_pytorch() {
+        check_reference("cross_entropy", "plain", &reference(&[6, 7], IGNORE), 1e-5, 1e-5);
+        check_reference(
+            "cross_entropy",
+            "ignored",
+            &reference(&[3, 5, 9], IGNORE),
+            1e-5,
+            1e-5,
+        );
+        check_reference("cross_entropy", "ignore_zero", &reference(&[8, 6], 0), 1e-5, 1e-5);
+        check_reference(
+            "cross_entropy",
+            "long_rows",
+            &reference(&[3, 700], IGNORE),
+            1e-5,
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn every_token_ignored_gives_zero_loss_and_zero_gradient() {
+        let build = |g: &mut Graph| {
+            let logits = param(g, "logits", &[2, 3, 4]);
+            let (targets, feed) = int_input(g, "targets", &[2, 3], vec![IGNORE, 4, -1, IGNORE, IGNORE, 99]);
+            Built {
+                out: g.cross_entropy(logits, targets, IGNORE).unwrap(),
+                feeds: vec![feed],
+            }
+        };
+        let mut backends = vec![cpu()];
+        backends.extend(gpu());
+        for backend in backends {
+            let r = run(backend, &build, 2, &Overrides::default());
+            assert_eq!(r.out, [0.0]);
+            assert_eq!(r.grads["logits"], [0.0; 24]);
+        }
+    }
+
+    #[test]
+    fn bad_shapes_name_the_op_and_the_shapes() {
+        let mut g = Graph::new();
+        let logits = param(&mut g, "logits", &[4, 10]);
+        let targets = g.input("targets", crate::TensorMeta::i32(&[5]));
+        let e = g.cross_entropy(logits, targets, IGNORE).unwrap_err().to_string();
+        assert!(
+            e.starts_with("cross_entropy:") && e.contains("[4, 10]") && e.contains("[5] i32"),
+            "{e}"
+        );
+        let float_targets = param(&mut g, "float_targets", &[4]);
+        let e = g
+            .cross_entropy(logits, float_targets, IGNORE)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("cross_entropy:") && e.contains("[4, 10]") && e.contains("[4]"),
+            "{e}"
+        );
+        let targets = g.input("targets4", crate::TensorMeta::i32(&[4]));
+        let grad = param(&mut g, "grad", &[2]);
+        let e = g
+            .apply1(
+                super::CrossEntropyBackward { ignore_index: IGNORE },
+                &[logits, targets, grad],
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("cross_entropy_backward:") && e.contains("[2]") && e.contains("[4, 10]"),
+            "{e}"
+        );
+    }
+}
