@@ -107,6 +107,17 @@ pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
         .collect()
 }
 
+/// The element offset of row-major index `i` of `shape`, read through `strides` (which may be 0 on
+/// broadcast axes or permuted for a transpose).
+pub fn strided_offset(mut i: usize, shape: &[usize], strides: &[usize]) -> usize {
+    let mut offset = 0;
+    for d in (0..shape.len()).rev() {
+        offset += (i % shape[d]) * strides[d];
+        i /= shape[d];
+    }
+    offset
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

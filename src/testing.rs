@@ -83,6 +83,20 @@ pub struct Overrides {
     pub upstream: Option<Vec<f32>>,
 }
 
+/// The common case: one parameter `x` of `shape`, and `op` applied to it.
+pub fn on_param(
+    shape: &'static [usize],
+    op: impl Fn(&mut Graph, TensorId) -> crate::Result<TensorId> + 'static,
+) -> impl Fn(&mut Graph) -> Built {
+    move |g| {
+        let x = param(g, "x", shape);
+        Built {
+            out: op(g, x).unwrap(),
+            feeds: vec![],
+        }
+    }
+}
+
 /// Builds the graph, appends loss = sum(out * upstream) and its backward pass, and runs it.
 /// Parameters come from `seed`, so every backend sees the same values.
 pub fn run(

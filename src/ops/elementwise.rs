@@ -6,7 +6,7 @@ use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::shaders;
-use crate::tensor::{DType, TensorMeta, broadcast_shapes, broadcast_strides};
+use crate::tensor::{DType, TensorMeta, broadcast_shapes, broadcast_strides, strided_offset};
 
 /// Largest rank the GPU kernels index (shapes travel in two vec4s).
 pub const MAX_RANK: usize = 8;
@@ -67,21 +67,16 @@ impl Op for Binary {
         let out_shape = outputs[0].meta.shape.clone();
         let out = &mut *outputs[0].data;
         if inputs[0].shape() == out_shape.as_slice() && inputs[1].shape() == out_shape.as_slice() {
-            out.par_chunks_mut(PAR_CHUNK).enumerate().for_each(|(c, chunk)| {
-                let base = c * PAR_CHUNK;
-                for (j, o) in chunk.iter_mut().enumerate() {
-                    *o = kind.apply(a[base + j], b[base + j]);
-                }
-            });
+            par_fill(out, |i| kind.apply(a[i], b[i]));
             return;
         }
         let sa = broadcast_strides(inputs[0].shape(), &out_shape);
         let sb = broadcast_strides(inputs[1].shape(), &out_shape);
-        out.par_chunks_mut(PAR_CHUNK).enumerate().for_each(|(c, chunk)| {
-            for (j, o) in chunk.iter_mut().enumerate() {
-                let (ia, ib) = broadcast_offsets(c * PAR_CHUNK + j, &out_shape, &sa, &sb);
-                *o = kind.apply(a[ia], b[ib]);
-            }
+        par_fill(out, |i| {
+            kind.apply(
+                a[strided_offset(i, &out_shape, &sa)],
+                b[strided_offset(i, &out_shape, &sb)],
+            )
         });
     }
 
@@ -129,16 +124,21 @@ impl Op for Binary {
     }
 }
 
-/// Offsets into two broadcast operands of output element `i`.
-pub(crate) fn broadcast_offsets(mut i: usize, shape: &[usize], sa: &[usize], sb: &[usize]) -> (usize, usize) {
-    let (mut ia, mut ib) = (0, 0);
-    for d in (0..shape.len()).rev() {
-        let coord = i % shape[d];
-        i /= shape[d];
-        ia += coord * sa[d];
-        ib += coord * sb[d];
+/// out[i] = f(i) for every element, split across threads in chunks.
+pub(crate) fn par_fill(out: &mut [f32], f: impl Fn(usize) -> f32 + Sync) {
+    out.par_chunks_mut(PAR_CHUNK).enumerate().for_each(|(c, chunk)| {
+        for (j, o) in chunk.iter_mut().enumerate() {
+            *o = f(c * PAR_CHUNK + j);
+        }
+    });
+}
+
+/// The shape rule of ops that map one f32 tensor to another of the same shape.
+pub(crate) fn same_f32_shape(op: &'static str, x: &TensorMeta) -> Result<Vec<TensorMeta>> {
+    if x.dtype != DType::F32 {
+        return shape_err(op, format!("needs an f32 tensor, got {x}"));
     }
-    (ia, ib)
+    Ok(vec![x.clone()])
 }
 
 /// A shape or stride vector padded to the eight words the kernels read.
@@ -158,23 +158,12 @@ impl Op for Scale {
     }
 
     fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
-        if inputs[0].dtype != DType::F32 {
-            return shape_err(self.name(), format!("needs an f32 tensor, got {}", inputs[0]));
-        }
-        Ok(vec![inputs[0].clone()])
+        same_f32_shape(self.name(), inputs[0])
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let x = inputs[0].data;
-        outputs[0]
-            .data
-            .par_chunks_mut(PAR_CHUNK)
-            .enumerate()
-            .for_each(|(c, chunk)| {
-                for (j, o) in chunk.iter_mut().enumerate() {
-                    *o = x[c * PAR_CHUNK + j] * self.0;
-                }
-            });
+        par_fill(outputs[0].data, |i| x[i] * self.0);
     }
 
     fn gpu(&self, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {

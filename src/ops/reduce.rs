@@ -2,12 +2,12 @@
 
 use rayon::prelude::*;
 
-use super::elementwise::{MAX_RANK, PAR_CHUNK, padded};
+use super::elementwise::{MAX_RANK, PAR_CHUNK, padded, par_fill};
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::shaders;
-use crate::tensor::{DType, TensorMeta, broadcast_shapes, broadcast_strides};
+use crate::tensor::{DType, TensorMeta, broadcast_shapes, broadcast_strides, strided_offset};
 
 /// Sum over one axis.
 #[derive(Debug)]
@@ -123,21 +123,7 @@ impl Op for BroadcastTo {
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let x = inputs[0].data;
         let strides = broadcast_strides(inputs[0].shape(), &self.shape);
-        outputs[0]
-            .data
-            .par_chunks_mut(PAR_CHUNK)
-            .enumerate()
-            .for_each(|(c, chunk)| {
-                for (j, o) in chunk.iter_mut().enumerate() {
-                    let mut i = c * PAR_CHUNK + j;
-                    let mut offset = 0;
-                    for d in (0..self.shape.len()).rev() {
-                        offset += (i % self.shape[d]) * strides[d];
-                        i /= self.shape[d];
-                    }
-                    *o = x[offset];
-                }
-            });
+        par_fill(outputs[0].data, |i| x[strided_offset(i, &self.shape, &strides)]);
     }
 
     fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
@@ -232,43 +218,19 @@ mod tests {
     use crate::testing::*;
 
     fn sum(shape: &'static [usize], axis: usize, keepdim: bool) -> impl Fn(&mut Graph) -> Built {
-        move |g| {
-            let x = param(g, "x", shape);
-            Built {
-                out: g.sum(x, axis, keepdim).unwrap(),
-                feeds: vec![],
-            }
-        }
+        on_param(shape, move |g, x| g.sum(x, axis, keepdim))
     }
 
     fn mean(shape: &'static [usize], axis: usize, keepdim: bool) -> impl Fn(&mut Graph) -> Built {
-        move |g| {
-            let x = param(g, "x", shape);
-            Built {
-                out: g.mean(x, axis, keepdim).unwrap(),
-                feeds: vec![],
-            }
-        }
+        on_param(shape, move |g, x| g.mean(x, axis, keepdim))
     }
 
     fn broadcast_to(from: &'static [usize], to: &'static [usize]) -> impl Fn(&mut Graph) -> Built {
-        move |g| {
-            let x = param(g, "x", from);
-            Built {
-                out: g.broadcast_to(x, to).unwrap(),
-                feeds: vec![],
-            }
-        }
+        on_param(from, move |g, x| g.broadcast_to(x, to))
     }
 
     fn sum_to(from: &'static [usize], to: &'static [usize]) -> impl Fn(&mut Graph) -> Built {
-        move |g| {
-            let x = param(g, "x", from);
-            Built {
-                out: g.sum_to(x, to).unwrap(),
-                feeds: vec![],
-            }
-        }
+        on_param(from, move |g, x| g.sum_to(x, to))
     }
 
     #[test]

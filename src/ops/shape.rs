@@ -3,13 +3,13 @@
 
 use rayon::prelude::*;
 
-use super::elementwise::{MAX_RANK, PAR_CHUNK};
+use super::elementwise::{MAX_RANK, par_fill};
 use super::reduce::split_at_axis;
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::shaders;
-use crate::tensor::{TensorMeta, numel, strides};
+use crate::tensor::{TensorMeta, numel, strided_offset, strides};
 
 /// Same elements, new shape. The planner gives the output the input's buffer, so nothing runs.
 #[derive(Debug)]
@@ -380,21 +380,7 @@ impl Op for Permute {
         let x = inputs[0].data;
         let src = self.src_strides(inputs[0].shape());
         let shape = outputs[0].shape().to_vec();
-        outputs[0]
-            .data
-            .par_chunks_mut(PAR_CHUNK)
-            .enumerate()
-            .for_each(|(c, chunk)| {
-                for (j, o) in chunk.iter_mut().enumerate() {
-                    let mut i = c * PAR_CHUNK + j;
-                    let mut offset = 0;
-                    for d in (0..shape.len()).rev() {
-                        offset += (i % shape[d]) * src[d];
-                        i /= shape[d];
-                    }
-                    *o = x[offset];
-                }
-            });
+        par_fill(outputs[0].data, |i| x[strided_offset(i, &shape, &src)]);
     }
 
     fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
@@ -514,23 +500,11 @@ mod tests {
     }
 
     fn slice(shape: &'static [usize], axis: usize, start: usize, end: usize) -> impl Fn(&mut Graph) -> Built {
-        move |g| {
-            let x = param(g, "x", shape);
-            Built {
-                out: g.slice(x, axis, start, end).unwrap(),
-                feeds: vec![],
-            }
-        }
+        on_param(shape, move |g, x| g.slice(x, axis, start, end))
     }
 
     fn permute(shape: &'static [usize], perm: &'static [usize]) -> impl Fn(&mut Graph) -> Built {
-        move |g| {
-            let x = param(g, "x", shape);
-            Built {
-                out: g.permute(x, perm).unwrap(),
-                feeds: vec![],
-            }
-        }
+        on_param(shape, move |g, x| g.permute(x, perm))
     }
 
     /// A reshape is a view: it is checked through the op that reads it.

@@ -1,8 +1,6 @@
 //! Elementwise activations: exp, tanh, sigmoid, relu and GELU, and their gradients.
 
-use rayon::prelude::*;
-
-use super::elementwise::PAR_CHUNK;
+use super::elementwise::{par_fill, same_f32_shape};
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
@@ -102,23 +100,12 @@ impl Op for Unary {
     }
 
     fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
-        if inputs[0].dtype != DType::F32 {
-            return shape_err(self.name(), format!("needs an f32 tensor, got {}", inputs[0]));
-        }
-        Ok(vec![inputs[0].clone()])
+        same_f32_shape(self.name(), inputs[0])
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let x = inputs[0].data;
-        outputs[0]
-            .data
-            .par_chunks_mut(PAR_CHUNK)
-            .enumerate()
-            .for_each(|(c, chunk)| {
-                for (j, o) in chunk.iter_mut().enumerate() {
-                    *o = self.0.apply(x[c * PAR_CHUNK + j]);
-                }
-            });
+        par_fill(outputs[0].data, |i| self.0.apply(x[i]));
     }
 
     fn gpu(&self, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
@@ -167,16 +154,7 @@ impl Op for UnaryBackward {
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let (saved, gy) = (inputs[0].data, inputs[1].data);
-        outputs[0]
-            .data
-            .par_chunks_mut(PAR_CHUNK)
-            .enumerate()
-            .for_each(|(c, chunk)| {
-                for (j, o) in chunk.iter_mut().enumerate() {
-                    let i = c * PAR_CHUNK + j;
-                    *o = self.0.grad(saved[i], gy[i]);
-                }
-            });
+        par_fill(outputs[0].data, |i| self.0.grad(saved[i], gy[i]));
     }
 
     fn gpu(&self, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
