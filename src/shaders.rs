@@ -20,6 +20,7 @@ shaders! {
     ELEMENTWISE => "elementwise",
     REDUCE => "reduce",
     SCALE => "scale",
+    MATMUL => "matmul",
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use crate::tensor::TensorMeta;
 
 pub mod elementwise;
 pub mod fill;
+pub mod matmul;
 pub mod reduce;
 pub mod shape;
 
