@@ -1,10 +1,12 @@
 // Batched matrix products C = op(A) op(B), op transposing when asked: a batch of [m, k] x [k, n]
 // products, one per workgroup z. Each workgroup computes a TILE x TILE block of C from K-steps of
 // 8 staged in workgroup memory; each thread accumulates an 8 x 8 block of C in sixteen named vec4
-// registers (runtime-indexed private arrays are very slow on software Vulkan, named vectors stay
-// in registers). A thread's rows are 4ty..4ty+3 and TILE/2+4ty..; its columns likewise, so the
-// reads of one K-step are four vec4 loads. Every global read and write is bounds-checked, so any
-// size works; out-of-range elements load as zero.
+// registers, with the eight depths of a K-step written out (runtime-indexed private arrays and
+// function-scope loops over them are slow on software Vulkan; named vectors stay in registers).
+// A thread's rows are 4ty..4ty+3 and TILE/2+4ty..; its columns likewise, so one depth is four
+// vec4 loads and sixteen vec4 multiply-adds. Transposes are strides, not branches: a per-element
+// branch on them in the loads cost a quarter of the speed on lavapipe. Every global read and
+// write is bounds-checked, so any size works; out-of-range elements load as zero.
 //
 // Three entry points differ only in the tile (128, 64, 32), chosen by the op from the sizes: large
 // tiles reuse each loaded value more, small ones keep more workgroups busy on small products.
@@ -34,109 +36,61 @@ const KSTEP: u32 = 8u;
 var<workgroup> a_tile: array<vec4<f32>, 256>;
 var<workgroup> b_tile: array<vec4<f32>, 256>;
 
-var<private> c00: vec4<f32>;
-var<private> c01: vec4<f32>;
-var<private> c10: vec4<f32>;
-var<private> c11: vec4<f32>;
-var<private> c20: vec4<f32>;
-var<private> c21: vec4<f32>;
-var<private> c30: vec4<f32>;
-var<private> c31: vec4<f32>;
-var<private> c40: vec4<f32>;
-var<private> c41: vec4<f32>;
-var<private> c50: vec4<f32>;
-var<private> c51: vec4<f32>;
-var<private> c60: vec4<f32>;
-var<private> c61: vec4<f32>;
-var<private> c70: vec4<f32>;
-var<private> c71: vec4<f32>;
-
-// op(A)[row, kk] of the batch matrix at `base`, zero outside.
-fn load_a(base: u32, row: u32, kk: u32) -> f32 {
-    if (row >= dims.m || kk >= dims.k) {
-        return 0.0;
-    }
-    if (dims.trans_a != 0u) {
-        return a[base + kk * dims.m + row];
-    }
-    return a[base + row * dims.k + kk];
+// Strides of op(A) and op(B): (row, column) steps in the stored arrays.
+struct Strides {
+    a_row: u32,
+    a_col: u32,
+    b_row: u32,
+    b_col: u32,
 }
 
-// op(B)[kk, col] of the batch matrix at `base`, zero outside.
-fn load_b(base: u32, kk: u32, col: u32) -> f32 {
-    if (col >= dims.n || kk >= dims.k) {
-        return 0.0;
-    }
-    if (dims.trans_b != 0u) {
-        return b[base + col * dims.k + kk];
-    }
-    return b[base + kk * dims.n + col];
+fn strides() -> Strides {
+    let ta = dims.trans_a != 0u;
+    let tb = dims.trans_b != 0u;
+    return Strides(
+        select(dims.k, 1u, ta),
+        select(1u, dims.m, ta),
+        select(dims.n, 1u, tb),
+        select(1u, dims.k, tb),
+    );
 }
 
-// Stages op(A)[row0.., k0..k0+8] and op(B)[k0..k0+8, col0..] in workgroup memory. Each thread
-// moves groups of four elements that are contiguous in the stored matrix: four depths of one row
-// when that row is contiguous, else four rows (a vec4) at one depth.
-fn stage(tile: u32, threads: u32, lid: u32, a_base: u32, b_base: u32, row0: u32, col0: u32, k0: u32) {
+// Stages op(A)[row0.., k0..k0+8] and op(B)[k0..k0+8, col0..] in workgroup memory: each thread
+// moves whole vec4s (four rows of A, four columns of B, at one depth), zero outside the matrices.
+fn stage(tile: u32, threads: u32, lid: u32, s: Strides, a_base: u32, b_base: u32, row0: u32, col0: u32, k0: u32) {
     let quads = tile / 4u;
     for (var g = lid; g < quads * KSTEP; g += threads) {
-        if (dims.trans_a != 0u) {
-            let kk = g / quads;
-            let r = row0 + (g % quads) * 4u;
-            a_tile[g] = vec4<f32>(
-                load_a(a_base, r, k0 + kk),
-                load_a(a_base, r + 1u, k0 + kk),
-                load_a(a_base, r + 2u, k0 + kk),
-                load_a(a_base, r + 3u, k0 + kk),
-            );
-        } else {
-            let r = g / 2u;
-            let kk = (g % 2u) * 4u;
-            for (var j = 0u; j < 4u; j++) {
-                a_tile[(kk + j) * quads + r / 4u][r % 4u] = load_a(a_base, row0 + r, k0 + kk + j);
+        let kk = k0 + g / quads;
+        let i = (g % quads) * 4u;
+        let r = row0 + i;
+        let col = col0 + i;
+        var va = vec4<f32>(0.0);
+        var vb = vec4<f32>(0.0);
+        if (kk < dims.k) {
+            let at = a_base + r * s.a_row + kk * s.a_col;
+            if (r + 3u < dims.m) {
+                va = vec4<f32>(a[at], a[at + s.a_row], a[at + 2u * s.a_row], a[at + 3u * s.a_row]);
+            } else {
+                for (var j = 0u; j < 4u; j++) {
+                    if (r + j < dims.m) {
+                        va[j] = a[at + j * s.a_row];
+                    }
+                }
+            }
+            let bt = b_base + kk * s.b_row + col * s.b_col;
+            if (col + 3u < dims.n) {
+                vb = vec4<f32>(b[bt], b[bt + s.b_col], b[bt + 2u * s.b_col], b[bt + 3u * s.b_col]);
+            } else {
+                for (var j = 0u; j < 4u; j++) {
+                    if (col + j < dims.n) {
+                        vb[j] = b[bt + j * s.b_col];
+                    }
+                }
             }
         }
-        if (dims.trans_b != 0u) {
-            let col = g / 2u;
-            let kk = (g % 2u) * 4u;
-            for (var j = 0u; j < 4u; j++) {
-                b_tile[(kk + j) * quads + col / 4u][col % 4u] = load_b(b_base, k0 + kk + j, col0 + col);
-            }
-        } else {
-            let kk = g / quads;
-            let col = col0 + (g % quads) * 4u;
-            b_tile[g] = vec4<f32>(
-                load_b(b_base, k0 + kk, col),
-                load_b(b_base, k0 + kk, col + 1u),
-                load_b(b_base, k0 + kk, col + 2u),
-                load_b(b_base, k0 + kk, col + 3u),
-            );
-        }
+        a_tile[g] = va;
+        b_tile[g] = vb;
     }
-}
-
-// One depth of the outer product: rows (quads*kk + ty, + half), columns (quads*kk + tx, + half).
-fn accumulate(quads: u32, kk: u32, tx: u32, ty: u32) {
-    let half = quads / 2u;
-    let a0 = a_tile[kk * quads + ty];
-    let a1 = a_tile[kk * quads + half + ty];
-    let b0 = b_tile[kk * quads + tx];
-    let b1 = b_tile[kk * quads + half + tx];
-    c00 += a0.x * b0;
-    c01 += a0.x * b1;
-    c10 += a0.y * b0;
-    c11 += a0.y * b1;
-    c20 += a0.z * b0;
-    c21 += a0.z * b1;
-    c30 += a0.w * b0;
-    c31 += a0.w * b1;
-    c40 += a1.x * b0;
-    c41 += a1.x * b1;
-    c50 += a1.y * b0;
-    c51 += a1.y * b1;
-    c60 += a1.z * b0;
-    c61 += a1.z * b1;
-    c70 += a1.w * b0;
-    c71 += a1.w * b1;
 }
 
 // Writes four columns from `col` of one output row, skipping what lies outside C.
@@ -155,37 +109,207 @@ fn store4(base: u32, row: u32, col: u32, v: vec4<f32>) {
 fn product(tile: u32, local: vec3<u32>, lid: u32, group: vec3<u32>) {
     let threads = (tile / 8u) * (tile / 8u);
     let quads = tile / 4u;
+    let half = quads / 2u;
     let row0 = group.y * tile;
     let col0 = group.x * tile;
+    let s = strides();
     let a_base = group.z * dims.a_batch;
     let b_base = group.z * dims.b_batch;
-    c00 = vec4<f32>(0.0);
-    c01 = vec4<f32>(0.0);
-    c10 = vec4<f32>(0.0);
-    c11 = vec4<f32>(0.0);
-    c20 = vec4<f32>(0.0);
-    c21 = vec4<f32>(0.0);
-    c30 = vec4<f32>(0.0);
-    c31 = vec4<f32>(0.0);
-    c40 = vec4<f32>(0.0);
-    c41 = vec4<f32>(0.0);
-    c50 = vec4<f32>(0.0);
-    c51 = vec4<f32>(0.0);
-    c60 = vec4<f32>(0.0);
-    c61 = vec4<f32>(0.0);
-    c70 = vec4<f32>(0.0);
-    c71 = vec4<f32>(0.0);
+    var c00 = vec4<f32>(0.0);
+    var c01 = vec4<f32>(0.0);
+    var c10 = vec4<f32>(0.0);
+    var c11 = vec4<f32>(0.0);
+    var c20 = vec4<f32>(0.0);
+    var c21 = vec4<f32>(0.0);
+    var c30 = vec4<f32>(0.0);
+    var c31 = vec4<f32>(0.0);
+    var c40 = vec4<f32>(0.0);
+    var c41 = vec4<f32>(0.0);
+    var c50 = vec4<f32>(0.0);
+    var c51 = vec4<f32>(0.0);
+    var c60 = vec4<f32>(0.0);
+    var c61 = vec4<f32>(0.0);
+    var c70 = vec4<f32>(0.0);
+    var c71 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < dims.k; k0 += KSTEP) {
-        stage(tile, threads, lid, a_base, b_base, row0, col0, k0);
+        stage(tile, threads, lid, s, a_base, b_base, row0, col0, k0);
         workgroupBarrier();
-        accumulate(quads, 0u, local.x, local.y);
-        accumulate(quads, 1u, local.x, local.y);
-        accumulate(quads, 2u, local.x, local.y);
-        accumulate(quads, 3u, local.x, local.y);
-        accumulate(quads, 4u, local.x, local.y);
-        accumulate(quads, 5u, local.x, local.y);
-        accumulate(quads, 6u, local.x, local.y);
-        accumulate(quads, 7u, local.x, local.y);
+        {
+            let a0 = a_tile[0u * quads + local.y];
+            let a1 = a_tile[0u * quads + half + local.y];
+            let b0 = b_tile[0u * quads + local.x];
+            let b1 = b_tile[0u * quads + half + local.x];
+            c00 += a0.x * b0;
+            c01 += a0.x * b1;
+            c10 += a0.y * b0;
+            c11 += a0.y * b1;
+            c20 += a0.z * b0;
+            c21 += a0.z * b1;
+            c30 += a0.w * b0;
+            c31 += a0.w * b1;
+            c40 += a1.x * b0;
+            c41 += a1.x * b1;
+            c50 += a1.y * b0;
+            c51 += a1.y * b1;
+            c60 += a1.z * b0;
+            c61 += a1.z * b1;
+            c70 += a1.w * b0;
+            c71 += a1.w * b1;
+        }
+        {
+            let a0 = a_tile[1u * quads + local.y];
+            let a1 = a_tile[1u * quads + half + local.y];
+            let b0 = b_tile[1u * quads + local.x];
+            let b1 = b_tile[1u * quads + half + local.x];
+            c00 += a0.x * b0;
+            c01 += a0.x * b1;
+            c10 += a0.y * b0;
+            c11 += a0.y * b1;
+            c20 += a0.z * b0;
+            c21 += a0.z * b1;
+            c30 += a0.w * b0;
+            c31 += a0.w * b1;
+            c40 += a1.x * b0;
+            c41 += a1.x * b1;
+            c50 += a1.y * b0;
+            c51 += a1.y * b1;
+            c60 += a1.z * b0;
+            c61 += a1.z * b1;
+            c70 += a1.w * b0;
+            c71 += a1.w * b1;
+        }
+        {
+            let a0 = a_tile[2u * quads + local.y];
+            let a1 = a_tile[2u * quads + half + local.y];
+            let b0 = b_tile[2u * quads + local.x];
+            let b1 = b_tile[2u * quads + half + local.x];
+            c00 += a0.x * b0;
+            c01 += a0.x * b1;
+            c10 += a0.y * b0;
+            c11 += a0.y * b1;
+            c20 += a0.z * b0;
+            c21 += a0.z * b1;
+            c30 += a0.w * b0;
+            c31 += a0.w * b1;
+            c40 += a1.x * b0;
+            c41 += a1.x * b1;
+            c50 += a1.y * b0;
+            c51 += a1.y * b1;
+            c60 += a1.z * b0;
+            c61 += a1.z * b1;
+            c70 += a1.w * b0;
+            c71 += a1.w * b1;
+        }
+        {
+            let a0 = a_tile[3u * quads + local.y];
+            let a1 = a_tile[3u * quads + half + local.y];
+            let b0 = b_tile[3u * quads + local.x];
+            let b1 = b_tile[3u * quads + half + local.x];
+            c00 += a0.x * b0;
+            c01 += a0.x * b1;
+            c10 += a0.y * b0;
+            c11 += a0.y * b1;
+            c20 += a0.z * b0;
+            c21 += a0.z * b1;
+            c30 += a0.w * b0;
+            c31 += a0.w * b1;
+            c40 += a1.x * b0;
+            c41 += a1.x * b1;
+            c50 += a1.y * b0;
+            c51 += a1.y * b1;
+            c60 += a1.z * b0;
+            c61 += a1.z * b1;
+            c70 += a1.w * b0;
+            c71 += a1.w * b1;
+        }
+        {
+            let a0 = a_tile[4u * quads + local.y];
+            let a1 = a_tile[4u * quads + half + local.y];
+            let b0 = b_tile[4u * quads + local.x];
+            let b1 = b_tile[4u * quads + half + local.x];
+            c00 += a0.x * b0;
+            c01 += a0.x * b1;
+            c10 += a0.y * b0;
+            c11 += a0.y * b1;
+            c20 += a0.z * b0;
+            c21 += a0.z * b1;
+            c30 += a0.w * b0;
+            c31 += a0.w * b1;
+            c40 += a1.x * b0;
+            c41 += a1.x * b1;
+            c50 += a1.y * b0;
+            c51 += a1.y * b1;
+            c60 += a1.z * b0;
+            c61 += a1.z * b1;
+            c70 += a1.w * b0;
+            c71 += a1.w * b1;
+        }
+        {
+            let a0 = a_tile[5u * quads + local.y];
+            let a1 = a_tile[5u * quads + half + local.y];
+            let b0 = b_tile[5u * quads + local.x];
+            let b1 = b_tile[5u * quads + half + local.x];
+            c00 += a0.x * b0;
+            c01 += a0.x * b1;
+            c10 += a0.y * b0;
+            c11 += a0.y * b1;
+            c20 += a0.z * b0;
+            c21 += a0.z * b1;
+            c30 += a0.w * b0;
+            c31 += a0.w * b1;
+            c40 += a1.x * b0;
+            c41 += a1.x * b1;
+            c50 += a1.y * b0;
+            c51 += a1.y * b1;
+            c60 += a1.z * b0;
+            c61 += a1.z * b1;
+            c70 += a1.w * b0;
+            c71 += a1.w * b1;
+        }
+        {
+            let a0 = a_tile[6u * quads + local.y];
+            let a1 = a_tile[6u * quads + half + local.y];
+            let b0 = b_tile[6u * quads + local.x];
+            let b1 = b_tile[6u * quads + half + local.x];
+            c00 += a0.x * b0;
+            c01 += a0.x * b1;
+            c10 += a0.y * b0;
+            c11 += a0.y * b1;
+            c20 += a0.z * b0;
+            c21 += a0.z * b1;
+            c30 += a0.w * b0;
+            c31 += a0.w * b1;
+            c40 += a1.x * b0;
+            c41 += a1.x * b1;
+            c50 += a1.y * b0;
+            c51 += a1.y * b1;
+            c60 += a1.z * b0;
+            c61 += a1.z * b1;
+            c70 += a1.w * b0;
+            c71 += a1.w * b1;
+        }
+        {
+            let a0 = a_tile[7u * quads + local.y];
+            let a1 = a_tile[7u * quads + half + local.y];
+            let b0 = b_tile[7u * quads + local.x];
+            let b1 = b_tile[7u * quads + half + local.x];
+            c00 += a0.x * b0;
+            c01 += a0.x * b1;
+            c10 += a0.y * b0;
+            c11 += a0.y * b1;
+            c20 += a0.z * b0;
+            c21 += a0.z * b1;
+            c30 += a0.w * b0;
+            c31 += a0.w * b1;
+            c40 += a1.x * b0;
+            c41 += a1.x * b1;
+            c50 += a1.y * b0;
+            c51 += a1.y * b1;
+            c60 += a1.z * b0;
+            c61 += a1.z * b1;
+            c70 += a1.w * b0;
+            c71 += a1.w * b1;
+        }
         workgroupBarrier();
     }
     let base = group.z * dims.m * dims.n;
