@@ -384,9 +384,12 @@ mod tests {
         }
     }
 
+    /// A case of `gen_matmul.py`: name, shapes of a and b, trans_a, trans_b.
+    type Case = (&'static str, &'static [usize], &'static [usize], bool, bool);
+
     #[test]
     fn matches_pytorch() {
-        let cases: [(&str, &'static [usize], &'static [usize], bool, bool); 9] = [
+        let cases: [Case; 9] = [
             ("plain", &[5, 7], &[7, 3], false, false),
             ("trans_a", &[7, 5], &[7, 3], true, false),
             ("trans_b", &[5, 7], &[3, 7], false, true),
