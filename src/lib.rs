@@ -7,6 +7,8 @@
 //! wgpu). See `DESIGN.md` beside the sources for the why.
 
 pub mod backend;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod bench;
 pub mod error;
 pub mod graph;
 pub mod ops;

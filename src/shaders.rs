@@ -27,6 +27,7 @@ shaders! {
     SHAPE => "shape",
     EMBEDDING => "embedding",
     CROSS_ENTROPY => "cross_entropy",
+    MATMUL => "matmul",
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub mod elementwise;
 pub mod embedding;
 pub mod fill;
 pub mod layernorm;
+pub mod matmul;
 pub mod reduce;
 pub mod shape;
 pub mod softmax;

@@ -1,0 +1,428 @@
+//! Batched matrix products `op(a) · op(b)`, where `op` transposes the last two axes when asked.
+//!
+//! `a` is `[..batch, m, k]` (`[..batch, k, m]` with `trans_a`), `b` is `[..batch, k, n]`
+//! (`[..batch, n, k]` with `trans_b`), the result `[..batch, m, n]`. Either operand may instead be
+//! a plain matrix shared by the whole batch: `x[B, T, D] · w[D, F]` is the linear layer.
+
+use rayon::prelude::*;
+
+use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs};
+use crate::error::{Result, shape_err};
+use crate::graph::{Graph, TensorId};
+use crate::shaders;
+use crate::tensor::{DType, TensorMeta};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatMul {
+    pub trans_a: bool,
+    pub trans_b: bool,
+}
+
+/// A product as the kernels see it: `batch` products `[m, k] · [k, n]`, the matrices of each
+/// operand `a_batch` / `b_batch` elements apart (0 for a matrix shared by the batch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Layout {
+    batch: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    a_batch: usize,
+    b_batch: usize,
+}
+
+impl MatMul {
+    fn err<T>(&self, a: &TensorMeta, b: &TensorMeta, why: &str) -> Result<T> {
+        shape_err(
+            self.name(),
+            format!(
+                "{why}: a {a} (trans_a {}), b {b} (trans_b {})",
+                self.trans_a, self.trans_b
+            ),
+        )
+    }
+
+    /// The output shape and the layout of the product, or an error naming both shapes.
+    fn plan(&self, a: &TensorMeta, b: &TensorMeta) -> Result<(Vec<usize>, Layout)> {
+        if a.dtype != DType::F32 || b.dtype != DType::F32 {
+            return self.err(a, b, "needs f32 tensors");
+        }
+        if a.rank() < 2 || b.rank() < 2 {
+            return self.err(a, b, "needs matrices (rank 2 or more)");
+        }
+        let (a_batch, a_mat) = a.shape.split_at(a.rank() - 2);
+        let (b_batch, b_mat) = b.shape.split_at(b.rank() - 2);
+        let batch_shape = match (a_batch.is_empty(), b_batch.is_empty()) {
+            (_, true) => a_batch,
+            (true, false) => b_batch,
+            (false, false) if a_batch == b_batch => a_batch,
+            _ => return self.err(a, b, "batch dimensions differ"),
+        };
+        let (m, ka) = if self.trans_a {
+            (a_mat[1], a_mat[0])
+        } else {
+            (a_mat[0], a_mat[1])
+        };
+        let (kb, n) = if self.trans_b {
+            (b_mat[1], b_mat[0])
+        } else {
+            (b_mat[0], b_mat[1])
+        };
+        if ka != kb {
+            return self.err(a, b, &format!("inner dimensions differ ({ka} vs {kb})"));
+        }
+        let k = ka;
+        let batch: usize = batch_shape.iter().product();
+        let mut out = batch_shape.to_vec();
+        out.extend([m, n]);
+        let mut layout = Layout {
+            batch,
+            m,
+            n,
+            k,
+            a_batch: if a_batch.is_empty() { 0 } else { m * k },
+            b_batch: if b_batch.is_empty() { 0 } else { k * n },
+        };
+        // A weight shared by a batch of row-major inputs: the batch is just more rows.
+        if layout.b_batch == 0 && layout.a_batch != 0 && !self.trans_a {
+            layout = Layout {
+                batch: 1,
+                m: batch * m,
+                a_batch: 0,
+                ..layout
+            };
+        }
+        Ok((out, layout))
+    }
+}
+
+/// Below this many multiply-adds a product runs on one thread: a batch of small products is
+/// split across threads by product instead.
+const SMALL_PRODUCT: usize = 1 << 18;
+
+/// GEMM's own threading for one large product; the web has no threads to give it.
+#[cfg(not(target_arch = "wasm32"))]
+const THREADED: gemm::Parallelism = gemm::Parallelism::Rayon(0);
+#[cfg(target_arch = "wasm32")]
+const THREADED: gemm::Parallelism = gemm::Parallelism::None;
+
+/// Fewer workgroups than this leave a GPU idle, so a smaller tile is taken instead.
+const MIN_WORKGROUPS: usize = 4;
+
+/// The kernel entry point and its tile for a product: the largest tile that still gives
+/// [`MIN_WORKGROUPS`] workgroups and wastes at most a third of its work on padding.
+fn tile_for(l: &Layout) -> (&'static str, usize) {
+    let work = l.m * l.n;
+    for (entry, tile) in [("matmul_128", 128), ("matmul_64", 64)] {
+        let tiles = l.m.div_ceil(tile) * l.n.div_ceil(tile);
+        if l.batch * tiles >= MIN_WORKGROUPS && 2 * tiles * tile * tile <= 3 * work {
+            return (entry, tile);
+        }
+    }
+    ("matmul_32", 32)
+}
+
+impl MatMul {
+    /// One product of the batch into `dst`, through the `gemm` crate with strides for the
+    /// transposes (`gemm` computes dst = beta · lhs · rhs when it does not read dst).
+    fn gemm(&self, l: &Layout, a: &[f32], b: &[f32], index: usize, dst: &mut [f32], par: gemm::Parallelism) {
+        let a = &a[index * l.a_batch..][..l.m * l.k];
+        let b = &b[index * l.b_batch..][..l.k * l.n];
+        assert_eq!(dst.len(), l.m * l.n, "matmul output size");
+        // (row stride, column stride) of op(a) and op(b).
+        let (a_rs, a_cs) = if self.trans_a { (1, l.m) } else { (l.k, 1) };
+        let (b_rs, b_cs) = if self.trans_b { (1, l.k) } else { (l.n, 1) };
+        // SAFETY: `a`, `b` and `dst` hold exactly the m·k, k·n and m·n elements that these
+        // strides reach, `dst` is a unique borrow, and gemm does not read dst (read_dst false).
+        unsafe {
+            gemm::gemm(
+                l.m,
+                l.n,
+                l.k,
+                dst.as_mut_ptr(),
+                1,
+                l.n as isize,
+                false,
+                a.as_ptr(),
+                a_cs as isize,
+                a_rs as isize,
+                b.as_ptr(),
+                b_cs as isize,
+                b_rs as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                par,
+            );
+        }
+    }
+
+    /// d loss / d a for this product (batched like the product, before any sum over a batch).
+    fn grad_a(&self, g: &mut Graph, grad: TensorId, b: TensorId) -> Result<TensorId> {
+        if self.trans_a {
+            g.matmul_t(b, grad, self.trans_b, true)
+        } else {
+            g.matmul_t(grad, b, false, !self.trans_b)
+        }
+    }
+
+    /// d loss / d b for this product (batched like the product, before any sum over a batch).
+    fn grad_b(&self, g: &mut Graph, a: TensorId, grad: TensorId) -> Result<TensorId> {
+        if self.trans_b {
+            g.matmul_t(grad, a, true, self.trans_a)
+        } else {
+            g.matmul_t(a, grad, !self.trans_a, false)
+        }
+    }
+}
+
+/// Sums a batch of matrices `[..batch, r, c]` into one `[r, c]`: the gradient of an operand
+/// shared by the batch.
+fn sum_batch(g: &mut Graph, x: TensorId) -> Result<TensorId> {
+    let shape = g.shape(x).to_vec();
+    let (r, c) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+    let batch: usize = shape[..shape.len() - 2].iter().product();
+    let flat = g.reshape(x, &[batch, r * c])?;
+    let summed = g.sum(flat, 0, false)?;
+    g.reshape(summed, &[r, c])
+}
+
+impl Op for MatMul {
+    fn name(&self) -> &'static str {
+        "matmul"
+    }
+
+    fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let (out, _) = self.plan(inputs[0], inputs[1])?;
+        Ok(vec![TensorMeta::f32(&out)])
+    }
+
+    fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
+        let (_, l) = self
+            .plan(inputs[0].meta, inputs[1].meta)
+            .expect("shapes checked by infer");
+        let (a, b) = (inputs[0].data, inputs[1].data);
+        let out = &mut *outputs[0].data;
+        let per = l.m * l.n;
+        if per == 0 {
+            return;
+        }
+        if l.k == 0 {
+            out.fill(0.0);
+        } else if l.batch > 1 && per * l.k < SMALL_PRODUCT {
+            out.par_chunks_mut(per)
+                .enumerate()
+                .for_each(|(i, dst)| self.gemm(&l, a, b, i, dst, gemm::Parallelism::None));
+        } else {
+            for (i, dst) in out.chunks_mut(per).enumerate() {
+                self.gemm(&l, a, b, i, dst, THREADED);
+            }
+        }
+    }
+
+    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+        let (_, l) = self.plan(inputs[0], inputs[1]).expect("shapes checked by infer");
+        let (entry, tile) = tile_for(&l);
+        let params = Params::new()
+            .u(l.m)
+            .u(l.n)
+            .u(l.k)
+            .u(l.a_batch)
+            .u(l.b_batch)
+            .u(self.trans_a as usize)
+            .u(self.trans_b as usize)
+            .u(0)
+            .words();
+        let groups = |x: usize| u32::try_from(x).unwrap_or(u32::MAX);
+        GpuKernels::single(Dispatch {
+            shader: &shaders::MATMUL,
+            entry,
+            params,
+            args: vec![Arg::In(0), Arg::In(1), Arg::Out(0)],
+            workgroups: [
+                groups(l.n.div_ceil(tile)),
+                groups(l.m.div_ceil(tile)),
+                groups(l.batch),
+            ],
+        })
+    }
+
+    fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
+        let Some(grad) = args.grads[0] else {
+            return Ok(vec![None, None]);
+        };
+        let (a, b) = (args.inputs[0], args.inputs[1]);
+        let (rank_a, rank_b) = (g.shape(a).len(), g.shape(b).len());
+        let ga = self.grad_a(g, grad, b)?;
+        let ga = if rank_a == 2 && rank_b > 2 {
+            sum_batch(g, ga)?
+        } else {
+            ga
+        };
+        let gb = if rank_b == 2 && rank_a > 2 {
+            if self.trans_a {
+                let gb = self.grad_b(g, a, grad)?;
+                sum_batch(g, gb)?
+            } else {
+                // The batch is just more rows of a: one product sums over it.
+                let (k, n) = (g.shape(a)[rank_a - 1], g.shape(grad)[rank_a - 1]);
+                let rows = g.meta(a).numel() / k.max(1);
+                let a2 = g.reshape(a, &[rows, k])?;
+                let grad2 = g.reshape(grad, &[rows, n])?;
+                self.grad_b(g, a2, grad2)?
+            }
+        } else {
+            self.grad_b(g, a, grad)?
+        };
+        Ok(vec![Some(ga), Some(gb)])
+    }
+}
+
+impl Graph {
+    /// `a · b` over the last two axes; see [`MatMul`] for the shapes.
+    pub fn matmul(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        self.matmul_t(a, b, false, false)
+    }
+
+    /// `op(a) · op(b)`, each operand transposed (its last two axes swapped) when asked.
+    pub fn matmul_t(&mut self, a: TensorId, b: TensorId, trans_a: bool, trans_b: bool) -> Result<TensorId> {
+        self.apply1(MatMul { trans_a, trans_b }, &[a, b])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Layout, MatMul, tile_for};
+    use crate::graph::Graph;
+    use crate::tensor::TensorMeta;
+    use crate::testing::*;
+
+    fn product(
+        sa: &'static [usize],
+        sb: &'static [usize],
+        ta: bool,
+        tb: bool,
+    ) -> impl Fn(&mut Graph) -> Built {
+        move |g| {
+            let a = param(g, "a", sa);
+            let b = param(g, "b", sb);
+            let out = g.matmul_t(a, b, ta, tb).unwrap();
+            Built { out, feeds: vec![] }
+        }
+    }
+
+    /// Shapes of a [m, k] and b [k, n] for the given transposes, with a batch prefix.
+    fn shapes(batch: &[usize], m: usize, k: usize, n: usize, ta: bool, tb: bool) -> (Vec<usize>, Vec<usize>) {
+        let mut a = batch.to_vec();
+        a.extend(if ta { [k, m] } else { [m, k] });
+        let mut b = batch.to_vec();
+        b.extend(if tb { [n, k] } else { [k, n] });
+        (a, b)
+    }
+
+    fn layout(a: &[usize], b: &[usize], ta: bool, tb: bool) -> Layout {
+        let op = MatMul {
+            trans_a: ta,
+            trans_b: tb,
+        };
+        op.plan(&TensorMeta::f32(a), &TensorMeta::f32(b)).unwrap().1
+    }
+
+    const TRANSPOSES: [(bool, bool); 4] = [(false, false), (true, false), (false, true), (true, true)];
+
+    fn leak(v: Vec<usize>) -> &'static [usize] {
+        Vec::leak(v)
+    }
+
+    #[test]
+    fn gpu_matches_cpu_for_every_tile_and_transpose() {
+        // (m, k, n) chosen so that every entry point runs, on odd sizes and on sizes beyond one
+        // tile with ragged edges.
+        let cases = [
+            ((37, 91, 53), "matmul_32"),
+            ((130, 257, 129), "matmul_32"),
+            ((200, 40, 190), "matmul_64"),
+            ((250, 40, 255), "matmul_128"),
+        ];
+        for ((m, k, n), entry) in cases {
+            for (ta, tb) in TRANSPOSES {
+                let (sa, sb) = shapes(&[], m, k, n, ta, tb);
+                assert_eq!(tile_for(&layout(&sa, &sb, ta, tb)).0, entry, "{m}x{k}x{n}");
+                check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
+            }
+        }
+    }
+
+    #[test]
+    fn gpu_matches_cpu_batched_and_shared_operands() {
+        for (ta, tb) in TRANSPOSES {
+            // Both batched, two batch axes.
+            let (sa, sb) = shapes(&[2, 3], 19, 23, 17, ta, tb);
+            check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
+            // b shared by the batch (a linear layer), and a shared by the batch.
+            let (sa, _) = shapes(&[2, 5], 33, 17, 29, ta, tb);
+            let (_, sb) = shapes(&[], 33, 17, 29, ta, tb);
+            check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
+            let (_, sb) = shapes(&[4], 33, 17, 29, ta, tb);
+            let (sa, _) = shapes(&[], 33, 17, 29, ta, tb);
+            check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
+        }
+    }
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        for (ta, tb) in TRANSPOSES {
+            let (sa, sb) = shapes(&[2], 3, 4, 5, ta, tb);
+            check_gradients(&product(leak(sa), leak(sb), ta, tb), 1e-2, 1e-3, 12);
+            let (sa, _) = shapes(&[2, 2], 3, 4, 5, ta, tb);
+            let (_, sb) = shapes(&[], 3, 4, 5, ta, tb);
+            check_gradients(&product(leak(sa), leak(sb), ta, tb), 1e-2, 1e-3, 12);
+            let (sa, _) = shapes(&[], 3, 4, 5, ta, tb);
+            let (_, sb) = shapes(&[3], 3, 4, 5, ta, tb);
+            check_gradients(&product(leak(sa), leak(sb), ta, tb), 1e-2, 1e-3, 12);
+        }
+    }
+
+    /// A case of `gen_matmul.py`: name, shapes of a and b, trans_a, trans_b.
+    type Case = (&'static str, &'static [usize], &'static [usize], bool, bool);
+
+    #[test]
+    fn matches_pytorch() {
+        let cases: [Case; 9] = [
+            ("plain", &[5, 7], &[7, 3], false, false),
+            ("trans_a", &[7, 5], &[7, 3], true, false),
+            ("trans_b", &[5, 7], &[3, 7], false, true),
+            ("trans_ab", &[7, 5], &[3, 7], true, true),
+            ("batched", &[2, 4, 6], &[2, 6, 3], false, false),
+            ("batched_trans_b", &[2, 3, 4, 6], &[2, 3, 5, 6], false, true),
+            ("shared_weight", &[2, 3, 4, 6], &[6, 5], false, false),
+            ("shared_weight_trans", &[2, 6, 4], &[5, 6], true, true),
+            ("shared_a", &[4, 6], &[3, 6, 5], false, false),
+        ];
+        for (case, sa, sb, ta, tb) in cases {
+            check_reference("matmul", case, &product(sa, sb, ta, tb), 1e-5, 1e-4);
+        }
+    }
+
+    #[test]
+    fn bad_shapes_name_the_op_and_both_shapes() {
+        let cases: [(&[usize], &[usize], bool); 4] = [
+            (&[3, 4], &[5, 6], false),
+            (&[2, 3, 4], &[3, 4, 6], false),
+            (&[4], &[4, 6], false),
+            (&[3, 4], &[3, 6], true),
+        ];
+        for (sa, sb, tb) in cases {
+            let mut g = Graph::new();
+            let a = param(&mut g, "a", sa);
+            let b = param(&mut g, "b", sb);
+            let err = g.matmul_t(a, b, false, tb).unwrap_err().to_string();
+            assert!(err.starts_with("matmul: "), "{err}");
+            assert!(
+                err.contains(&format!("{sa:?}")) && err.contains(&format!("{sb:?}")),
+                "{err}"
+            );
+        }
+    }
+}
