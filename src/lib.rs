@@ -11,6 +11,8 @@ pub mod backend;
 pub mod bench;
 pub mod error;
 pub mod graph;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod mlp;
 pub mod ops;
 pub mod optim;
 pub mod params;

@@ -1,1 +1,154 @@
-fn main() {}
+//! The `posflow` command line.
+
+use std::process::ExitCode;
+use std::rc::Rc;
+
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use posflow::backend::{Backend, DeviceChoice, gpu::list_adapters, select_backend};
+use posflow::mlp::{MlpConfig, train_mlp};
+
+#[derive(Parser)]
+#[command(
+    name = "posflow",
+    version,
+    about = "Train small Transformers on any GPU through WebGPU"
+)]
+struct Cli {
+    /// Where to run: `auto` takes a real GPU if there is one and the CPU otherwise (a software
+    /// GPU such as lavapipe is slower than the CPU backend); `gpu` takes any GPU adapter.
+    /// Defaults to POSFLOW_DEVICE, then `auto`.
+    #[arg(long, global = true)]
+    device: Option<DeviceChoice>,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a two-layer MLP on an XOR-like regression task (the default command).
+    Mlp {
+        #[arg(long, default_value_t = MlpConfig::default().steps)]
+        steps: usize,
+        #[arg(long, default_value_t = MlpConfig::default().hidden)]
+        hidden: usize,
+        #[arg(long, default_value_t = MlpConfig::default().lr)]
+        lr: f32,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Measure the engine's speed.
+    Bench {
+        #[command(subcommand)]
+        what: Bench,
+    },
+    /// List the GPU adapters wgpu can see and the backend `auto` would pick.
+    Devices,
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// GFLOP/s of square matrix products.
+    Matmul {
+        #[arg(long, value_delimiter = ',', default_values_t = [256, 512, 1024, 2048])]
+        sizes: Vec<usize>,
+        #[arg(long, default_value_t = 5)]
+        repeats: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> posflow::Result<()> {
+    let choice = match cli.device {
+        Some(c) => c,
+        None => DeviceChoice::from_env()?.unwrap_or_default(),
+    };
+    let command = cli.command.unwrap_or(Command::Mlp {
+        steps: MlpConfig::default().steps,
+        hidden: MlpConfig::default().hidden,
+        lr: MlpConfig::default().lr,
+        seed: 0,
+    });
+    if let Command::Devices = command {
+        let adapters = pollster::block_on(list_adapters());
+        if adapters.is_empty() {
+            println!("no GPU adapters");
+        }
+        for a in adapters {
+            println!("adapter: {a}");
+        }
+        let backend = pollster::block_on(select_backend(DeviceChoice::Auto))?;
+        println!("--device auto picks: {}", backend.describe());
+        return Ok(());
+    }
+    let backend: Rc<dyn Backend> = pollster::block_on(select_backend(choice))?;
+    println!("device: {}", backend.describe());
+    match command {
+        Command::Mlp {
+            steps,
+            hidden,
+            lr,
+            seed,
+        } => mlp(
+            backend,
+            MlpConfig {
+                hidden,
+                points: 256,
+                steps,
+                lr,
+                seed,
+            },
+        ),
+        Command::Bench {
+            what: Bench::Matmul { sizes, repeats },
+        } => bench_matmul(&backend, &sizes, repeats),
+        Command::Devices => unreachable!("handled above"),
+    }
+}
+
+fn mlp(backend: Rc<dyn Backend>, config: MlpConfig) -> posflow::Result<()> {
+    println!(
+        "training a 2-{}-1 tanh MLP on y = x0*x1 ({} points, AdamW lr {})",
+        config.hidden, config.points, config.lr
+    );
+    let bar = ProgressBar::new(config.steps as u64).with_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} steps  loss {msg}  {per_sec}  eta {eta}")
+            .expect("valid template"),
+    );
+    let losses = train_mlp(backend, &config, |_, loss| {
+        bar.set_message(format!("{loss:.5}"));
+        bar.inc(1);
+    })?;
+    bar.finish();
+    let first = losses.first().copied().unwrap_or(f32::NAN);
+    let last = losses.last().copied().unwrap_or(f32::NAN);
+    println!(
+        "loss {first:.5} -> {last:.5} (the variance of the target is {:.5})",
+        1.0 / 9.0
+    );
+    Ok(())
+}
+
+fn bench_matmul(backend: &Rc<dyn Backend>, sizes: &[usize], repeats: usize) -> posflow::Result<()> {
+    println!("{:>6}  {:>10}  {:>9}", "size", "ms", "GFLOP/s");
+    for row in posflow::bench::matmul(backend, sizes, repeats)? {
+        println!(
+            "{:>6}  {:>10.3}  {:>9.1}",
+            row.size,
+            row.seconds * 1e3,
+            row.gflops
+        );
+    }
+    Ok(())
+}

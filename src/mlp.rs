@@ -28,8 +28,10 @@ impl Default for MlpConfig {
         Self {
             hidden: 32,
             points: 256,
-            steps: 300,
-            lr: 0.01,
+            steps: 400,
+            // At 0.01 Adam hits loss spikes around step 200, where f32 rounding differences
+            // between backends grow into visibly different curves; 0.005 trains smoothly.
+            lr: 0.005,
             seed: 0,
         }
     }

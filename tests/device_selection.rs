@@ -16,14 +16,27 @@ fn auto_prefers_a_real_gpu_and_otherwise_the_cpu() {
     let adapters = pollster::block_on(list_adapters());
     let hardware = adapters.iter().any(|a| !a.contains("Cpu)"));
     let backend = pollster::block_on(select_backend(DeviceChoice::Auto)).unwrap();
-    let expected = if hardware { BackendKind::Gpu } else { BackendKind::Cpu };
-    assert_eq!(backend.kind(), expected, "adapters: {adapters:?}, picked {}", backend.describe());
+    let expected = if hardware {
+        BackendKind::Gpu
+    } else {
+        BackendKind::Cpu
+    };
+    assert_eq!(
+        backend.kind(),
+        expected,
+        "adapters: {adapters:?}, picked {}",
+        backend.describe()
+    );
 }
 
 #[test]
 fn asking_for_a_gpu_where_there_is_none_lists_what_was_seen_and_what_to_install() {
     // No Metal on Linux (and no DX12 elsewhere): wgpu finds no adapter at all.
-    let absent = if cfg!(target_os = "macos") { "dx12" } else { "metal" };
+    let absent = if cfg!(target_os = "macos") {
+        "dx12"
+    } else {
+        "metal"
+    };
     // SAFETY: this binary's other tests do not read the environment concurrently with wgpu setup
     // in a way that matters: they only compare adapter kinds, which this variable cannot change
     // for them once their instance exists. Tests here are few and short.
@@ -33,6 +46,12 @@ fn asking_for_a_gpu_where_there_is_none_lists_what_was_seen_and_what_to_install(
         Err(e) => e.to_string(),
     };
     unsafe { std::env::set_var("WGPU_BACKEND", "vulkan") };
-    assert!(err.contains("no GPU adapter found") && err.contains("adapters seen: none"), "{err}");
-    assert!(err.contains("mesa-vulkan-drivers") && err.contains("--device cpu"), "{err}");
+    assert!(
+        err.contains("no GPU adapter found") && err.contains("adapters seen: none"),
+        "{err}"
+    );
+    assert!(
+        err.contains("mesa-vulkan-drivers") && err.contains("--device cpu"),
+        "{err}"
+    );
 }

@@ -13,7 +13,9 @@ fn a_tensor_over_the_gpu_binding_limit_names_the_tensor_and_the_limit() {
     let x = g.input("huge_activations", TensorMeta::f32(&[1200, 1_000_000]));
     let y = g.scale(x, 2.0).unwrap();
     let params = ParamStore::init(gpu, &g, 0).unwrap();
-    let err = Executor::new(&g, &[y], &params).err().expect("the plan must not fit");
+    let err = Executor::new(&g, &[y], &params)
+        .err()
+        .expect("the plan must not fit");
     assert!(matches!(err, Error::BindingTooLarge { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(
@@ -28,5 +30,8 @@ fn mismatched_shapes_name_the_op_and_both_shapes() {
     let a = g.input("a", TensorMeta::f32(&[3, 4]));
     let b = g.input("b", TensorMeta::f32(&[5, 6]));
     let msg = g.matmul(a, b).unwrap_err().to_string();
-    assert!(msg.contains("matmul") && msg.contains("[3, 4]") && msg.contains("[5, 6]"), "{msg}");
+    assert!(
+        msg.contains("matmul") && msg.contains("[3, 4]") && msg.contains("[5, 6]"),
+        "{msg}"
+    );
 }

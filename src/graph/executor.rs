@@ -167,7 +167,10 @@ mod tests {
         let params = ParamStore::init(cpu(), &g, 0).unwrap();
         let exec = Executor::new(&g, &[y], &params).unwrap();
         let err = exec.set_f32(x, &[1.0; 5]).unwrap_err().to_string();
-        assert!(err.contains("tokens") && err.contains("[2, 3]") && err.contains('5'), "{err}");
+        assert!(
+            err.contains("tokens") && err.contains("[2, 3]") && err.contains('5'),
+            "{err}"
+        );
         let err = exec.set_i32(x, &[1; 6]).unwrap_err().to_string();
         assert!(err.contains("I32"), "{err}");
     }

@@ -185,8 +185,12 @@ mod tests {
         assert_eq!(plan.steps.len(), 10);
         // x, the output, and two buffers that the intermediates alternate between.
         assert_eq!(plan.buffers.len(), 4, "{:?}", plan.slots);
-        let Some(Slot::Buffer(out)) = plan.slots[y.index()] else { panic!("output not placed") };
-        let Some(Slot::Buffer(input)) = plan.slots[x.index()] else { panic!("input not placed") };
+        let Some(Slot::Buffer(out)) = plan.slots[y.index()] else {
+            panic!("output not placed")
+        };
+        let Some(Slot::Buffer(input)) = plan.slots[x.index()] else {
+            panic!("input not placed")
+        };
         let others = plan
             .slots
             .iter()
