@@ -69,6 +69,11 @@ pub fn int_input(
     (t, (t, Feed::I32(values)))
 }
 
+/// The weights w of the loss sum(out * w) that [`run`] uses for `seed`.
+pub fn upstream_weights(n: usize, seed: u64) -> Vec<f32> {
+    random_vec(n, seed ^ 0x5eed)
+}
+
 /// A parameter with uniform random values, for ops under test.
 pub fn param(g: &mut Graph, name: &str, shape: &[usize]) -> TensorId {
     g.param(name, shape, Init::Uniform(1.0))
@@ -148,7 +153,7 @@ fn build_with_loss(
     let r = g.input("upstream", TensorMeta::f32(&shape));
     let weighted = g.mul(built.out, r).expect("mul");
     let loss = g.sum_all(weighted).expect("sum");
-    let upstream = random_vec(shape.iter().product(), seed ^ 0x5eed);
+    let upstream = upstream_weights(shape.iter().product(), seed);
     (g, built, (r, upstream), loss)
 }
 
