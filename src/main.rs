@@ -1,9 +1,10 @@
 //! The `posflow` command line.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::rc::Rc;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use posflow::backend::{Backend, DeviceChoice, gpu::list_adapters, select_backend};
 use posflow::mlp::{MlpConfig, train_mlp};
@@ -14,6 +15,7 @@ use posflow::mlp::{MlpConfig, train_mlp};
     version,
     about = "Train small Transformers on any GPU through WebGPU"
 )]
+#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     /// Where to run: `auto` takes a real GPU if there is one and the CPU otherwise (a software
     /// GPU such as lavapipe is slower than the CPU backend); `gpu` takes any GPU adapter.
@@ -23,21 +25,16 @@ struct Cli {
 
     #[command(subcommand)]
     command: Option<Command>,
+
+    /// With no command, `posflow` runs the MLP demo with these options.
+    #[command(flatten)]
+    mlp: MlpArgs,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Train a two-layer MLP on an XOR-like regression task (the default command).
-    Mlp {
-        #[arg(long, default_value_t = MlpConfig::default().steps)]
-        steps: usize,
-        #[arg(long, default_value_t = MlpConfig::default().hidden)]
-        hidden: usize,
-        #[arg(long, default_value_t = MlpConfig::default().lr)]
-        lr: f32,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-    },
+    Mlp(MlpArgs),
     /// Measure the engine's speed.
     Bench {
         #[command(subcommand)]
@@ -45,6 +42,22 @@ enum Command {
     },
     /// List the GPU adapters wgpu can see and the backend `auto` would pick.
     Devices,
+}
+
+#[derive(Args)]
+struct MlpArgs {
+    /// Training steps (at least 1).
+    #[arg(long, default_value_t = MlpConfig::default().steps, value_parser = at_least_one)]
+    steps: usize,
+    #[arg(long, default_value_t = MlpConfig::default().hidden)]
+    hidden: usize,
+    #[arg(long, default_value_t = MlpConfig::default().lr)]
+    lr: f32,
+    #[arg(long, default_value_t = MlpConfig::default().seed)]
+    seed: u64,
+    /// Write the loss of every step to this file as JSON lines: {"step": 0, "loss": 0.137}.
+    #[arg(long)]
+    log: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -74,50 +87,42 @@ fn run(cli: Cli) -> posflow::Result<()> {
         Some(c) => c,
         None => DeviceChoice::from_env()?.unwrap_or_default(),
     };
-    let command = cli.command.unwrap_or(Command::Mlp {
-        steps: MlpConfig::default().steps,
-        hidden: MlpConfig::default().hidden,
-        lr: MlpConfig::default().lr,
-        seed: 0,
-    });
-    if let Command::Devices = command {
-        let adapters = pollster::block_on(list_adapters());
-        if adapters.is_empty() {
-            println!("no GPU adapters");
-        }
-        for a in adapters {
-            println!("adapter: {a}");
-        }
-        let backend = pollster::block_on(select_backend(DeviceChoice::Auto))?;
-        println!("--device auto picks: {}", backend.describe());
-        return Ok(());
-    }
-    let backend: Rc<dyn Backend> = pollster::block_on(select_backend(choice))?;
-    println!("device: {}", backend.describe());
-    match command {
-        Command::Mlp {
-            steps,
-            hidden,
-            lr,
-            seed,
-        } => mlp(
-            backend,
-            MlpConfig {
-                hidden,
-                points: 256,
-                steps,
-                lr,
-                seed,
-            },
-        ),
+    match cli.command.unwrap_or(Command::Mlp(cli.mlp)) {
+        Command::Devices => devices(),
+        Command::Mlp(args) => mlp(backend(choice)?, args),
         Command::Bench {
             what: Bench::Matmul { sizes, repeats },
-        } => bench_matmul(&backend, &sizes, repeats),
-        Command::Devices => unreachable!("handled above"),
+        } => bench_matmul(&backend(choice)?, &sizes, repeats),
     }
 }
 
-fn mlp(backend: Rc<dyn Backend>, config: MlpConfig) -> posflow::Result<()> {
+fn backend(choice: DeviceChoice) -> posflow::Result<Rc<dyn Backend>> {
+    let backend = pollster::block_on(select_backend(choice))?;
+    println!("device: {}", backend.describe());
+    Ok(backend)
+}
+
+fn devices() -> posflow::Result<()> {
+    let adapters = pollster::block_on(list_adapters());
+    if adapters.is_empty() {
+        println!("no GPU adapters");
+    }
+    for a in adapters {
+        println!("adapter: {a}");
+    }
+    let backend = pollster::block_on(select_backend(DeviceChoice::Auto))?;
+    println!("--device auto picks: {}", backend.describe());
+    Ok(())
+}
+
+fn mlp(backend: Rc<dyn Backend>, args: MlpArgs) -> posflow::Result<()> {
+    let config = MlpConfig {
+        hidden: args.hidden,
+        steps: args.steps,
+        lr: args.lr,
+        seed: args.seed,
+        ..MlpConfig::default()
+    };
     println!(
         "training a 2-{}-1 tanh MLP on y = x0*x1 ({} points, AdamW lr {})",
         config.hidden, config.points, config.lr
@@ -137,6 +142,15 @@ fn mlp(backend: Rc<dyn Backend>, config: MlpConfig) -> posflow::Result<()> {
         "loss {first:.5} -> {last:.5} (the variance of the target is {:.5})",
         1.0 / 9.0
     );
+    if let Some(path) = args.log {
+        let lines: String = losses
+            .iter()
+            .enumerate()
+            .map(|(step, loss)| format!("{{\"step\": {step}, \"loss\": {loss}}}\n"))
+            .collect();
+        write_atomically(&path, lines.as_bytes())?;
+        println!("wrote the loss curve to {}", path.display());
+    }
     Ok(())
 }
 
@@ -151,4 +165,21 @@ fn bench_matmul(backend: &Rc<dyn Backend>, sizes: &[usize], repeats: usize) -> p
         );
     }
     Ok(())
+}
+
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Writes through a temporary file and a rename, so an interrupted run never leaves half a file
+/// where a good one was.
+fn write_atomically(path: &Path, bytes: &[u8]) -> posflow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let io = |e: std::io::Error| posflow::Error::Input(format!("writing {}: {e}", path.display()));
+    std::fs::write(&tmp, bytes).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
 }
