@@ -135,7 +135,11 @@ impl Attention {
         if inputs.len() != expected {
             return shape_err(
                 op,
-                format!("needs {expected} inputs, got {}: {}", inputs.len(), listed(inputs)),
+                format!(
+                    "needs {expected} inputs, got {}: {}",
+                    inputs.len(),
+                    listed(inputs)
+                ),
             );
         }
         let q = inputs[0];
@@ -162,7 +166,13 @@ impl Attention {
         {
             return shape_err(
                 op,
-                format!("needs bias f32 [H, L, L] = [{}, {}, {}]; got {}", d.h, d.l, d.l, listed(inputs)),
+                format!(
+                    "needs bias f32 [H, L, L] = [{}, {}, {}]; got {}",
+                    d.h,
+                    d.l,
+                    d.l,
+                    listed(inputs)
+                ),
             );
         }
         if let Some(i) = mask
@@ -170,7 +180,12 @@ impl Attention {
         {
             return shape_err(
                 op,
-                format!("needs key_mask i32 [B, L] = [{}, {}]; got {}", d.b, d.l, listed(inputs)),
+                format!(
+                    "needs key_mask i32 [B, L] = [{}, {}]; got {}",
+                    d.b,
+                    d.l,
+                    listed(inputs)
+                ),
             );
         }
         if !self.scale.is_finite() {
@@ -268,7 +283,11 @@ impl<'a> Problem<'a> {
                 continue;
             }
             *p = (*p - lse[row]).exp();
-            let dp: f32 = go.iter().zip(self.at(self.v, bh * l + j)).map(|(a, b)| a * b).sum();
+            let dp: f32 = go
+                .iter()
+                .zip(self.at(self.v, bh * l + j))
+                .map(|(a, b)| a * b)
+                .sum();
             *ds = *p * (dp - delta);
         }
     }
@@ -372,7 +391,12 @@ impl Op for AttentionBackward {
             let shapes: Vec<String> = inputs.iter().map(|m| m.to_string()).collect();
             return shape_err(
                 self.name(),
-                format!("needs {} inputs, got {}: {}", fwd + 3, inputs.len(), shapes.join(", ")),
+                format!(
+                    "needs {} inputs, got {}: {}",
+                    fwd + 3,
+                    inputs.len(),
+                    shapes.join(", ")
+                ),
             );
         }
         let d = self.0.check(self.name(), &inputs[..fwd], true)?;
@@ -430,24 +454,22 @@ impl Op for AttentionBackward {
                 }
             });
         if let [dbias] = dbias {
-            let Dims { b: batch, h: heads, .. } = pr.d;
+            let Dims {
+                b: batch, h: heads, ..
+            } = pr.d;
             // Each head sums dS over the batch in order.
-            dbias
-                .data
-                .par_chunks_mut(l * l)
-                .enumerate()
-                .for_each(|(h, db)| {
-                    db.fill(0.0);
-                    let (mut p, mut ds) = (vec![0.0; l], vec![0.0; l]);
-                    for b in 0..batch {
-                        for i in 0..l {
-                            pr.p_and_ds((b * heads + h) * l + i, lse, out, dout, &mut p, &mut ds);
-                            for (d, s) in db[i * l..][..l].iter_mut().zip(&ds) {
-                                *d += s;
-                            }
+            dbias.data.par_chunks_mut(l * l).enumerate().for_each(|(h, db)| {
+                db.fill(0.0);
+                let (mut p, mut ds) = (vec![0.0; l], vec![0.0; l]);
+                for b in 0..batch {
+                    for i in 0..l {
+                        pr.p_and_ds((b * heads + h) * l + i, lse, out, dout, &mut p, &mut ds);
+                        for (d, s) in db[i * l..][..l].iter_mut().zip(&ds) {
+                            *d += s;
                         }
                     }
-                });
+                }
+            });
         }
     }
 
@@ -557,7 +579,13 @@ impl AttentionOpts {
 impl Graph {
     /// Multi-head attention of q, k, v `[B, H, L, Dh]`; returns out `[B, H, L, Dh]`. See
     /// [`Attention`] and the module doc for the options.
-    pub fn attention(&mut self, q: TensorId, k: TensorId, v: TensorId, opts: AttentionOpts) -> Result<TensorId> {
+    pub fn attention(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        opts: AttentionOpts,
+    ) -> Result<TensorId> {
         let inputs: Vec<TensorId> = [q, k, v].into_iter().chain(opts.optional_inputs()).collect();
         Ok(self.apply(opts.op(), &inputs)?[0])
     }
@@ -625,7 +653,12 @@ mod tests {
         fn key_mask(&self) -> Option<Vec<i32>> {
             let l = self.shape[2];
             let lengths = self.lengths.as_ref()?;
-            Some(lengths.iter().flat_map(|&n| (0..l).map(move |j| (j < n) as i32)).collect())
+            Some(
+                lengths
+                    .iter()
+                    .flat_map(|&n| (0..l).map(move |j| (j < n) as i32))
+                    .collect(),
+            )
         }
 
         /// The optional inputs, and the options that name them.
@@ -710,15 +743,19 @@ mod tests {
             Case::new([1, 2, 19, 5]).causal().bias().lengths(&[11]),
         ];
         for case in cases {
-            check_gpu_matches_cpu(&case.attention(), 1e-5, 1e-3);
+            check_gpu_matches_cpu(&case.attention(), 1e-5, 1e-4);
         }
     }
 
     #[test]
     fn gpu_matches_cpu_on_wide_heads() {
         for dh in [64, 128] {
-            check_gpu_matches_cpu(&Case::new([1, 2, 29, dh]).bias().lengths(&[23]).attention(), 1e-5, 1e-3);
-            check_gpu_matches_cpu(&Case::new([1, 1, 41, dh]).causal().attention(), 1e-5, 1e-3);
+            check_gpu_matches_cpu(
+                &Case::new([1, 2, 29, dh]).bias().lengths(&[23]).attention(),
+                1e-5,
+                1e-4,
+            );
+            check_gpu_matches_cpu(&Case::new([1, 1, 41, dh]).causal().attention(), 1e-5, 1e-4);
         }
     }
 
@@ -774,7 +811,10 @@ mod tests {
     /// `gen_attention.py`), on the CPU and the GPU.
     #[test]
     fn probabilities_match_pytorch() {
-        let path = format!("{}/tests/reference/attention.safetensors", env!("CARGO_MANIFEST_DIR"));
+        let path = format!(
+            "{}/tests/reference/attention.safetensors",
+            env!("CARGO_MANIFEST_DIR")
+        );
         let bytes = std::fs::read(&path).unwrap();
         let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
         let data = |name: &str| file.tensor(&format!("probs/{name}")).unwrap().data().to_vec();
@@ -787,7 +827,11 @@ mod tests {
             )]),
             upstream: None,
         };
-        let case = Case::new([2, 2, 7, 6]).scale(0.4).causal().bias().lengths(&[7, 4]);
+        let case = Case::new([2, 2, 7, 6])
+            .scale(0.4)
+            .causal()
+            .bias()
+            .lengths(&[7, 4]);
         let mut backends = vec![cpu()];
         backends.extend(gpu());
         for backend in backends {
@@ -812,7 +856,10 @@ mod tests {
             let l = case.shape[2];
             for (r, row) in want.chunks(l).enumerate() {
                 let total: f32 = row.iter().sum();
-                let padded = case.lengths.as_ref().is_some_and(|n| n[r / (case.shape[1] * l)] == 0);
+                let padded = case
+                    .lengths
+                    .as_ref()
+                    .is_some_and(|n| n[r / (case.shape[1] * l)] == 0);
                 let expected = if padded { 0.0 } else { 1.0 };
                 assert!((total - expected).abs() < 1e-5, "row {r} sums to {total}");
             }
@@ -850,20 +897,28 @@ mod tests {
             "{err}"
         );
         let err = g.attention(wide, wide, wide, plain).unwrap_err().to_string();
-        assert!(err.starts_with("attention: ") && err.contains("[1, 1, 2, 129]"), "{err}");
+        assert!(
+            err.starts_with("attention: ") && err.contains("[1, 1, 2, 129]"),
+            "{err}"
+        );
         let with_bias = AttentionOpts {
             bias: Some(bias),
             ..plain
         };
         let err = g.attention(q, k, q, with_bias).unwrap_err().to_string();
-        assert!(err.contains("bias [3, 5, 4]") && err.contains("[3, 5, 5]"), "{err}");
+        assert!(
+            err.contains("bias [3, 5, 4]") && err.contains("[3, 5, 5]"),
+            "{err}"
+        );
         let with_mask = AttentionOpts {
             key_mask: Some(mask),
             ..plain
         };
         let err = g.attention_probs(q, k, with_mask).unwrap_err().to_string();
         assert!(
-            err.starts_with("attention_probs: ") && err.contains("key_mask [2, 4] i32") && err.contains("[2, 5]"),
+            err.starts_with("attention_probs: ")
+                && err.contains("key_mask [2, 4] i32")
+                && err.contains("[2, 5]"),
             "{err}"
         );
     }
