@@ -444,6 +444,7 @@ impl Op for AttentionBackward {
                     let (q, go) = (pr.at(pr.q, row), pr.at(dout, row));
                     let dq = &mut dq[i * dh..][..dh];
                     for j in 0..l {
+                        // Hidden keys (and underflowed ones) add nothing.
                         if p[j] == 0.0 && ds[j] == 0.0 {
                             continue;
                         }
