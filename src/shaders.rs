@@ -28,6 +28,7 @@ shaders! {
     EMBEDDING => "embedding",
     CROSS_ENTROPY => "cross_entropy",
     MATMUL => "matmul",
+    ATTENTION => "attention",
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use crate::graph::{Graph, TensorId};
 use crate::shaders::Shader;
 use crate::tensor::TensorMeta;
 
+pub mod attention;
 pub mod cross_entropy;
 pub mod elementwise;
 pub mod embedding;
