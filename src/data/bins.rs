@@ -1,0 +1,201 @@
+//! Evaluation by sequence length: loss and token accuracy per length bin (≤32, 33–64, 65–128, …),
+//! the measure of how a position encoding extrapolates beyond its training lengths.
+
+use std::fmt;
+use std::ops::RangeInclusive;
+
+use super::{Batch, IGNORE_INDEX};
+use crate::error::{Error, Result};
+
+/// The upper end of the first bin; each later bin doubles it.
+const FIRST_BIN_MAX: usize = 32;
+
+/// Loss and correct predictions summed over the counted tokens of some sequences.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BinTotals {
+    pub sequences: usize,
+    pub tokens: usize,
+    pub loss_sum: f64,
+    pub correct: usize,
+}
+
+impl BinTotals {
+    /// Mean loss per counted token (0 when none was counted).
+    pub fn mean_loss(&self) -> f64 {
+        if self.tokens == 0 {
+            0.0
+        } else {
+            self.loss_sum / self.tokens as f64
+        }
+    }
+
+    /// The fraction of counted tokens predicted right (argmax equal to the target).
+    pub fn accuracy(&self) -> f64 {
+        if self.tokens == 0 {
+            0.0
+        } else {
+            self.correct as f64 / self.tokens as f64
+        }
+    }
+
+    fn add(&mut self, other: &BinTotals) {
+        self.sequences += other.sequences;
+        self.tokens += other.tokens;
+        self.loss_sum += other.loss_sum;
+        self.correct += other.correct;
+    }
+}
+
+/// Totals per length bin: bin 0 holds lengths 1–32, bin k ≥ 1 holds 32·2^(k−1)+1 to 32·2^k.
+#[derive(Clone, Debug, Default)]
+pub struct LengthBins {
+    bins: Vec<BinTotals>,
+}
+
+impl LengthBins {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn bin_of(len: usize) -> usize {
+        if len <= FIRST_BIN_MAX {
+            0
+        } else {
+            // ⌈log2 len⌉ − 5: 33..=64 → 1, 65..=128 → 2.
+            (usize::BITS - (len - 1).leading_zeros()) as usize - FIRST_BIN_MAX.trailing_zeros() as usize
+        }
+    }
+
+    pub fn bin_lengths(bin: usize) -> RangeInclusive<usize> {
+        match bin {
+            0 => 1..=FIRST_BIN_MAX,
+            _ => (FIRST_BIN_MAX << (bin - 1)) + 1..=FIRST_BIN_MAX << bin,
+        }
+    }
+
+    /// Adds one sequence of length `len` with the given totals over its counted tokens.
+    pub fn record(&mut self, len: usize, loss_sum: f64, tokens: usize, correct: usize) {
+        let bin = Self::bin_of(len);
+        if self.bins.len() <= bin {
+            self.bins.resize(bin + 1, BinTotals::default());
+        }
+        self.bins[bin].add(&BinTotals {
+            sequences: 1,
+            tokens,
+            loss_sum,
+            correct,
+        });
+    }
+
+    /// Adds every row of `batch` (binned by its length before padding) given the model's logits
+    /// [B, L, vocab]: cross-entropy and argmax accuracy over the targets that count.
+    pub fn record_logits(&mut self, batch: &Batch, logits: &[f32], vocab: usize) -> Result<()> {
+        let [rows, len] = batch.shape();
+        if vocab == 0 || logits.len() != rows * len * vocab {
+            return Err(Error::Input(format!(
+                "logits of {} values do not fit a batch [{rows}, {len}] with a vocabulary of {vocab}",
+                logits.len()
+            )));
+        }
+        for (row, &row_len) in batch.lengths().iter().enumerate() {
+            let (mut loss_sum, mut tokens, mut correct) = (0.0, 0, 0);
+            for position in row * len..(row + 1) * len {
+                let target = batch.targets()[position];
+                if target == IGNORE_INDEX {
+                    continue;
+                }
+                let scores = &logits[position * vocab..(position + 1) * vocab];
+                let target = usize::try_from(target)
+                    .ok()
+                    .filter(|&t| t < vocab)
+                    .ok_or_else(|| {
+                        Error::Input(format!(
+                            "target {target} at row {row}, position {} is outside the vocabulary of {vocab}",
+                            position - row * len
+                        ))
+                    })?;
+                loss_sum += cross_entropy(scores, target);
+                tokens += 1;
+                correct += usize::from(argmax(scores) == target);
+            }
+            self.record(row_len, loss_sum, tokens, correct);
+        }
+        Ok(())
+    }
+
+    /// The bins that hold at least one sequence, with their lengths.
+    pub fn bins(&self) -> impl Iterator<Item = (RangeInclusive<usize>, &BinTotals)> {
+        self.bins
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.sequences > 0)
+            .map(|(b, t)| (Self::bin_lengths(b), t))
+    }
+
+    /// All bins together.
+    pub fn total(&self) -> BinTotals {
+        let mut total = BinTotals::default();
+        self.bins.iter().for_each(|bin| total.add(bin));
+        total
+    }
+}
+
+/// −log softmax(scores)[target], computed stably in f64.
+fn cross_entropy(scores: &[f32], target: usize) -> f64 {
+    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = scores.iter().map(|&s| (s as f64 - max).exp()).sum();
+    max + sum.ln() - scores[target] as f64
+}
+
+/// The first index of the largest score.
+fn argmax(scores: &[f32]) -> usize {
+    scores
+        .iter()
+        .enumerate()
+        .fold(0, |best, (i, &s)| if s > scores[best] { i } else { best })
+}
+
+impl fmt::Display for LengthBins {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{:>10} {:>9} {:>9} {:>8} {:>9}",
+            "length", "sequences", "tokens", "loss", "accuracy"
+        )?;
+        let row = |f: &mut fmt::Formatter<'_>, label: String, t: &BinTotals| {
+            writeln!(
+                f,
+                "{label:>10} {:>9} {:>9} {:>8.4} {:>8.2}%",
+                t.sequences,
+                t.tokens,
+                t.mean_loss(),
+                100.0 * t.accuracy()
+            )
+        };
+        for (lengths, totals) in self.bins() {
+            let label = if *lengths.start() == 1 {
+                format!("<={}", lengths.end())
+            } else {
+                format!("{}-{}", lengths.start(), lengths.end())
+            };
+            row(f, label, totals)?;
+        }
+        row(f, "all".into(), &self.total())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cross_entropy_and_argmax_of_known_scores() {
+        // softmax([0, ln 3]) = [1/4, 3/4]
+        let scores = [0.0, 3f32.ln()];
+        assert!((cross_entropy(&scores, 0) - 4f64.ln()).abs() < 1e-6);
+        assert!((cross_entropy(&scores, 1) - (4.0f64 / 3.0).ln()).abs() < 1e-6);
+        assert_eq!(argmax(&[1.0, 5.0, 5.0, -2.0]), 1);
+        // Large scores do not overflow.
+        assert!((cross_entropy(&[1000.0, 1000.0], 0) - 2f64.ln()).abs() < 1e-6);
+    }
+}

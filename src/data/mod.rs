@@ -1,0 +1,30 @@
+//! Data for training and evaluation: a character tokenizer, the corpora shipped under `data/`,
+//! and the tasks built from them, each producing [`Batch`]es of token ids and targets.
+//!
+//! - [`LanguageModelData`]: next-character prediction over a corpus (Moby Dick).
+//! - [`Pronunciations`]: `word=phonemes` from the CMU dictionary, loss on the phonemes only.
+//! - [`SyntheticTask`]: copy (`abc|abc`) and reverse (`abc|cba`), to test length extrapolation.
+//! - [`LengthBins`]: loss and accuracy per sequence-length bin, for evaluation.
+
+mod batch;
+mod bins;
+mod cmudict;
+mod corpus;
+mod language_model;
+mod prompted;
+mod synthetic;
+mod tokenizer;
+
+pub use batch::Batch;
+pub use bins::{BinTotals, LengthBins};
+pub use cmudict::{Pronunciation, Pronunciations, parse_cmudict};
+pub use corpus::{CMUDICT, MOBY_DICK};
+pub use language_model::LanguageModelData;
+pub use prompted::Example;
+pub use synthetic::SyntheticTask;
+pub use tokenizer::{BOS, CharTokenizer, EOS, PAD, SPECIAL_TOKENS};
+
+/// The target of a position that carries no loss (a prompt or padding), shared by the data and
+/// the cross-entropy loss (`Graph::cross_entropy`'s `ignore_index`). -100 as in PyTorch, so
+/// batches exported to PyTorch need no translation.
+pub const IGNORE_INDEX: i32 = -100;
