@@ -109,16 +109,25 @@ const THREADED: gemm::Parallelism = gemm::Parallelism::None;
 const MIN_WORKGROUPS: usize = 4;
 
 /// The kernel entry point and its tile for a product: the largest tile that still gives
-/// [`MIN_WORKGROUPS`] workgroups and wastes at most a third of its work on padding.
-fn tile_for(l: &Layout) -> (&'static str, usize) {
+/// [`MIN_WORKGROUPS`] workgroups and wastes at most a third of its work on padding. When every
+/// size is a nonzero multiple of 4 the entry point that loads whole vec4s is taken.
+fn kernel_for(l: &Layout) -> (&'static str, usize) {
+    let aligned = [l.m, l.n, l.k].iter().all(|&d| d > 0 && d % 4 == 0);
     let work = l.m * l.n;
-    for (entry, tile) in [("matmul_128", 128), ("matmul_64", 64)] {
+    let kernels = [
+        ("matmul_128", "matmul_128_vec4", 128),
+        ("matmul_64", "matmul_64_vec4", 64),
+        ("matmul_32", "matmul_32_vec4", 32),
+    ];
+    let fits = |tile: usize| {
         let tiles = l.m.div_ceil(tile) * l.n.div_ceil(tile);
-        if l.batch * tiles >= MIN_WORKGROUPS && 2 * tiles * tile * tile <= 3 * work {
-            return (entry, tile);
-        }
-    }
-    ("matmul_32", 32)
+        l.batch * tiles >= MIN_WORKGROUPS && 2 * tiles * tile * tile <= 3 * work
+    };
+    let (general, vec4, tile) = kernels
+        .into_iter()
+        .find(|&(_, _, tile)| tile == 32 || fits(tile))
+        .expect("the smallest tile always fits");
+    (if aligned { vec4 } else { general }, tile)
 }
 
 impl MatMul {
@@ -223,7 +232,7 @@ impl Op for MatMul {
 
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let (_, l) = self.plan(inputs[0], inputs[1]).expect("shapes checked by infer");
-        let (entry, tile) = tile_for(&l);
+        let (entry, tile) = kernel_for(&l);
         let params = Params::new()
             .u(l.m)
             .u(l.n)
@@ -293,7 +302,7 @@ impl Graph {
 
 #[cfg(test)]
 mod tests {
-    use super::{Layout, MatMul, tile_for};
+    use super::{Layout, MatMul, kernel_for};
     use crate::graph::Graph;
     use crate::tensor::TensorMeta;
     use crate::testing::*;
@@ -348,7 +357,38 @@ mod tests {
         for ((m, k, n), entry) in cases {
             for (ta, tb) in TRANSPOSES {
                 let (sa, sb) = shapes(&[], m, k, n, ta, tb);
-                assert_eq!(tile_for(&layout(&sa, &sb, ta, tb)).0, entry, "{m}x{k}x{n}");
+                assert_eq!(kernel_for(&layout(&sa, &sb, ta, tb)).0, entry, "{m}x{k}x{n}");
+                check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
+            }
+        }
+    }
+
+    #[test]
+    fn gpu_matches_cpu_on_the_vec4_path_and_just_off_it() {
+        // Sizes that are multiples of 4 take the vec4 loads on every tile (k = 44 ends in half a
+        // K-step); n = 255 falls back to the general loads.
+        let cases = [
+            ((36, 92, 52), "matmul_32_vec4"),
+            ((200, 44, 192), "matmul_64_vec4"),
+            ((256, 44, 256), "matmul_128_vec4"),
+            ((256, 44, 255), "matmul_128"),
+        ];
+        for ((m, k, n), entry) in cases {
+            for (ta, tb) in TRANSPOSES {
+                let (sa, sb) = shapes(&[], m, k, n, ta, tb);
+                assert_eq!(kernel_for(&layout(&sa, &sb, ta, tb)).0, entry, "{m}x{k}x{n}");
+                check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
+            }
+        }
+        // Batched and shared operands on the vec4 path.
+        for (ta, tb) in TRANSPOSES {
+            let (sa, sb) = shapes(&[2, 3], 20, 24, 16, ta, tb);
+            let (sa2, _) = shapes(&[2, 5], 32, 16, 28, ta, tb);
+            let (_, sb2) = shapes(&[], 32, 16, 28, ta, tb);
+            let (sa3, _) = shapes(&[], 12, 40, 36, ta, tb);
+            let (_, sb3) = shapes(&[4], 12, 40, 36, ta, tb);
+            for (sa, sb) in [(sa, sb), (sa2, sb2), (sa3, sb3)] {
+                assert!(kernel_for(&layout(&sa, &sb, ta, tb)).0.ends_with("_vec4"));
                 check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
             }
         }
