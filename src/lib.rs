@@ -21,6 +21,7 @@ pub mod shaders;
 pub mod tensor;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod train;
 
 pub use error::{Error, Result};
 pub use graph::{Graph, Init, TensorId};

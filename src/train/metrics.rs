@@ -1,0 +1,113 @@
+//! The metrics log: one JSON object per line, one line per training step or evaluation, so a run
+//! can be plotted or compared while it is still going (`tail -f`, the visualizer, pandas).
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// One line of the log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    Train {
+        step: usize,
+        loss: f32,
+        lr: f32,
+        grad_norm: f32,
+        tokens_per_s: f32,
+    },
+    Eval {
+        step: usize,
+        /// The length bin, e.g. "33-64", or "all".
+        bin: String,
+        loss: f32,
+        accuracy: f32,
+        tokens: usize,
+    },
+}
+
+pub struct MetricsLog {
+    path: PathBuf,
+    out: BufWriter<File>,
+}
+
+impl MetricsLog {
+    /// Opens `path` for appending (a resumed run continues its log).
+    pub fn append(path: &Path) -> Result<Self> {
+        let file = File::options()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| Error::Input(format!("metrics log {}: {e}", path.display())))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            out: BufWriter::new(file),
+        })
+    }
+
+    /// Writes one line and flushes it, so readers see every finished step.
+    pub fn write(&mut self, record: &Record) -> Result<()> {
+        let line = serde_json::to_string(record).expect("records serialize");
+        writeln!(self.out, "{line}")
+            .and_then(|()| self.out.flush())
+            .map_err(|e| Error::Input(format!("metrics log {}: {e}", self.path.display())))
+    }
+
+    /// Every record of a log file, for plots and tests.
+    pub fn read(path: &Path) -> Result<Vec<Record>> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Input(format!("metrics log {}: {e}", path.display())))?;
+        text.lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| {
+                serde_json::from_str(l)
+                    .map_err(|e| Error::Input(format!("metrics log {} line {}: {e}", path.display(), i + 1)))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MetricsLog, Record};
+
+    #[test]
+    fn records_round_trip_and_appending_continues_the_log() {
+        let dir = std::env::temp_dir().join(format!("posflow-metrics-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.jsonl");
+        let _ = std::fs::remove_file(&path);
+        let train = Record::Train {
+            step: 3,
+            loss: 2.5,
+            lr: 1e-3,
+            grad_norm: 0.75,
+            tokens_per_s: 12000.0,
+        };
+        let eval = Record::Eval {
+            step: 3,
+            bin: "33-64".into(),
+            loss: 2.25,
+            accuracy: 0.5,
+            tokens: 640,
+        };
+        MetricsLog::append(&path).unwrap().write(&train).unwrap();
+        MetricsLog::append(&path).unwrap().write(&eval).unwrap();
+        assert_eq!(MetricsLog::read(&path).unwrap(), vec![train, eval]);
+        let first = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            first.starts_with(r#"{"kind":"train","step":3,"loss":2.5"#),
+            "{first}"
+        );
+
+        std::fs::write(&path, "{\"kind\":\"train\"}\n").unwrap();
+        let err = MetricsLog::read(&path).unwrap_err().to_string();
+        assert!(err.contains("line 1") && err.contains("missing field"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
