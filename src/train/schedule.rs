@@ -93,9 +93,9 @@ mod tests {
             let s = schedule(decay);
             assert!((s.lr(10) - 1e-3).abs() < 1e-9, "{decay:?} starts at the peak");
             assert!(
-                (s.lr(109) - 1e-4).abs() < 1e-9,
+                (s.lr(110) - 1e-4).abs() < 1e-9,
                 "{decay:?} ends at the floor: {}",
-                s.lr(109)
+                s.lr(110)
             );
             assert!((s.lr(500) - 1e-4).abs() < 1e-9, "{decay:?} stays at the floor");
         }
@@ -113,7 +113,7 @@ mod tests {
         s.warmup_steps = 200;
         let err = s.validate().unwrap_err().to_string();
         assert!(
-            err.contains("warmup_steps (200)") && err.contains("total_steps (110)"),
+            err.contains("warmup_steps (200)") && err.contains("total_steps (111)"),
             "{err}"
         );
         s = schedule(Decay::Linear);
