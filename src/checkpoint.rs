@@ -459,11 +459,7 @@ mod native {
         /// Writes the checkpoint to `path` atomically: an interrupted write never destroys the file
         /// that was there.
         pub fn write(&self, path: impl AsRef<Path>) -> Result<()> {
-            let path = path.as_ref();
-            let bytes = self
-                .to_bytes()
-                .map_err(|e| checkpoint_err(&path.display().to_string(), e))?;
-            write_atomically(path, &bytes)
+            write_atomically(path.as_ref(), &self.to_bytes()?)
         }
 
         /// Reads and checks the checkpoint at `path`; [`Checkpoint::restore`] puts it into a model.
