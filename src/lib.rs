@@ -9,6 +9,7 @@
 pub mod backend;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod bench;
+pub mod checkpoint;
 pub mod data;
 pub mod error;
 pub mod graph;

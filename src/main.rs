@@ -1,6 +1,6 @@
 //! The `posflow` command line.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::rc::Rc;
 
@@ -148,7 +148,7 @@ fn mlp(backend: Rc<dyn Backend>, args: MlpArgs) -> posflow::Result<()> {
             .enumerate()
             .map(|(step, loss)| format!("{{\"step\": {step}, \"loss\": {loss}}}\n"))
             .collect();
-        write_atomically(&path, lines.as_bytes())?;
+        posflow::checkpoint::write_atomically(&path, lines.as_bytes())?;
         println!("wrote the loss curve to {}", path.display());
     }
     Ok(())
@@ -173,13 +173,4 @@ fn at_least_one(s: &str) -> Result<usize, String> {
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
     }
-}
-
-/// Writes through a temporary file and a rename, so an interrupted run never leaves half a file
-/// where a good one was.
-fn write_atomically(path: &Path, bytes: &[u8]) -> posflow::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let io = |e: std::io::Error| posflow::Error::Input(format!("writing {}: {e}", path.display()));
-    std::fs::write(&tmp, bytes).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
 }
