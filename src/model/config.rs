@@ -143,3 +143,78 @@ impl ModelConfig {
 fn config_err<T>(detail: String) -> Result<T> {
     Err(Error::Input(format!("model config: {detail}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TINY: &str = r#"{ "vocab": 30, "d_model": 32, "heads": 2, "layers": 2, "ffn": 128, "max_len": 16,
+        "kind": { "type": "causal_lm" }, "posenc": { "type": "sinusoidal" } }"#;
+
+    /// The error of `TINY` with `from` replaced by `to`.
+    fn error_of(from: &str, to: &str) -> String {
+        assert!(TINY.contains(from), "{from} is not in the config");
+        ModelConfig::from_json(&TINY.replace(from, to)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn defaults_fill_the_optional_fields() {
+        let config = ModelConfig::from_json(TINY).unwrap();
+        assert_eq!(config.dropout, 0.0);
+        assert_eq!(config.kind, ModelKind::CausalLm { tied_head: true });
+        assert_eq!(config.posenc, PosEnc::Sinusoidal { every_block: false });
+        assert_eq!(config.head_dim(), 16);
+    }
+
+    #[test]
+    fn a_config_survives_a_json_round_trip() {
+        let config = ModelConfig::from_json(TINY).unwrap();
+        let json = serde_json::to_string(&config).unwrap();
+        assert_eq!(ModelConfig::from_json(&json).unwrap(), config);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_at_every_level() {
+        let err = error_of(r#""ffn": 128"#, r#""ffn": 128, "ffn_size": 64"#);
+        assert!(err.contains("unknown field `ffn_size`"), "{err}");
+        let err = error_of(r#"{ "type": "causal_lm" }"#, r#"{ "type": "causal_lm", "tied": true }"#);
+        assert!(err.contains("unknown field `tied`"), "{err}");
+        let err = error_of(r#"{ "type": "sinusoidal" }"#, r#"{ "type": "sinusoidal", "base": 1e4 }"#);
+        assert!(err.contains("unknown field `base`"), "{err}");
+    }
+
+    #[test]
+    fn encodings_not_built_yet_are_unknown_variants() {
+        let err = error_of(r#""sinusoidal""#, r#""floater""#);
+        assert!(
+            err.contains("unknown variant `floater`, expected one of `none`, `sinusoidal`, `learned`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn invalid_sizes_are_errors_naming_the_values() {
+        assert_eq!(
+            error_of(r#""heads": 2"#, r#""heads": 3"#),
+            "model config: d_model 32 is not divisible by heads 3"
+        );
+        let err = error_of(r#""d_model": 32, "heads": 2"#, r#""d_model": 512, "heads": 2"#);
+        assert!(err.contains("512 / 2 = 256 is over attention's limit of 128"), "{err}");
+        assert_eq!(
+            error_of(r#""layers": 2"#, r#""layers": 0"#),
+            "model config: layers must be positive, got 0"
+        );
+        let err = error_of(r#""d_model": 32, "heads": 2"#, r#""d_model": 33, "heads": 3"#);
+        assert!(err.contains("d_model must be even, got 33"), "{err}");
+        let err = error_of(r#"{ "type": "causal_lm" }"#, r#"{ "type": "encoder", "n_classes": 0 }"#);
+        assert!(err.contains("n_classes ≥ 1"), "{err}");
+    }
+
+    #[test]
+    fn nonzero_dropout_is_refused_until_a_dropout_op_exists() {
+        assert_eq!(
+            error_of(r#""ffn": 128"#, r#""ffn": 128, "dropout": 0.1"#),
+            "model config: dropout 0.1 is not supported yet (there is no dropout op); set dropout = 0.0"
+        );
+    }
+}
