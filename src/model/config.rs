@@ -154,7 +154,9 @@ mod tests {
     /// The error of `TINY` with `from` replaced by `to`.
     fn error_of(from: &str, to: &str) -> String {
         assert!(TINY.contains(from), "{from} is not in the config");
-        ModelConfig::from_json(&TINY.replace(from, to)).unwrap_err().to_string()
+        ModelConfig::from_json(&TINY.replace(from, to))
+            .unwrap_err()
+            .to_string()
     }
 
     #[test]
@@ -177,9 +179,15 @@ mod tests {
     fn unknown_keys_are_errors_at_every_level() {
         let err = error_of(r#""ffn": 128"#, r#""ffn": 128, "ffn_size": 64"#);
         assert!(err.contains("unknown field `ffn_size`"), "{err}");
-        let err = error_of(r#"{ "type": "causal_lm" }"#, r#"{ "type": "causal_lm", "tied": true }"#);
+        let err = error_of(
+            r#"{ "type": "causal_lm" }"#,
+            r#"{ "type": "causal_lm", "tied": true }"#,
+        );
         assert!(err.contains("unknown field `tied`"), "{err}");
-        let err = error_of(r#"{ "type": "sinusoidal" }"#, r#"{ "type": "sinusoidal", "base": 1e4 }"#);
+        let err = error_of(
+            r#"{ "type": "sinusoidal" }"#,
+            r#"{ "type": "sinusoidal", "base": 1e4 }"#,
+        );
         assert!(err.contains("unknown field `base`"), "{err}");
     }
 
@@ -199,14 +207,20 @@ mod tests {
             "model config: d_model 32 is not divisible by heads 3"
         );
         let err = error_of(r#""d_model": 32, "heads": 2"#, r#""d_model": 512, "heads": 2"#);
-        assert!(err.contains("512 / 2 = 256 is over attention's limit of 128"), "{err}");
+        assert!(
+            err.contains("512 / 2 = 256 is over attention's limit of 128"),
+            "{err}"
+        );
         assert_eq!(
             error_of(r#""layers": 2"#, r#""layers": 0"#),
             "model config: layers must be positive, got 0"
         );
         let err = error_of(r#""d_model": 32, "heads": 2"#, r#""d_model": 33, "heads": 3"#);
         assert!(err.contains("d_model must be even, got 33"), "{err}");
-        let err = error_of(r#"{ "type": "causal_lm" }"#, r#"{ "type": "encoder", "n_classes": 0 }"#);
+        let err = error_of(
+            r#"{ "type": "causal_lm" }"#,
+            r#"{ "type": "encoder", "n_classes": 0 }"#,
+        );
         assert!(err.contains("n_classes ≥ 1"), "{err}");
     }
 

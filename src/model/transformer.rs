@@ -153,7 +153,14 @@ impl Model {
         let h = self.layer_norm(g, x, &format!("{prefix}.ln2"))?;
         let h = linear(g, h, &format!("{prefix}.ffn.up"), c.d_model, c.ffn, INIT_STD)?;
         let h = g.gelu(h)?;
-        let h = linear(g, h, &format!("{prefix}.ffn.down"), c.ffn, c.d_model, residual_std)?;
+        let h = linear(
+            g,
+            h,
+            &format!("{prefix}.ffn.down"),
+            c.ffn,
+            c.d_model,
+            residual_std,
+        )?;
         g.add(x, h)
     }
 
@@ -284,7 +291,10 @@ impl ModelGraph {
 
     fn check_tokens(&self, tokens: &[i32]) -> Result<()> {
         let vocab = self.vocab;
-        if let Some(i) = tokens.iter().position(|&t| usize::try_from(t).map_or(true, |t| t >= vocab)) {
+        if let Some(i) = tokens
+            .iter()
+            .position(|&t| usize::try_from(t).map_or(true, |t| t >= vocab))
+        {
             return Err(Error::Input(format!(
                 "token id {} at row {}, position {} is outside the vocabulary [0, {vocab})",
                 tokens[i],
@@ -314,7 +324,11 @@ impl ModelGraph {
             Some(i) => Err(Error::Input(format!(
                 "target {} at index {i} is outside the {what} [0, {classes}){}",
                 targets[i],
-                if self.is_encoder() { "" } else { " and is not IGNORE_INDEX" }
+                if self.is_encoder() {
+                    ""
+                } else {
+                    " and is not IGNORE_INDEX"
+                }
             ))),
             None => Ok(()),
         }
