@@ -15,6 +15,7 @@ pub mod error;
 pub mod graph;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod mlp;
+pub mod model;
 pub mod ops;
 pub mod optim;
 pub mod params;

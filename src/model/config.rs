@@ -1,0 +1,234 @@
+//! The model's configuration: sizes, architecture kind and position encoding, read with serde
+//! (unknown keys are errors) and validated before any graph is built.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::ops::attention::MAX_HEAD_DIM;
+
+/// A pre-norm Transformer's configuration. In JSON (TOML reads the same through serde):
+///
+/// ```json
+/// { "vocab": 31, "d_model": 32, "heads": 2, "layers": 2, "ffn": 128, "max_len": 64,
+///   "kind": { "type": "causal_lm", "tied_head": true },
+///   "posenc": { "type": "sinusoidal", "every_block": false } }
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Token ids are in `[0, vocab)`.
+    pub vocab: usize,
+    pub d_model: usize,
+    pub heads: usize,
+    pub layers: usize,
+    /// The feed-forward network's hidden size (usually 4·d_model).
+    pub ffn: usize,
+    /// Must be 0.0: there is no dropout op yet. Optional in a config file.
+    #[serde(default)]
+    pub dropout: f32,
+    /// The longest sequence a learned position table holds; other encodings take any length.
+    pub max_len: usize,
+    pub kind: ModelKind,
+    pub posenc: PosEnc,
+}
+
+/// What the model predicts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ModelKind {
+    /// Decoder-only: causal attention, next-token logits `[B, L, vocab]`.
+    CausalLm {
+        /// The output head is the token embedding table, transposed (GPT-2); otherwise its own
+        /// `[d_model, vocab]` weight. Defaults to true.
+        #[serde(default = "tied_by_default")]
+        tied_head: bool,
+    },
+    /// Bidirectional encoder: position 0 holds the data layer's BOS token, used as [CLS]; its
+    /// final state is classified into `n_classes`, logits `[B, n_classes]`.
+    Encoder { n_classes: usize },
+}
+
+fn tied_by_default() -> bool {
+    true
+}
+
+/// The position encoding. Variants still to come (each will be its own variant here, so a config
+/// naming one is an "unknown variant" error until it exists): relative (T5 buckets), TUPE-A,
+/// TUPE-R and FLOATER.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum PosEnc {
+    /// No position information at all (a causal model can still infer some from the mask).
+    None,
+    /// The fixed sin/cos table of Vaswani et al., added to the embeddings, or to the input of
+    /// every block when `every_block` (as FLOATER's "inject at every layer" baseline).
+    Sinusoidal {
+        #[serde(default)]
+        every_block: bool,
+    },
+    /// A trained `[max_len, d_model]` table (BERT, GPT-2), added to the embeddings.
+    Learned,
+}
+
+impl ModelConfig {
+    /// Checks every constraint the graph builder relies on; errors name the fields and values.
+    pub fn validate(&self) -> Result<()> {
+        let positive = [
+            ("vocab", self.vocab),
+            ("d_model", self.d_model),
+            ("heads", self.heads),
+            ("layers", self.layers),
+            ("ffn", self.ffn),
+            ("max_len", self.max_len),
+        ];
+        for (field, value) in positive {
+            if value == 0 {
+                return config_err(format!("{field} must be positive, got 0"));
+            }
+        }
+        if !self.d_model.is_multiple_of(self.heads) {
+            return config_err(format!(
+                "d_model {} is not divisible by heads {}",
+                self.d_model, self.heads
+            ));
+        }
+        let head_dim = self.head_dim();
+        if head_dim > MAX_HEAD_DIM {
+            return config_err(format!(
+                "head dimension d_model / heads = {} / {} = {head_dim} is over attention's limit of \
+                 {MAX_HEAD_DIM}; use more heads",
+                self.d_model, self.heads
+            ));
+        }
+        if self.dropout != 0.0 {
+            return config_err(format!(
+                "dropout {} is not supported yet (there is no dropout op); set dropout = 0.0",
+                self.dropout
+            ));
+        }
+        if let ModelKind::Encoder { n_classes: 0 } = self.kind {
+            return config_err("an encoder needs n_classes ≥ 1, got 0".into());
+        }
+        if let ModelKind::Encoder { .. } = self.kind
+            && self.vocab <= crate::data::BOS as usize
+        {
+            return config_err(format!(
+                "an encoder reads the BOS token (id {}) as [CLS], but vocab is {}",
+                crate::data::BOS,
+                self.vocab
+            ));
+        }
+        if matches!(self.posenc, PosEnc::Sinusoidal { .. }) && !self.d_model.is_multiple_of(2) {
+            return config_err(format!(
+                "sinusoidal position encoding pairs sin and cos, so d_model must be even, got {}",
+                self.d_model
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.d_model / self.heads
+    }
+
+    /// Parses and validates a JSON config.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let config: Self =
+            serde_json::from_str(text).map_err(|e| Error::Input(format!("model config: {e}")))?;
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+fn config_err<T>(detail: String) -> Result<T> {
+    Err(Error::Input(format!("model config: {detail}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TINY: &str = r#"{ "vocab": 30, "d_model": 32, "heads": 2, "layers": 2, "ffn": 128, "max_len": 16,
+        "kind": { "type": "causal_lm" }, "posenc": { "type": "sinusoidal" } }"#;
+
+    /// The error of `TINY` with `from` replaced by `to`.
+    fn error_of(from: &str, to: &str) -> String {
+        assert!(TINY.contains(from), "{from} is not in the config");
+        ModelConfig::from_json(&TINY.replace(from, to))
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn defaults_fill_the_optional_fields() {
+        let config = ModelConfig::from_json(TINY).unwrap();
+        assert_eq!(config.dropout, 0.0);
+        assert_eq!(config.kind, ModelKind::CausalLm { tied_head: true });
+        assert_eq!(config.posenc, PosEnc::Sinusoidal { every_block: false });
+        assert_eq!(config.head_dim(), 16);
+    }
+
+    #[test]
+    fn a_config_survives_a_json_round_trip() {
+        let config = ModelConfig::from_json(TINY).unwrap();
+        let json = serde_json::to_string(&config).unwrap();
+        assert_eq!(ModelConfig::from_json(&json).unwrap(), config);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_at_every_level() {
+        let err = error_of(r#""ffn": 128"#, r#""ffn": 128, "ffn_size": 64"#);
+        assert!(err.contains("unknown field `ffn_size`"), "{err}");
+        let err = error_of(
+            r#"{ "type": "causal_lm" }"#,
+            r#"{ "type": "causal_lm", "tied": true }"#,
+        );
+        assert!(err.contains("unknown field `tied`"), "{err}");
+        let err = error_of(
+            r#"{ "type": "sinusoidal" }"#,
+            r#"{ "type": "sinusoidal", "base": 1e4 }"#,
+        );
+        assert!(err.contains("unknown field `base`"), "{err}");
+    }
+
+    #[test]
+    fn encodings_not_built_yet_are_unknown_variants() {
+        let err = error_of(r#""sinusoidal""#, r#""floater""#);
+        assert!(
+            err.contains("unknown variant `floater`, expected one of `none`, `sinusoidal`, `learned`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn invalid_sizes_are_errors_naming_the_values() {
+        assert_eq!(
+            error_of(r#""heads": 2"#, r#""heads": 3"#),
+            "model config: d_model 32 is not divisible by heads 3"
+        );
+        let err = error_of(r#""d_model": 32, "heads": 2"#, r#""d_model": 512, "heads": 2"#);
+        assert!(
+            err.contains("512 / 2 = 256 is over attention's limit of 128"),
+            "{err}"
+        );
+        assert_eq!(
+            error_of(r#""layers": 2"#, r#""layers": 0"#),
+            "model config: layers must be positive, got 0"
+        );
+        let err = error_of(r#""d_model": 32, "heads": 2"#, r#""d_model": 33, "heads": 3"#);
+        assert!(err.contains("d_model must be even, got 33"), "{err}");
+        let err = error_of(
+            r#"{ "type": "causal_lm" }"#,
+            r#"{ "type": "encoder", "n_classes": 0 }"#,
+        );
+        assert!(err.contains("n_classes ≥ 1"), "{err}");
+    }
+
+    #[test]
+    fn nonzero_dropout_is_refused_until_a_dropout_op_exists() {
+        assert_eq!(
+            error_of(r#""ffn": 128"#, r#""ffn": 128, "dropout": 0.1"#),
+            "model config: dropout 0.1 is not supported yet (there is no dropout op); set dropout = 0.0"
+        );
+    }
+}

@@ -1,0 +1,52 @@
+//! The Transformer built from a [`ModelConfig`]: token embedding, position encoding, pre-norm
+//! blocks, and a language-model or classifier head, as graph ops for one (batch, length).
+//!
+//! ```text
+//! x = tok_emb[tokens] (+ position term)          position term: see `posenc`
+//! for each block:  (+ position term, if every_block)
+//!     x = x + Attn(LN1(x))                        causal for the LM, key mask for padding
+//!     x = x + FFN(LN2(x))                         FFN = down(GELU(up(x)))
+//! LM:      logits = LN_f(x) · tok_emb^T  (tied)  or  LN_f(x) · lm_head.weight
+//! encoder: logits = cls_head(LN_f(x[:, 0]))       position 0 holds BOS as [CLS]
+//! loss = cross_entropy(logits, targets, IGNORE_INDEX)
+//! ```
+//!
+//! # Parameter names
+//!
+//! Checkpoints and the PyTorch loader rely on these names; do not rename them. Linear weights are
+//! `[in, out]` (`y = x·W + b`, as GPT-2's `Conv1D`), the transpose of PyTorch's `nn.Linear`.
+//! D = d_model, F = ffn, V = vocab, C = n_classes, `i` = block index from 0.
+//!
+//! | name                         | shape          | init                       | present when            |
+//! |------------------------------|----------------|----------------------------|-------------------------|
+//! | `tok_emb.weight`             | [V, D]         | N(0, 0.02)                 | always                  |
+//! | `pos_emb.weight`             | [max_len, D]   | N(0, 0.02)                 | posenc `learned`        |
+//! | `blocks.i.ln1.gain`          | [D]            | 1                          | always                  |
+//! | `blocks.i.ln1.bias`          | [D]            | 0                          | always                  |
+//! | `blocks.i.attn.qkv.weight`   | [D, 3D]        | N(0, 0.02)                 | always                  |
+//! | `blocks.i.attn.qkv.bias`     | [3D]           | 0                          | always                  |
+//! | `blocks.i.attn.out.weight`   | [D, D]         | N(0, 0.02/√(2·layers))     | always                  |
+//! | `blocks.i.attn.out.bias`     | [D]            | 0                          | always                  |
+//! | `blocks.i.ln2.gain`          | [D]            | 1                          | always                  |
+//! | `blocks.i.ln2.bias`          | [D]            | 0                          | always                  |
+//! | `blocks.i.ffn.up.weight`     | [D, F]         | N(0, 0.02)                 | always                  |
+//! | `blocks.i.ffn.up.bias`       | [F]            | 0                          | always                  |
+//! | `blocks.i.ffn.down.weight`   | [F, D]         | N(0, 0.02/√(2·layers))     | always                  |
+//! | `blocks.i.ffn.down.bias`     | [D]            | 0                          | always                  |
+//! | `ln_f.gain`                  | [D]            | 1                          | always                  |
+//! | `ln_f.bias`                  | [D]            | 0                          | always                  |
+//! | `lm_head.weight`             | [D, V]         | N(0, 0.02)                 | causal LM, untied head  |
+//! | `cls_head.weight`            | [D, C]         | N(0, 0.02)                 | encoder                 |
+//! | `cls_head.bias`              | [C]            | 0                          | encoder                 |
+//!
+//! The columns of `attn.qkv` are `[q | k | v]`, each D wide; head `h` uses columns
+//! `h·Dh .. (h+1)·Dh` of each part (Dh = D / heads), as `qkv.split(D, -1)` then
+//! `.view(B, L, heads, Dh)` in PyTorch. The graph's inputs are `tokens`, `targets`, `key_mask`
+//! (padded graphs) and `posenc.sinusoidal` (a constant table that [`ModelGraph::feed`] writes).
+
+mod config;
+pub mod posenc;
+mod transformer;
+
+pub use config::{ModelConfig, ModelKind, PosEnc};
+pub use transformer::{LN_EPS, Model, ModelGraph};

@@ -1,0 +1,336 @@
+//! The pre-norm Transformer of a [`ModelConfig`], built into a [`Graph`] for one (batch, length).
+
+use super::config::{ModelConfig, ModelKind};
+use super::posenc::{self, PositionTerms};
+use crate::data::{BOS, Batch, IGNORE_INDEX};
+use crate::error::{Error, Result};
+use crate::graph::{Executor, Graph, Init, TensorId};
+use crate::ops::attention::AttentionOpts;
+use crate::tensor::TensorMeta;
+
+/// Layer normalisation's epsilon (PyTorch's default).
+pub const LN_EPS: f32 = 1e-5;
+
+/// GPT-2's standard deviation for every weight matrix and embedding table.
+const INIT_STD: f32 = 0.02;
+
+/// A validated configuration, ready to be built into graphs of any shape. Graphs of different
+/// shapes declare the same parameters, so one `ParamStore` serves them all.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Model {
+    config: ModelConfig,
+}
+
+/// The tensors of one built model graph, and what must be fed before each run.
+#[derive(Clone, Debug)]
+pub struct ModelGraph {
+    pub batch: usize,
+    pub len: usize,
+    /// i32 `[B, L]`.
+    pub tokens: TensorId,
+    /// i32: `[B, L]` next tokens (`IGNORE_INDEX` where no loss counts) for a causal LM, `[B]`
+    /// classes for an encoder.
+    pub targets: TensorId,
+    /// i32 `[B, L]`, 1 for a token and 0 for padding; present in graphs from
+    /// [`Model::build_padded`].
+    pub key_mask: Option<TensorId>,
+    /// `[B, L, vocab]` for a causal LM, `[B, n_classes]` for an encoder.
+    pub logits: TensorId,
+    /// The mean cross-entropy, shape `[1]`.
+    pub loss: TensorId,
+    kind: ModelKind,
+    vocab: usize,
+    /// Constant inputs (the sinusoidal table) and their values.
+    constants: Vec<(TensorId, Vec<f32>)>,
+}
+
+/// What every block of one graph shares.
+struct BlockInputs {
+    batch: usize,
+    len: usize,
+    key_mask: Option<TensorId>,
+}
+
+impl Model {
+    pub fn new(config: ModelConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(Self { config })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The graph for `batch` rows of `len` tokens with no padding (for a causal LM, right-padded
+    /// rows need no mask either: no real token attends to a later position).
+    pub fn build(&self, g: &mut Graph, batch: usize, len: usize) -> Result<ModelGraph> {
+        self.build_graph(g, batch, len, false)
+    }
+
+    /// The graph for padded batches: it also has a key mask input, which hides padded keys.
+    pub fn build_padded(&self, g: &mut Graph, batch: usize, len: usize) -> Result<ModelGraph> {
+        self.build_graph(g, batch, len, true)
+    }
+
+    fn build_graph(&self, g: &mut Graph, batch: usize, len: usize, padded: bool) -> Result<ModelGraph> {
+        if batch == 0 || len == 0 {
+            return Err(Error::Input(format!(
+                "a model graph needs at least one row and one position, got batch {batch}, length {len}"
+            )));
+        }
+        let c = &self.config;
+        let d = c.d_model;
+        let tokens = g.input("tokens", TensorMeta::i32(&[batch, len]));
+        let key_mask = padded.then(|| g.input("key_mask", TensorMeta::i32(&[batch, len])));
+        let positions = posenc::build(g, c, len)?;
+
+        let tok_emb = g.param("tok_emb.weight", &[c.vocab, d], Init::Normal(INIT_STD))?;
+        let mut x = g.embedding(tok_emb, tokens)?;
+        if let Some(p) = positions.at_input {
+            x = g.add(x, p)?;
+        }
+        let shared = BlockInputs { batch, len, key_mask };
+        for layer in 0..c.layers {
+            x = self.block(g, x, layer, &shared, &positions)?;
+        }
+
+        let (logits, targets) = match c.kind {
+            ModelKind::CausalLm { tied_head } => {
+                let x = self.layer_norm(g, x, "ln_f")?;
+                let logits = if tied_head {
+                    g.matmul_t(x, tok_emb, false, true)?
+                } else {
+                    let head = g.param("lm_head.weight", &[d, c.vocab], Init::Normal(INIT_STD))?;
+                    g.matmul(x, head)?
+                };
+                (logits, g.input("targets", TensorMeta::i32(&[batch, len])))
+            }
+            ModelKind::Encoder { n_classes } => {
+                let cls = g.slice(x, 1, 0, 1)?;
+                let cls = g.reshape(cls, &[batch, d])?;
+                let cls = self.layer_norm(g, cls, "ln_f")?;
+                let logits = linear(g, cls, "cls_head", d, n_classes, INIT_STD)?;
+                (logits, g.input("targets", TensorMeta::i32(&[batch])))
+            }
+        };
+        g.name(logits, "logits");
+        let loss = g.cross_entropy(logits, targets, IGNORE_INDEX)?;
+        g.name(loss, "loss");
+        Ok(ModelGraph {
+            batch,
+            len,
+            tokens,
+            targets,
+            key_mask,
+            logits,
+            loss,
+            kind: c.kind,
+            vocab: c.vocab,
+            constants: positions.constants,
+        })
+    }
+
+    /// x + Attn(LN(x)), then x + FFN(LN(x)); the position term first when it goes to every block.
+    fn block(
+        &self,
+        g: &mut Graph,
+        mut x: TensorId,
+        layer: usize,
+        shared: &BlockInputs,
+        positions: &PositionTerms,
+    ) -> Result<TensorId> {
+        let c = &self.config;
+        let prefix = format!("blocks.{layer}");
+        // GPT-2: the projections into the residual stream start smaller, so the stream's variance
+        // does not grow with depth.
+        let residual_std = INIT_STD / (2.0 * c.layers as f32).sqrt();
+        if let Some(p) = positions.at_every_block {
+            x = g.add(x, p)?;
+        }
+        let h = self.layer_norm(g, x, &format!("{prefix}.ln1"))?;
+        let h = self.self_attention(g, h, &format!("{prefix}.attn"), shared, residual_std)?;
+        x = g.add(x, h)?;
+        let h = self.layer_norm(g, x, &format!("{prefix}.ln2"))?;
+        let h = linear(g, h, &format!("{prefix}.ffn.up"), c.d_model, c.ffn, INIT_STD)?;
+        let h = g.gelu(h)?;
+        let h = linear(
+            g,
+            h,
+            &format!("{prefix}.ffn.down"),
+            c.ffn,
+            c.d_model,
+            residual_std,
+        )?;
+        g.add(x, h)
+    }
+
+    /// Multi-head self-attention of `x [B, L, D]`: one fused q|k|v projection, heads split to
+    /// `[B, H, L, Dh]`, the fused attention op, heads merged, the output projection.
+    fn self_attention(
+        &self,
+        g: &mut Graph,
+        x: TensorId,
+        prefix: &str,
+        shared: &BlockInputs,
+        residual_std: f32,
+    ) -> Result<TensorId> {
+        let c = &self.config;
+        let (b, l, d, h, dh) = (shared.batch, shared.len, c.d_model, c.heads, c.head_dim());
+        let qkv = linear(g, x, &format!("{prefix}.qkv"), d, 3 * d, INIT_STD)?;
+        let mut split = |part: usize| -> Result<TensorId> {
+            let t = g.slice(qkv, 2, part * d, (part + 1) * d)?;
+            let t = g.reshape(t, &[b, l, h, dh])?;
+            g.permute(t, &[0, 2, 1, 3])
+        };
+        let (q, k, v) = (split(0)?, split(1)?, split(2)?);
+        let opts = AttentionOpts {
+            causal: matches!(c.kind, ModelKind::CausalLm { .. }),
+            scale: 1.0 / (dh as f32).sqrt(),
+            bias: None,
+            key_mask: shared.key_mask,
+        };
+        let out = g.attention(q, k, v, opts)?;
+        let out = g.permute(out, &[0, 2, 1, 3])?;
+        let out = g.reshape(out, &[b, l, d])?;
+        linear(g, out, &format!("{prefix}.out"), d, d, residual_std)
+    }
+
+    fn layer_norm(&self, g: &mut Graph, x: TensorId, prefix: &str) -> Result<TensorId> {
+        let d = self.config.d_model;
+        let gain = g.param(&format!("{prefix}.gain"), &[d], Init::Ones)?;
+        let bias = g.param(&format!("{prefix}.bias"), &[d], Init::Zeros)?;
+        g.layernorm(x, gain, bias, LN_EPS)
+    }
+}
+
+/// `x · W + b` with `W [inputs, outputs]` (PyTorch's `nn.Linear.weight` is its transpose) and a
+/// zero-initialised bias.
+fn linear(
+    g: &mut Graph,
+    x: TensorId,
+    prefix: &str,
+    inputs: usize,
+    outputs: usize,
+    std: f32,
+) -> Result<TensorId> {
+    let w = g.param(&format!("{prefix}.weight"), &[inputs, outputs], Init::Normal(std))?;
+    let b = g.param(&format!("{prefix}.bias"), &[outputs], Init::Zeros)?;
+    let y = g.matmul(x, w)?;
+    g.add(y, b)
+}
+
+impl ModelGraph {
+    /// Validates and writes one batch: tokens and targets row-major (`[B, L]`, and targets `[B]`
+    /// for an encoder), the key padding mask (1 = token, 0 = pad) if any, and the constants.
+    ///
+    /// A graph without a key mask takes a padded batch only for a causal LM, whose padding at
+    /// the end of each row no real token sees; a graph with one takes `None` as "no padding".
+    pub fn feed(&self, exec: &Executor, tokens: &[i32], targets: &[i32], mask: Option<&[f32]>) -> Result<()> {
+        let (b, l) = (self.batch, self.len);
+        let targets_len = match self.kind {
+            ModelKind::CausalLm { .. } => b * l,
+            ModelKind::Encoder { .. } => b,
+        };
+        if tokens.len() != b * l || targets.len() != targets_len || mask.is_some_and(|m| m.len() != b * l) {
+            return Err(Error::Input(format!(
+                "a model graph for batch {b}, length {l} takes {} tokens, {targets_len} targets and \
+                 a mask of {} values, got {} tokens, {} targets and {}",
+                b * l,
+                b * l,
+                tokens.len(),
+                targets.len(),
+                mask.map_or("no mask".into(), |m| format!("a mask of {}", m.len()))
+            )));
+        }
+        self.check_tokens(tokens)?;
+        self.check_targets(targets)?;
+        exec.set_i32(self.tokens, tokens)?;
+        exec.set_i32(self.targets, targets)?;
+        match (self.key_mask, mask) {
+            (Some(t), Some(m)) => {
+                let ints: Vec<i32> = m.iter().map(|&v| i32::from(v > 0.5)).collect();
+                exec.set_i32(t, &ints)?;
+            }
+            (Some(t), None) => exec.set_i32(t, &vec![1; b * l])?,
+            (None, Some(m)) if self.is_encoder() && m.iter().any(|&v| v < 0.5) => {
+                return Err(Error::Input(
+                    "this batch has padding, but the encoder's graph has no key mask to hide it \
+                     (build it with Model::build_padded)"
+                        .into(),
+                ));
+            }
+            (None, _) => {}
+        }
+        for (t, values) in &self.constants {
+            exec.set_f32(*t, values)?;
+        }
+        Ok(())
+    }
+
+    /// [`ModelGraph::feed`] for a causal LM's batch from the data layer.
+    pub fn feed_batch(&self, exec: &Executor, batch: &Batch) -> Result<()> {
+        if self.is_encoder() {
+            return Err(Error::Input(
+                "an encoder takes one class per row, not a data-layer Batch of next tokens; use feed".into(),
+            ));
+        }
+        if batch.shape() != [self.batch, self.len] {
+            return Err(Error::Input(format!(
+                "batch of shape {:?} for a model graph of batch {}, length {} (pad it with Batch::pad_to)",
+                batch.shape(),
+                self.batch,
+                self.len
+            )));
+        }
+        self.feed(exec, batch.tokens(), batch.targets(), batch.mask())
+    }
+
+    fn is_encoder(&self) -> bool {
+        matches!(self.kind, ModelKind::Encoder { .. })
+    }
+
+    fn check_tokens(&self, tokens: &[i32]) -> Result<()> {
+        let vocab = self.vocab;
+        if let Some(i) = tokens
+            .iter()
+            .position(|&t| usize::try_from(t).map_or(true, |t| t >= vocab))
+        {
+            return Err(Error::Input(format!(
+                "token id {} at row {}, position {} is outside the vocabulary [0, {vocab})",
+                tokens[i],
+                i / self.len,
+                i % self.len
+            )));
+        }
+        if self.is_encoder()
+            && let Some(row) = (0..self.batch).find(|&r| tokens[r * self.len] != BOS)
+        {
+            return Err(Error::Input(format!(
+                "an encoder reads position 0 as [CLS], which must be the BOS token {BOS}; row {row} starts with {}",
+                tokens[row * self.len]
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_targets(&self, targets: &[i32]) -> Result<()> {
+        let (classes, what) = match self.kind {
+            ModelKind::CausalLm { .. } => (self.vocab, "vocabulary"),
+            ModelKind::Encoder { n_classes } => (n_classes, "classes"),
+        };
+        let ignored = |t: i32| t == IGNORE_INDEX && !self.is_encoder();
+        let valid = |t: i32| ignored(t) || usize::try_from(t).is_ok_and(|t| t < classes);
+        match targets.iter().position(|&t| !valid(t)) {
+            Some(i) => Err(Error::Input(format!(
+                "target {} at index {i} is outside the {what} [0, {classes}){}",
+                targets[i],
+                if self.is_encoder() {
+                    ""
+                } else {
+                    " and is not IGNORE_INDEX"
+                }
+            ))),
+            None => Ok(()),
+        }
+    }
+}
