@@ -15,7 +15,6 @@ use posflow::mlp::{MlpConfig, train_mlp};
     version,
     about = "Train small Transformers on any GPU through WebGPU"
 )]
-#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     /// Where to run: `auto` takes a real GPU if there is one and the CPU otherwise (a software
     /// GPU such as lavapipe is slower than the CPU backend); `gpu` takes any GPU adapter.
