@@ -41,6 +41,12 @@ impl TensorMeta {
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
+
+    /// (rows, row length): the tensor seen as rows of its last axis, as row-wise ops see it.
+    pub fn rows(&self) -> (usize, usize) {
+        let len = self.shape.last().copied().unwrap_or(1);
+        (self.numel() / len.max(1), len)
+    }
 }
 
 impl fmt::Display for TensorMeta {

@@ -133,6 +133,18 @@ pub(crate) fn par_fill(out: &mut [f32], f: impl Fn(usize) -> f32 + Sync) {
     });
 }
 
+/// f(row, out_row) for every row of `len` elements of `out`, rows split across threads in
+/// chunks of about [`PAR_CHUNK`] elements.
+pub(crate) fn par_rows(out: &mut [f32], len: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+    let len = len.max(1);
+    let rows = (PAR_CHUNK / len).max(1);
+    out.par_chunks_mut(rows * len).enumerate().for_each(|(c, chunk)| {
+        for (r, row) in chunk.chunks_mut(len).enumerate() {
+            f(c * rows + r, row);
+        }
+    });
+}
+
 /// The shape rule of ops that map one f32 tensor to another of the same shape.
 pub(crate) fn same_f32_shape(op: &'static str, x: &TensorMeta) -> Result<Vec<TensorMeta>> {
     if x.dtype != DType::F32 {

@@ -5,7 +5,7 @@
 
 use rayon::prelude::*;
 
-use super::elementwise::PAR_CHUNK;
+use super::elementwise::{PAR_CHUNK, par_rows};
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
 use crate::error::{Error, Result, shape_err};
 use crate::graph::{Graph, TensorId};
@@ -15,12 +15,6 @@ use crate::tensor::{DType, TensorMeta};
 /// Rows each thread of the GPU's dgamma/dbeta pass sums into one partial. Partials are then
 /// summed in a fixed order, so the gradients are deterministic without float atomics.
 const CHUNK_ROWS: usize = 32;
-
-/// (rows, row length) of a tensor normalised over its last axis.
-fn rows_of(meta: &TensorMeta) -> (usize, usize) {
-    let dim = meta.shape.last().copied().unwrap_or(1);
-    (meta.numel() / dim.max(1), dim)
-}
 
 /// Rows per parallel CPU task: about `PAR_CHUNK` elements, at least one row.
 fn rows_per_task(dim: usize) -> usize {
@@ -60,7 +54,7 @@ impl Op for LayerNorm {
                 format!("x {x} needs gamma and beta of shape [{dim}], got gamma {gamma} and beta {beta}"),
             );
         }
-        let (rows, _) = rows_of(x);
+        let (rows, _) = x.rows();
         Ok(vec![
             x.clone(),
             TensorMeta::f32(&[rows]),
@@ -70,7 +64,7 @@ impl Op for LayerNorm {
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let (x, gamma, beta) = (inputs[0].data, inputs[1].data, inputs[2].data);
-        let (_, dim) = rows_of(inputs[0].meta);
+        let (_, dim) = inputs[0].meta.rows();
         let rows = rows_per_task(dim);
         let [y, mean, rstd] = outputs else {
             unreachable!("layernorm has three outputs")
@@ -96,7 +90,7 @@ impl Op for LayerNorm {
     }
 
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
-        let (rows, dim) = rows_of(inputs[0]);
+        let (rows, dim) = inputs[0].rows();
         GpuKernels::single(Dispatch {
             shader: &shaders::LAYERNORM,
             entry: "layernorm_forward",
@@ -144,7 +138,7 @@ impl Op for LayerNormBackward {
         let [x, gamma, mean, rstd, gy] = inputs else {
             return shape_err(self.name(), format!("needs 5 inputs, got {}", inputs.len()));
         };
-        let (rows, dim) = rows_of(x);
+        let (rows, dim) = x.rows();
         let fits = x.shape.last().is_some_and(|&d| d > 0)
             && inputs.iter().all(|m| m.dtype == DType::F32)
             && gamma.shape == [dim]
@@ -164,33 +158,26 @@ impl Op for LayerNormBackward {
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let [x, gamma, mean, rstd, gy] = [0, 1, 2, 3, 4].map(|i| inputs[i].data);
-        let (n_rows, dim) = rows_of(inputs[0].meta);
+        let (n_rows, dim) = inputs[0].meta.rows();
         let [dx, dgamma, dbeta] = outputs else {
             unreachable!("layernorm_backward has three outputs")
         };
-        let rows = rows_per_task(dim);
-        dx.data
-            .par_chunks_mut(rows * dim)
-            .enumerate()
-            .for_each(|(c, dx)| {
-                for (r, dx) in dx.chunks_mut(dim).enumerate() {
-                    let row = c * rows + r;
-                    let (x, gy) = (&x[row * dim..][..dim], &gy[row * dim..][..dim]);
-                    let (m, s) = (mean[row], rstd[row]);
-                    let (mut g_mean, mut gx_mean) = (0.0, 0.0);
-                    for i in 0..dim {
-                        let g = gy[i] * gamma[i];
-                        g_mean += g;
-                        gx_mean += g * (x[i] - m) * s;
-                    }
-                    g_mean /= dim as f32;
-                    gx_mean /= dim as f32;
-                    for (i, o) in dx.iter_mut().enumerate() {
-                        let xhat = (x[i] - m) * s;
-                        *o = s * (gy[i] * gamma[i] - g_mean - xhat * gx_mean);
-                    }
-                }
-            });
+        par_rows(dx.data, dim, |row, dx| {
+            let (x, gy) = (&x[row * dim..][..dim], &gy[row * dim..][..dim]);
+            let (m, s) = (mean[row], rstd[row]);
+            let (mut g_mean, mut gx_mean) = (0.0, 0.0);
+            for i in 0..dim {
+                let g = gy[i] * gamma[i];
+                g_mean += g;
+                gx_mean += g * (x[i] - m) * s;
+            }
+            g_mean /= dim as f32;
+            gx_mean /= dim as f32;
+            for (i, o) in dx.iter_mut().enumerate() {
+                let xhat = (x[i] - m) * s;
+                *o = s * (gy[i] * gamma[i] - g_mean - xhat * gx_mean);
+            }
+        });
         dgamma.data.fill(0.0);
         dbeta.data.fill(0.0);
         for row in 0..n_rows {
@@ -203,7 +190,7 @@ impl Op for LayerNormBackward {
     }
 
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
-        let (rows, dim) = rows_of(inputs[0]);
+        let (rows, dim) = inputs[0].rows();
         let chunks = rows.div_ceil(CHUNK_ROWS);
         let params = norm_params(rows, dim, 0.0);
         let dispatch = |entry, args, workgroups| Dispatch {

@@ -1,28 +1,15 @@
 //! Softmax over the last axis, and its gradient.
 
-use rayon::prelude::*;
-
-use super::elementwise::PAR_CHUNK;
+use super::elementwise::par_rows;
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::shaders;
 use crate::tensor::{DType, TensorMeta};
 
-/// (rows, row length) of a tensor seen as rows of its last axis.
-fn rows_of(meta: &TensorMeta) -> (usize, usize) {
-    let len = meta.shape.last().copied().unwrap_or(1);
-    (meta.numel() / len.max(1), len)
-}
-
-/// Rows per parallel CPU task: about `PAR_CHUNK` elements, at least one row.
-fn rows_per_task(len: usize) -> usize {
-    (PAR_CHUNK / len.max(1)).max(1)
-}
-
 /// One workgroup per row: the dispatch grid and the uniform both kernels read.
 fn row_dispatch(entry: &'static str, meta: &TensorMeta, args: Vec<Arg>) -> GpuKernels {
-    let (rows, len) = rows_of(meta);
+    let (rows, len) = meta.rows();
     GpuKernels::single(Dispatch {
         shader: &shaders::SOFTMAX,
         entry,
@@ -54,26 +41,18 @@ impl Op for Softmax {
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let x = inputs[0].data;
-        let (_, len) = rows_of(inputs[0].meta);
-        let rows = rows_per_task(len);
-        outputs[0]
-            .data
-            .par_chunks_mut(rows * len)
-            .enumerate()
-            .for_each(|(c, chunk)| {
-                let base = c * rows * len;
-                for (r, y) in chunk.chunks_mut(len).enumerate() {
-                    let x = &x[base + r * len..][..len];
-                    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                    for (o, &v) in y.iter_mut().zip(x) {
-                        *o = (v - max).exp();
-                    }
-                    let total: f32 = y.iter().sum();
-                    for o in y.iter_mut() {
-                        *o /= total;
-                    }
-                }
-            });
+        let (_, len) = inputs[0].meta.rows();
+        par_rows(outputs[0].data, len, |row, y| {
+            let x = &x[row * len..][..len];
+            let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            for (o, &v) in y.iter_mut().zip(x) {
+                *o = (v - max).exp();
+            }
+            let total: f32 = y.iter().sum();
+            for o in y.iter_mut() {
+                *o /= total;
+            }
+        });
     }
 
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
@@ -112,23 +91,14 @@ impl Op for SoftmaxBackward {
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let (y, gy) = (inputs[0].data, inputs[1].data);
-        let (_, len) = rows_of(inputs[0].meta);
-        let rows = rows_per_task(len);
-        outputs[0]
-            .data
-            .par_chunks_mut(rows * len)
-            .enumerate()
-            .for_each(|(c, chunk)| {
-                let base = c * rows * len;
-                for (r, gx) in chunk.chunks_mut(len).enumerate() {
-                    let y = &y[base + r * len..][..len];
-                    let gy = &gy[base + r * len..][..len];
-                    let dot: f32 = y.iter().zip(gy).map(|(a, b)| a * b).sum();
-                    for ((o, &yv), &gv) in gx.iter_mut().zip(y).zip(gy) {
-                        *o = yv * (gv - dot);
-                    }
-                }
-            });
+        let (_, len) = inputs[0].meta.rows();
+        par_rows(outputs[0].data, len, |row, gx| {
+            let (y, gy) = (&y[row * len..][..len], &gy[row * len..][..len]);
+            let dot: f32 = y.iter().zip(gy).map(|(a, b)| a * b).sum();
+            for ((o, &yv), &gv) in gx.iter_mut().zip(y).zip(gy) {
+                *o = yv * (gv - dot);
+            }
+        });
     }
 
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
