@@ -1,7 +1,12 @@
 //! Device selection: `auto` never picks a software GPU, `gpu` without an adapter is a clear error.
 //! Its own test binary, because one test changes WGPU_BACKEND for the whole process.
 
+use std::sync::Mutex;
+
 use posflow::backend::{BackendKind, DeviceChoice, gpu::list_adapters, select_backend};
+
+/// Tests that create a wgpu instance hold this, so none sees another's WGPU_BACKEND.
+static ENV: Mutex<()> = Mutex::new(());
 
 #[test]
 fn device_names_parse_and_unknown_ones_are_explained() {
@@ -13,6 +18,7 @@ fn device_names_parse_and_unknown_ones_are_explained() {
 
 #[test]
 fn auto_prefers_a_real_gpu_and_otherwise_the_cpu() {
+    let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
     let adapters = pollster::block_on(list_adapters());
     let hardware = adapters.iter().any(|a| !a.contains("Cpu)"));
     let backend = pollster::block_on(select_backend(DeviceChoice::Auto)).unwrap();
