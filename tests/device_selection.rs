@@ -43,15 +43,21 @@ fn asking_for_a_gpu_where_there_is_none_lists_what_was_seen_and_what_to_install(
     } else {
         "metal"
     };
-    // SAFETY: this binary's other tests do not read the environment concurrently with wgpu setup
-    // in a way that matters: they only compare adapter kinds, which this variable cannot change
-    // for them once their instance exists. Tests here are few and short.
+    let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    let before = std::env::var("WGPU_BACKEND").ok();
+    // SAFETY: every test here that reads the environment (through wgpu) holds ENV.
     unsafe { std::env::set_var("WGPU_BACKEND", absent) };
     let err = match pollster::block_on(select_backend(DeviceChoice::Gpu)) {
         Ok(b) => panic!("expected no adapter, got {}", b.describe()),
         Err(e) => e.to_string(),
     };
-    unsafe { std::env::set_var("WGPU_BACKEND", "vulkan") };
+    // SAFETY: as above.
+    unsafe {
+        match before {
+            Some(v) => std::env::set_var("WGPU_BACKEND", v),
+            None => std::env::remove_var("WGPU_BACKEND"),
+        }
+    }
     assert!(
         err.contains("no GPU adapter found") && err.contains("adapters seen: none"),
         "{err}"
