@@ -1,15 +1,17 @@
 //! Position encodings: what each one adds to the graph of one sequence length.
 //!
-//! An encoding contributes terms at fixed places in the Transformer. Today these are an additive
-//! `[L, d_model]` term at the input or at every block's input; the encodings still to come add
-//! attention biases (T5, TUPE) or per-block terms from an ODE (FLOATER) as new fields here.
+//! An encoding contributes terms at fixed places in the Transformer: an additive `[L, d_model]`
+//! term at the input or at every block's input, or an additive `[H, L, L]` attention bias shared
+//! by every layer (T5); the encodings still to come (TUPE, FLOATER) add theirs as new fields here.
 
 mod learned;
+mod relative;
 mod sinusoidal;
 
+pub use relative::{bucket_matrix, relative_bucket};
 pub use sinusoidal::sinusoidal_table;
 
-use super::config::{ModelConfig, PosEnc};
+use super::config::{ModelConfig, ModelKind, PosEnc};
 use crate::error::Result;
 use crate::graph::{Graph, TensorId};
 
@@ -20,8 +22,17 @@ pub struct PositionTerms {
     pub at_input: Option<TensorId>,
     /// `[L, d_model]`, added to the input of every block.
     pub at_every_block: Option<TensorId>,
+    /// `[heads, L, L]`, added to every layer's attention logits (shared by the batch).
+    pub attention_bias: Option<TensorId>,
     /// Constant inputs and their values, written before each run.
-    pub constants: Vec<(TensorId, Vec<f32>)>,
+    pub constants: Vec<(TensorId, Constant)>,
+}
+
+/// The values of a constant graph input.
+#[derive(Clone, Debug)]
+pub enum Constant {
+    F32(Vec<f32>),
+    I32(Vec<i32>),
 }
 
 /// Declares `config`'s position encoding for sequences of length `len` in `g`.
@@ -31,7 +42,7 @@ pub fn build(g: &mut Graph, config: &ModelConfig, len: usize) -> Result<Position
         PosEnc::Sinusoidal { every_block } => {
             let (table, values) = sinusoidal::build(g, len, config.d_model);
             let mut terms = PositionTerms {
-                constants: vec![(table, values)],
+                constants: vec![(table, Constant::F32(values))],
                 ..PositionTerms::default()
             };
             if every_block {
@@ -45,5 +56,18 @@ pub fn build(g: &mut Graph, config: &ModelConfig, len: usize) -> Result<Position
             at_input: Some(learned::build(g, len, config.max_len, config.d_model)?),
             ..PositionTerms::default()
         }),
+        PosEnc::Relative {
+            buckets,
+            max_distance,
+        } => {
+            let bidirectional = matches!(config.kind, ModelKind::Encoder { .. });
+            let (bias, ids, values) =
+                relative::build(g, len, config.heads, bidirectional, buckets, max_distance)?;
+            Ok(PositionTerms {
+                attention_bias: Some(bias),
+                constants: vec![(ids, Constant::I32(values))],
+                ..PositionTerms::default()
+            })
+        }
     }
 }
