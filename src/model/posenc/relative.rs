@@ -23,8 +23,8 @@ const INIT_STD: f32 = 0.02;
 /// Bidirectional (encoder): half the buckets for j ≤ i, half for j > i. Unidirectional (causal):
 /// every bucket for j ≤ i, and j > i (masked anyway) falls in bucket 0. Within each half, the
 /// first half of the buckets are exact offsets, the rest log-spaced up to `max_distance`, after
-/// which the last bucket holds every offset. The log is computed in f32 as T5 does, so the
-/// buckets match at the boundaries where the log ratio is a whole number.
+/// which the last bucket holds every offset. The log is taken in f32 as T5 does (for the sizes
+/// tested, f64 gives the same buckets).
 pub fn relative_bucket(relative: i64, bidirectional: bool, buckets: usize, max_distance: usize) -> i32 {
     let (mut buckets, mut base) = (buckets as i64, 0);
     let distance = if bidirectional {
