@@ -71,3 +71,46 @@ pub fn build(g: &mut Graph, config: &ModelConfig, len: usize) -> Result<Position
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::config::ModelConfig;
+
+    fn config(kind: ModelKind) -> ModelConfig {
+        ModelConfig {
+            vocab: 30,
+            d_model: 8,
+            heads: 2,
+            layers: 1,
+            ffn: 16,
+            dropout: 0.0,
+            max_len: 4,
+            kind,
+            posenc: PosEnc::Relative {
+                buckets: 8,
+                max_distance: 20,
+            },
+        }
+    }
+
+    /// The encoder's buckets are bidirectional, the causal LM's look only back; the bias is
+    /// `[heads, L, L]` and nothing is added to the input.
+    #[test]
+    fn relative_terms_use_the_kind_s_bucket_layout() {
+        let cases = [
+            (ModelKind::Encoder { n_classes: 2 }, true),
+            (ModelKind::CausalLm { tied_head: true }, false),
+        ];
+        for (kind, bidirectional) in cases {
+            let mut g = Graph::new();
+            let terms = build(&mut g, &config(kind), 6).unwrap();
+            assert!(terms.at_input.is_none() && terms.at_every_block.is_none());
+            assert_eq!(g.info(terms.attention_bias.unwrap()).meta.shape, [2, 6, 6]);
+            let [(_, Constant::I32(buckets))] = terms.constants.as_slice() else {
+                panic!("{kind:?}: expected one i32 constant, got {:?}", terms.constants);
+            };
+            assert_eq!(buckets, &bucket_matrix(6, bidirectional, 8, 20), "{kind:?}");
+        }
+    }
+}
