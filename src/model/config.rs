@@ -53,8 +53,7 @@ fn tied_by_default() -> bool {
 }
 
 /// The position encoding. Variants still to come (each will be its own variant here, so a config
-/// naming one is an "unknown variant" error until it exists): relative (T5 buckets), TUPE-A,
-/// TUPE-R and FLOATER.
+/// naming one is an "unknown variant" error until it exists): TUPE-A, TUPE-R and FLOATER.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum PosEnc {
@@ -68,6 +67,25 @@ pub enum PosEnc {
     },
     /// A trained `[max_len, d_model]` table (BERT, GPT-2), added to the embeddings.
     Learned,
+    /// T5's relative position bias: a trained `[buckets, heads]` table of attention-logit biases,
+    /// indexed by the bucket of the key-minus-query offset and shared by every layer. The encoder
+    /// splits the buckets between both signs; the causal LM spends them all on the past. Half of
+    /// each side's buckets are exact offsets, the rest log-spaced up to `max_distance`. No
+    /// absolute position is added to the input.
+    Relative {
+        #[serde(default = "t5_buckets")]
+        buckets: usize,
+        #[serde(default = "t5_max_distance")]
+        max_distance: usize,
+    },
+}
+
+fn t5_buckets() -> usize {
+    32
+}
+
+fn t5_max_distance() -> usize {
+    128
 }
 
 impl ModelConfig {
@@ -123,6 +141,25 @@ impl ModelConfig {
                 "sinusoidal position encoding pairs sin and cos, so d_model must be even, got {}",
                 self.d_model
             ));
+        }
+        if let PosEnc::Relative {
+            buckets,
+            max_distance,
+        } = self.posenc
+        {
+            // The encoder's half of the buckets must still split into exact and log-spaced ones,
+            // and the log-spaced range must start below max_distance.
+            if buckets < 4 {
+                return config_err(format!(
+                    "relative position encoding needs buckets ≥ 4, got {buckets}"
+                ));
+            }
+            if max_distance <= buckets / 2 {
+                return config_err(format!(
+                    "relative position encoding needs max_distance > buckets / 2 = {}, got {max_distance}",
+                    buckets / 2
+                ));
+            }
         }
         Ok(())
     }
@@ -195,7 +232,9 @@ mod tests {
     fn encodings_not_built_yet_are_unknown_variants() {
         let err = error_of(r#""sinusoidal""#, r#""floater""#);
         assert!(
-            err.contains("unknown variant `floater`, expected one of `none`, `sinusoidal`, `learned`"),
+            err.contains(
+                "unknown variant `floater`, expected one of `none`, `sinusoidal`, `learned`, `relative`"
+            ),
             "{err}"
         );
     }
@@ -222,6 +261,33 @@ mod tests {
             r#"{ "type": "encoder", "n_classes": 0 }"#,
         );
         assert!(err.contains("n_classes ≥ 1"), "{err}");
+    }
+
+    #[test]
+    fn relative_encoding_has_t5_s_defaults_and_checks_its_sizes() {
+        let config = ModelConfig::from_json(&TINY.replace(r#""sinusoidal""#, r#""relative""#)).unwrap();
+        assert_eq!(
+            config.posenc,
+            PosEnc::Relative {
+                buckets: 32,
+                max_distance: 128
+            }
+        );
+        let relative = |fields: &str| {
+            error_of(
+                r#"{ "type": "sinusoidal" }"#,
+                &format!(r#"{{ "type": "relative", {fields} }}"#),
+            )
+        };
+        assert!(
+            relative(r#""buckets": 2"#).contains("needs buckets ≥ 4, got 2"),
+            "{}",
+            relative(r#""buckets": 2"#)
+        );
+        let err = relative(r#""buckets": 32, "max_distance": 16"#);
+        assert!(err.contains("max_distance > buckets / 2 = 16, got 16"), "{err}");
+        let err = relative(r#""buckets": 32, "distance": 16"#);
+        assert!(err.contains("unknown field `distance`"), "{err}");
     }
 
     #[test]

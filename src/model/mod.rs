@@ -21,6 +21,7 @@
 //! |------------------------------|----------------|----------------------------|-------------------------|
 //! | `tok_emb.weight`             | [V, D]         | N(0, 0.02)                 | always                  |
 //! | `pos_emb.weight`             | [max_len, D]   | N(0, 0.02)                 | posenc `learned`        |
+//! | `posenc.relative.weight`     | [buckets, H]   | N(0, 0.02)                 | posenc `relative`       |
 //! | `blocks.i.ln1.gain`          | [D]            | 1                          | always                  |
 //! | `blocks.i.ln1.bias`          | [D]            | 0                          | always                  |
 //! | `blocks.i.attn.qkv.weight`   | [D, 3D]        | N(0, 0.02)                 | always                  |
@@ -42,7 +43,8 @@
 //! The columns of `attn.qkv` are `[q | k | v]`, each D wide; head `h` uses columns
 //! `h·Dh .. (h+1)·Dh` of each part (Dh = D / heads), as `qkv.split(D, -1)` then
 //! `.view(B, L, heads, Dh)` in PyTorch. The graph's inputs are `tokens`, `targets`, `key_mask`
-//! (padded graphs) and `posenc.sinusoidal` (a constant table that [`ModelGraph::feed`] writes).
+//! (padded graphs), `posenc.sinusoidal` (a constant table) and `posenc.relative.buckets` (i32
+//! `[L, L]` bucket indices); [`ModelGraph::feed`] writes the constants.
 
 mod config;
 pub mod posenc;

@@ -1,7 +1,7 @@
 //! The pre-norm Transformer of a [`ModelConfig`], built into a [`Graph`] for one (batch, length).
 
 use super::config::{ModelConfig, ModelKind};
-use super::posenc::{self, PositionTerms};
+use super::posenc::{self, Constant, PositionTerms};
 use crate::data::{BOS, Batch, IGNORE_INDEX};
 use crate::error::{Error, Result};
 use crate::graph::{Executor, Graph, Init, TensorId};
@@ -40,8 +40,8 @@ pub struct ModelGraph {
     pub loss: TensorId,
     kind: ModelKind,
     vocab: usize,
-    /// Constant inputs (the sinusoidal table) and their values.
-    constants: Vec<(TensorId, Vec<f32>)>,
+    /// Constant inputs (the sinusoidal table, relative buckets) and their values.
+    constants: Vec<(TensorId, Constant)>,
 }
 
 /// What every block of one graph shares.
@@ -49,6 +49,8 @@ struct BlockInputs {
     batch: usize,
     len: usize,
     key_mask: Option<TensorId>,
+    /// `[H, L, L]`, added to every layer's attention logits.
+    attention_bias: Option<TensorId>,
 }
 
 impl Model {
@@ -89,7 +91,12 @@ impl Model {
         if let Some(p) = positions.at_input {
             x = g.add(x, p)?;
         }
-        let shared = BlockInputs { batch, len, key_mask };
+        let shared = BlockInputs {
+            batch,
+            len,
+            key_mask,
+            attention_bias: positions.attention_bias,
+        };
         for layer in 0..c.layers {
             x = self.block(g, x, layer, &shared, &positions)?;
         }
@@ -186,7 +193,7 @@ impl Model {
         let opts = AttentionOpts {
             causal: matches!(c.kind, ModelKind::CausalLm { .. }),
             scale: 1.0 / (dh as f32).sqrt(),
-            bias: None,
+            bias: shared.attention_bias,
             key_mask: shared.key_mask,
         };
         let out = g.attention(q, k, v, opts)?;
@@ -262,7 +269,10 @@ impl ModelGraph {
             (None, _) => {}
         }
         for (t, values) in &self.constants {
-            exec.set_f32(*t, values)?;
+            match values {
+                Constant::F32(v) => exec.set_f32(*t, v)?,
+                Constant::I32(v) => exec.set_i32(*t, v)?,
+            }
         }
         Ok(())
     }

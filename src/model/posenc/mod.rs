@@ -1,15 +1,17 @@
 //! Position encodings: what each one adds to the graph of one sequence length.
 //!
-//! An encoding contributes terms at fixed places in the Transformer. Today these are an additive
-//! `[L, d_model]` term at the input or at every block's input; the encodings still to come add
-//! attention biases (T5, TUPE) or per-block terms from an ODE (FLOATER) as new fields here.
+//! An encoding contributes terms at fixed places in the Transformer: an additive `[L, d_model]`
+//! term at the input or at every block's input, or an additive `[H, L, L]` attention bias shared
+//! by every layer (T5); the encodings still to come (TUPE, FLOATER) add theirs as new fields here.
 
 mod learned;
+mod relative;
 mod sinusoidal;
 
+pub use relative::{bucket_matrix, relative_bucket};
 pub use sinusoidal::sinusoidal_table;
 
-use super::config::{ModelConfig, PosEnc};
+use super::config::{ModelConfig, ModelKind, PosEnc};
 use crate::error::Result;
 use crate::graph::{Graph, TensorId};
 
@@ -20,8 +22,17 @@ pub struct PositionTerms {
     pub at_input: Option<TensorId>,
     /// `[L, d_model]`, added to the input of every block.
     pub at_every_block: Option<TensorId>,
+    /// `[heads, L, L]`, added to every layer's attention logits (shared by the batch).
+    pub attention_bias: Option<TensorId>,
     /// Constant inputs and their values, written before each run.
-    pub constants: Vec<(TensorId, Vec<f32>)>,
+    pub constants: Vec<(TensorId, Constant)>,
+}
+
+/// The values of a constant graph input.
+#[derive(Clone, Debug)]
+pub enum Constant {
+    F32(Vec<f32>),
+    I32(Vec<i32>),
 }
 
 /// Declares `config`'s position encoding for sequences of length `len` in `g`.
@@ -31,7 +42,7 @@ pub fn build(g: &mut Graph, config: &ModelConfig, len: usize) -> Result<Position
         PosEnc::Sinusoidal { every_block } => {
             let (table, values) = sinusoidal::build(g, len, config.d_model);
             let mut terms = PositionTerms {
-                constants: vec![(table, values)],
+                constants: vec![(table, Constant::F32(values))],
                 ..PositionTerms::default()
             };
             if every_block {
@@ -45,5 +56,61 @@ pub fn build(g: &mut Graph, config: &ModelConfig, len: usize) -> Result<Position
             at_input: Some(learned::build(g, len, config.max_len, config.d_model)?),
             ..PositionTerms::default()
         }),
+        PosEnc::Relative {
+            buckets,
+            max_distance,
+        } => {
+            let bidirectional = matches!(config.kind, ModelKind::Encoder { .. });
+            let (bias, ids, values) =
+                relative::build(g, len, config.heads, bidirectional, buckets, max_distance)?;
+            Ok(PositionTerms {
+                attention_bias: Some(bias),
+                constants: vec![(ids, Constant::I32(values))],
+                ..PositionTerms::default()
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::config::ModelConfig;
+
+    fn config(kind: ModelKind) -> ModelConfig {
+        ModelConfig {
+            vocab: 30,
+            d_model: 8,
+            heads: 2,
+            layers: 1,
+            ffn: 16,
+            dropout: 0.0,
+            max_len: 4,
+            kind,
+            posenc: PosEnc::Relative {
+                buckets: 8,
+                max_distance: 20,
+            },
+        }
+    }
+
+    /// The encoder's buckets are bidirectional, the causal LM's look only back; the bias is
+    /// `[heads, L, L]` and nothing is added to the input.
+    #[test]
+    fn relative_terms_use_the_kind_s_bucket_layout() {
+        let cases = [
+            (ModelKind::Encoder { n_classes: 2 }, true),
+            (ModelKind::CausalLm { tied_head: true }, false),
+        ];
+        for (kind, bidirectional) in cases {
+            let mut g = Graph::new();
+            let terms = build(&mut g, &config(kind), 6).unwrap();
+            assert!(terms.at_input.is_none() && terms.at_every_block.is_none());
+            assert_eq!(g.info(terms.attention_bias.unwrap()).meta.shape, [2, 6, 6]);
+            let [(_, Constant::I32(buckets))] = terms.constants.as_slice() else {
+                panic!("{kind:?}: expected one i32 constant, got {:?}", terms.constants);
+            };
+            assert_eq!(buckets, &bucket_matrix(6, bidirectional, 8, 20), "{kind:?}");
+        }
     }
 }

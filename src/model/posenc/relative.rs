@@ -1,0 +1,123 @@
+//! T5's relative position bias (Raffel et al., 2020): a learned scalar per head and per bucket of
+//! the offset j − i between key j and query i, added to every layer's attention logits.
+//!
+//! The bucket indices depend only on the length, so the host computes them once per graph as an
+//! i32 `[L, L]` constant input; any length works, offsets beyond `max_distance` share the last
+//! bucket.
+
+use crate::error::Result;
+use crate::graph::{Graph, Init, TensorId};
+use crate::tensor::TensorMeta;
+
+pub const PARAM_NAME: &str = "posenc.relative.weight";
+
+/// The graph input that holds the bucket indices.
+pub const INPUT_NAME: &str = "posenc.relative.buckets";
+
+/// The table starts small, so training starts close to no position information (T5 itself uses
+/// N(0, 1/√d_model)); 0.02 is the std of every other table here.
+const INIT_STD: f32 = 0.02;
+
+/// The bucket of the offset `relative = j − i`, exactly as T5's `_relative_position_bucket`.
+///
+/// Bidirectional (encoder): half the buckets for j ≤ i, half for j > i. Unidirectional (causal):
+/// every bucket for j ≤ i, and j > i (masked anyway) falls in bucket 0. Within each half, the
+/// first half of the buckets are exact offsets, the rest log-spaced up to `max_distance`, after
+/// which the last bucket holds every offset. The log is taken in f32 as T5 does (for the sizes
+/// tested, f64 gives the same buckets).
+pub fn relative_bucket(relative: i64, bidirectional: bool, buckets: usize, max_distance: usize) -> i32 {
+    let (mut buckets, mut base) = (buckets as i64, 0);
+    let distance = if bidirectional {
+        buckets /= 2;
+        if relative > 0 {
+            base = buckets;
+        }
+        relative.abs()
+    } else {
+        (-relative).max(0)
+    };
+    let max_exact = buckets / 2;
+    let bucket = if distance < max_exact {
+        distance
+    } else {
+        let ratio = (distance as f32 / max_exact as f32).ln()
+            / ((max_distance as f64 / max_exact as f64).ln() as f32);
+        let log_spaced = max_exact + (ratio * (buckets - max_exact) as f32) as i64;
+        log_spaced.min(buckets - 1)
+    };
+    (base + bucket) as i32
+}
+
+/// The `[len, len]` row-major bucket of (query i, key j), from the offset j − i.
+pub fn bucket_matrix(len: usize, bidirectional: bool, buckets: usize, max_distance: usize) -> Vec<i32> {
+    (0..len)
+        .flat_map(|i| {
+            (0..len).map(move |j| relative_bucket(j as i64 - i as i64, bidirectional, buckets, max_distance))
+        })
+        .collect()
+}
+
+/// The `[heads, len, len]` bias: the table `[buckets, heads]` looked up at each (i, j)'s bucket,
+/// heads moved first. Returns the bias, the bucket input and its values.
+pub(super) fn build(
+    g: &mut Graph,
+    len: usize,
+    heads: usize,
+    bidirectional: bool,
+    buckets: usize,
+    max_distance: usize,
+) -> Result<(TensorId, TensorId, Vec<i32>)> {
+    let table = g.param(PARAM_NAME, &[buckets, heads], Init::Normal(INIT_STD))?;
+    let ids = g.input(INPUT_NAME, TensorMeta::i32(&[len, len]));
+    let per_pair = g.embedding(table, ids)?;
+    let bias = g.permute(per_pair, &[2, 0, 1])?;
+    Ok((
+        bias,
+        ids,
+        bucket_matrix(len, bidirectional, buckets, max_distance),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bucket_matrix;
+
+    /// `tests/reference/relative.safetensors` (from `gen_relative.py`): HF transformers' T5
+    /// bucket function on every offset of length 300 and on a `[20, 20]` matrix.
+    #[test]
+    fn buckets_match_t5_s_function() {
+        let path = format!(
+            "{}/tests/reference/relative.safetensors",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let bytes = std::fs::read(&path).unwrap();
+        let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let ints = |name: &str| -> Vec<i32> {
+            let view = file.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(view.dtype(), safetensors::Dtype::I32, "{name}");
+            bytemuck::pod_collect_to_vec(view.data())
+        };
+        for (buckets, max_distance) in [(32, 128), (8, 20)] {
+            for bidirectional in [true, false] {
+                let case = format!(
+                    "{}_{buckets}_{max_distance}",
+                    if bidirectional { "bi" } else { "uni" }
+                );
+                let expected = ints(&format!("{case}/matrix"));
+                assert_eq!(
+                    bucket_matrix(20, bidirectional, buckets, max_distance),
+                    expected,
+                    "{case}"
+                );
+                let by_offset = ints(&format!("{case}/by_offset"));
+                let len = 300;
+                assert_eq!(by_offset.len(), 2 * len - 1);
+                let ours = bucket_matrix(len, bidirectional, buckets, max_distance);
+                for (k, bucket) in ours.iter().enumerate() {
+                    let (i, j) = (k / len, k % len);
+                    assert_eq!(*bucket, by_offset[j + len - 1 - i], "{case}: query {i}, key {j}");
+                }
+            }
+        }
+    }
+}
