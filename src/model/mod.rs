@@ -2,11 +2,11 @@
 //! blocks, and a language-model or classifier head, as graph ops for one (batch, length).
 //!
 //! ```text
-//! x = tok_emb[tokens] (+ position term)          position term: see `posenc`
+//! x = tok_emb[tokens] (· √D if embed_scale sqrt_d) (+ position term)   position term: see `posenc`
 //! for each block:  (+ position term, if every_block)
 //!     x = x + Attn(LN1(x))                        causal for the LM, key mask for padding
 //!     x = x + FFN(LN2(x))                         FFN = down(GELU(up(x)))
-//! LM:      logits = LN_f(x) · tok_emb^T  (tied)  or  LN_f(x) · lm_head.weight
+//! LM:      logits = LN_f(x) · tok_emb^T  (tied, never scaled)  or  LN_f(x) · lm_head.weight
 //! encoder: logits = cls_head(LN_f(x[:, 0]))       position 0 holds BOS as [CLS]
 //! loss = cross_entropy(logits, targets, IGNORE_INDEX)
 //! ```
@@ -19,7 +19,7 @@
 //!
 //! | name                         | shape          | init                       | present when            |
 //! |------------------------------|----------------|----------------------------|-------------------------|
-//! | `tok_emb.weight`             | [V, D]         | N(0, 0.02)                 | always                  |
+//! | `tok_emb.weight`             | [V, D]         | N(0, 0.02); N(0, 1/√D) if `sqrt_d` | always          |
 //! | `pos_emb.weight`             | [max_len, D]   | N(0, 0.02)                 | posenc `learned`        |
 //! | `posenc.relative.weight`     | [buckets, H]   | N(0, 0.02)                 | posenc `relative`       |
 //! | `blocks.i.ln1.gain`          | [D]            | 1                          | always                  |
@@ -50,5 +50,5 @@ mod config;
 pub mod posenc;
 mod transformer;
 
-pub use config::{ModelConfig, ModelKind, PosEnc};
+pub use config::{EmbedScale, ModelConfig, ModelKind, PosEnc};
 pub use transformer::{LN_EPS, Model, ModelGraph};
