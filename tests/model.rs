@@ -448,13 +448,13 @@ fn mean(xs: &[f32]) -> f32 {
 ///
 /// Measured (seed 0, CPU), mean of steps 380..400 (and 180..200):
 ///
-/// | posenc               | embed_scale none | embed_scale sqrt_d |
-/// |----------------------|------------------|--------------------|
-/// | none                 | 1.95 (2.18)      | 2.00 (2.78)        |
-/// | sinusoidal           | 2.62 (2.64)      | 2.02 (2.81)        |
-/// | sinusoidal, every block | 2.61 (2.67)   | 1.59 (2.77)        |
-/// | learned              | 0.60 (0.99)      | 1.57 (2.51)        |
-/// | relative (T5)        | 1.87 (2.15)      | 1.46 (2.75)        |
+/// | posenc                  | embed_scale none | embed_scale sqrt_d |
+/// |-------------------------|------------------|--------------------|
+/// | none                    | 1.95 (2.18)      | 2.00 (2.78)        |
+/// | sinusoidal              | 2.62 (2.64)      | 2.02 (2.81)        |
+/// | sinusoidal, every block | 2.61 (2.67)      | 1.59 (2.77)        |
+/// | learned                 | 0.60 (0.99)      | 1.57 (2.51)        |
+/// | relative (T5)           | 1.87 (2.15)      | 1.46 (2.75)        |
 ///
 /// Without `sqrt_d` the sinusoidal table (amplitude 1) drowns the GPT-2-initialised token
 /// embeddings (std 0.02) after the first layer norm, and the sinusoidal models stay on the

@@ -19,7 +19,7 @@
 //!
 //! | name                         | shape          | init                       | present when            |
 //! |------------------------------|----------------|----------------------------|-------------------------|
-//! | `tok_emb.weight`             | [V, D]         | N(0, 0.02); N(0, 1/√D) if `sqrt_d` | always          |
+//! | `tok_emb.weight`             | [V, D]         | N(0, 0.02) or N(0, D^-½)   | always                  |
 //! | `pos_emb.weight`             | [max_len, D]   | N(0, 0.02)                 | posenc `learned`        |
 //! | `posenc.relative.weight`     | [buckets, H]   | N(0, 0.02)                 | posenc `relative`       |
 //! | `blocks.i.ln1.gain`          | [D]            | 1                          | always                  |
@@ -39,6 +39,10 @@
 //! | `lm_head.weight`             | [D, V]         | N(0, 0.02)                 | causal LM, untied head  |
 //! | `cls_head.weight`            | [D, C]         | N(0, 0.02)                 | encoder                 |
 //! | `cls_head.bias`              | [C]            | 0                          | encoder                 |
+//!
+//! `tok_emb.weight` is N(0, D^-½) when `embed_scale` is `sqrt_d` ([`EmbedScale`]): the lookup is
+//! then multiplied by √D, so the embeddings start with std 1; a tied head reads the table
+//! unscaled, as fairseq does.
 //!
 //! The columns of `attn.qkv` are `[q | k | v]`, each D wide; head `h` uses columns
 //! `h·Dh .. (h+1)·Dh` of each part (Dh = D / heads), as `qkv.split(D, -1)` then
