@@ -11,7 +11,7 @@ use crate::ops::attention::MAX_HEAD_DIM;
 /// ```json
 /// { "vocab": 31, "d_model": 32, "heads": 2, "layers": 2, "ffn": 128, "max_len": 64,
 ///   "kind": { "type": "causal_lm", "tied_head": true },
-///   "posenc": { "type": "sinusoidal", "every_block": false } }
+///   "posenc": { "type": "sinusoidal", "every_block": false }, "embed_scale": "sqrt_d" }
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -30,6 +30,28 @@ pub struct ModelConfig {
     pub max_len: usize,
     pub kind: ModelKind,
     pub posenc: PosEnc,
+    /// How the token embeddings are scaled. Optional in a config file; defaults to `none`.
+    #[serde(default)]
+    pub embed_scale: EmbedScale,
+}
+
+/// The factor on the token-embedding lookup, and the matching init of `tok_emb.weight`.
+///
+/// The default is `none` (GPT-2), whatever the position encoding: a default that depended on
+/// another field would surprise, and `none` keeps earlier configs and checkpoints meaning what
+/// they meant. Set `sqrt_d` with an additive fixed table (`sinusoidal`): that table has
+/// amplitude 1, so GPT-2's N(0, 0.02) embeddings are drowned by it after the first layer norm and
+/// the model barely learns which token is where (see the copy-task tests in `tests/model.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmbedScale {
+    /// GPT-2: `tok_emb[tokens]`, the table initialised N(0, 0.02).
+    #[default]
+    None,
+    /// Vaswani et al. / fairseq: `tok_emb[tokens] · √d_model`, the table initialised
+    /// N(0, 1/√d_model), so the scaled embeddings start with std 1, as the sinusoidal table's
+    /// entries. A tied LM head uses the same table unscaled, as fairseq does.
+    SqrtD,
 }
 
 /// What the model predicts.
@@ -202,6 +224,7 @@ mod tests {
         assert_eq!(config.dropout, 0.0);
         assert_eq!(config.kind, ModelKind::CausalLm { tied_head: true });
         assert_eq!(config.posenc, PosEnc::Sinusoidal { every_block: false });
+        assert_eq!(config.embed_scale, EmbedScale::None);
         assert_eq!(config.head_dim(), 16);
     }
 
@@ -226,6 +249,27 @@ mod tests {
             r#"{ "type": "sinusoidal", "base": 1e4 }"#,
         );
         assert!(err.contains("unknown field `base`"), "{err}");
+    }
+
+    #[test]
+    fn embed_scale_reads_its_two_names_and_refuses_others() {
+        let with = |value: &str| {
+            TINY.replace(
+                r#""max_len": 16"#,
+                &format!(r#""max_len": 16, "embed_scale": {value}"#),
+            )
+        };
+        let config = ModelConfig::from_json(&with(r#""sqrt_d""#)).unwrap();
+        assert_eq!(config.embed_scale, EmbedScale::SqrtD);
+        let config = ModelConfig::from_json(&with(r#""none""#)).unwrap();
+        assert_eq!(config.embed_scale, EmbedScale::None);
+        let err = ModelConfig::from_json(&with(r#""sqrt""#))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("unknown variant `sqrt`, expected `none` or `sqrt_d`"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -2,11 +2,11 @@
 //! blocks, and a language-model or classifier head, as graph ops for one (batch, length).
 //!
 //! ```text
-//! x = tok_emb[tokens] (+ position term)          position term: see `posenc`
+//! x = tok_emb[tokens] (· √D if embed_scale sqrt_d) (+ position term)   position term: see `posenc`
 //! for each block:  (+ position term, if every_block)
 //!     x = x + Attn(LN1(x))                        causal for the LM, key mask for padding
 //!     x = x + FFN(LN2(x))                         FFN = down(GELU(up(x)))
-//! LM:      logits = LN_f(x) · tok_emb^T  (tied)  or  LN_f(x) · lm_head.weight
+//! LM:      logits = LN_f(x) · tok_emb^T  (tied, never scaled)  or  LN_f(x) · lm_head.weight
 //! encoder: logits = cls_head(LN_f(x[:, 0]))       position 0 holds BOS as [CLS]
 //! loss = cross_entropy(logits, targets, IGNORE_INDEX)
 //! ```
@@ -19,7 +19,7 @@
 //!
 //! | name                         | shape          | init                       | present when            |
 //! |------------------------------|----------------|----------------------------|-------------------------|
-//! | `tok_emb.weight`             | [V, D]         | N(0, 0.02)                 | always                  |
+//! | `tok_emb.weight`             | [V, D]         | N(0, 0.02) or N(0, D^-½)   | always                  |
 //! | `pos_emb.weight`             | [max_len, D]   | N(0, 0.02)                 | posenc `learned`        |
 //! | `posenc.relative.weight`     | [buckets, H]   | N(0, 0.02)                 | posenc `relative`       |
 //! | `blocks.i.ln1.gain`          | [D]            | 1                          | always                  |
@@ -40,6 +40,10 @@
 //! | `cls_head.weight`            | [D, C]         | N(0, 0.02)                 | encoder                 |
 //! | `cls_head.bias`              | [C]            | 0                          | encoder                 |
 //!
+//! `tok_emb.weight` is N(0, D^-½) when `embed_scale` is `sqrt_d` ([`EmbedScale`]): the lookup is
+//! then multiplied by √D, so the embeddings start with std 1; a tied head reads the table
+//! unscaled, as fairseq does.
+//!
 //! The columns of `attn.qkv` are `[q | k | v]`, each D wide; head `h` uses columns
 //! `h·Dh .. (h+1)·Dh` of each part (Dh = D / heads), as `qkv.split(D, -1)` then
 //! `.view(B, L, heads, Dh)` in PyTorch. The graph's inputs are `tokens`, `targets`, `key_mask`
@@ -50,5 +54,5 @@ mod config;
 pub mod posenc;
 mod transformer;
 
-pub use config::{ModelConfig, ModelKind, PosEnc};
+pub use config::{EmbedScale, ModelConfig, ModelKind, PosEnc};
 pub use transformer::{LN_EPS, Model, ModelGraph};

@@ -1,6 +1,6 @@
 //! The pre-norm Transformer of a [`ModelConfig`], built into a [`Graph`] for one (batch, length).
 
-use super::config::{ModelConfig, ModelKind};
+use super::config::{EmbedScale, ModelConfig, ModelKind};
 use super::posenc::{self, Constant, PositionTerms};
 use crate::data::{BOS, Batch, IGNORE_INDEX};
 use crate::error::{Error, Result};
@@ -86,8 +86,15 @@ impl Model {
         let key_mask = padded.then(|| g.input("key_mask", TensorMeta::i32(&[batch, len])));
         let positions = posenc::build(g, c, len)?;
 
-        let tok_emb = g.param("tok_emb.weight", &[c.vocab, d], Init::Normal(INIT_STD))?;
+        let tok_emb_std = match c.embed_scale {
+            EmbedScale::None => INIT_STD,
+            EmbedScale::SqrtD => 1.0 / (d as f32).sqrt(),
+        };
+        let tok_emb = g.param("tok_emb.weight", &[c.vocab, d], Init::Normal(tok_emb_std))?;
         let mut x = g.embedding(tok_emb, tokens)?;
+        if c.embed_scale == EmbedScale::SqrtD {
+            x = g.scale(x, (d as f32).sqrt())?;
+        }
         if let Some(p) = positions.at_input {
             x = g.add(x, p)?;
         }
@@ -104,6 +111,7 @@ impl Model {
         let (logits, targets) = match c.kind {
             ModelKind::CausalLm { tied_head } => {
                 let x = self.layer_norm(g, x, "ln_f")?;
+                // The tied head reads the table unscaled, whatever embed_scale (fairseq).
                 let logits = if tied_head {
                     g.matmul_t(x, tok_emb, false, true)?
                 } else {

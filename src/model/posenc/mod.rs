@@ -91,6 +91,7 @@ mod tests {
                 buckets: 8,
                 max_distance: 20,
             },
+            embed_scale: crate::model::EmbedScale::None,
         }
     }
 
