@@ -1,19 +1,11 @@
-// Sums over one axis of a tensor seen as [outer, len, inner], and broadcasting (its adjoint).
+// Sums over one axis of a tensor seen as [outer, len, inner]. Their adjoint, broadcasting, is the
+// strided gather in shape.wgsl.
 
 struct Axis {
     outer: u32,
     len: u32,
     inner: u32,
     n_out: u32,
-}
-
-struct Broadcast {
-    n: u32,
-    rank: u32,
-    _pad0: u32,
-    _pad1: u32,
-    shape: array<vec4<u32>, 2>,
-    strides: array<vec4<u32>, 2>,
 }
 
 @group(0) @binding(0) var<uniform> axis: Axis;
@@ -61,26 +53,4 @@ fn sum_axis_workgroup(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
     if (lid == 0u && o < axis.n_out) {
         out[o] = partial[0];
     }
-}
-
-@group(0) @binding(0) var<uniform> bc: Broadcast;
-
-fn dim(v: array<vec4<u32>, 2>, i: u32) -> u32 {
-    return v[i / 4u][i % 4u];
-}
-
-@compute @workgroup_size(256)
-fn broadcast_to(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = gid.x + gid.y * groups.x * 256u;
-    if (i >= bc.n) {
-        return;
-    }
-    var rest = i;
-    var offset = 0u;
-    for (var d = i32(bc.rank) - 1; d >= 0; d--) {
-        let size = dim(bc.shape, u32(d));
-        offset += (rest % size) * dim(bc.strides, u32(d));
-        rest = rest / size;
-    }
-    out[i] = x[offset];
 }

@@ -1,5 +1,5 @@
 // Data movement: copies of row segments (concat, slice), zero padding (the slice's gradient) and
-// axis permutation. Elements are moved as u32 words so f32 and i32 tensors both pass bit-exact
+// strided gathers (axis permutation, and broadcasting with stride 0 on the repeated axes). Elements are moved as u32 words so f32 and i32 tensors both pass bit-exact
 // (a float load could flush an integer's bit pattern that happens to be a denormal).
 //
 // A tensor split at an axis is [outer, axis * inner]; a "row" is one outer index's contiguous run.
@@ -22,20 +22,20 @@ struct Pad {
 
 // Shapes padded at the front to rank 8 with size 1, stride 0: the index arithmetic then runs over
 // all eight axes with vector operations instead of runtime-indexed arrays.
-struct Permute {
+struct Gather {
     n: u32,
     _pad0: u32,
     _pad1: u32,
     _pad2: u32,
     out_shape: array<vec4<u32>, 2>,
     out_strides: array<vec4<u32>, 2>,
-    // The input stride of the axis that lands at each output axis.
+    // The input stride read at each output axis (0 on a broadcast axis).
     src_strides: array<vec4<u32>, 2>,
 }
 
 @group(0) @binding(0) var<uniform> rows: Rows;
 @group(0) @binding(0) var<uniform> pad: Pad;
-@group(0) @binding(0) var<uniform> perm: Permute;
+@group(0) @binding(0) var<uniform> perm: Gather;
 @group(0) @binding(1) var<storage, read> src: array<u32>;
 @group(0) @binding(2) var<storage, read_write> dst: array<u32>;
 
@@ -68,7 +68,7 @@ fn pad_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
 }
 
 @compute @workgroup_size(256)
-fn permute(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+fn gather(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = gid.x + gid.y * groups.x * 256u;
     if (i >= perm.n) {
         return;

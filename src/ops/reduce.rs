@@ -2,7 +2,8 @@
 
 use rayon::prelude::*;
 
-use super::elementwise::{MAX_RANK, PAR_CHUNK, padded, par_fill};
+use super::elementwise::{MAX_RANK, PAR_CHUNK, par_fill};
+use super::shape::strided_gather;
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
@@ -126,25 +127,8 @@ impl Op for BroadcastTo {
         par_fill(outputs[0].data, |i| x[strided_offset(i, &self.shape, &strides)]);
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
-        let n = outputs[0].numel();
-        let params = Params::new()
-            .u(n)
-            .u(self.shape.len())
-            .u(0)
-            .u(0)
-            .words()
-            .into_iter()
-            .chain(padded(&self.shape))
-            .chain(padded(&broadcast_strides(&inputs[0].shape, &self.shape)))
-            .collect();
-        GpuKernels::single(Dispatch {
-            shader: &shaders::REDUCE,
-            entry: "broadcast_to",
-            params,
-            args: vec![Arg::In(0), Arg::Out(0)],
-            workgroups: grid(n, 256),
-        })
+    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+        strided_gather(&self.shape, &broadcast_strides(&inputs[0].shape, &self.shape))
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {

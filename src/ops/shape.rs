@@ -384,35 +384,7 @@ impl Op for Permute {
     }
 
     fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
-        let shape = &outputs[0].shape;
-        let n = outputs[0].numel();
-        // Pad at the front to rank 8: size 1 (coordinate 0), any nonzero stride.
-        let front = |v: &[usize], fill: u32| -> Vec<u32> {
-            let mut w = vec![fill; MAX_RANK - v.len()];
-            w.extend(
-                v.iter()
-                    .map(|&x| u32::try_from(x).expect("dimension fits in u32")),
-            );
-            w
-        };
-        let params = Params::new()
-            .u(n)
-            .u(0)
-            .u(0)
-            .u(0)
-            .words()
-            .into_iter()
-            .chain(front(shape, 1))
-            .chain(front(&strides(shape), 1))
-            .chain(front(&self.src_strides(&inputs[0].shape), 0))
-            .collect();
-        GpuKernels::single(Dispatch {
-            shader: &shaders::SHAPE,
-            entry: "permute",
-            params,
-            args: vec![Arg::In(0), Arg::Out(0)],
-            workgroups: grid(n, 256),
-        })
+        strided_gather(&outputs[0].shape, &self.src_strides(&inputs[0].shape))
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
@@ -425,6 +397,39 @@ impl Op for Permute {
         }
         Ok(vec![Some(g.permute(grad, &inverse)?)])
     }
+}
+
+/// out[i] = x[Σ coord_d · src_strides[d]] over the coordinates of i in `out_shape` (rank ≤ 8): one
+/// kernel for permutes and for broadcasts (stride 0 on the repeated axes).
+pub(crate) fn strided_gather(out_shape: &[usize], src_strides: &[usize]) -> GpuKernels {
+    let n = numel(out_shape);
+    // Pad at the front to rank 8: size 1 (coordinate 0), any nonzero stride.
+    let front = |v: &[usize], fill: u32| -> Vec<u32> {
+        let mut w = vec![fill; MAX_RANK - v.len()];
+        w.extend(
+            v.iter()
+                .map(|&x| u32::try_from(x).expect("dimension fits in u32")),
+        );
+        w
+    };
+    let params = Params::new()
+        .u(n)
+        .u(0)
+        .u(0)
+        .u(0)
+        .words()
+        .into_iter()
+        .chain(front(out_shape, 1))
+        .chain(front(&strides(out_shape), 1))
+        .chain(front(src_strides, 0))
+        .collect();
+    GpuKernels::single(Dispatch {
+        shader: &shaders::SHAPE,
+        entry: "gather",
+        params,
+        args: vec![Arg::In(0), Arg::Out(0)],
+        workgroups: grid(n, 256),
+    })
 }
 
 impl Graph {
