@@ -13,6 +13,7 @@ pub mod checkpoint;
 pub mod data;
 pub mod error;
 pub mod graph;
+pub mod inference;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod mlp;
 pub mod model;

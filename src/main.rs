@@ -1,5 +1,7 @@
 //! The `posflow` command line.
 
+mod cli;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::rc::Rc;
@@ -8,6 +10,9 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use posflow::backend::{Backend, DeviceChoice, gpu::list_adapters, select_backend};
 use posflow::mlp::{MlpConfig, train_mlp};
+
+use cli::inspect::{EvalArgs, SampleArgs, eval, sample};
+use cli::train::{TrainArgs, train};
 
 #[derive(Parser)]
 #[command(
@@ -25,14 +30,21 @@ struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
 
-    /// With no command, `posflow` runs the MLP demo with these options.
+    /// With no command, `posflow` trains with these options: by default a character LM on Moby
+    /// Dick (configs/moby_dick.toml).
     #[command(flatten)]
-    mlp: MlpArgs,
+    train: TrainArgs,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Train a two-layer MLP on an XOR-like regression task (the default command).
+    /// Train a Transformer from a TOML config, or resume a run (the default command).
+    Train(TrainArgs),
+    /// Loss and accuracy of a checkpoint per sequence-length bin, on its run's validation data.
+    Eval(EvalArgs),
+    /// Continue a prompt with a checkpoint's language model.
+    Sample(SampleArgs),
+    /// Train a two-layer MLP on an XOR-like regression task: the engine in miniature.
     Mlp(MlpArgs),
     /// Measure the engine's speed.
     Bench {
@@ -86,7 +98,10 @@ fn run(cli: Cli) -> posflow::Result<()> {
         Some(c) => c,
         None => DeviceChoice::from_env()?.unwrap_or_default(),
     };
-    match cli.command.unwrap_or(Command::Mlp(cli.mlp)) {
+    match cli.command.unwrap_or(Command::Train(cli.train)) {
+        Command::Train(args) => train(backend(choice)?, args),
+        Command::Eval(args) => eval(backend(choice)?, args),
+        Command::Sample(args) => sample(backend(choice)?, args),
         Command::Devices => devices(),
         Command::Mlp(args) => mlp(backend(choice)?, args),
         Command::Bench {

@@ -123,6 +123,16 @@ impl LengthBins {
         Ok(())
     }
 
+    /// Adds every bin of `other`.
+    pub fn merge(&mut self, other: &LengthBins) {
+        if self.bins.len() < other.bins.len() {
+            self.bins.resize(other.bins.len(), BinTotals::default());
+        }
+        for (mine, theirs) in self.bins.iter_mut().zip(&other.bins) {
+            mine.add(theirs);
+        }
+    }
+
     /// The bins that hold at least one sequence, with their lengths.
     pub fn bins(&self) -> impl Iterator<Item = (RangeInclusive<usize>, &BinTotals)> {
         self.bins

@@ -49,6 +49,24 @@ impl MetricsLog {
         })
     }
 
+    /// Opens the log of a run resumed after `step` completed steps. Lines the interrupted run wrote
+    /// after its checkpoint are dropped (rewritten atomically), so the log reads as one run.
+    pub fn resume(path: &Path, step: usize) -> Result<Self> {
+        if path.exists() {
+            let kept: String = Self::read(path)?
+                .into_iter()
+                .filter(|record| match *record {
+                    // A train record's step is the step's index; an eval's, the steps completed.
+                    Record::Train { step: s, .. } => s < step,
+                    Record::Eval { step: s, .. } => s <= step,
+                })
+                .map(|record| serde_json::to_string(&record).expect("records serialize") + "\n")
+                .collect();
+            crate::checkpoint::write_atomically(path, kept.as_bytes())?;
+        }
+        Self::append(path)
+    }
+
     /// Writes one line and flushes it, so readers see every finished step.
     pub fn write(&mut self, record: &Record) -> Result<()> {
         let line = serde_json::to_string(record).expect("records serialize");
@@ -98,12 +116,32 @@ mod tests {
         };
         MetricsLog::append(&path).unwrap().write(&train).unwrap();
         MetricsLog::append(&path).unwrap().write(&eval).unwrap();
-        assert_eq!(MetricsLog::read(&path).unwrap(), vec![train, eval]);
+        assert_eq!(
+            MetricsLog::read(&path).unwrap(),
+            vec![train.clone(), eval.clone()]
+        );
         let first = std::fs::read_to_string(&path).unwrap();
         assert!(
             first.starts_with(r#"{"kind":"train","step":3,"loss":2.5"#),
             "{first}"
         );
+
+        // A run resumed after 4 steps keeps steps 0..=3 and the eval after step 3, drops step 5.
+        let later = Record::Train {
+            step: 5,
+            loss: 1.0,
+            lr: 1e-3,
+            grad_norm: 0.5,
+            tokens_per_s: 1.0,
+        };
+        MetricsLog::append(&path).unwrap().write(&later).unwrap();
+        let mut resumed = MetricsLog::resume(&path, 4).unwrap();
+        assert_eq!(
+            MetricsLog::read(&path).unwrap(),
+            vec![train.clone(), eval.clone()]
+        );
+        resumed.write(&later).unwrap();
+        assert_eq!(MetricsLog::read(&path).unwrap(), vec![train, eval, later]);
 
         std::fs::write(&path, "{\"kind\":\"train\"}\n").unwrap();
         let err = MetricsLog::read(&path).unwrap_err().to_string();

@@ -1,7 +1,23 @@
-//! Training utilities shared by every model: the learning-rate schedule and the metrics log.
+//! Training: a run's configuration (TOML), its data, the trainer (one step at a time), the
+//! evaluation per length bin, the learning-rate schedule, and natively the whole loop with its
+//! metrics log and checkpoints.
 
+mod config;
+mod eval;
+#[cfg(not(target_arch = "wasm32"))]
+mod fit;
+#[cfg(not(target_arch = "wasm32"))]
 mod metrics;
 mod schedule;
+mod task;
+mod trainer;
 
+pub use config::{DEFAULT_RUN, DataConfig, RunConfig, TrainConfig};
+pub use eval::{EvalReport, Evaluator};
+#[cfg(not(target_arch = "wasm32"))]
+pub use fit::{FitSummary, Progress, fit};
+#[cfg(not(target_arch = "wasm32"))]
 pub use metrics::{MetricsLog, Record};
 pub use schedule::{Decay, Schedule};
+pub use task::{EvalSet, Task};
+pub use trainer::{RUN_KEY, StepStats, Trainer, saved_run};

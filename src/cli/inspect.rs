@@ -1,0 +1,65 @@
+//! `posflow eval` and `posflow sample`: what a saved model does.
+
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use clap::Args;
+use posflow::backend::Backend;
+use posflow::inference::SavedModel;
+use posflow::train::{Evaluator, Task, saved_run};
+use rand::SeedableRng;
+
+#[derive(Args)]
+pub struct EvalArgs {
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// Sequence lengths to evaluate at; longer than training measures extrapolation.
+    #[arg(long, value_delimiter = ',', default_values_t = [64, 128, 256, 512])]
+    lengths: Vec<usize>,
+    /// At most this many batches per length (default: the run's eval_batches).
+    #[arg(long)]
+    batches: Option<usize>,
+}
+
+#[derive(Args)]
+pub struct SampleArgs {
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// The text to continue; every character must be in the model's vocabulary.
+    #[arg(long)]
+    prompt: String,
+    /// How many characters to generate.
+    #[arg(long, default_value_t = 200)]
+    chars: usize,
+    /// 0 always takes the most likely character; higher is more varied.
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+pub fn eval(backend: Rc<dyn Backend>, args: EvalArgs) -> posflow::Result<()> {
+    let saved = SavedModel::load(backend, &args.checkpoint)?;
+    let run = saved_run(&saved.metadata)?;
+    let task = Task::load(&run.data)?;
+    let batches = args.batches.unwrap_or(run.train.eval_batches);
+    let sets = task.eval_sets(&args.lengths, run.train.batch, batches);
+    let mut evaluator = Evaluator::new(saved.model.clone());
+    let report = pollster::block_on(evaluator.evaluate(&saved.params, sets, task.train_len()));
+    println!(
+        "{} at step {} (trained on sequences of {}):\n{report}",
+        args.checkpoint.display(),
+        saved.metadata.training.step,
+        task.train_len()
+    );
+    Ok(())
+}
+
+pub fn sample(backend: Rc<dyn Backend>, args: SampleArgs) -> posflow::Result<()> {
+    let saved = SavedModel::load(backend, &args.checkpoint)?;
+    let generator = saved.generator()?;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.seed);
+    let text = pollster::block_on(generator.complete(&args.prompt, args.chars, args.temperature, &mut rng))?;
+    println!("{}{text}", args.prompt);
+    Ok(())
+}

@@ -1,0 +1,4 @@
+//! The commands of the `posflow` binary that work with models (the engine demos live in main.rs).
+
+pub mod inspect;
+pub mod train;

@@ -1,0 +1,150 @@
+//! `posflow train`: a run from a TOML config (or the default Moby Dick run), with a progress bar,
+//! evaluation tables as they come, a checkpoint, and a sample of what the model learned.
+
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use posflow::backend::Backend;
+use posflow::checkpoint::Checkpoint;
+use posflow::inference::Generator;
+use posflow::train::{DEFAULT_RUN, EvalReport, Progress, RunConfig, StepStats, Trainer, fit, saved_run};
+use rand::SeedableRng;
+
+#[derive(Args)]
+pub struct TrainArgs {
+    /// The run's TOML config (see configs/). Defaults to configs/moby_dick.toml, built in.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Continue the run saved in this checkpoint. Without --config, the checkpoint's own config.
+    #[arg(long)]
+    resume: Option<PathBuf>,
+    /// Override [train] steps: the total, counting the steps a resumed run already made.
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Characters to generate after training from [train] sample_prompt (0: none).
+    #[arg(long, default_value_t = 200)]
+    sample_chars: usize,
+}
+
+pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
+    let checkpoint = args.resume.as_deref().map(Checkpoint::load).transpose()?;
+    let mut run = match (&args.config, &checkpoint) {
+        (Some(path), _) => RunConfig::load(path)?,
+        (None, Some(checkpoint)) => saved_run(checkpoint.metadata())?,
+        (None, None) => RunConfig::from_toml(DEFAULT_RUN, "configs/moby_dick.toml (built in)")?,
+    };
+    if let Some(steps) = args.steps {
+        run.train.steps = steps;
+        // A short run still warms up, over all of its steps at most.
+        run.train.warmup = run.train.warmup.min(steps);
+        run.validate()?;
+    }
+    describe(&run);
+    let mut trainer = match &checkpoint {
+        Some(checkpoint) => {
+            let trainer = Trainer::resume(backend, run, checkpoint)?;
+            println!("resuming at step {}", trainer.step());
+            trainer
+        }
+        None => Trainer::new(backend, run)?,
+    };
+    let mut bar = Bar::new(&trainer);
+    let summary = fit(&mut trainer, &mut bar)?;
+    bar.finish();
+    println!(
+        "trained {} steps: loss {:.4} -> {:.4}, {:.0} tokens/s",
+        summary.steps, summary.first_loss, summary.last_loss, summary.tokens_per_s
+    );
+    if let Some(prompt) = &trainer.run().train.sample_prompt
+        && args.sample_chars > 0
+    {
+        let generator = Generator::new(
+            trainer.model(),
+            trainer.params(),
+            trainer.tokenizer(),
+            trainer.model().config().max_len,
+        )?;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(trainer.run().train.seed);
+        let text = pollster::block_on(generator.complete(prompt, args.sample_chars, 0.8, &mut rng))?;
+        println!("sample (temperature 0.8):\n{prompt}{text}");
+    }
+    Ok(())
+}
+
+fn describe(run: &RunConfig) {
+    let m = &run.model;
+    let t = &run.train;
+    println!(
+        "model: {} layers, d_model {}, {} heads, ffn {}, vocab {}, position encoding {}",
+        m.layers,
+        m.d_model,
+        m.heads,
+        m.ffn,
+        m.vocab,
+        serde_json::to_string(&m.posenc).expect("a posenc serializes")
+    );
+    println!(
+        "training: {} steps of batch {}, lr {} ({:?} decay, {} warmup), seed {}",
+        t.steps, t.batch, t.lr, t.decay, t.warmup, t.seed
+    );
+}
+
+/// The progress bar: smoothed loss, tokens/s and ETA; evaluation tables printed above it. When
+/// stderr is not a terminal the bar is hidden, so a line is printed every 5% instead.
+struct Bar {
+    bar: ProgressBar,
+    smoothed_loss: Option<f32>,
+    line_every: usize,
+}
+
+impl Bar {
+    fn new(trainer: &Trainer) -> Self {
+        let steps = trainer.run().train.steps;
+        let bar = ProgressBar::new(steps as u64).with_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} steps  {msg}  eta {eta}")
+                .expect("a valid template"),
+        );
+        bar.set_position(trainer.step() as u64);
+        Self {
+            bar,
+            smoothed_loss: None,
+            line_every: (steps / 20).max(1),
+        }
+    }
+
+    fn finish(&self) {
+        self.bar.finish();
+    }
+}
+
+impl Progress for Bar {
+    fn step(&mut self, stats: &StepStats, tokens_per_s: f64) {
+        let smoothed = match self.smoothed_loss {
+            Some(s) => 0.9 * s + 0.1 * stats.loss,
+            None => stats.loss,
+        };
+        self.smoothed_loss = Some(smoothed);
+        let msg = format!(
+            "loss {smoothed:.4}  {:.1}k tok/s  lr {:.2e}",
+            tokens_per_s / 1e3,
+            stats.lr
+        );
+        if self.bar.is_hidden() && (stats.step + 1).is_multiple_of(self.line_every) {
+            println!("step {}: {msg}", stats.step + 1);
+        }
+        self.bar.set_message(msg);
+        self.bar.inc(1);
+    }
+
+    fn evaluated(&mut self, step: usize, report: &EvalReport) {
+        self.bar
+            .suspend(|| println!("evaluation after step {step}:\n{report}"));
+    }
+
+    fn saved(&mut self, path: &Path, step: usize) {
+        self.bar
+            .suspend(|| println!("saved step {step} to {}", path.display()));
+    }
+}

@@ -1,0 +1,125 @@
+//! Next-character distributions and sampled continuations from a causal LM.
+//!
+//! One graph of a fixed window runs for every prediction: the context is right-padded, which a
+//! causal model cannot see, and a context longer than the window keeps its last characters.
+
+use rand::{Rng, RngExt};
+
+use crate::data::{CharTokenizer, IGNORE_INDEX, PAD, SPECIAL_TOKENS};
+use crate::error::{Error, Result};
+use crate::graph::{Executor, Graph};
+use crate::model::{Model, ModelGraph, ModelKind};
+use crate::params::ParamStore;
+
+pub struct Generator {
+    tokenizer: CharTokenizer,
+    vocab: usize,
+    graph: ModelGraph,
+    exec: Executor,
+}
+
+impl Generator {
+    /// A generator for `model` with the parameters in `params` (read at every prediction, so
+    /// training in between is seen), conditioning on at most `window` tokens (for a learned
+    /// position table, at most its length).
+    pub fn new(model: &Model, params: &ParamStore, tokenizer: CharTokenizer, window: usize) -> Result<Self> {
+        if !matches!(model.config().kind, ModelKind::CausalLm { .. }) {
+            return Err(Error::Input(
+                "only a causal language model generates text; this model is an encoder".into(),
+            ));
+        }
+        let mut g = Graph::new();
+        let graph = model.build(&mut g, 1, window)?;
+        let exec = Executor::new(&g, &[graph.logits, graph.loss], params)?;
+        Ok(Self {
+            tokenizer,
+            vocab: model.config().vocab,
+            graph,
+            exec,
+        })
+    }
+
+    /// The probabilities of every token following `context` (token ids, at least one).
+    pub async fn next_probabilities(&self, context: &[i32]) -> Result<Vec<f32>> {
+        let window = self.graph.len;
+        let Some(last) = context.len().checked_sub(1) else {
+            return Err(Error::Input(
+                "the context is empty: give at least one character".into(),
+            ));
+        };
+        let context = &context[context.len().saturating_sub(window)..];
+        let last = last.min(window - 1);
+        let mut tokens = context.to_vec();
+        tokens.resize(window, PAD);
+        self.graph
+            .feed(&self.exec, &tokens, &vec![IGNORE_INDEX; window], None)?;
+        self.exec.run()?;
+        let vocab = self.vocab;
+        let logits = self.exec.read(self.graph.logits).await?;
+        Ok(softmax(&logits[last * vocab..(last + 1) * vocab]))
+    }
+
+    /// `prompt` continued by `chars` sampled characters (at `temperature`; 0 takes the most likely
+    /// one every time). Characters outside the model's vocabulary are an error naming them.
+    pub async fn complete<R: Rng + ?Sized>(
+        &self,
+        prompt: &str,
+        chars: usize,
+        temperature: f32,
+        rng: &mut R,
+    ) -> Result<String> {
+        if !(temperature.is_finite() && temperature >= 0.0) {
+            return Err(Error::Input(format!(
+                "the temperature must be 0 or positive, got {temperature}"
+            )));
+        }
+        let tokenizer = &self.tokenizer;
+        let mut context = tokenizer
+            .encode(prompt)
+            .map_err(|e| Error::Input(format!("the prompt has a character the model never saw: {e}")))?;
+        let mut text = String::new();
+        for _ in 0..chars {
+            let probs = self.next_probabilities(&context).await?;
+            let next = pick(&probs, temperature, rng);
+            context.push(next);
+            // A special token (never in training text) has no character to show.
+            if next as usize >= SPECIAL_TOKENS.len() {
+                text.push_str(&tokenizer.decode(&[next])?);
+            }
+        }
+        Ok(text)
+    }
+}
+
+fn softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exps: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
+    let total: f32 = exps.iter().sum();
+    exps.iter().map(|e| e / total).collect()
+}
+
+/// A token id drawn from `probs` sharpened by `temperature` (p^(1/T), renormalised); the argmax
+/// at temperature 0.
+fn pick<R: Rng + ?Sized>(probs: &[f32], temperature: f32, rng: &mut R) -> i32 {
+    let argmax = probs
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map_or(0, |(i, _)| i);
+    if temperature == 0.0 {
+        return argmax as i32;
+    }
+    let weights: Vec<f64> = probs
+        .iter()
+        .map(|&p| f64::from(p).powf(1.0 / f64::from(temperature)))
+        .collect();
+    let total: f64 = weights.iter().sum();
+    let mut target = rng.random::<f64>() * total;
+    for (i, w) in weights.iter().enumerate() {
+        target -= w;
+        if target < 0.0 {
+            return i as i32;
+        }
+    }
+    argmax as i32
+}

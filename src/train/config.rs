@@ -1,0 +1,329 @@
+//! A training run's configuration, read from a TOML file: the data, the model and how to train
+//! it. Unknown keys are errors everywhere, so a typo never silently falls back to a default.
+//!
+//! ```toml
+//! [data]
+//! task = "moby_dick"   # moby_dick | text_file | cmudict | copy | reverse
+//! seq_len = 128
+//!
+//! [model]              # a ModelConfig; `vocab` may be left out: the data's tokenizer sets it
+//! d_model = 128
+//! heads = 4
+//! layers = 4
+//! ffn = 512
+//! max_len = 128
+//! kind = { type = "causal_lm" }
+//! posenc = { type = "relative" }
+//!
+//! [train]
+//! steps = 1000
+//! batch = 16
+//! lr = 3e-3
+//! eval_lengths = [64, 128, 256, 512]
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Decay, Schedule};
+use crate::error::{Error, Result};
+use crate::model::{ModelConfig, ModelKind};
+use crate::optim::AdamW;
+
+/// A whole run: what `posflow train --config` reads and what a checkpoint keeps for `--resume`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    pub data: DataConfig,
+    pub model: ModelConfig,
+    pub train: TrainConfig,
+}
+
+/// The task the model trains on. Every task is next-token prediction by a causal LM; the
+/// sequence-to-sequence tasks are written as one sequence with the loss on the answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "task", rename_all = "snake_case", deny_unknown_fields)]
+pub enum DataConfig {
+    /// Moby Dick (shipped in `data/`), windows of `seq_len` characters.
+    MobyDick {
+        seq_len: usize,
+        #[serde(default = "default_valid_fraction")]
+        valid_fraction: f64,
+    },
+    /// A UTF-8 text file of your own, windows of `seq_len` characters.
+    TextFile {
+        path: PathBuf,
+        seq_len: usize,
+        #[serde(default = "default_valid_fraction")]
+        valid_fraction: f64,
+    },
+    /// `word=phonemes` from the CMU pronouncing dictionary (shipped), loss on the phonemes.
+    Cmudict {
+        #[serde(default = "default_valid_fraction")]
+        valid_fraction: f64,
+    },
+    /// `abc|abc` with strings of `min_len..=max_len` symbols.
+    Copy { min_len: usize, max_len: usize },
+    /// `abc|cba` with strings of `min_len..=max_len` symbols.
+    Reverse { min_len: usize, max_len: usize },
+}
+
+fn default_valid_fraction() -> f64 {
+    0.05
+}
+
+/// How to train: steps, batch, optimizer, schedule, evaluation and outputs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainConfig {
+    pub steps: usize,
+    pub batch: usize,
+    /// Seeds the initial parameters and the order of the training batches.
+    #[serde(default)]
+    pub seed: u64,
+    /// The peak learning rate.
+    pub lr: f32,
+    /// Steps of linear warmup to `lr`.
+    #[serde(default)]
+    pub warmup: usize,
+    #[serde(default = "default_decay")]
+    pub decay: Decay,
+    /// The learning rate at the last step, as a fraction of `lr`.
+    #[serde(default = "default_final_lr_fraction")]
+    pub final_lr_fraction: f32,
+    /// AdamW's decoupled weight decay, on matrices only.
+    #[serde(default = "default_weight_decay")]
+    pub weight_decay: f32,
+    #[serde(default = "default_beta1")]
+    pub beta1: f32,
+    #[serde(default = "default_beta2")]
+    pub beta2: f32,
+    #[serde(default = "default_eps")]
+    pub eps: f32,
+    /// Clip the global gradient norm to this; 0 turns clipping off.
+    #[serde(default = "default_clip")]
+    pub clip_grad_norm: f32,
+    /// Evaluate every this many steps (and always after the last); 0 evaluates only at the end.
+    #[serde(default)]
+    pub eval_every: usize,
+    /// The sequence lengths to evaluate at, longer than training too (text tasks: windows of
+    /// that many tokens; copy/reverse: strings of (L − 2)/2 symbols, so sequences of about L).
+    #[serde(default)]
+    pub eval_lengths: Vec<usize>,
+    /// At most this many batches per evaluation length.
+    #[serde(default = "default_eval_batches")]
+    pub eval_batches: usize,
+    /// Where to save the checkpoint: at every evaluation and at the end. Relative paths are
+    /// relative to the working directory.
+    #[serde(default)]
+    pub checkpoint: Option<PathBuf>,
+    /// Where to append the metrics log (JSON lines, one per step and per evaluated bin).
+    #[serde(default)]
+    pub metrics: Option<PathBuf>,
+    /// A text to continue after training, to show what the model learned.
+    #[serde(default)]
+    pub sample_prompt: Option<String>,
+}
+
+fn default_decay() -> Decay {
+    Decay::Cosine
+}
+
+fn default_final_lr_fraction() -> f32 {
+    0.1
+}
+
+fn default_weight_decay() -> f32 {
+    0.01
+}
+
+fn default_beta1() -> f32 {
+    0.9
+}
+
+fn default_beta2() -> f32 {
+    0.99
+}
+
+fn default_eps() -> f32 {
+    1e-8
+}
+
+fn default_clip() -> f32 {
+    1.0
+}
+
+fn default_eval_batches() -> usize {
+    4
+}
+
+/// The file as written: `[model]` stays a table until the data says what `vocab` is.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunFile {
+    data: DataConfig,
+    model: toml::Table,
+    train: TrainConfig,
+}
+
+/// The default run, `configs/moby_dick.toml`: what `posflow` does with no arguments.
+pub const DEFAULT_RUN: &str = include_str!("../../configs/moby_dick.toml");
+
+impl RunConfig {
+    /// Reads and validates a run from TOML. `origin` names the text in errors (its path).
+    /// `vocab` in `[model]` may be left out: the data's tokenizer sets it.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Self> {
+        let file: RunFile = toml::from_str(text).map_err(|e| Error::Input(format!("{origin}: {e}")))?;
+        let vocab = file.data.tokenizer()?.vocab_size();
+        let mut model = file.model;
+        match model.get("vocab").map(toml::Value::as_integer) {
+            None => {
+                model.insert("vocab".into(), toml::Value::Integer(vocab as i64));
+            }
+            Some(Some(v)) if v == vocab as i64 => {}
+            Some(v) => {
+                return Err(Error::Input(format!(
+                    "{origin}: [model] vocab is {}, but the data's tokenizer has {vocab} ids; leave \
+                     vocab out and the data sets it",
+                    v.map_or("not an integer".into(), |v| v.to_string())
+                )));
+            }
+        }
+        let model = ModelConfig::deserialize(toml::Value::Table(model))
+            .map_err(|e| Error::Input(format!("{origin}: [model]: {e}")))?;
+        let run = Self {
+            data: file.data,
+            model,
+            train: file.train,
+        };
+        run.validate()
+            .map_err(|e| Error::Input(format!("{origin}: {e}")))?;
+        Ok(run)
+    }
+
+    /// Checks what the trainer relies on; errors name the key and its value.
+    pub fn validate(&self) -> Result<()> {
+        self.model.validate()?;
+        if !matches!(self.model.kind, ModelKind::CausalLm { .. }) {
+            return Err(Error::Input(
+                "[model] kind: the trainer's tasks are all next-token prediction, so the model must \
+                 be a causal_lm"
+                    .into(),
+            ));
+        }
+        let t = &self.train;
+        if t.steps == 0 || t.batch == 0 {
+            return Err(Error::Input(format!(
+                "[train] steps ({}) and batch ({}) must be at least 1",
+                t.steps, t.batch
+            )));
+        }
+        if t.eval_batches == 0 {
+            return Err(Error::Input("[train] eval_batches must be at least 1".into()));
+        }
+        if let Some(&bad) = t.eval_lengths.iter().find(|&&l| l < 2) {
+            return Err(Error::Input(format!(
+                "[train] eval_lengths: {bad} is too short; use 2 or more"
+            )));
+        }
+        if !(t.clip_grad_norm.is_finite() && t.clip_grad_norm >= 0.0) {
+            return Err(Error::Input(format!(
+                "[train] clip_grad_norm must be 0 (off) or positive, got {}",
+                t.clip_grad_norm
+            )));
+        }
+        self.schedule().validate()?;
+        self.data.validate()?;
+        if let Some(len) = self.data.train_len()
+            && len > self.model.max_len
+        {
+            return Err(Error::Input(format!(
+                "training sequences are {len} tokens long, over [model] max_len {}",
+                self.model.max_len
+            )));
+        }
+        Ok(())
+    }
+
+    /// The learning rate at every step.
+    pub fn schedule(&self) -> Schedule {
+        let t = &self.train;
+        Schedule {
+            peak_lr: t.lr,
+            warmup_steps: t.warmup,
+            total_steps: t.steps,
+            decay: t.decay,
+            final_fraction: t.final_lr_fraction,
+        }
+    }
+
+    /// The optimizer's hyperparameters (its `lr` is set by the schedule at every step).
+    pub fn adamw(&self) -> AdamW {
+        let t = &self.train;
+        AdamW {
+            lr: t.lr,
+            beta1: t.beta1,
+            beta2: t.beta2,
+            eps: t.eps,
+            weight_decay: t.weight_decay,
+            max_grad_norm: (t.clip_grad_norm > 0.0).then_some(t.clip_grad_norm),
+        }
+    }
+}
+
+impl DataConfig {
+    fn validate(&self) -> Result<()> {
+        let fraction_ok = |f: f64| f > 0.0 && f < 1.0;
+        match *self {
+            Self::MobyDick {
+                seq_len,
+                valid_fraction,
+            }
+            | Self::TextFile {
+                seq_len,
+                valid_fraction,
+                ..
+            } if seq_len == 0 || !fraction_ok(valid_fraction) => {
+                return Err(Error::Input(format!(
+                    "[data] needs seq_len >= 1 and 0 < valid_fraction < 1, got {seq_len} and \
+                     {valid_fraction}"
+                )));
+            }
+            Self::Cmudict { valid_fraction } if !fraction_ok(valid_fraction) => {
+                return Err(Error::Input(format!(
+                    "[data] valid_fraction must be in (0, 1), got {valid_fraction}"
+                )));
+            }
+            Self::Copy { min_len, max_len } | Self::Reverse { min_len, max_len }
+                if min_len == 0 || min_len > max_len =>
+            {
+                return Err(Error::Input(format!(
+                    "[data] needs 1 <= min_len <= max_len, got {min_len} and {max_len}"
+                )));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The length every training batch is padded to, where the config fixes it (the CMU
+    /// dictionary's longest word is only known once it is read).
+    pub fn train_len(&self) -> Option<usize> {
+        match *self {
+            Self::MobyDick { seq_len, .. } | Self::TextFile { seq_len, .. } => Some(seq_len),
+            // <bos> string | string: the inputs leave out the final <eos>.
+            Self::Copy { max_len, .. } | Self::Reverse { max_len, .. } => Some(2 * max_len + 2),
+            Self::Cmudict { .. } => None,
+        }
+    }
+}
+
+impl RunConfig {
+    /// Reads a run config file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Input(format!("config {}: cannot be read ({e})", path.display())))?;
+        Self::from_toml(&text, &path.display().to_string())
+    }
+}

@@ -1,0 +1,136 @@
+//! Evaluation: loss and accuracy per length bin on validation sets. Each batch shape gets one
+//! forward-only graph, built on first use and kept, so periodic evaluation compiles nothing new.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use super::task::EvalSet;
+use crate::data::LengthBins;
+use crate::error::Result;
+use crate::graph::{Executor, Graph};
+use crate::model::{Model, ModelGraph};
+use crate::params::ParamStore;
+
+/// Forward graphs of one model, by batch shape, over one parameter store.
+pub struct Evaluator {
+    model: Model,
+    /// A shape the model cannot take (a learned table shorter than the length) is kept as its
+    /// error, so it is reported, not retried, at every evaluation.
+    graphs: HashMap<[usize; 2], Result<(ModelGraph, Executor), String>>,
+}
+
+/// The outcome of one evaluation.
+#[derive(Clone, Debug, Default)]
+pub struct EvalReport {
+    pub bins: LengthBins,
+    /// Requested lengths that could not be evaluated, and why.
+    pub failures: Vec<(usize, String)>,
+    /// The longest training sequence: bins past it measure extrapolation.
+    pub train_len: usize,
+}
+
+impl Evaluator {
+    pub fn new(model: Model) -> Self {
+        Self {
+            model,
+            graphs: HashMap::new(),
+        }
+    }
+
+    /// Evaluates `params` (always the same store for one evaluator: its graphs are bound to it) on
+    /// `sets`.
+    pub async fn evaluate(
+        &mut self,
+        params: &ParamStore,
+        sets: Vec<EvalSet>,
+        train_len: usize,
+    ) -> EvalReport {
+        let mut report = EvalReport {
+            train_len,
+            ..EvalReport::default()
+        };
+        for set in sets {
+            if let Err(e) = self.evaluate_set(params, set.batches, &mut report.bins).await {
+                report.failures.push((set.length, e));
+            }
+        }
+        report
+    }
+
+    async fn evaluate_set(
+        &mut self,
+        params: &ParamStore,
+        batches: Result<Vec<crate::data::Batch>>,
+        bins: &mut LengthBins,
+    ) -> std::result::Result<(), String> {
+        let vocab = self.model.config().vocab;
+        // A set's batches are recorded together or not at all.
+        let mut set_bins = LengthBins::new();
+        for batch in batches.map_err(|e| e.to_string())? {
+            let [rows, len] = batch.shape();
+            let model = &self.model;
+            let graph = self
+                .graphs
+                .entry([rows, len])
+                .or_insert_with(|| forward_graph(model, params, rows, len).map_err(|e| e.to_string()));
+            let (graph, exec) = graph.as_ref().map_err(Clone::clone)?;
+            let logits = async {
+                graph.feed_batch(exec, &batch)?;
+                exec.run()?;
+                exec.read(graph.logits).await
+            }
+            .await
+            .map_err(|e| e.to_string())?;
+            set_bins
+                .record_logits(&batch, &logits, vocab)
+                .map_err(|e| e.to_string())?;
+        }
+        bins.merge(&set_bins);
+        Ok(())
+    }
+}
+
+/// The model's graph for `rows` × `len`, running only forward. The loss stays among the outputs so
+/// that the targets are part of the plan and one `feed` serves training and evaluation.
+fn forward_graph(
+    model: &Model,
+    params: &ParamStore,
+    rows: usize,
+    len: usize,
+) -> Result<(ModelGraph, Executor)> {
+    let mut g = Graph::new();
+    let graph = model.build(&mut g, rows, len)?;
+    let exec = Executor::new(&g, &[graph.logits, graph.loss], params)?;
+    Ok((graph, exec))
+}
+
+impl fmt::Display for EvalReport {
+    /// A table: one row per length bin, marked where it is longer than training, then the lengths
+    /// that failed.
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        writeln!(
+            f,
+            "{:>10}  {:>8}  {:>8}  {:>9}  {:>9}",
+            "length", "loss", "accuracy", "tokens", ""
+        )?;
+        for (lengths, totals) in self.bins.bins() {
+            let beyond = if *lengths.end() > self.train_len {
+                "> trained"
+            } else {
+                ""
+            };
+            writeln!(
+                f,
+                "{:>10}  {:>8.4}  {:>7.1}%  {:>9}  {beyond:>9}",
+                format!("{}-{}", lengths.start(), lengths.end()),
+                totals.mean_loss(),
+                100.0 * totals.accuracy(),
+                totals.tokens
+            )?;
+        }
+        for (length, why) in &self.failures {
+            writeln!(f, "{length:>10}  not evaluated: {why}")?;
+        }
+        Ok(())
+    }
+}

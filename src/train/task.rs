@@ -1,0 +1,198 @@
+//! A run's data, loaded from its [`DataConfig`]: the tokenizer, seeded training batches of one
+//! fixed shape, and the evaluation sets at the lengths asked for.
+
+use std::ops::RangeInclusive;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::config::DataConfig;
+use crate::data::{
+    Batch, CharTokenizer, LanguageModelData, LengthBins, MOBY_DICK, Pronunciations, SyntheticTask,
+};
+use crate::error::{Error, Result};
+
+/// The loaded data of one task.
+pub enum Task {
+    /// Next-character prediction over a text.
+    Text {
+        tokenizer: CharTokenizer,
+        data: LanguageModelData,
+        seq_len: usize,
+    },
+    Pronunciations {
+        data: Pronunciations,
+        /// The longest training example, which every training batch is padded to.
+        train_len: usize,
+    },
+    Synthetic {
+        task: SyntheticTask,
+        lengths: RangeInclusive<usize>,
+    },
+}
+
+/// The batches of one requested evaluation length, or why the data cannot serve it.
+pub struct EvalSet {
+    /// The length asked for (for the dictionary, the longest padded batch).
+    pub length: usize,
+    pub batches: Result<Vec<Batch>>,
+}
+
+impl DataConfig {
+    /// The task's tokenizer, without loading more than it needs.
+    pub fn tokenizer(&self) -> Result<CharTokenizer> {
+        Ok(match self {
+            Self::MobyDick { .. } => CharTokenizer::from_text(MOBY_DICK),
+            Self::TextFile { path, .. } => CharTokenizer::from_text(&read_text(path)?),
+            Self::Cmudict { valid_fraction } => Pronunciations::cmudict(*valid_fraction)?.tokenizer().clone(),
+            Self::Copy { .. } | Self::Reverse { .. } => SyntheticTask::tokenizer(),
+        })
+    }
+}
+
+fn read_text(path: &std::path::Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| {
+        Error::Input(format!(
+            "[data] text file {}: cannot be read ({e})",
+            path.display()
+        ))
+    })
+}
+
+impl Task {
+    pub fn load(config: &DataConfig) -> Result<Self> {
+        Ok(match config {
+            DataConfig::MobyDick {
+                seq_len,
+                valid_fraction,
+            } => Self::text(MOBY_DICK, *seq_len, *valid_fraction)?,
+            DataConfig::TextFile {
+                path,
+                seq_len,
+                valid_fraction,
+            } => Self::text(&read_text(path)?, *seq_len, *valid_fraction)?,
+            DataConfig::Cmudict { valid_fraction } => {
+                let data = Pronunciations::cmudict(*valid_fraction)?;
+                let train_len = data
+                    .train()
+                    .iter()
+                    .map(|p| {
+                        p.example()
+                            .encode(data.tokenizer())
+                            .map(|(tokens, _)| tokens.len())
+                    })
+                    .try_fold(0, |longest, len| len.map(|len| longest.max(len)))?;
+                Self::Pronunciations { data, train_len }
+            }
+            &DataConfig::Copy { min_len, max_len } => Self::Synthetic {
+                task: SyntheticTask::Copy,
+                lengths: min_len..=max_len,
+            },
+            &DataConfig::Reverse { min_len, max_len } => Self::Synthetic {
+                task: SyntheticTask::Reverse,
+                lengths: min_len..=max_len,
+            },
+        })
+    }
+
+    fn text(text: &str, seq_len: usize, valid_fraction: f64) -> Result<Self> {
+        let tokenizer = CharTokenizer::from_text(text);
+        let data = LanguageModelData::from_text(&tokenizer, text, valid_fraction)?;
+        Ok(Self::Text {
+            tokenizer,
+            data,
+            seq_len,
+        })
+    }
+
+    pub fn tokenizer(&self) -> CharTokenizer {
+        match self {
+            Self::Text { tokenizer, .. } => tokenizer.clone(),
+            Self::Pronunciations { data, .. } => data.tokenizer().clone(),
+            Self::Synthetic { .. } => SyntheticTask::tokenizer(),
+        }
+    }
+
+    /// The length of every training batch (shorter rows are padded; a causal LM needs no mask for
+    /// padding at the end of a row).
+    pub fn train_len(&self) -> usize {
+        match self {
+            Self::Text { seq_len, .. } => *seq_len,
+            Self::Pronunciations { train_len, .. } => *train_len,
+            Self::Synthetic { lengths, .. } => 2 * lengths.end() + 2,
+        }
+    }
+
+    /// Training batch number `step` of a run seeded with `seed`: a function of the two alone, so a
+    /// resumed run sees exactly the batches the uninterrupted one would have.
+    pub fn train_batch(&self, seed: u64, step: usize, rows: usize) -> Result<Batch> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        rng.set_stream(step as u64);
+        let batch = match self {
+            Self::Text { data, seq_len, .. } => data.sample_batch(&mut rng, rows, *seq_len)?,
+            Self::Pronunciations { data, .. } => data.sample_batch(&mut rng, rows)?,
+            Self::Synthetic { task, lengths } => task.sample_batch(&mut rng, rows, lengths.clone())?,
+        };
+        batch.pad_to(self.train_len())
+    }
+
+    /// The evaluation batches for each of `lengths` (the dictionary ignores them: its words have
+    /// the lengths they have, binned), at most `max_batches` of `rows` each. A length the data
+    /// cannot serve is an error for that length only.
+    pub fn eval_sets(&self, lengths: &[usize], rows: usize, max_batches: usize) -> Vec<EvalSet> {
+        match self {
+            Self::Text { data, .. } => lengths
+                .iter()
+                .map(|&length| EvalSet {
+                    length,
+                    batches: data.eval_batches(length, rows).map(|mut batches| {
+                        batches.truncate(max_batches);
+                        batches
+                    }),
+                })
+                .collect(),
+            Self::Synthetic { task, .. } => lengths
+                .iter()
+                .map(|&length| {
+                    // <bos> + n + separator + n inputs: strings of (L − 2)/2 symbols.
+                    let n = (length.saturating_sub(2) / 2).max(1);
+                    // Fixed per length and apart from every training stream.
+                    let mut rng = ChaCha8Rng::seed_from_u64(length as u64);
+                    rng.set_stream(u64::MAX);
+                    let batches = (0..max_batches)
+                        .map(|_| task.sample_batch(&mut rng, rows, n..=n))
+                        .collect();
+                    EvalSet { length, batches }
+                })
+                .collect(),
+            Self::Pronunciations { data, .. } => vec![dictionary_eval_set(data, rows, max_batches)],
+        }
+    }
+}
+
+/// `max_batches` validation batches spread over the dictionary (it is sorted, so the first few
+/// would all start with `a`), each padded to its length bin's end so that they share graphs.
+fn dictionary_eval_set(data: &Pronunciations, rows: usize, max_batches: usize) -> EvalSet {
+    let all = match data.eval_batches(rows) {
+        Ok(all) => all,
+        Err(e) => {
+            return EvalSet {
+                length: 0,
+                batches: Err(e),
+            };
+        }
+    };
+    let picked = max_batches.min(all.len());
+    let mut batches = Vec::with_capacity(picked);
+    let mut longest = 0;
+    for i in 0..picked {
+        let batch = all[i * all.len() / picked].clone();
+        let bin_end = *LengthBins::bin_lengths(LengthBins::bin_of(batch.shape()[1])).end();
+        longest = longest.max(bin_end);
+        batches.push(batch.pad_to(bin_end));
+    }
+    EvalSet {
+        length: longest,
+        batches: batches.into_iter().collect(),
+    }
+}

@@ -1,0 +1,215 @@
+//! The trainer: one run of a [`RunConfig`] on one backend. Each step draws the step's batch,
+//! sets the learning rate and runs forward, backward, clipping and AdamW as one program; the
+//! loss is read back every step, so a non-finite loss stops the run at once.
+
+use std::rc::Rc;
+
+use super::config::RunConfig;
+use super::eval::{EvalReport, Evaluator};
+use super::task::Task;
+use crate::backend::Backend;
+use crate::checkpoint::{Checkpoint, Metadata, TrainingState};
+use crate::data::CharTokenizer;
+use crate::error::{Error, Result};
+use crate::graph::{Executor, Graph};
+use crate::model::{Model, ModelGraph};
+use crate::optim::Optimizer;
+use crate::params::ParamStore;
+
+/// The key of the run config in a checkpoint's training state.
+pub const RUN_KEY: &str = "run";
+
+/// What one step did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepStats {
+    /// The step's index, from 0.
+    pub step: usize,
+    pub loss: f32,
+    pub lr: f32,
+    /// The global gradient norm before clipping.
+    pub grad_norm: f32,
+}
+
+pub struct Trainer {
+    run: RunConfig,
+    task: Task,
+    model: Model,
+    params: ParamStore,
+    optimizer: Optimizer,
+    graph: ModelGraph,
+    exec: Executor,
+    evaluator: Evaluator,
+    /// Steps completed.
+    step: usize,
+}
+
+impl Trainer {
+    /// A fresh run: parameters initialised from the config's seed.
+    pub fn new(backend: Rc<dyn Backend>, run: RunConfig) -> Result<Self> {
+        run.validate()?;
+        let task = Task::load(&run.data)?;
+        let vocab = task.tokenizer().vocab_size();
+        if vocab != run.model.vocab {
+            return Err(Error::Input(format!(
+                "[model] vocab is {}, but the data's tokenizer has {vocab} ids",
+                run.model.vocab
+            )));
+        }
+        let model = Model::new(run.model.clone())?;
+        let mut g = Graph::new();
+        let graph = model.build(&mut g, run.train.batch, task.train_len())?;
+        let grads = g.backward(graph.loss)?;
+        let params = ParamStore::init(backend, &g, run.train.seed)?;
+        let optimizer = Optimizer::new(run.adamw(), &params)?;
+        let mut outputs = vec![graph.loss];
+        outputs.extend(grads.iter().map(|(_, grad)| grad));
+        let mut exec = Executor::new(&g, &outputs, &params)?;
+        optimizer.attach(&mut exec, &g, &grads, &params)?;
+        let evaluator = Evaluator::new(model.clone());
+        Ok(Self {
+            run,
+            task,
+            model,
+            params,
+            optimizer,
+            graph,
+            exec,
+            evaluator,
+            step: 0,
+        })
+    }
+
+    /// Continues the run saved in `checkpoint`: parameters, AdamW's moments and step count. The
+    /// run's data, model and seed must be the checkpoint's; its length, schedule and outputs may
+    /// change (e.g. more steps).
+    pub fn resume(backend: Rc<dyn Backend>, run: RunConfig, checkpoint: &Checkpoint) -> Result<Self> {
+        let saved = saved_run(checkpoint.metadata())?;
+        let differs = |what: &str| {
+            Error::Input(format!(
+                "cannot resume: the config's {what} differs from the checkpoint's (run without --config to \
+                 continue the checkpoint's own run)"
+            ))
+        };
+        if saved.model != run.model {
+            return Err(differs("[model]"));
+        }
+        if saved.data != run.data {
+            return Err(differs("[data]"));
+        }
+        if saved.train.seed != run.train.seed || saved.train.batch != run.train.batch {
+            return Err(differs("seed or batch"));
+        }
+        let mut trainer = Self::new(backend, run)?;
+        checkpoint.restore(&trainer.params, Some(&mut trainer.optimizer))?;
+        let step = checkpoint.metadata().training.step as usize;
+        if step > trainer.run.train.steps {
+            return Err(Error::Input(format!(
+                "cannot resume: the checkpoint is at step {step}, past the run's {} steps",
+                trainer.run.train.steps
+            )));
+        }
+        trainer.step = step;
+        Ok(trainer)
+    }
+
+    pub fn run(&self) -> &RunConfig {
+        &self.run
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn params(&self) -> &ParamStore {
+        &self.params
+    }
+
+    pub fn tokenizer(&self) -> CharTokenizer {
+        self.task.tokenizer()
+    }
+
+    /// Steps completed.
+    pub fn step(&self) -> usize {
+        self.step
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.step >= self.run.train.steps
+    }
+
+    /// Tokens per training batch, padding included: what the engine computes on.
+    pub fn tokens_per_step(&self) -> usize {
+        self.graph.batch * self.graph.len
+    }
+
+    /// One training step. A non-finite loss is an error: this step's update has reached the
+    /// parameters in memory, so nothing should be saved from them; checkpoints already written
+    /// are untouched.
+    pub async fn train_step(&mut self) -> Result<StepStats> {
+        let step = self.step;
+        let t = &self.run.train;
+        let batch = self.task.train_batch(t.seed, step, t.batch)?;
+        self.graph.feed_batch(&self.exec, &batch)?;
+        let lr = self.run.schedule().lr(step);
+        self.optimizer.prepare_step(lr)?;
+        self.exec.run()?;
+        let loss = self.exec.read(self.graph.loss).await?[0];
+        let grad_norm = self.optimizer.last_grad_norm().await?;
+        if !loss.is_finite() {
+            return Err(Error::Training(format!(
+                "the loss is {loss} at step {step} (learning rate {lr:.3e}, gradient norm {grad_norm}); \
+                 stopped without saving this step. Lower [train] lr, raise warmup, or keep \
+                 clip_grad_norm on; resume from the last checkpoint"
+            )));
+        }
+        self.step += 1;
+        Ok(StepStats {
+            step,
+            loss,
+            lr,
+            grad_norm,
+        })
+    }
+
+    /// Loss and accuracy on the validation data at the config's evaluation lengths.
+    pub async fn evaluate(&mut self) -> EvalReport {
+        let t = &self.run.train;
+        let sets = self.task.eval_sets(&t.eval_lengths, t.batch, t.eval_batches);
+        self.evaluator
+            .evaluate(&self.params, sets, self.task.train_len())
+            .await
+    }
+
+    /// The run as a checkpoint: parameters, optimizer state, model config, tokenizer and the whole
+    /// run config (for `--resume`).
+    pub async fn checkpoint(&self) -> Result<Checkpoint> {
+        let mut extra = serde_json::Map::new();
+        extra.insert(
+            RUN_KEY.into(),
+            serde_json::to_value(&self.run).expect("a run config serializes"),
+        );
+        let metadata = Metadata {
+            config: serde_json::to_string(&self.run.model).expect("a model config serializes"),
+            training: TrainingState {
+                step: self.step as u64,
+                seed: self.run.train.seed,
+                extra,
+            },
+            tokenizer: Some(self.tokenizer().to_json()),
+        };
+        Checkpoint::gather(&self.params, Some(&self.optimizer), metadata).await
+    }
+}
+
+/// The run config a trainer saved in a checkpoint's metadata.
+pub fn saved_run(metadata: &Metadata) -> Result<RunConfig> {
+    let value = metadata.training.extra.get(RUN_KEY).ok_or_else(|| {
+        Error::Input(
+            "the checkpoint holds no run config (it was not written by `posflow train`), so there is no \
+             data or schedule to continue with"
+                .into(),
+        )
+    })?;
+    serde_json::from_value(value.clone())
+        .map_err(|e| Error::Input(format!("the checkpoint's run config does not parse: {e}")))
+}
