@@ -1,13 +1,27 @@
 //! The `posflow` binary as a user runs it: commands, the global --device flag, errors.
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn posflow(args: &[&str]) -> Output {
+    posflow_in(Path::new("."), args)
+}
+
+/// Runs the binary in `dir`, where relative output paths (`runs/`) land.
+fn posflow_in(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_posflow"))
         .args(args)
+        .current_dir(dir)
         .env_remove("POSFLOW_DEVICE")
         .output()
         .expect("the binary runs")
+}
+
+fn scratch(test: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli").join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 fn stdout(o: &Output) -> String {
@@ -51,15 +65,179 @@ fn the_device_flag_goes_before_or_after_the_command() {
 }
 
 #[test]
-fn the_mlp_demo_runs_with_and_without_its_command_name() {
-    for args in [
-        &["--device", "cpu", "--steps", "3"][..],
-        &["--device", "cpu", "mlp", "--steps", "3"],
+fn the_mlp_demo_runs() {
+    let o = posflow(&["--device", "cpu", "mlp", "--steps", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("loss 0.13788 ->"), "{}", stdout(&o));
+}
+
+/// With no command, `posflow` trains the default run (configs/moby_dick.toml): here for two steps,
+/// which still evaluates at every length, saves under runs/ and prints a sample.
+#[test]
+fn no_command_trains_the_default_moby_dick_run() {
+    let dir = scratch("default_run");
+    let o = posflow_in(&dir, &["--device", "cpu", "--steps", "2", "--sample-chars", "20"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for part in [
+        "device: cpu",
+        "position encoding {\"type\":\"relative\"",
+        "evaluation after step 2:",
+        "257-512",
+        "> trained",
+        "saved step 2 to runs/moby_dick.safetensors",
+        "trained 2 steps",
+        "Call me Ishmael. ",
     ] {
-        let o = posflow(args);
-        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
-        assert!(stdout(&o).contains("loss 0.13788 ->"), "{}", stdout(&o));
+        assert!(out.contains(part), "expected {part:?} in:\n{out}");
     }
+    assert!(dir.join("runs/moby_dick.safetensors").exists());
+    assert!(dir.join("runs/moby_dick.jsonl").exists());
+}
+
+const TINY_RUN: &str = r#"
+[data]
+task = "moby_dick"
+seq_len = 32
+
+[model]
+d_model = 16
+heads = 2
+layers = 1
+ffn = 32
+max_len = 32
+kind = { type = "causal_lm" }
+posenc = { type = "learned" }
+
+[train]
+steps = 6
+batch = 4
+lr = 1e-2
+eval_every = 3
+eval_lengths = [32]
+checkpoint = "tiny.safetensors"
+metrics = "tiny.jsonl"
+sample_prompt = "Call me "
+"#;
+
+#[test]
+fn train_resume_eval_and_sample_a_checkpoint() {
+    let dir = scratch("train_eval_sample");
+    std::fs::write(dir.join("tiny.toml"), TINY_RUN).unwrap();
+    let o = posflow_in(
+        &dir,
+        &[
+            "train",
+            "--config",
+            "tiny.toml",
+            "--device",
+            "cpu",
+            "--steps",
+            "3",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("saved step 3 to tiny.safetensors"),
+        "{}",
+        stdout(&o)
+    );
+
+    // Resume without the config: the checkpoint holds it. The log then holds one line per step.
+    let o = posflow_in(
+        &dir,
+        &[
+            "train",
+            "--resume",
+            "tiny.safetensors",
+            "--device",
+            "cpu",
+            "--steps",
+            "6",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("resuming at step 3"), "{}", stdout(&o));
+    let log = std::fs::read_to_string(dir.join("tiny.jsonl")).unwrap();
+    assert_eq!(
+        log.lines().filter(|l| l.contains(r#""kind":"train""#)).count(),
+        6,
+        "{log}"
+    );
+
+    // The learned table holds 32 positions: 64 is reported as not evaluated, not a crash.
+    let o = posflow_in(
+        &dir,
+        &[
+            "eval",
+            "--checkpoint",
+            "tiny.safetensors",
+            "--lengths",
+            "16,32,64",
+            "--device",
+            "cpu",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("at step 6") && out.contains("1-32"), "{out}");
+    assert!(out.contains("64  not evaluated:") && out.contains("32"), "{out}");
+
+    let o = posflow_in(
+        &dir,
+        &[
+            "sample",
+            "--checkpoint",
+            "tiny.safetensors",
+            "--prompt",
+            "Call me",
+            "--chars",
+            "12",
+            "--device",
+            "cpu",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let line = stdout(&o)
+        .lines()
+        .find(|l| l.starts_with("Call me"))
+        .map(str::to_owned);
+    assert!(
+        line.is_some_and(|l| l.chars().count() >= "Call me".len() + 1),
+        "{}",
+        stdout(&o)
+    );
+
+    // A character Moby Dick never uses.
+    let o = posflow_in(
+        &dir,
+        &[
+            "sample",
+            "--checkpoint",
+            "tiny.safetensors",
+            "--prompt",
+            "Call me €",
+            "--device",
+            "cpu",
+        ],
+    );
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("prompt") && err.contains("'€'") && err.contains("position 8"),
+        "{err}"
+    );
+
+    let o = posflow_in(
+        &dir,
+        &["eval", "--checkpoint", "missing.safetensors", "--device", "cpu"],
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("missing.safetensors") && stderr(&o).contains("cannot be read"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

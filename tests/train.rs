@@ -1,0 +1,296 @@
+//! The trainer: a resumed run continues exactly (CPU) or within f32 noise (GPU), the loop writes
+//! its metrics log and checkpoint and evaluates per length bin past the training length, a
+//! diverging run stops with a clear error and leaves the last checkpoint intact, and bad run
+//! configs are explained.
+
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
+use posflow::checkpoint::Checkpoint;
+use posflow::inference::SavedModel;
+use posflow::train::{MetricsLog, Progress, Record, RunConfig, Trainer, fit};
+use rand::SeedableRng;
+
+fn cpu() -> Rc<dyn Backend> {
+    Rc::new(CpuBackend::new())
+}
+
+/// A run small enough for a debug build: a one-layer char LM on windows of 32 characters of Moby
+/// Dick. `posenc` and `train_extra` are TOML lines spliced into `[model]` and `[train]`.
+fn tiny_run(posenc: &str, train_extra: &str) -> RunConfig {
+    let toml = format!(
+        r#"
+[data]
+task = "moby_dick"
+seq_len = 32
+
+[model]
+d_model = 16
+heads = 2
+layers = 1
+ffn = 32
+max_len = 32
+kind = {{ type = "causal_lm" }}
+posenc = {posenc}
+
+[train]
+steps = 12
+batch = 4
+seed = 5
+lr = 1e-2
+warmup = 3
+{train_extra}
+"#
+    );
+    RunConfig::from_toml(&toml, "tiny run").unwrap()
+}
+
+fn losses(trainer: &mut Trainer, steps: usize) -> Vec<f32> {
+    (0..steps)
+        .map(|_| pollster::block_on(trainer.train_step()).unwrap().loss)
+        .collect()
+}
+
+/// The uninterrupted curve, and the curve of a run checkpointed after `first` steps, written to
+/// bytes, read back and resumed on a fresh trainer.
+fn curves(backend: &Rc<dyn Backend>, first: usize) -> (Vec<f32>, Vec<f32>) {
+    let run = tiny_run(r#"{ type = "relative", buckets = 8, max_distance = 32 }"#, "");
+    let steps = run.train.steps;
+    let uninterrupted = losses(&mut Trainer::new(backend.clone(), run.clone()).unwrap(), steps);
+
+    let mut before = Trainer::new(backend.clone(), run.clone()).unwrap();
+    let mut resumed_curve = losses(&mut before, first);
+    let bytes = pollster::block_on(before.checkpoint())
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    drop(before);
+    let checkpoint = Checkpoint::from_bytes(&bytes, "resume test").unwrap();
+    let mut after = Trainer::resume(backend.clone(), run, &checkpoint).unwrap();
+    assert_eq!(after.step(), first);
+    resumed_curve.extend(losses(&mut after, steps - first));
+    assert!(after.is_done());
+    (uninterrupted, resumed_curve)
+}
+
+#[test]
+fn a_resumed_run_matches_the_uninterrupted_one_exactly_on_the_cpu() {
+    let (uninterrupted, resumed) = curves(&cpu(), 5);
+    assert_eq!(resumed, uninterrupted);
+    assert!(
+        uninterrupted[11] < uninterrupted[0] - 0.5,
+        "the run should learn something: {uninterrupted:?}"
+    );
+}
+
+#[test]
+fn a_resumed_run_matches_the_uninterrupted_one_on_the_gpu() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let (uninterrupted, resumed) = curves(&gpu, 5);
+    for (step, (a, b)) in uninterrupted.iter().zip(&resumed).enumerate() {
+        assert!((a - b).abs() <= 1e-4 * a.abs(), "step {step}: {a} vs {b}");
+    }
+    // And the GPU follows the CPU's curve.
+    let (cpu_curve, _) = curves(&cpu(), 5);
+    for (step, (g, c)) in uninterrupted.iter().zip(&cpu_curve).enumerate() {
+        assert!((g - c).abs() <= 1e-3 * c.abs(), "step {step}: GPU {g} vs CPU {c}");
+    }
+}
+
+#[derive(Default)]
+struct Recorder {
+    steps: Vec<usize>,
+    evaluated_at: Vec<usize>,
+    saved_at: Vec<usize>,
+}
+
+impl Progress for Recorder {
+    fn step(&mut self, stats: &posflow::train::StepStats, tokens_per_s: f64) {
+        assert!(tokens_per_s > 0.0);
+        self.steps.push(stats.step);
+    }
+
+    fn evaluated(&mut self, step: usize, _: &posflow::train::EvalReport) {
+        self.evaluated_at.push(step);
+    }
+
+    fn saved(&mut self, _: &Path, step: usize) {
+        self.saved_at.push(step);
+    }
+}
+
+fn scratch(test: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("train").join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn outputs(dir: &Path) -> String {
+    format!(
+        "checkpoint = {:?}\nmetrics = {:?}\neval_every = 6\neval_lengths = [16, 32, 64]\neval_batches = 2",
+        dir.join("out/run.safetensors"),
+        dir.join("out/run.jsonl")
+    )
+}
+
+#[test]
+fn fit_evaluates_logs_and_checkpoints_on_schedule() {
+    let dir = scratch("fit");
+    let run = tiny_run(r#"{ type = "sinusoidal" }"#, &outputs(&dir));
+    let mut trainer = Trainer::new(cpu(), run).unwrap();
+    let mut recorder = Recorder::default();
+    let summary = fit(&mut trainer, &mut recorder).unwrap();
+    assert_eq!(recorder.steps, (0..12).collect::<Vec<_>>());
+    assert_eq!(
+        (recorder.evaluated_at, recorder.saved_at),
+        (vec![6, 12], vec![6, 12])
+    );
+    assert!(summary.last_loss < summary.first_loss - 0.5, "{summary:?}");
+
+    // Lengths 16 and 32 were trained on, 64 is twice the training length: all three bins are
+    // there (a sinusoidal table has any length), the last one marked as beyond training.
+    let report = summary.last_eval.unwrap();
+    let bins: Vec<_> = report
+        .bins
+        .bins()
+        .map(|(lengths, t)| (lengths, t.tokens))
+        .collect();
+    assert_eq!(
+        bins,
+        vec![(1..=32, 2 * 4 * 16 + 2 * 4 * 32), (33..=64, 2 * 4 * 64)]
+    );
+    assert!(report.failures.is_empty());
+    let table = report.to_string();
+    assert!(table.contains("33-64") && table.contains("> trained"), "{table}");
+
+    let records = MetricsLog::read(&dir.join("out/run.jsonl")).unwrap();
+    let trains = records
+        .iter()
+        .filter(|r| matches!(r, Record::Train { .. }))
+        .count();
+    let evals: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Eval { step, bin, .. } => Some((*step, bin.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(trains, 12);
+    assert_eq!(
+        evals,
+        vec![(6, "1-32"), (6, "33-64"), (12, "1-32"), (12, "33-64")]
+    );
+
+    // The checkpoint is the trained model: it evaluates to the same numbers.
+    let saved = SavedModel::load(cpu(), dir.join("out/run.safetensors")).unwrap();
+    assert_eq!(saved.metadata.training.step, 12);
+    let greedy = pollster::block_on(saved.generator().unwrap().complete(
+        "Call me ",
+        5,
+        0.0,
+        &mut rand_chacha::ChaCha8Rng::seed_from_u64(0),
+    ))
+    .unwrap();
+    assert_eq!(greedy.chars().count(), 5);
+}
+
+#[test]
+fn a_learned_table_reports_lengths_past_its_end_instead_of_failing() {
+    let dir = scratch("learned");
+    let run = tiny_run(r#"{ type = "learned" }"#, &outputs(&dir));
+    let mut trainer = Trainer::new(cpu(), run).unwrap();
+    let report = pollster::block_on(trainer.evaluate());
+    assert_eq!(report.bins.bins().count(), 1, "{report}");
+    assert_eq!(report.failures.len(), 1);
+    let (length, why) = &report.failures[0];
+    assert_eq!(*length, 64);
+    assert!(why.contains("64") && why.contains("32"), "{why}");
+}
+
+#[test]
+fn a_diverging_run_stops_with_a_clear_error_and_keeps_the_last_checkpoint() {
+    let dir = scratch("diverge");
+    let mut run = tiny_run(r#"{ type = "none" }"#, &outputs(&dir));
+    run.train.clip_grad_norm = 0.0;
+    run.train.steps = 6;
+    let mut trainer = Trainer::new(cpu(), run.clone()).unwrap();
+    fit(&mut trainer, &mut Recorder::default()).unwrap();
+    let path = dir.join("out/run.safetensors");
+    let saved = std::fs::read(&path).unwrap();
+
+    // Resume with a learning rate that blows the weights up to infinity.
+    run.train.steps = 12;
+    run.train.lr = 1e35;
+    let checkpoint = Checkpoint::load(&path).unwrap();
+    let mut trainer = Trainer::resume(cpu(), run, &checkpoint).unwrap();
+    let err = fit(&mut trainer, &mut Recorder::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("training: the loss is") && err.contains("at step") && err.contains("lr"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        saved,
+        "the last checkpoint must be untouched"
+    );
+}
+
+#[test]
+fn bad_run_configs_name_the_problem() {
+    let base = tiny_run(r#"{ type = "none" }"#, "");
+    let text = |edit: &dyn Fn(&str) -> String| {
+        let toml = format!(
+            "[data]\ntask = \"moby_dick\"\nseq_len = 32\n\n[model]\nd_model = 16\nheads = 2\nlayers = 1\n\
+             ffn = 32\nmax_len = 32\nkind = {{ type = \"causal_lm\" }}\nposenc = {{ type = \"none\" }}\n\n\
+             [train]\nsteps = 12\nbatch = 4\nlr = 1e-2\n"
+        );
+        RunConfig::from_toml(&edit(&toml), "bad.toml")
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(
+        base.model.vocab,
+        posflow::data::CharTokenizer::from_text(posflow::data::MOBY_DICK).vocab_size()
+    );
+    let cases: [(&dyn Fn(&str) -> String, &[&str]); 7] = [
+        (
+            &|t| t.replace("steps = 12", "steps = 12\nlearning_rate = 1"),
+            &["bad.toml", "unknown field `learning_rate`", "line"],
+        ),
+        (
+            &|t| t.replace("d_model = 16", "d_model = 16\nwidth = 3"),
+            &["[model]", "unknown field `width`"],
+        ),
+        (
+            &|t| t.replace("d_model = 16", "d_model = 16\nvocab = 7"),
+            &["vocab is 7", "tokenizer has"],
+        ),
+        (
+            &|t| t.replace("\"causal_lm\" }", "\"encoder\", n_classes = 2 }"),
+            &["causal_lm"],
+        ),
+        (
+            &|t| t.replace("seq_len = 32", "seq_len = 64"),
+            &["64 tokens long", "max_len 32"],
+        ),
+        (
+            &|t| t.replace("lr = 1e-2", "lr = 1e-2\nwarmup = 50"),
+            &["warmup_steps (50)", "total_steps (12)"],
+        ),
+        (
+            &|t| t.replace("moby_dick", "wikipedia"),
+            &["unknown variant `wikipedia`"],
+        ),
+    ];
+    for (edit, expected) in cases {
+        let err = text(edit);
+        for part in expected {
+            assert!(err.contains(part), "expected {part:?} in: {err}");
+        }
+    }
+}
