@@ -239,58 +239,67 @@ fn a_diverging_run_stops_with_a_clear_error_and_keeps_the_last_checkpoint() {
     );
 }
 
+const VALID_RUN: &str = r#"
+[data]
+task = "moby_dick"
+seq_len = 32
+
+[model]
+d_model = 16
+heads = 2
+layers = 1
+ffn = 32
+max_len = 32
+kind = { type = "causal_lm" }
+posenc = { type = "none" }
+
+[train]
+steps = 12
+batch = 4
+lr = 1e-2
+"#;
+
 #[test]
 fn bad_run_configs_name_the_problem() {
-    let base = tiny_run(r#"{ type = "none" }"#, "");
-    let text = |edit: &dyn Fn(&str) -> String| {
-        let toml = format!(
-            "[data]\ntask = \"moby_dick\"\nseq_len = 32\n\n[model]\nd_model = 16\nheads = 2\nlayers = 1\n\
-             ffn = 32\nmax_len = 32\nkind = {{ type = \"causal_lm\" }}\nposenc = {{ type = \"none\" }}\n\n\
-             [train]\nsteps = 12\nbatch = 4\nlr = 1e-2\n"
-        );
-        RunConfig::from_toml(&edit(&toml), "bad.toml")
-            .map(|_| ())
-            .unwrap_err()
-            .to_string()
-    };
-    assert_eq!(
-        base.model.vocab,
-        posflow::data::CharTokenizer::from_text(posflow::data::MOBY_DICK).vocab_size()
-    );
-    let cases: [(&dyn Fn(&str) -> String, &[&str]); 7] = [
+    let run = RunConfig::from_toml(VALID_RUN, "good.toml").unwrap();
+    let moby = posflow::data::CharTokenizer::from_text(posflow::data::MOBY_DICK);
+    assert_eq!(run.model.vocab, moby.vocab_size(), "vocab comes from the data");
+    // (text replaced, replacement, what the error must say)
+    let cases: [(&str, &str, &[&str]); 7] = [
         (
-            &|t| t.replace("steps = 12", "steps = 12\nlearning_rate = 1"),
-            &["bad.toml", "unknown field `learning_rate`", "line"],
+            "lr = 1e-2",
+            "lr = 1e-2\nlearning_rate = 1",
+            &["bad.toml", "unknown field `learning_rate`", "line 19"],
         ),
         (
-            &|t| t.replace("d_model = 16", "d_model = 16\nwidth = 3"),
-            &["[model]", "unknown field `width`"],
+            "d_model = 16",
+            "d_model = 16\nwidth = 3",
+            &["bad.toml: [model]", "unknown field `width`"],
         ),
         (
-            &|t| t.replace("d_model = 16", "d_model = 16\nvocab = 7"),
+            "d_model = 16",
+            "d_model = 16\nvocab = 7",
             &["vocab is 7", "tokenizer has"],
         ),
         (
-            &|t| t.replace("\"causal_lm\" }", "\"encoder\", n_classes = 2 }"),
-            &["causal_lm"],
+            "\"causal_lm\" }",
+            "\"encoder\", n_classes = 2 }",
+            &["must be a causal_lm"],
         ),
+        ("seq_len = 32", "seq_len = 64", &["64 tokens long", "max_len 32"]),
         (
-            &|t| t.replace("seq_len = 32", "seq_len = 64"),
-            &["64 tokens long", "max_len 32"],
-        ),
-        (
-            &|t| t.replace("lr = 1e-2", "lr = 1e-2\nwarmup = 50"),
+            "lr = 1e-2",
+            "lr = 1e-2\nwarmup = 50",
             &["warmup_steps (50)", "total_steps (12)"],
         ),
-        (
-            &|t| t.replace("moby_dick", "wikipedia"),
-            &["unknown variant `wikipedia`"],
-        ),
+        ("moby_dick", "wikipedia", &["unknown variant `wikipedia`"]),
     ];
-    for (edit, expected) in cases {
-        let err = text(edit);
+    for (from, to, expected) in cases {
+        let err = RunConfig::from_toml(&VALID_RUN.replace(from, to), "bad.toml")
+            .unwrap_err()
+            .to_string();
         for part in expected {
-            assert!(err.contains(part), "expected {part:?} in: {err}");
+            assert!(err.contains(part), "{to:?}: expected {part:?} in: {err}");
         }
     }
 }
