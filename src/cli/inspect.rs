@@ -57,7 +57,11 @@ pub fn eval(backend: Rc<dyn Backend>, args: EvalArgs) -> posflow::Result<()> {
 
 pub fn sample(backend: Rc<dyn Backend>, args: SampleArgs) -> posflow::Result<()> {
     let saved = SavedModel::load(backend, &args.checkpoint)?;
-    let generator = saved.generator()?;
+    let mut generator = saved.generator()?;
+    // A checkpoint without a run config (not from `posflow train`) is taken for plain text.
+    if saved_run(&saved.metadata).is_ok_and(|run| run.data.starts_with_bos()) {
+        generator = generator.starting_with_bos();
+    }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.seed);
     let text = pollster::block_on(generator.complete(&args.prompt, args.chars, args.temperature, &mut rng))?;
     println!("{}{text}", args.prompt);

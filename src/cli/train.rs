@@ -60,12 +60,15 @@ pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
     if let Some(prompt) = &trainer.run().train.sample_prompt
         && args.sample_chars > 0
     {
-        let generator = Generator::new(
+        let mut generator = Generator::new(
             trainer.model(),
             trainer.params(),
             trainer.tokenizer(),
             trainer.model().config().max_len,
         )?;
+        if trainer.run().data.starts_with_bos() {
+            generator = generator.starting_with_bos();
+        }
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(trainer.run().train.seed);
         let text = pollster::block_on(generator.complete(prompt, args.sample_chars, 0.8, &mut rng))?;
         println!("sample (temperature 0.8):\n{prompt}{text}");

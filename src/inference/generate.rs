@@ -5,7 +5,7 @@
 
 use rand::{Rng, RngExt};
 
-use crate::data::{CharTokenizer, IGNORE_INDEX, PAD, SPECIAL_TOKENS};
+use crate::data::{BOS, CharTokenizer, EOS, IGNORE_INDEX, PAD, SPECIAL_TOKENS};
 use crate::error::{Error, Result};
 use crate::graph::{Executor, Graph};
 use crate::model::{Model, ModelGraph, ModelKind};
@@ -13,6 +13,8 @@ use crate::params::ParamStore;
 
 pub struct Generator {
     tokenizer: CharTokenizer,
+    /// Whether the model was trained on sequences that begin with <bos> (the prompted tasks).
+    starts_with_bos: bool,
     vocab: usize,
     graph: ModelGraph,
     exec: Executor,
@@ -33,10 +35,18 @@ impl Generator {
         let exec = Executor::new(&g, &[graph.logits, graph.loss], params)?;
         Ok(Self {
             tokenizer,
+            starts_with_bos: false,
             vocab: model.config().vocab,
             graph,
             exec,
         })
+    }
+
+    /// Prompts get a <bos> in front, as the prompted tasks' training sequences have (`word=`
+    /// for the dictionary, `abc|` for copy).
+    pub fn starting_with_bos(mut self) -> Self {
+        self.starts_with_bos = true;
+        self
     }
 
     /// The probabilities of every token following `context` (token ids, at least one).
@@ -59,8 +69,9 @@ impl Generator {
         Ok(softmax(&logits[last * vocab..(last + 1) * vocab]))
     }
 
-    /// `prompt` continued by `chars` sampled characters (at `temperature`; 0 takes the most likely
-    /// one every time). Characters outside the model's vocabulary are an error naming them.
+    /// `prompt` continued by up to `chars` sampled characters (at `temperature`; 0 takes the most
+    /// likely one every time), stopping early at <eos>. Characters outside the model's vocabulary
+    /// are an error naming them.
     pub async fn complete<R: Rng + ?Sized>(
         &self,
         prompt: &str,
@@ -74,13 +85,23 @@ impl Generator {
             )));
         }
         let tokenizer = &self.tokenizer;
-        let mut context = tokenizer
-            .encode(prompt)
-            .map_err(|e| Error::Input(format!("the prompt has a character the model never saw: {e}")))?;
+        let mut context = if self.starts_with_bos {
+            vec![BOS]
+        } else {
+            Vec::new()
+        };
+        context.extend(
+            tokenizer
+                .encode(prompt)
+                .map_err(|e| Error::Input(format!("the prompt has a character the model never saw: {e}")))?,
+        );
         let mut text = String::new();
         for _ in 0..chars {
             let probs = self.next_probabilities(&context).await?;
             let next = pick(&probs, temperature, rng);
+            if next == EOS {
+                break;
+            }
             context.push(next);
             // A special token (never in training text) has no character to show.
             if next as usize >= SPECIAL_TOKENS.len() {

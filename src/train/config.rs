@@ -307,6 +307,11 @@ impl DataConfig {
         Ok(())
     }
 
+    /// Whether its sequences begin with <bos>: the prompted tasks' do, text windows do not.
+    pub fn starts_with_bos(&self) -> bool {
+        !matches!(self, Self::MobyDick { .. } | Self::TextFile { .. })
+    }
+
     /// The length every training batch is padded to, where the config fixes it (the CMU
     /// dictionary's longest word is only known once it is read).
     pub fn train_len(&self) -> Option<usize> {
