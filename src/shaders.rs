@@ -29,6 +29,7 @@ shaders! {
     CROSS_ENTROPY => "cross_entropy",
     MATMUL => "matmul",
     ATTENTION => "attention",
+    DROPOUT => "dropout",
 }
 
 #[cfg(test)]

@@ -29,8 +29,18 @@ fn every_shipped_config_builds_a_trainer() {
         names.push(name);
     }
     names.sort();
-    for expected in ["moby_dick", "moby_learned", "moby_none", "moby_sinusoidal", "copy", "cmudict"] {
-        assert!(names.iter().any(|n| n == expected), "configs/{expected}.toml is missing: {names:?}");
+    for expected in [
+        "moby_dick",
+        "moby_learned",
+        "moby_none",
+        "moby_sinusoidal",
+        "copy",
+        "cmudict",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "configs/{expected}.toml is missing: {names:?}"
+        );
     }
 }
 

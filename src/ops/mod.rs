@@ -14,6 +14,7 @@ use crate::tensor::TensorMeta;
 
 pub mod attention;
 pub mod cross_entropy;
+pub mod dropout;
 pub mod elementwise;
 pub mod embedding;
 pub mod fill;
