@@ -149,7 +149,7 @@ fn fit_evaluates_logs_and_checkpoints_on_schedule() {
     );
     assert!(summary.last_loss < summary.first_loss - 0.5, "{summary:?}");
 
-    // Lengths 16 and 32 were trained on, 64 is twice the training length: all three bins are
+    // Lengths 16 and 32 were trained on, 64 is twice the training length: both bins are
     // there (a sinusoidal table has any length), the last one marked as beyond training.
     let report = summary.last_eval.unwrap();
     let bins: Vec<_> = report
@@ -183,7 +183,7 @@ fn fit_evaluates_logs_and_checkpoints_on_schedule() {
         vec![(6, "1-32"), (6, "33-64"), (12, "1-32"), (12, "33-64")]
     );
 
-    // The checkpoint is the trained model: it evaluates to the same numbers.
+    // The checkpoint holds the trained model, ready to generate.
     let saved = SavedModel::load(cpu(), dir.join("out/run.safetensors")).unwrap();
     assert_eq!(saved.metadata.training.step, 12);
     let greedy = pollster::block_on(saved.generator().unwrap().complete(

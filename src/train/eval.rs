@@ -105,8 +105,8 @@ fn forward_graph(
 }
 
 impl fmt::Display for EvalReport {
-    /// A table: one row per length bin, marked where it is longer than training, then the lengths
-    /// that failed.
+    /// A table: one row per length bin, marked where all its lengths are longer than training,
+    /// then the lengths that failed.
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         writeln!(
             f,
@@ -114,7 +114,7 @@ impl fmt::Display for EvalReport {
             "length", "loss", "accuracy", "tokens", ""
         )?;
         for (lengths, totals) in self.bins.bins() {
-            let beyond = if *lengths.end() > self.train_len {
+            let beyond = if *lengths.start() > self.train_len {
                 "> trained"
             } else {
                 ""
