@@ -30,6 +30,7 @@ shaders! {
     MATMUL => "matmul",
     ATTENTION => "attention",
     DROPOUT => "dropout",
+    RK_STAGE => "rk_stage",
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ pub mod fill;
 pub mod layernorm;
 pub mod matmul;
 pub mod reduce;
+pub mod rk_stage;
 pub mod shape;
 pub mod softmax;
 pub mod unary;
