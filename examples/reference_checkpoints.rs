@@ -118,7 +118,9 @@ fn batch(case: &Case, rng: &mut ChaCha8Rng) -> serde_json::Value {
         }
     }
     if let ModelKind::Encoder { n_classes } = case.config.kind {
-        targets = (0..BATCH).map(|_| rng.random_range(0..n_classes as i32)).collect();
+        targets = (0..BATCH)
+            .map(|_| rng.random_range(0..n_classes as i32))
+            .collect();
     }
     json!({
         "batch": BATCH,

@@ -259,7 +259,11 @@ impl Checkpoint {
     /// run). Every tensor is checked against the store first, so on error nothing has changed.
     pub fn restore(&self, params: &ParamStore, optimizer: Option<&mut Optimizer>) -> Result<()> {
         let err = |detail: String| checkpoint_err(&self.origin, detail);
-        for (name, t) in self.tensors.iter().filter(|(n, _)| !n.starts_with(OPTIMIZER_PREFIX)) {
+        for (name, t) in self
+            .tensors
+            .iter()
+            .filter(|(n, _)| !n.starts_with(OPTIMIZER_PREFIX))
+        {
             if params.get(name).is_none() {
                 return Err(err(format!(
                     "tensor {name} is not a parameter of the model (its shape in the checkpoint is {:?})",

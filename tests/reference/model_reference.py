@@ -188,7 +188,8 @@ def forward(cfg, p, tokens, key_mask=None):
     for i in range(cfg["layers"]):
         if terms.at_every_block is not None:
             x = x + terms.at_every_block
-        x = x + self_attention(cfg, p, f"blocks.{i}.attn", layer_norm(p, f"blocks.{i}.ln1", x), terms, key_mask)
+        normed = layer_norm(p, f"blocks.{i}.ln1", x)
+        x = x + self_attention(cfg, p, f"blocks.{i}.attn", normed, terms, key_mask)
         hidden = F.gelu(linear(p, f"blocks.{i}.ffn.up", layer_norm(p, f"blocks.{i}.ln2", x)))
         x = x + linear(p, f"blocks.{i}.ffn.down", hidden)
     kind = cfg["kind"]
@@ -219,7 +220,8 @@ class UsedParams:
 
 def loss_of(cfg, logits, targets):
     """Mean cross-entropy over the targets that are not IGNORE_INDEX."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+    flat = logits.reshape(-1, logits.shape[-1])
+    return F.cross_entropy(flat, targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
 def reference_batch(metadata):
@@ -256,9 +258,8 @@ def expect(path):
 
 def generate(outdir):
     outdir = pathlib.Path(outdir).resolve()
-    subprocess.run(
-        ["cargo", "run", "--quiet", "--example", "reference_checkpoints", "--", str(outdir)], cwd=ROOT, check=True
-    )
+    command = ["cargo", "run", "--quiet", "--example", "reference_checkpoints", "--", str(outdir)]
+    subprocess.run(command, cwd=ROOT, check=True)
     for path in sorted(outdir.glob("*.safetensors")):
         if not path.name.endswith(".expected.safetensors"):
             expect(path)
