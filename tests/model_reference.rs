@@ -162,12 +162,10 @@ fn matches_pytorch(backend: Rc<dyn Backend>) {
                 max_abs_diff(name, grad, &theirs.grads[name]),
             ));
         }
-        let (worst, error) = errors.iter().fold(
-            ("", 0.0f32),
-            |(w, e), (name, x)| {
-                if *x > e { (name, *x) } else { (w, e) }
-            },
-        );
+        let (worst, error) = errors
+            .iter()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .expect("logits and loss are there");
         eprintln!(
             "{} {case}: worst |posflow - pytorch| = {error:.2e} ({worst})",
             backend.describe()

@@ -226,7 +226,9 @@ def loss_of(cfg, logits, targets):
 
 def reference_batch(metadata):
     """(tokens [B, L], targets, key mask or None) stored by examples/reference_checkpoints.rs."""
-    batch = json.loads(metadata["training"])["reference_batch"]
+    batch = json.loads(metadata["training"]).get("reference_batch")
+    if batch is None:
+        sys.exit("this checkpoint stores no reference_batch: give a TEXT to evaluate it on")
     shape = (batch["batch"], batch["len"])
     tokens = torch.tensor(batch["tokens"], dtype=torch.long).view(shape)
     targets = torch.tensor(batch["targets"], dtype=torch.long)
@@ -260,7 +262,12 @@ def generate(outdir):
     outdir = pathlib.Path(outdir).resolve()
     command = ["cargo", "run", "--quiet", "--example", "reference_checkpoints", "--", str(outdir)]
     subprocess.run(command, cwd=ROOT, check=True)
-    for path in sorted(outdir.glob("*.safetensors")):
+    expect_all(sorted(outdir.glob("*.safetensors")))
+
+
+def expect_all(paths):
+    """`expect` on each checkpoint among `paths`, skipping expected-value files."""
+    for path in map(pathlib.Path, paths):
         if not path.name.endswith(".expected.safetensors"):
             expect(path)
 
@@ -299,8 +306,7 @@ def main(argv):
     if len(argv) >= 1 and argv[0] == "generate":
         generate(argv[1] if len(argv) > 1 else HERE / "models")
     elif len(argv) >= 2 and argv[0] == "expect":
-        for path in argv[1:]:
-            expect(path)
+        expect_all(argv[1:])
     elif len(argv) in (1, 2):
         evaluate(argv[0], argv[1] if len(argv) == 2 else None)
     else:
