@@ -259,9 +259,16 @@ impl Checkpoint {
     /// run). Every tensor is checked against the store first, so on error nothing has changed.
     pub fn restore(&self, params: &ParamStore, optimizer: Option<&mut Optimizer>) -> Result<()> {
         let err = |detail: String| checkpoint_err(&self.origin, detail);
-        for name in self.tensors.keys().filter(|n| !n.starts_with(OPTIMIZER_PREFIX)) {
+        for (name, t) in self
+            .tensors
+            .iter()
+            .filter(|(n, _)| !n.starts_with(OPTIMIZER_PREFIX))
+        {
             if params.get(name).is_none() {
-                return Err(err(format!("tensor {name} is not a parameter of the model")));
+                return Err(err(format!(
+                    "tensor {name} is not a parameter of the model (its shape in the checkpoint is {:?})",
+                    t.meta.shape
+                )));
             }
         }
         let mut writes: Vec<(&Buffer, &[u32])> = Vec::new();

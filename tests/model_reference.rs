@@ -1,0 +1,278 @@
+//! posflow's Transformer against the same model in PyTorch, without Python: each checkpoint under
+//! `tests/reference/models/` (from `examples/reference_checkpoints.rs`) is built from its own
+//! config, restored, and run forward and backward on its stored batch; logits, loss and every
+//! gradient must match `<name>.expected.safetensors`, which `tests/reference/model_reference.py`
+//! computed in float64 from the checkpoint's tensors by their documented names. Regenerate both:
+//!
+//! ```text
+//! cd tests/reference && python3 model_reference.py generate
+//! ```
+//!
+//! Also: a checkpoint restored into a model of another config is refused, naming the tensor and
+//! the shapes, with the model's parameters untouched.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
+use posflow::checkpoint::Checkpoint;
+use posflow::graph::Executor;
+use posflow::model::{Model, ModelConfig, ModelKind};
+use posflow::params::ParamStore;
+use posflow::{Graph, TensorId};
+use safetensors::SafeTensors;
+use serde::Deserialize;
+
+/// The committed checkpoints, one per model variant.
+const CASES: [&str; 6] = [
+    "lm_tied_sinusoidal_sqrt_d",
+    "lm_untied_learned_4_heads",
+    "lm_sinusoidal_every_block",
+    "lm_relative_padded",
+    "encoder_relative_padded",
+    "lm_no_posenc",
+];
+
+/// The largest |posflow − PyTorch| allowed for any logit, the loss or any gradient element.
+/// Reached, worst tensor of each case (CPU / lavapipe GPU):
+///
+/// | case                        | CPU     | GPU     |
+/// |-----------------------------|---------|---------|
+/// | lm_tied_sinusoidal_sqrt_d   | 9.5e-7  | 4.8e-7  |
+/// | lm_untied_learned_4_heads   | 1.5e-7  | 1.5e-7  |
+/// | lm_sinusoidal_every_block   | 1.2e-7  | 2.4e-7  |
+/// | lm_relative_padded          | 1.8e-7  | 2.1e-7  |
+/// | encoder_relative_padded     | 4.3e-7  | 2.7e-7  |
+/// | lm_no_posenc                | 1.2e-7  | 1.2e-7  |
+const TOLERANCE: f32 = 1e-4;
+
+fn checkpoint_path(case: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/reference/models")
+        .join(format!("{case}.safetensors"))
+}
+
+/// The batch a reference checkpoint carries in its training state.
+#[derive(Deserialize)]
+struct ReferenceBatch {
+    batch: usize,
+    len: usize,
+    tokens: Vec<i32>,
+    targets: Vec<i32>,
+    mask: Option<Vec<f32>>,
+}
+
+/// Logits, loss and the gradient of every parameter by name.
+struct Values {
+    logits: Vec<f32>,
+    loss: f32,
+    grads: BTreeMap<String, Vec<f32>>,
+}
+
+/// posflow's values for the checkpoint of `case`, on `backend`.
+fn posflow_values(case: &str, backend: Rc<dyn Backend>) -> Values {
+    let path = checkpoint_path(case);
+    let metadata = Checkpoint::read_metadata(&path).unwrap();
+    let model = Model::new(ModelConfig::from_json(&metadata.config).unwrap()).unwrap();
+    let batch: ReferenceBatch =
+        serde_json::from_value(metadata.training.extra["reference_batch"].clone()).unwrap();
+    let mut g = Graph::new();
+    let built = match batch.mask {
+        Some(_) => model.build_padded(&mut g, batch.batch, batch.len),
+        None => model.build(&mut g, batch.batch, batch.len),
+    }
+    .unwrap();
+    let grads: Vec<(String, TensorId)> = g
+        .backward(built.loss)
+        .unwrap()
+        .iter()
+        .map(|(p, grad)| (g.info(p).name.clone(), grad))
+        .collect();
+    let params = ParamStore::init(backend, &g, 0).unwrap();
+    Checkpoint::load(&path).unwrap().restore(&params, None).unwrap();
+    let mut outputs = vec![built.logits, built.loss];
+    outputs.extend(grads.iter().map(|(_, grad)| *grad));
+    let exec = Executor::new(&g, &outputs, &params).unwrap();
+    built
+        .feed(&exec, &batch.tokens, &batch.targets, batch.mask.as_deref())
+        .unwrap();
+    exec.run().unwrap();
+    Values {
+        logits: exec.read_blocking(built.logits).unwrap(),
+        loss: exec.read_blocking(built.loss).unwrap()[0],
+        grads: grads
+            .into_iter()
+            .map(|(name, grad)| (name, exec.read_blocking(grad).unwrap()))
+            .collect(),
+    }
+}
+
+/// PyTorch's values for `case`, from `<case>.expected.safetensors`.
+fn pytorch_values(case: &str) -> Values {
+    let path = checkpoint_path(case).with_extension("expected.safetensors");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let file = SafeTensors::deserialize(&bytes).unwrap();
+    let floats = |name: &str| -> Vec<f32> {
+        let view = file
+            .tensor(name)
+            .unwrap_or_else(|e| panic!("{case}: {name}: {e}"));
+        bytemuck::pod_collect_to_vec(view.data())
+    };
+    Values {
+        logits: floats("logits"),
+        loss: floats("loss")[0],
+        grads: file
+            .names()
+            .into_iter()
+            .filter_map(|name| name.strip_prefix("grad/"))
+            .map(|param| (param.to_string(), floats(&format!("grad/{param}"))))
+            .collect(),
+    }
+}
+
+fn max_abs_diff(what: &str, ours: &[f32], theirs: &[f32]) -> f32 {
+    assert_eq!(ours.len(), theirs.len(), "{what}: lengths differ");
+    ours.iter()
+        .zip(theirs)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max)
+}
+
+/// Compares every case on `backend`, printing the worst error of each (`--nocapture`).
+fn matches_pytorch(backend: Rc<dyn Backend>) {
+    for case in CASES {
+        let ours = posflow_values(case, backend.clone());
+        let theirs = pytorch_values(case);
+        assert_eq!(
+            ours.grads.keys().collect::<Vec<_>>(),
+            theirs.grads.keys().collect::<Vec<_>>(),
+            "{case}: posflow's parameters and PyTorch's gradients differ"
+        );
+        let mut errors = vec![
+            (
+                "logits".to_string(),
+                max_abs_diff("logits", &ours.logits, &theirs.logits),
+            ),
+            ("loss".to_string(), (ours.loss - theirs.loss).abs()),
+        ];
+        for (name, grad) in &ours.grads {
+            errors.push((
+                format!("grad {name}"),
+                max_abs_diff(name, grad, &theirs.grads[name]),
+            ));
+        }
+        let (worst, error) = errors
+            .iter()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .expect("logits and loss are there");
+        eprintln!(
+            "{} {case}: worst |posflow - pytorch| = {error:.2e} ({worst})",
+            backend.describe()
+        );
+        for (name, x) in &errors {
+            assert!(
+                x.is_finite() && *x <= TOLERANCE,
+                "{case}: {name}: |posflow - pytorch| = {x}"
+            );
+        }
+    }
+}
+
+#[test]
+fn cpu_logits_loss_and_gradients_match_pytorch() {
+    matches_pytorch(Rc::new(CpuBackend::new()));
+}
+
+#[test]
+fn gpu_logits_loss_and_gradients_match_pytorch() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    matches_pytorch(gpu);
+}
+
+/// Restores the checkpoint of `case` into a model of `config` on the CPU: the error, after
+/// checking that every parameter kept its value.
+fn restore_error(case: &str, config: ModelConfig) -> String {
+    let mut g = Graph::new();
+    Model::new(config).unwrap().build(&mut g, 1, 4).unwrap();
+    let params = ParamStore::init(Rc::new(CpuBackend::new()), &g, 5).unwrap();
+    let snapshot = |params: &ParamStore| -> BTreeMap<String, Vec<f32>> {
+        params
+            .iter()
+            .map(|(name, _)| (name.to_string(), pollster::block_on(params.read(name)).unwrap()))
+            .collect()
+    };
+    let before = snapshot(&params);
+    let err = Checkpoint::load(checkpoint_path(case))
+        .and_then(|c| c.restore(&params, None))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        snapshot(&params),
+        before,
+        "{case}: a refused restore changed the model"
+    );
+    err
+}
+
+fn config_of(case: &str) -> ModelConfig {
+    let metadata = Checkpoint::read_metadata(checkpoint_path(case)).unwrap();
+    ModelConfig::from_json(&metadata.config).unwrap()
+}
+
+#[test]
+fn a_checkpoint_of_another_config_is_refused_naming_the_tensor_and_shapes() {
+    let tied = "lm_tied_sinusoidal_sqrt_d";
+    let expect = |case: &str, config: ModelConfig, detail: &str| {
+        let err = restore_error(case, config);
+        assert_eq!(
+            err,
+            format!("checkpoint {}: {detail}", checkpoint_path(case).display())
+        );
+    };
+    // A missing tensor: the model has an untied head, the checkpoint was tied.
+    expect(
+        tied,
+        ModelConfig {
+            kind: ModelKind::CausalLm { tied_head: false },
+            ..config_of(tied)
+        },
+        "has no tensor lm_head.weight, the model expects shape [16, 20]",
+    );
+    // An extra tensor: the checkpoint's untied head, in a tied model.
+    let untied = "lm_untied_learned_4_heads";
+    expect(
+        untied,
+        ModelConfig {
+            kind: ModelKind::CausalLm { tied_head: true },
+            ..config_of(untied)
+        },
+        "tensor lm_head.weight is not a parameter of the model (its shape in the checkpoint is [16, 20])",
+    );
+    // Shape mismatches: the first tensor by name that differs, with both shapes.
+    expect(
+        tied,
+        ModelConfig {
+            d_model: 32,
+            ..config_of(tied)
+        },
+        "tensor blocks.0.attn.out.bias has shape [16], the model expects [32]",
+    );
+    expect(
+        tied,
+        ModelConfig {
+            vocab: 21,
+            ..config_of(tied)
+        },
+        "tensor tok_emb.weight has shape [20, 16], the model expects [21, 16]",
+    );
+    let relative = "lm_relative_padded";
+    expect(
+        relative,
+        ModelConfig {
+            heads: 4,
+            ..config_of(relative)
+        },
+        "tensor posenc.relative.weight has shape [8, 2], the model expects [8, 4]",
+    );
+}

@@ -1,0 +1,317 @@
+"""posflow's Transformer in PyTorch, loaded from a posflow checkpoint by its documented names.
+
+The model is the one of src/model/mod.rs, written out op by op: the parameter names and layouts of
+its table (linear weights are [in, out], used as `x @ W + b`; the columns of `attn.qkv` are
+[q | k | v], head h taking columns h·Dh..(h+1)·Dh of each), pre-norm blocks, GELU (erf), layer norm
+with eps 1e-5, softmax attention with the position encoding's terms, a causal mask for the LM and
+the key mask for padding, the tied or untied LM head or the encoder's [CLS] head, and the mean
+cross-entropy over targets other than -100. Everything runs in float64.
+
+    python3 model_reference.py generate [DIR]
+        writes the checkpoints of examples/reference_checkpoints.rs to DIR (default: models/ beside
+        this script) with cargo, then `<name>.expected.safetensors` beside each: `logits`, `loss`
+        and `grad/<param>` (float32) on the batch stored in the checkpoint. tests/model_reference.rs
+        compares posflow's values with these. The same in two steps:
+            cargo run --example reference_checkpoints -- tests/reference/models
+            python3 tests/reference/model_reference.py expect tests/reference/models/*.safetensors
+
+    python3 model_reference.py CHECKPOINT [TEXT]
+        the loss and logits of any posflow checkpoint: on TEXT (encoded with the checkpoint's
+        tokenizer, BOS first; next-character loss for a causal LM), or else on the checkpoint's
+        `reference_batch`.
+
+A position encoding is one function below, registered in POSENCS by its config `type`: it returns
+the terms it contributes (see PositionTerms), so a new one (TUPE: `posenc.tupe.*`) is one more
+function and one more entry.
+"""
+
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+IGNORE_INDEX = -100
+BOS = 1
+SPECIALS = ["<pad>", "<bos>", "<eos>"]
+LN_EPS = 1e-5
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+
+
+def load(path):
+    """(config dict, metadata dict, {name: float64 tensor}) of a posflow checkpoint; optimizer
+    moments (`optim.*`) are dropped."""
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata()
+    if metadata.get("format") != "posflow/1":
+        sys.exit(f"{path}: not a posflow/1 checkpoint (metadata {metadata})")
+    tensors = load_file(str(path))
+    params = {k: v.double() for k, v in tensors.items() if not k.startswith("optim.")}
+    return json.loads(metadata["config"]), metadata, params
+
+
+# ---- position encodings: config -> PositionTerms ------------------------------------------------
+
+
+class PositionTerms:
+    """What an encoding adds: `at_input` / `at_every_block` [L, D] added to the embeddings / to each
+    block's input; `attention_bias` [H, L, L] added to every layer's attention logits."""
+
+    def __init__(self, at_input=None, at_every_block=None, attention_bias=None):
+        self.at_input = at_input
+        self.at_every_block = at_every_block
+        self.attention_bias = attention_bias
+
+
+def posenc_none(cfg, p, length):
+    return PositionTerms()
+
+
+def sinusoidal_table(length, d):
+    """pe[pos, 2i] = sin(pos·ω_i), pe[pos, 2i+1] = cos(pos·ω_i), ω_i = 10000^(−2i/d)."""
+    pos = torch.arange(length, dtype=torch.float64)[:, None]
+    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    table = torch.zeros(length, d, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(pos * omega)
+    table[:, 1::2] = torch.cos(pos * omega)
+    # posflow feeds the table as float32.
+    return table.float().double()
+
+
+def posenc_sinusoidal(cfg, p, length):
+    table = sinusoidal_table(length, cfg["d_model"])
+    if cfg["posenc"].get("every_block", False):
+        return PositionTerms(at_every_block=table)
+    return PositionTerms(at_input=table)
+
+
+def posenc_learned(cfg, p, length):
+    table = p["pos_emb.weight"]
+    if length > table.shape[0]:
+        sys.exit(f"sequence length {length} is over the learned table's max_len {table.shape[0]}")
+    return PositionTerms(at_input=table[:length])
+
+
+def t5_bucket(relative_position, bidirectional, num_buckets, max_distance):
+    """HF transformers' T5Attention._relative_position_bucket (as in gen_relative.py)."""
+    relative_buckets = 0
+    if bidirectional:
+        num_buckets //= 2
+        relative_buckets += (relative_position > 0).to(torch.long) * num_buckets
+        relative_position = torch.abs(relative_position)
+    else:
+        relative_position = -torch.min(relative_position, torch.zeros_like(relative_position))
+    max_exact = num_buckets // 2
+    is_small = relative_position < max_exact
+    relative_position_if_large = max_exact + (
+        torch.log(relative_position.float() / max_exact)
+        / math.log(max_distance / max_exact)
+        * (num_buckets - max_exact)
+    ).to(torch.long)
+    relative_position_if_large = torch.min(
+        relative_position_if_large, torch.full_like(relative_position_if_large, num_buckets - 1)
+    )
+    relative_buckets += torch.where(is_small, relative_position, relative_position_if_large)
+    return relative_buckets
+
+
+def posenc_relative(cfg, p, length):
+    enc = cfg["posenc"]
+    positions = torch.arange(length, dtype=torch.long)
+    buckets = t5_bucket(
+        positions[None, :] - positions[:, None],  # key j minus query i
+        bidirectional=cfg["kind"]["type"] == "encoder",
+        num_buckets=enc.get("buckets", 32),
+        max_distance=enc.get("max_distance", 128),
+    )
+    bias = p["posenc.relative.weight"][buckets]  # [L, L, H]
+    return PositionTerms(attention_bias=bias.permute(2, 0, 1))
+
+
+POSENCS = {
+    "none": posenc_none,
+    "sinusoidal": posenc_sinusoidal,
+    "learned": posenc_learned,
+    "relative": posenc_relative,
+}
+
+
+# ---- the Transformer ----------------------------------------------------------------------------
+
+
+def linear(p, prefix, x):
+    return x @ p[f"{prefix}.weight"] + p[f"{prefix}.bias"]
+
+
+def layer_norm(p, prefix, x):
+    return F.layer_norm(x, x.shape[-1:], p[f"{prefix}.gain"], p[f"{prefix}.bias"], LN_EPS)
+
+
+def self_attention(cfg, p, prefix, x, terms, key_mask):
+    b, length, d = x.shape
+    h = cfg["heads"]
+    dh = d // h
+    q, k, v = linear(p, f"{prefix}.qkv", x).split(d, dim=-1)
+    q, k, v = (t.view(b, length, h, dh).transpose(1, 2) for t in (q, k, v))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(dh)
+    if terms.attention_bias is not None:
+        scores = scores + terms.attention_bias
+    allowed = torch.ones(b, 1, length, length, dtype=torch.bool)
+    if cfg["kind"]["type"] == "causal_lm":
+        allowed = allowed & torch.ones(length, length, dtype=torch.bool).tril()
+    if key_mask is not None:
+        allowed = allowed & (key_mask != 0)[:, None, None, :]
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ v
+    return linear(p, f"{prefix}.out", out.transpose(1, 2).reshape(b, length, d))
+
+
+def forward(cfg, p, tokens, key_mask=None):
+    """Logits: [B, L, vocab] for a causal LM, [B, n_classes] for an encoder. Checks that every
+    parameter of the checkpoint is used and that none is missing."""
+    used = set()
+    p = UsedParams(p, used)
+    b, length = tokens.shape
+    d = cfg["d_model"]
+    terms = POSENCS[cfg["posenc"]["type"]](cfg, p, length)
+    x = p["tok_emb.weight"][tokens]
+    if cfg.get("embed_scale", "none") == "sqrt_d":
+        x = x * math.sqrt(d)
+    if terms.at_input is not None:
+        x = x + terms.at_input
+    for i in range(cfg["layers"]):
+        if terms.at_every_block is not None:
+            x = x + terms.at_every_block
+        normed = layer_norm(p, f"blocks.{i}.ln1", x)
+        x = x + self_attention(cfg, p, f"blocks.{i}.attn", normed, terms, key_mask)
+        hidden = F.gelu(linear(p, f"blocks.{i}.ffn.up", layer_norm(p, f"blocks.{i}.ln2", x)))
+        x = x + linear(p, f"blocks.{i}.ffn.down", hidden)
+    kind = cfg["kind"]
+    if kind["type"] == "causal_lm":
+        x = layer_norm(p, "ln_f", x)
+        # The tied head reads the table unscaled, whatever embed_scale.
+        logits = x @ (p["tok_emb.weight"].T if kind.get("tied_head", True) else p["lm_head.weight"])
+    else:
+        logits = linear(p, "cls_head", layer_norm(p, "ln_f", x[:, 0]))
+    unused = set(p.params) - used
+    if unused:
+        sys.exit(f"checkpoint tensors the model does not use: {sorted(unused)}")
+    return logits
+
+
+class UsedParams:
+    """The parameters by name, recording which were read; a missing name is a clear error."""
+
+    def __init__(self, params, used):
+        self.params, self.used = params, used
+
+    def __getitem__(self, name):
+        if name not in self.params:
+            sys.exit(f"the checkpoint has no tensor {name}, which its config needs")
+        self.used.add(name)
+        return self.params[name]
+
+
+def loss_of(cfg, logits, targets):
+    """Mean cross-entropy over the targets that are not IGNORE_INDEX."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    return F.cross_entropy(flat, targets.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+def reference_batch(metadata):
+    """(tokens [B, L], targets, key mask or None) stored by examples/reference_checkpoints.rs."""
+    batch = json.loads(metadata["training"]).get("reference_batch")
+    if batch is None:
+        sys.exit("this checkpoint stores no reference_batch: give a TEXT to evaluate it on")
+    shape = (batch["batch"], batch["len"])
+    tokens = torch.tensor(batch["tokens"], dtype=torch.long).view(shape)
+    targets = torch.tensor(batch["targets"], dtype=torch.long)
+    mask = batch["mask"]
+    mask = None if mask is None else torch.tensor(mask, dtype=torch.long).view(shape)
+    return tokens, targets, mask
+
+
+# ---- commands -----------------------------------------------------------------------------------
+
+
+def expect(path):
+    """Writes `<name>.expected.safetensors` beside the checkpoint: logits, loss, grad/<param>."""
+    path = pathlib.Path(path)
+    cfg, metadata, params = load(path)
+    tokens, targets, mask = reference_batch(metadata)
+    leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    logits = forward(cfg, leaves, tokens, mask)
+    loss = loss_of(cfg, logits, targets)
+    loss.backward()
+    out = {"logits": logits.detach(), "loss": loss.detach().reshape(1)}
+    for name, leaf in leaves.items():
+        out[f"grad/{name}"] = leaf.grad
+    out = {k: v.float().contiguous() for k, v in out.items()}
+    target = path.with_name(path.name.removesuffix(".safetensors") + ".expected.safetensors")
+    save_file(out, str(target))
+    print(f"{target.name}: loss {loss.item():.6f}, {len(leaves)} gradients")
+
+
+def generate(outdir):
+    outdir = pathlib.Path(outdir).resolve()
+    command = ["cargo", "run", "--quiet", "--example", "reference_checkpoints", "--", str(outdir)]
+    subprocess.run(command, cwd=ROOT, check=True)
+    expect_all(sorted(outdir.glob("*.safetensors")))
+
+
+def expect_all(paths):
+    """`expect` on each checkpoint among `paths`, skipping expected-value files."""
+    for path in map(pathlib.Path, paths):
+        if not path.name.endswith(".expected.safetensors"):
+            expect(path)
+
+
+def encode(metadata, text):
+    tokenizer = metadata.get("tokenizer")
+    if tokenizer is None:
+        sys.exit("this checkpoint has no tokenizer, so it cannot read text")
+    tokenizer = json.loads(tokenizer)
+    assert tokenizer["specials"] == SPECIALS, tokenizer["specials"]
+    ids = {c: len(SPECIALS) + i for i, c in enumerate(tokenizer["chars"])}
+    unknown = sorted(set(text) - set(ids))
+    if unknown:
+        sys.exit(f"characters {unknown} are not in the checkpoint's vocabulary")
+    return torch.tensor([[BOS] + [ids[c] for c in text]], dtype=torch.long)
+
+
+def evaluate(path, text=None):
+    cfg, metadata, params = load(path)
+    if text is None:
+        tokens, targets, mask = reference_batch(metadata)
+        print(f"{path}: the checkpoint's reference batch, {tuple(tokens.shape)}")
+    else:
+        tokens, mask = encode(metadata, text), None
+        # Next characters for a causal LM; an encoder's class is unknown, so no loss.
+        targets = torch.cat([tokens[:, 1:], torch.tensor([[IGNORE_INDEX]])], dim=1)
+    with torch.no_grad():
+        logits = forward(cfg, params, tokens, mask)
+        if cfg["kind"]["type"] == "causal_lm" or text is None:
+            print(f"loss {loss_of(cfg, logits, targets).item():.6f}")
+    torch.set_printoptions(precision=4, linewidth=120)
+    print(f"logits {tuple(logits.shape)}:\n{logits}")
+
+
+def main(argv):
+    if len(argv) >= 1 and argv[0] == "generate":
+        generate(argv[1] if len(argv) > 1 else HERE / "models")
+    elif len(argv) >= 2 and argv[0] == "expect":
+        expect_all(argv[1:])
+    elif len(argv) in (1, 2):
+        evaluate(argv[0], argv[1] if len(argv) == 2 else None)
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
