@@ -18,12 +18,29 @@ const T5: PosEnc = PosEnc::Relative {
     max_distance: 128,
 };
 
-const ALL_POSENCS: [PosEnc; 5] = [
+const TUPE_A: PosEnc = PosEnc::TupeA { untie_cls: false };
+
+const TUPE_R: PosEnc = PosEnc::TupeR {
+    untie_cls: false,
+    buckets: 32,
+    max_distance: 128,
+};
+
+/// TUPE-R of an encoder with the [CLS] reset, and small buckets.
+const TUPE_R_UNTIED: PosEnc = PosEnc::TupeR {
+    untie_cls: true,
+    buckets: 8,
+    max_distance: 20,
+};
+
+const ALL_POSENCS: [PosEnc; 7] = [
     PosEnc::None,
     PosEnc::Sinusoidal { every_block: false },
     PosEnc::Sinusoidal { every_block: true },
     PosEnc::Learned,
     T5,
+    TUPE_A,
+    TUPE_R,
 ];
 
 fn tiny(kind: ModelKind, posenc: PosEnc) -> ModelConfig {
@@ -189,6 +206,24 @@ fn parameter_names_and_shapes_are_the_documented_ones() {
         sorted(param_names(tiny(encoder, PosEnc::None))),
         expect(&["cls_head.weight [32, 3]", "cls_head.bias [3]"], &[])
     );
+    let tupe_a = [
+        "posenc.tupe.weight [16, 32]",
+        "posenc.tupe.ln.gain [32]",
+        "posenc.tupe.ln.bias [32]",
+        "posenc.tupe.query.weight [32, 32]",
+        "posenc.tupe.key.weight [32, 32]",
+    ];
+    assert_eq!(sorted(param_names(tiny(LM, TUPE_A))), expect(&[], &tupe_a));
+    let mut tupe_r_untied = tupe_a.to_vec();
+    tupe_r_untied.extend([
+        "posenc.relative.weight [8, 2]",
+        "posenc.tupe.cls_to_others [2]",
+        "posenc.tupe.others_to_cls [2]",
+    ]);
+    assert_eq!(
+        sorted(param_names(tiny(encoder, TUPE_R_UNTIED))),
+        expect(&["cls_head.weight [32, 3]", "cls_head.bias [3]"], &tupe_r_untied)
+    );
 }
 
 #[test]
@@ -253,6 +288,12 @@ fn a_length_over_the_learned_table_is_an_error_naming_both_lengths() {
         err,
         "sequence length 17 is over the learned position table's max_len 16"
     );
+    let model = Model::new(tiny(LM, TUPE_R)).unwrap();
+    let err = model.build(&mut Graph::new(), 2, 17).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "sequence length 17 is over the TUPE position table's max_len 16"
+    );
     // Sinusoidal tables extend to any length.
     let model = Model::new(tiny(LM, PosEnc::Sinusoidal { every_block: false })).unwrap();
     model.build(&mut Graph::new(), 2, 40).unwrap();
@@ -289,6 +330,37 @@ fn relative_bias_runs_at_twice_the_training_length() {
             bias_grad.iter().any(|g| *g != 0.0),
             "{kind:?}: the bias table gets no gradient"
         );
+    }
+}
+
+#[test]
+fn tupe_untie_cls_in_a_causal_lm_is_a_config_error() {
+    let untied = PosEnc::TupeA { untie_cls: true };
+    let err = Model::new(tiny(LM, untied)).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "model config: untie_cls resets the positional term of [CLS] (position 0), which only an \
+         encoder has; set untie_cls = false for a causal LM"
+    );
+}
+
+/// With the [CLS] reset, θ1 and θ2 (one per head) get gradients in an encoder.
+#[test]
+fn tupe_untied_cls_values_get_gradients() {
+    let (batch, len, vocab) = (2, 9, 30);
+    let encoder = ModelKind::Encoder { n_classes: 3 };
+    let h = harness(tiny(encoder, TUPE_R_UNTIED), batch, len, false, cpu());
+    let a = tokens(batch, len, vocab, 5);
+    h.run(&a, &[2, 0], None);
+    for name in ["posenc.tupe.cls_to_others", "posenc.tupe.others_to_cls"] {
+        let grad = h
+            .grads
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, g)| h.exec.read_blocking(*g).unwrap())
+            .unwrap();
+        assert_eq!(grad.len(), 2);
+        assert!(grad.iter().all(|g| *g != 0.0), "{name}: gradient {grad:?}");
     }
 }
 
@@ -347,6 +419,8 @@ fn gpu_gives_the_cpu_logits_loss_and_gradients() {
                 max_distance: 20,
             },
         ),
+        (LM, TUPE_A),
+        (ModelKind::Encoder { n_classes: 3 }, TUPE_R_UNTIED),
     ];
     for (kind, posenc) in cases {
         // The sinusoidal cases also cover the scaled token embeddings.
@@ -498,4 +572,14 @@ fn with_learned_position_encoding_the_copy_task_is_learned() {
 #[test]
 fn with_relative_position_bias_the_copy_task_is_learned() {
     learns_the_copy_task(T5, EmbedScale::None, 2.15);
+}
+
+#[test]
+fn with_tupe_a_the_copy_task_is_learned() {
+    learns_the_copy_task(TUPE_A, EmbedScale::None, 9.0);
+}
+
+#[test]
+fn with_tupe_r_the_copy_task_is_learned() {
+    learns_the_copy_task(TUPE_R, EmbedScale::None, 9.0);
 }

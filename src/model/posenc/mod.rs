@@ -2,11 +2,13 @@
 //!
 //! An encoding contributes terms at fixed places in the Transformer: an additive `[L, d_model]`
 //! term at the input or at every block's input, or an additive `[H, L, L]` attention bias shared
-//! by every layer (T5); the encodings still to come (TUPE, FLOATER) add theirs as new fields here.
+//! by every layer (T5, TUPE). TUPE also changes the attention op's scale; FLOATER, still to come,
+//! will add its terms as new fields here.
 
 mod learned;
 mod relative;
 mod sinusoidal;
+mod tupe;
 
 pub use relative::{bucket_matrix, relative_bucket};
 pub use sinusoidal::sinusoidal_table;
@@ -24,6 +26,8 @@ pub struct PositionTerms {
     pub at_every_block: Option<TensorId>,
     /// `[heads, L, L]`, added to every layer's attention logits (shared by the batch).
     pub attention_bias: Option<TensorId>,
+    /// The attention op's factor on q·k when it is not the usual `1/√Dh` (TUPE: `1/√(2·Dh)`).
+    pub attention_scale: Option<f32>,
     /// Constant inputs and their values, written before each run.
     pub constants: Vec<(TensorId, Constant)>,
 }
@@ -69,7 +73,41 @@ pub fn build(g: &mut Graph, config: &ModelConfig, len: usize) -> Result<Position
                 ..PositionTerms::default()
             })
         }
+        PosEnc::TupeA { untie_cls } => build_tupe(g, config, len, None, untie_cls),
+        PosEnc::TupeR {
+            untie_cls,
+            buckets,
+            max_distance,
+        } => {
+            let bidirectional = matches!(config.kind, ModelKind::Encoder { .. });
+            let relative = Some((bidirectional, buckets, max_distance));
+            build_tupe(g, config, len, relative, untie_cls)
+        }
     }
+}
+
+fn build_tupe(
+    g: &mut Graph,
+    config: &ModelConfig,
+    len: usize,
+    relative: Option<(bool, usize, usize)>,
+    untie_cls: bool,
+) -> Result<PositionTerms> {
+    let tupe = tupe::Tupe {
+        len,
+        max_len: config.max_len,
+        d_model: config.d_model,
+        heads: config.heads,
+        relative,
+        untie_cls,
+    };
+    let (bias, constants) = tupe.build(g)?;
+    Ok(PositionTerms {
+        attention_bias: Some(bias),
+        attention_scale: Some(tupe.scale()),
+        constants,
+        ..PositionTerms::default()
+    })
 }
 
 #[cfg(test)]
