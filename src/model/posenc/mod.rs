@@ -152,4 +152,43 @@ mod tests {
             assert_eq!(buckets, &bucket_matrix(6, bidirectional, 8, 20), "{kind:?}");
         }
     }
+
+    /// TUPE adds nothing to the input, scales the word term by 1/√(2·Dh), and feeds the buckets
+    /// of the kind's layout (TUPE-R) and the three [CLS] masks (with untie_cls).
+    #[test]
+    fn tupe_terms_scale_the_word_term_and_feed_their_constants() {
+        let tupe_r = |untie_cls| PosEnc::TupeR {
+            untie_cls,
+            buckets: 8,
+            max_distance: 20,
+        };
+        let lm = ModelKind::CausalLm { tied_head: true };
+        let cases = [
+            (lm, PosEnc::TupeA { untie_cls: false }, None, 0),
+            (lm, tupe_r(false), Some(false), 1),
+            (ModelKind::Encoder { n_classes: 2 }, tupe_r(true), Some(true), 4),
+        ];
+        for (kind, posenc, bidirectional, n_constants) in cases {
+            let mut g = Graph::new();
+            let config = ModelConfig {
+                posenc,
+                ..config(kind)
+            };
+            let terms = build(&mut g, &config, 4).unwrap();
+            assert!(terms.at_input.is_none() && terms.at_every_block.is_none());
+            assert_eq!(g.info(terms.attention_bias.unwrap()).meta.shape, [2, 4, 4]);
+            // d_model 8, 2 heads: Dh = 4.
+            assert_eq!(terms.attention_scale, Some(1.0 / 8f32.sqrt()), "{posenc:?}");
+            assert_eq!(terms.constants.len(), n_constants, "{posenc:?}");
+            if let Some(bidirectional) = bidirectional {
+                let Some((_, Constant::I32(buckets))) = terms.constants.first() else {
+                    panic!(
+                        "{posenc:?}: expected the buckets first, got {:?}",
+                        terms.constants
+                    );
+                };
+                assert_eq!(buckets, &bucket_matrix(4, bidirectional, 8, 20), "{posenc:?}");
+            }
+        }
+    }
 }

@@ -16,8 +16,8 @@
 //!
 //! # Untying [CLS]
 //!
-//! With `untie_cls`, the paper's reset function (its eq. 9) is applied to the whole position-only
-//! term (for TUPE-R, the positional correlation plus the relative bias): per head,
+//! With `untie_cls`, the paper's reset function (its eq. 9) replaces the [CLS] entries of the
+//! position-only ("content-free") correlation: per head,
 //!
 //! ```text
 //! reset[h, 0, j] = θ1[h]   for every j, j = 0 included           ([CLS] attending to the others)
@@ -25,21 +25,28 @@
 //! reset[h, i, j] = term[h, i, j] otherwise
 //! ```
 //!
-//! θ1, θ2 are trained scalars per head, initialised to 0 (no preference at the start), and this is
-//! eq. 9 as written. Two differences from elsewhere, as far as we can tell:
-//! - The paper's section 3.3 says θ1 and θ2 are themselves parameterised through learnable vectors
-//!   "to obtain similar scales for every term" (the formula is lost in our copy of the text); the
-//!   reference code (github.com/guolinke/TUPE, `transformer_sentence_encoder.py`, read through a
-//!   copy that cites it) does so: its table has `max_len + 1` rows, θ1 and θ2 are the diagonal
-//!   entries (0, 0) and (1, 1) of the positional correlation of that longer table, and the
-//!   sequence's positions use rows 1.. . Here θ1, θ2 are direct scalars, which span the same
-//!   values.
-//! - In that code the reset replaces only the absolute correlation; its relative bias instead
-//!   sends row 0 and column 0 to two extra buckets of the relative table (bucket `buckets / 2`,
-//!   which the bidirectional bucketing never produces, and an added bucket `buckets`), whose
-//!   values are then added to θ. The [CLS] row and column are then still one trained value per
-//!   head each, as here, but split over two parameters. We reset the sum, as eq. 9 does, so the
-//!   relative table keeps exactly `buckets` rows as T5's.
+//! θ1, θ2 are trained scalars per head, initialised to 0 (no preference at the start). For TUPE-R
+//! the reset applies to the sum of the positional correlation and the relative bias. The paper
+//! resets the "content-free (position-only) correlation", gives its form for eq. 7 and for eq. 8,
+//! and says the reset applies to "any position-only correlations"; our copy of the text has lost
+//! those formulas (`shared/papers/README.md` restates the rest), so for TUPE-R we take the
+//! position-only correlation to be both position-only terms. What differs elsewhere, as far as we
+//! can tell:
+//! - Section 3.3 of the paper says θ1 and θ2 are parameterised through learnable vectors "to
+//!   directly obtain similar scales for every term" (that formula is lost in our copy too). The
+//!   reference code (github.com/guolinke/TUPE, `fairseq/modules/transformer_sentence_encoder.py`,
+//!   which we read only through a third-party copy that cites it) does this: its table has
+//!   `max_len + 1` rows, the sequence's positions use rows 1.., and θ1, θ2 are the diagonal
+//!   entries (0, 0) and (1, 1) of the positional correlation of the longer table, so they go
+//!   through the same layer norm, `U_Q`, `U_K` (there `nn.Linear`, with biases) and scale. Here
+//!   θ1, θ2 are free scalars, as eq. 9 states them: each can still take any value per head, but
+//!   it is not coupled to the projections, so it trains differently.
+//! - In that code the reset replaces only the absolute correlation. Its relative bias instead
+//!   sends row 0 and column 0 to two buckets of their own (bucket `buckets / 2`, which the
+//!   bidirectional bucketing never produces, and an added bucket `buckets`), whose values are
+//!   added to θ. The [CLS] row and column are still one trained value per head each, as here,
+//!   but split over two parameters. We reset the sum, so the relative table keeps T5's `buckets`
+//!   rows.
 //!
 //! The reset is `term · keep + θ1 · cls_row + θ2 · cls_column` with three constant `[L, L]` masks
 //! (graph inputs, written by the host like the relative buckets).
