@@ -74,8 +74,8 @@ fn tied_by_default() -> bool {
     true
 }
 
-/// The position encoding. Variants still to come (each will be its own variant here, so a config
-/// naming one is an "unknown variant" error until it exists): TUPE-A, TUPE-R and FLOATER.
+/// The position encoding. A variant still to come (its own variant here, so a config naming it is
+/// an "unknown variant" error until it exists): FLOATER.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum PosEnc {
@@ -100,6 +100,49 @@ pub enum PosEnc {
         #[serde(default = "t5_max_distance")]
         max_distance: usize,
     },
+    /// TUPE-A (Ke et al., 2020): no position is added to the input; each layer's attention logits
+    /// get a positional correlation `(p_i U_Q)·(p_j U_K) / √(2·Dh)` per head, from a trained
+    /// `[max_len, d_model]` table `p` (layer-normed) with its own projections, shared by every
+    /// layer; the word logits are scaled by `1/√(2·Dh)` too. `untie_cls` (encoder only) replaces
+    /// the positional term of [CLS] (position 0) by trained per-head values. In TOML:
+    /// `posenc = { type = "tupe_a", untie_cls = true }`. See `posenc::tupe`.
+    TupeA { untie_cls: bool },
+    /// TUPE-R: TUPE-A plus T5's relative bias (as `relative`, with the same defaults), summed
+    /// before the [CLS] reset. In TOML:
+    /// `posenc = { type = "tupe_r", untie_cls = true, buckets = 32, max_distance = 128 }`.
+    TupeR {
+        untie_cls: bool,
+        #[serde(default = "t5_buckets")]
+        buckets: usize,
+        #[serde(default = "t5_max_distance")]
+        max_distance: usize,
+    },
+}
+
+impl PosEnc {
+    /// Whether the [CLS] position's positional term is replaced by trained values (TUPE).
+    pub fn unties_cls(&self) -> bool {
+        matches!(
+            self,
+            Self::TupeA { untie_cls: true } | Self::TupeR { untie_cls: true, .. }
+        )
+    }
+
+    /// The T5 bucket layout of the encodings that have a relative bias.
+    fn relative_buckets(&self) -> Option<(usize, usize)> {
+        match *self {
+            Self::Relative {
+                buckets,
+                max_distance,
+            }
+            | Self::TupeR {
+                buckets,
+                max_distance,
+                ..
+            } => Some((buckets, max_distance)),
+            _ => None,
+        }
+    }
 }
 
 fn t5_buckets() -> usize {
@@ -164,11 +207,14 @@ impl ModelConfig {
                 self.d_model
             ));
         }
-        if let PosEnc::Relative {
-            buckets,
-            max_distance,
-        } = self.posenc
-        {
+        if self.posenc.unties_cls() && !matches!(self.kind, ModelKind::Encoder { .. }) {
+            return config_err(
+                "untie_cls resets the positional term of [CLS] (position 0), which only an encoder \
+                 has; set untie_cls = false for a causal LM"
+                    .into(),
+            );
+        }
+        if let Some((buckets, max_distance)) = self.posenc.relative_buckets() {
             // The encoder's half of the buckets must still split into exact and log-spaced ones,
             // and the log-spaced range must start below max_distance.
             if buckets < 4 {
@@ -277,7 +323,8 @@ mod tests {
         let err = error_of(r#""sinusoidal""#, r#""floater""#);
         assert!(
             err.contains(
-                "unknown variant `floater`, expected one of `none`, `sinusoidal`, `learned`, `relative`"
+                "unknown variant `floater`, expected one of `none`, `sinusoidal`, `learned`, `relative`, \
+                 `tupe_a`, `tupe_r`"
             ),
             "{err}"
         );
@@ -332,6 +379,59 @@ mod tests {
         assert!(err.contains("max_distance > buckets / 2 = 16, got 16"), "{err}");
         let err = relative(r#""buckets": 32, "distance": 16"#);
         assert!(err.contains("unknown field `distance`"), "{err}");
+    }
+
+    #[test]
+    fn tupe_reads_both_variants_and_unties_cls_only_in_an_encoder() {
+        let with = |posenc: &str, kind: &str| {
+            TINY.replace(r#"{ "type": "sinusoidal" }"#, posenc)
+                .replace(r#"{ "type": "causal_lm" }"#, kind)
+        };
+        let encoder = r#"{ "type": "encoder", "n_classes": 2 }"#;
+        let config =
+            ModelConfig::from_json(&with(r#"{ "type": "tupe_a", "untie_cls": true }"#, encoder)).unwrap();
+        assert_eq!(config.posenc, PosEnc::TupeA { untie_cls: true });
+        let config =
+            ModelConfig::from_json(&with(r#"{ "type": "tupe_r", "untie_cls": true }"#, encoder)).unwrap();
+        assert_eq!(
+            config.posenc,
+            PosEnc::TupeR {
+                untie_cls: true,
+                buckets: 32,
+                max_distance: 128
+            }
+        );
+        let lm = r#"{ "type": "causal_lm" }"#;
+        let config =
+            ModelConfig::from_json(&with(r#"{ "type": "tupe_a", "untie_cls": false }"#, lm)).unwrap();
+        assert_eq!(config.posenc, PosEnc::TupeA { untie_cls: false });
+        let err = ModelConfig::from_json(&with(r#"{ "type": "tupe_r", "untie_cls": true }"#, lm))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(
+                "untie_cls resets the positional term of [CLS] (position 0), which only an encoder has"
+            ),
+            "{err}"
+        );
+        let err = ModelConfig::from_json(&with(r#"{ "type": "tupe_a" }"#, lm))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing field `untie_cls`"), "{err}");
+        let err = ModelConfig::from_json(&with(
+            r#"{ "type": "tupe_r", "untie_cls": false, "buckets": 32, "max_distance": 8 }"#,
+            lm,
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("max_distance > buckets / 2 = 16, got 8"), "{err}");
+        let err = ModelConfig::from_json(&with(
+            r#"{ "type": "tupe_a", "untie_cls": false, "buckets": 8 }"#,
+            lm,
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("unknown field `buckets`"), "{err}");
     }
 
     #[test]

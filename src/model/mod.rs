@@ -4,7 +4,8 @@
 //! ```text
 //! x = tok_emb[tokens] (· √D if embed_scale sqrt_d) (+ position term)   position term: see `posenc`
 //! for each block:  (+ position term, if every_block)
-//!     x = x + Attn(LN1(x))                        causal for the LM, key mask for padding
+//!     x = x + Attn(LN1(x))                        causal for the LM, key mask for padding;
+//!                                                 logits q·k/√Dh (TUPE: /√(2·Dh)) + position bias
 //!     x = x + FFN(LN2(x))                         FFN = down(GELU(up(x)))
 //! LM:      logits = LN_f(x) · tok_emb^T  (tied, never scaled)  or  LN_f(x) · lm_head.weight
 //! encoder: logits = cls_head(LN_f(x[:, 0]))       position 0 holds BOS as [CLS]
@@ -21,7 +22,14 @@
 //! |------------------------------|----------------|----------------------------|-------------------------|
 //! | `tok_emb.weight`             | [V, D]         | N(0, 0.02) or N(0, D^-½)   | always                  |
 //! | `pos_emb.weight`             | [max_len, D]   | N(0, 0.02)                 | posenc `learned`        |
-//! | `posenc.relative.weight`     | [buckets, H]   | N(0, 0.02)                 | posenc `relative`       |
+//! | `posenc.relative.weight`     | [buckets, H]   | N(0, 0.02)                 | `relative`, `tupe_r`    |
+//! | `posenc.tupe.weight`         | [max_len, D]   | N(0, 0.02)                 | `tupe_a`, `tupe_r`      |
+//! | `posenc.tupe.ln.gain`        | [D]            | 1                          | `tupe_a`, `tupe_r`      |
+//! | `posenc.tupe.ln.bias`        | [D]            | 0                          | `tupe_a`, `tupe_r`      |
+//! | `posenc.tupe.query.weight`   | [D, D]         | N(0, 0.02)                 | `tupe_a`, `tupe_r`      |
+//! | `posenc.tupe.key.weight`     | [D, D]         | N(0, 0.02)                 | `tupe_a`, `tupe_r`      |
+//! | `posenc.tupe.cls_to_others`  | [H]            | 0                          | TUPE with `untie_cls`   |
+//! | `posenc.tupe.others_to_cls`  | [H]            | 0                          | TUPE with `untie_cls`   |
 //! | `blocks.i.ln1.gain`          | [D]            | 1                          | always                  |
 //! | `blocks.i.ln1.bias`          | [D]            | 0                          | always                  |
 //! | `blocks.i.attn.qkv.weight`   | [D, 3D]        | N(0, 0.02)                 | always                  |
@@ -46,9 +54,14 @@
 //!
 //! The columns of `attn.qkv` are `[q | k | v]`, each D wide; head `h` uses columns
 //! `h·Dh .. (h+1)·Dh` of each part (Dh = D / heads), as `qkv.split(D, -1)` then
-//! `.view(B, L, heads, Dh)` in PyTorch. The graph's inputs are `tokens`, `targets`, `key_mask`
-//! (padded graphs), `posenc.sinusoidal` (a constant table) and `posenc.relative.buckets` (i32
-//! `[L, L]` bucket indices); [`ModelGraph::feed`] writes the constants.
+//! `.view(B, L, heads, Dh)` in PyTorch. The TUPE projections `posenc.tupe.query/key.weight` split
+//! into heads the same way (`posenc::tupe` has the formula; its table gets its own name, not
+//! `pos_emb.weight`, because it is never added to the input: a `learned` checkpoint must not load
+//! into it silently). TUPE's θ's start at 0 and its table and projections at BERT's N(0, 0.02), as
+//! the paper follows BERT. The graph's inputs are `tokens`, `targets`, `key_mask` (padded graphs),
+//! `posenc.sinusoidal` (a constant table), `posenc.relative.buckets` (i32 `[L, L]` bucket
+//! indices) and TUPE's [CLS] masks `posenc.tupe.keep`, `posenc.tupe.cls_row`,
+//! `posenc.tupe.cls_column` (f32 `[L, L]`); [`ModelGraph::feed`] writes the constants.
 
 mod config;
 pub mod posenc;

@@ -51,6 +51,8 @@ struct BlockInputs {
     key_mask: Option<TensorId>,
     /// `[H, L, L]`, added to every layer's attention logits.
     attention_bias: Option<TensorId>,
+    /// The factor on q·k.
+    attention_scale: f32,
 }
 
 impl Model {
@@ -103,6 +105,9 @@ impl Model {
             len,
             key_mask,
             attention_bias: positions.attention_bias,
+            attention_scale: positions
+                .attention_scale
+                .unwrap_or(1.0 / (c.head_dim() as f32).sqrt()),
         };
         for layer in 0..c.layers {
             x = self.block(g, x, layer, &shared, &positions)?;
@@ -200,7 +205,7 @@ impl Model {
         let (q, k, v) = (split(0)?, split(1)?, split(2)?);
         let opts = AttentionOpts {
             causal: matches!(c.kind, ModelKind::CausalLm { .. }),
-            scale: 1.0 / (dh as f32).sqrt(),
+            scale: shared.attention_scale,
             bias: shared.attention_bias,
             key_mask: shared.key_mask,
         };

@@ -2,11 +2,13 @@
 //!
 //! An encoding contributes terms at fixed places in the Transformer: an additive `[L, d_model]`
 //! term at the input or at every block's input, or an additive `[H, L, L]` attention bias shared
-//! by every layer (T5); the encodings still to come (TUPE, FLOATER) add theirs as new fields here.
+//! by every layer (T5, TUPE). TUPE also changes the attention op's scale; FLOATER, still to come,
+//! will add its terms as new fields here.
 
 mod learned;
 mod relative;
 mod sinusoidal;
+mod tupe;
 
 pub use relative::{bucket_matrix, relative_bucket};
 pub use sinusoidal::sinusoidal_table;
@@ -24,6 +26,8 @@ pub struct PositionTerms {
     pub at_every_block: Option<TensorId>,
     /// `[heads, L, L]`, added to every layer's attention logits (shared by the batch).
     pub attention_bias: Option<TensorId>,
+    /// The attention op's factor on q·k when it is not the usual `1/√Dh` (TUPE: `1/√(2·Dh)`).
+    pub attention_scale: Option<f32>,
     /// Constant inputs and their values, written before each run.
     pub constants: Vec<(TensorId, Constant)>,
 }
@@ -69,7 +73,41 @@ pub fn build(g: &mut Graph, config: &ModelConfig, len: usize) -> Result<Position
                 ..PositionTerms::default()
             })
         }
+        PosEnc::TupeA { untie_cls } => build_tupe(g, config, len, None, untie_cls),
+        PosEnc::TupeR {
+            untie_cls,
+            buckets,
+            max_distance,
+        } => {
+            let bidirectional = matches!(config.kind, ModelKind::Encoder { .. });
+            let relative = Some((bidirectional, buckets, max_distance));
+            build_tupe(g, config, len, relative, untie_cls)
+        }
     }
+}
+
+fn build_tupe(
+    g: &mut Graph,
+    config: &ModelConfig,
+    len: usize,
+    relative: Option<(bool, usize, usize)>,
+    untie_cls: bool,
+) -> Result<PositionTerms> {
+    let tupe = tupe::Tupe {
+        len,
+        max_len: config.max_len,
+        d_model: config.d_model,
+        heads: config.heads,
+        relative,
+        untie_cls,
+    };
+    let (bias, constants) = tupe.build(g)?;
+    Ok(PositionTerms {
+        attention_bias: Some(bias),
+        attention_scale: Some(tupe.scale()),
+        constants,
+        ..PositionTerms::default()
+    })
 }
 
 #[cfg(test)]
@@ -112,6 +150,45 @@ mod tests {
                 panic!("{kind:?}: expected one i32 constant, got {:?}", terms.constants);
             };
             assert_eq!(buckets, &bucket_matrix(6, bidirectional, 8, 20), "{kind:?}");
+        }
+    }
+
+    /// TUPE adds nothing to the input, scales the word term by 1/√(2·Dh), and feeds the buckets
+    /// of the kind's layout (TUPE-R) and the three [CLS] masks (with untie_cls).
+    #[test]
+    fn tupe_terms_scale_the_word_term_and_feed_their_constants() {
+        let tupe_r = |untie_cls| PosEnc::TupeR {
+            untie_cls,
+            buckets: 8,
+            max_distance: 20,
+        };
+        let lm = ModelKind::CausalLm { tied_head: true };
+        let cases = [
+            (lm, PosEnc::TupeA { untie_cls: false }, None, 0),
+            (lm, tupe_r(false), Some(false), 1),
+            (ModelKind::Encoder { n_classes: 2 }, tupe_r(true), Some(true), 4),
+        ];
+        for (kind, posenc, bidirectional, n_constants) in cases {
+            let mut g = Graph::new();
+            let config = ModelConfig {
+                posenc,
+                ..config(kind)
+            };
+            let terms = build(&mut g, &config, 4).unwrap();
+            assert!(terms.at_input.is_none() && terms.at_every_block.is_none());
+            assert_eq!(g.info(terms.attention_bias.unwrap()).meta.shape, [2, 4, 4]);
+            // d_model 8, 2 heads: Dh = 4.
+            assert_eq!(terms.attention_scale, Some(1.0 / 8f32.sqrt()), "{posenc:?}");
+            assert_eq!(terms.constants.len(), n_constants, "{posenc:?}");
+            if let Some(bidirectional) = bidirectional {
+                let Some((_, Constant::I32(buckets))) = terms.constants.first() else {
+                    panic!(
+                        "{posenc:?}: expected the buckets first, got {:?}",
+                        terms.constants
+                    );
+                };
+                assert_eq!(buckets, &bucket_matrix(4, bidirectional, 8, 20), "{posenc:?}");
+            }
         }
     }
 }
