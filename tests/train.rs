@@ -303,3 +303,44 @@ fn bad_run_configs_name_the_problem() {
         }
     }
 }
+
+/// The generator pads the context on the right to its window; a causal model cannot see the
+/// padding, so its next-character distribution equals that of a graph exactly as long as the
+/// context. A context longer than the window keeps its last characters.
+#[test]
+fn generation_sees_only_the_context_and_slides_past_the_window() {
+    use posflow::graph::{Executor, Graph};
+    use posflow::inference::Generator;
+
+    let run = tiny_run(r#"{ type = "relative", buckets = 8, max_distance = 32 }"#, "");
+    let mut trainer = Trainer::new(cpu(), run).unwrap();
+    losses(&mut trainer, 3);
+    let tokenizer = trainer.tokenizer();
+    let generator = Generator::new(trainer.model(), trainer.params(), tokenizer.clone(), 16).unwrap();
+    let exact = |context: &[i32]| -> Vec<f32> {
+        let mut g = Graph::new();
+        let graph = trainer.model().build(&mut g, 1, context.len()).unwrap();
+        let exec = Executor::new(&g, &[graph.logits, graph.loss], trainer.params()).unwrap();
+        let targets = vec![posflow::data::IGNORE_INDEX; context.len()];
+        graph.feed(&exec, context, &targets, None).unwrap();
+        exec.run().unwrap();
+        let logits = exec.read_blocking(graph.logits).unwrap();
+        let vocab = trainer.model().config().vocab;
+        let last = &logits[(context.len() - 1) * vocab..];
+        let max = last.iter().copied().fold(f32::MIN, f32::max);
+        let total: f32 = last.iter().map(|l| (l - max).exp()).sum();
+        last.iter().map(|l| (l - max).exp() / total).collect()
+    };
+    let text = tokenizer.encode("Call me Ishmael. Some years ago").unwrap();
+    for context in [&text[..5], &text[..16]] {
+        let probs = pollster::block_on(generator.next_probabilities(context)).unwrap();
+        assert!((probs.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+        for (a, b) in probs.iter().zip(exact(context)) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+    }
+    let slid = pollster::block_on(generator.next_probabilities(&text)).unwrap();
+    assert_eq!(slid, exact(&text[text.len() - 16..]));
+    let err = pollster::block_on(generator.next_probabilities(&[])).unwrap_err();
+    assert!(err.to_string().contains("context is empty"), "{err}");
+}
