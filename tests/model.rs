@@ -469,6 +469,64 @@ fn gpu_gives_the_cpu_logits_loss_and_gradients() {
     }
 }
 
+/// Dropout acts in training graphs only: the same seed gives the same logits on the CPU and the
+/// GPU, another seed other logits, and the evaluation graph has no dropout at all.
+#[test]
+fn dropout_follows_the_seed_in_training_graphs_only() {
+    let config = ModelConfig {
+        dropout: 0.3,
+        ..tiny(LM, PosEnc::Learned)
+    };
+    let model = Model::new(config.clone()).unwrap();
+    let (batch, len) = (2, 9);
+    let a = tokens(batch, len, config.vocab, 5);
+    let targets = shifted(&a, len);
+    let logits = |backend: Rc<dyn Backend>, training: bool, seed: u32| -> Vec<f32> {
+        let mut g = Graph::new();
+        let built = if training {
+            model.build_training(&mut g, batch, len)
+        } else {
+            model.build(&mut g, batch, len)
+        }
+        .unwrap();
+        let grads = g.backward(built.loss).unwrap();
+        let params = ParamStore::init(backend, &g, 7).unwrap();
+        let mut outputs = vec![built.logits];
+        outputs.extend(grads.iter().map(|(_, g)| g));
+        let exec = Executor::new(&g, &outputs, &params).unwrap();
+        built.feed(&exec, &a, &targets, None).unwrap();
+        built.set_dropout_seed(&exec, seed).unwrap();
+        exec.run().unwrap();
+        let mut values = exec.read_blocking(built.logits).unwrap();
+        for (_, grad) in grads.iter() {
+            values.extend(exec.read_blocking(grad).unwrap());
+        }
+        values
+    };
+    let eval = logits(cpu(), false, 0);
+    let (seed1, seed1_again, seed2) = (
+        logits(cpu(), true, 1),
+        logits(cpu(), true, 1),
+        logits(cpu(), true, 2),
+    );
+    assert_eq!(seed1, seed1_again);
+    let differ = |a: &[f32], b: &[f32]| a.iter().zip(b).filter(|(x, y)| x != y).count();
+    assert!(differ(&seed1, &seed2) > seed1.len() / 2);
+    assert!(differ(&seed1, &eval) > seed1.len() / 2);
+    assert_eq!(
+        eval,
+        logits(cpu(), false, 9),
+        "the evaluation graph ignores the seed"
+    );
+    if let Some(gpu) = gpu_for_tests() {
+        let on_gpu = logits(gpu, true, 1);
+        let scale = seed1.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+        for (c, g) in seed1.iter().zip(&on_gpu) {
+            assert!((c - g).abs() <= 1e-4 * scale, "{c} vs {g}");
+        }
+    }
+}
+
 /// Rows of the copy task: strings of 2..=6 symbols, `<bos> abc|abc <eos>`, at most 14 inputs.
 const COPY_LEN: usize = 14;
 const COPY_BATCH: usize = 16;

@@ -55,7 +55,9 @@ fn losses(trainer: &mut Trainer, steps: usize) -> Vec<f32> {
 /// The uninterrupted curve, and the curve of a run checkpointed after `first` steps, written to
 /// bytes, read back and resumed on a fresh trainer.
 fn curves(backend: &Rc<dyn Backend>, first: usize) -> (Vec<f32>, Vec<f32>) {
-    let run = tiny_run(r#"{ type = "relative", buckets = 8, max_distance = 32 }"#, "");
+    // With dropout, whose masks must follow the step too.
+    let mut run = tiny_run(r#"{ type = "relative", buckets = 8, max_distance = 32 }"#, "");
+    run.model.dropout = 0.1;
     let steps = run.train.steps;
     let uninterrupted = losses(&mut Trainer::new(backend.clone(), run.clone()).unwrap(), steps);
 

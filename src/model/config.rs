@@ -23,7 +23,9 @@ pub struct ModelConfig {
     pub layers: usize,
     /// The feed-forward network's hidden size (usually 4·d_model).
     pub ffn: usize,
-    /// Must be 0.0: there is no dropout op yet. Optional in a config file.
+    /// The probability of dropping an element of the embeddings and of each sub-block's output
+    /// during training (GPT-2's sites; the fused attention has no dropout on its probabilities).
+    /// In [0, 1); optional in a config file, default 0.
     #[serde(default)]
     pub dropout: f32,
     /// The longest sequence a learned position table holds; other encodings take any length.
@@ -183,11 +185,8 @@ impl ModelConfig {
                 self.d_model, self.heads
             ));
         }
-        if self.dropout != 0.0 {
-            return config_err(format!(
-                "dropout {} is not supported yet (there is no dropout op); set dropout = 0.0",
-                self.dropout
-            ));
+        if !(0.0..1.0).contains(&self.dropout) {
+            return config_err(format!("dropout must be in [0, 1), got {}", self.dropout));
         }
         if let ModelKind::Encoder { n_classes: 0 } = self.kind {
             return config_err("an encoder needs n_classes ≥ 1, got 0".into());
@@ -435,10 +434,10 @@ mod tests {
     }
 
     #[test]
-    fn nonzero_dropout_is_refused_until_a_dropout_op_exists() {
+    fn dropout_must_be_a_probability_below_one() {
         assert_eq!(
-            error_of(r#""ffn": 128"#, r#""ffn": 128, "dropout": 0.1"#),
-            "model config: dropout 0.1 is not supported yet (there is no dropout op); set dropout = 0.0"
+            error_of(r#""ffn": 128"#, r#""ffn": 128, "dropout": 1.0"#),
+            "model config: dropout must be in [0, 1), got 1"
         );
     }
 }

@@ -2,15 +2,18 @@
 //! blocks, and a language-model or classifier head, as graph ops for one (batch, length).
 //!
 //! ```text
-//! x = tok_emb[tokens] (· √D if embed_scale sqrt_d) (+ position term)   position term: see `posenc`
+//! x = Drop(tok_emb[tokens] (· √D if embed_scale sqrt_d) (+ position term))   see `posenc`
 //! for each block:  (+ position term, if every_block)
-//!     x = x + Attn(LN1(x))                        causal for the LM, key mask for padding;
+//!     x = x + Drop(Attn(LN1(x)))                  causal for the LM, key mask for padding;
 //!                                                 logits q·k/√Dh (TUPE: /√(2·Dh)) + position bias
-//!     x = x + FFN(LN2(x))                         FFN = down(GELU(up(x)))
+//!     x = x + Drop(FFN(LN2(x)))                   FFN = down(GELU(up(x)))
 //! LM:      logits = LN_f(x) · tok_emb^T  (tied, never scaled)  or  LN_f(x) · lm_head.weight
 //! encoder: logits = cls_head(LN_f(x[:, 0]))       position 0 holds BOS as [CLS]
 //! loss = cross_entropy(logits, targets, IGNORE_INDEX)
 //! ```
+//!
+//! `Drop` is dropout with the config's probability in graphs from [`Model::build_training`] and
+//! the identity everywhere else.
 //!
 //! # Parameter names
 //!

@@ -42,6 +42,8 @@ pub struct ModelGraph {
     vocab: usize,
     /// Constant inputs (the sinusoidal table, relative buckets) and their values.
     constants: Vec<(TensorId, Constant)>,
+    /// i32 `[1]`, in training graphs with dropout.
+    dropout_seed: Option<TensorId>,
 }
 
 /// What every block of one graph shares.
@@ -53,6 +55,17 @@ struct BlockInputs {
     attention_bias: Option<TensorId>,
     /// The factor on q·k.
     attention_scale: f32,
+    /// The step's seed input and the drop probability, in training graphs of a model with dropout.
+    dropout: Option<(TensorId, f32)>,
+}
+
+/// What a graph is for.
+#[derive(Clone, Copy)]
+struct Purpose {
+    /// Has a key mask input, to hide padded keys.
+    padded: bool,
+    /// Applies dropout (when the config has some).
+    training: bool,
 }
 
 impl Model {
@@ -68,15 +81,34 @@ impl Model {
     /// The graph for `batch` rows of `len` tokens with no padding (for a causal LM, right-padded
     /// rows need no mask either: no real token attends to a later position).
     pub fn build(&self, g: &mut Graph, batch: usize, len: usize) -> Result<ModelGraph> {
-        self.build_graph(g, batch, len, false)
+        let purpose = Purpose {
+            padded: false,
+            training: false,
+        };
+        self.build_graph(g, batch, len, purpose)
+    }
+
+    /// [`Model::build`] for training: with the config's dropout, whose masks follow the seed
+    /// written by [`ModelGraph::set_dropout_seed`] before each step. Without dropout it is the
+    /// same graph as `build`.
+    pub fn build_training(&self, g: &mut Graph, batch: usize, len: usize) -> Result<ModelGraph> {
+        let purpose = Purpose {
+            padded: false,
+            training: true,
+        };
+        self.build_graph(g, batch, len, purpose)
     }
 
     /// The graph for padded batches: it also has a key mask input, which hides padded keys.
     pub fn build_padded(&self, g: &mut Graph, batch: usize, len: usize) -> Result<ModelGraph> {
-        self.build_graph(g, batch, len, true)
+        let purpose = Purpose {
+            padded: true,
+            training: false,
+        };
+        self.build_graph(g, batch, len, purpose)
     }
 
-    fn build_graph(&self, g: &mut Graph, batch: usize, len: usize, padded: bool) -> Result<ModelGraph> {
+    fn build_graph(&self, g: &mut Graph, batch: usize, len: usize, purpose: Purpose) -> Result<ModelGraph> {
         if batch == 0 || len == 0 {
             return Err(Error::Input(format!(
                 "a model graph needs at least one row and one position, got batch {batch}, length {len}"
@@ -85,7 +117,11 @@ impl Model {
         let c = &self.config;
         let d = c.d_model;
         let tokens = g.input("tokens", TensorMeta::i32(&[batch, len]));
-        let key_mask = padded.then(|| g.input("key_mask", TensorMeta::i32(&[batch, len])));
+        let key_mask = purpose
+            .padded
+            .then(|| g.input("key_mask", TensorMeta::i32(&[batch, len])));
+        let dropout = (purpose.training && c.dropout > 0.0)
+            .then(|| (g.input("dropout_seed", TensorMeta::i32(&[1])), c.dropout));
         let positions = posenc::build(g, c, len)?;
 
         let tok_emb_std = match c.embed_scale {
@@ -100,6 +136,9 @@ impl Model {
         if let Some(p) = positions.at_input {
             x = g.add(x, p)?;
         }
+        if let Some((seed, p)) = dropout {
+            x = g.dropout(x, seed, p, EMBEDDING_DROPOUT_SALT)?;
+        }
         let shared = BlockInputs {
             batch,
             len,
@@ -108,6 +147,7 @@ impl Model {
             attention_scale: positions
                 .attention_scale
                 .unwrap_or(1.0 / (c.head_dim() as f32).sqrt()),
+            dropout,
         };
         for layer in 0..c.layers {
             x = self.block(g, x, layer, &shared, &positions)?;
@@ -147,6 +187,7 @@ impl Model {
             kind: c.kind,
             vocab: c.vocab,
             constants: positions.constants,
+            dropout_seed: dropout.map(|(seed, _)| seed),
         })
     }
 
@@ -169,6 +210,7 @@ impl Model {
         }
         let h = self.layer_norm(g, x, &format!("{prefix}.ln1"))?;
         let h = self.self_attention(g, h, &format!("{prefix}.attn"), shared, residual_std)?;
+        let h = dropout(g, h, shared, 2 * layer as u32 + 1)?;
         x = g.add(x, h)?;
         let h = self.layer_norm(g, x, &format!("{prefix}.ln2"))?;
         let h = linear(g, h, &format!("{prefix}.ffn.up"), c.d_model, c.ffn, INIT_STD)?;
@@ -181,6 +223,7 @@ impl Model {
             c.d_model,
             residual_std,
         )?;
+        let h = dropout(g, h, shared, 2 * layer as u32 + 2)?;
         g.add(x, h)
     }
 
@@ -220,6 +263,18 @@ impl Model {
         let gain = g.param(&format!("{prefix}.gain"), &[d], Init::Ones)?;
         let bias = g.param(&format!("{prefix}.bias"), &[d], Init::Zeros)?;
         g.layernorm(x, gain, bias, LN_EPS)
+    }
+}
+
+/// The dropout salt of the embeddings; block `i`'s attention and FFN outputs use 2i + 1 and
+/// 2i + 2, so every site draws its own mask from the step's seed.
+const EMBEDDING_DROPOUT_SALT: u32 = 0;
+
+/// `x` through dropout in training graphs of a model with dropout; `x` itself otherwise.
+fn dropout(g: &mut Graph, x: TensorId, shared: &BlockInputs, salt: u32) -> Result<TensorId> {
+    match shared.dropout {
+        Some((seed, p)) => g.dropout(x, seed, p, salt),
+        None => Ok(x),
     }
 }
 
@@ -288,6 +343,16 @@ impl ModelGraph {
             }
         }
         Ok(())
+    }
+
+    /// Sets the dropout masks of the next run: a training loop writes a new seed every step (a
+    /// function of its own seed and the step, so a resumed run draws the same masks). Graphs
+    /// without dropout ignore it.
+    pub fn set_dropout_seed(&self, exec: &Executor, seed: u32) -> Result<()> {
+        match self.dropout_seed {
+            Some(t) => exec.set_i32(t, &[seed as i32]),
+            None => Ok(()),
+        }
     }
 
     /// [`ModelGraph::feed`] for a causal LM's batch from the data layer.

@@ -57,7 +57,7 @@ impl Trainer {
         }
         let model = Model::new(run.model.clone())?;
         let mut g = Graph::new();
-        let graph = model.build(&mut g, run.train.batch, task.train_len())?;
+        let graph = model.build_training(&mut g, run.train.batch, task.train_len())?;
         let grads = g.backward(graph.loss)?;
         let params = ParamStore::init(backend, &g, run.train.seed)?;
         let optimizer = Optimizer::new(run.adamw(), &params)?;
@@ -150,6 +150,11 @@ impl Trainer {
         let t = &self.run.train;
         let batch = self.task.train_batch(t.seed, step, t.batch)?;
         self.graph.feed_batch(&self.exec, &batch)?;
+        // A new mask every step, the same on resume: a function of the seed and the step alone.
+        self.graph.set_dropout_seed(
+            &self.exec,
+            (t.seed as u32) ^ (step as u32).wrapping_mul(0x9E37_79B9),
+        )?;
         let lr = self.run.schedule().lr(step);
         self.optimizer.prepare_step(lr)?;
         self.exec.run()?;
