@@ -5,7 +5,7 @@
 use super::Gradients;
 use super::dynamics::Dynamics;
 use super::field::{Field, StateField};
-use super::integrate::{Tape, eval_stages};
+use super::integrate::{Stages, Tape};
 use super::tableau::Tableau;
 
 /// Gradients of Σ upstream · trajectory with respect to θ and z₀; `upstream` is
@@ -18,10 +18,8 @@ pub(crate) fn backprop<D: Dynamics>(
 ) -> Gradients {
     let n = field.len();
     let (dynamics, theta) = (field.dynamics, field.theta);
-    let stages = tab.stages();
-    let mut k = vec![vec![0.0f32; n]; stages];
-    let mut inputs = vec![vec![0.0f32; n]; stages];
-    let mut k_bar = vec![vec![0.0f32; n]; stages];
+    let mut stages = Stages::new(tab, n);
+    let mut k_bar = vec![vec![0.0f32; n]; tab.stages()];
     let mut input_bar = vec![0.0f32; n];
     let mut theta_bar = vec![0.0f32; theta.len()];
     // The adjoint of the state at the end of the step being processed.
@@ -30,9 +28,9 @@ pub(crate) fn backprop<D: Dynamics>(
 
     for (index, step) in tape.steps.iter().enumerate().rev() {
         let (t0, dt) = (step.t0, step.dt);
-        inputs[0].copy_from_slice(&step.z0);
-        field.eval(t0, &step.z0, &mut k[0]);
-        eval_stages(field, tab, t0, dt, &step.z0, 1, &mut k, &mut inputs);
+        stages.inputs[0].copy_from_slice(&step.z0);
+        field.eval(t0, &step.z0, &mut stages.k[0]);
+        stages.eval_after_first(field, tab, t0, dt, &step.z0);
 
         // z₁ = z₀ + dt·Σ bᵢ kᵢ, and each output in this step is z₀ + dt·Σ wᵢ kᵢ.
         k_bar.iter_mut().for_each(|kb| kb.fill(0.0));
@@ -51,9 +49,16 @@ pub(crate) fn backprop<D: Dynamics>(
         }
 
         // Stage i: kᵢ = h(t₀ + cᵢ dt, inputᵢ), inputᵢ = z₀ + dt·Σⱼ aᵢⱼ kⱼ.
-        for i in (0..stages).rev() {
+        for i in (0..tab.stages()).rev() {
             let t = (t0 + tab.c[i] * dt) as f32;
-            dynamics.vjp(theta, t, &inputs[i], &k_bar[i], &mut input_bar, &mut theta_bar);
+            dynamics.vjp(
+                theta,
+                t,
+                &stages.inputs[i],
+                &k_bar[i],
+                &mut input_bar,
+                &mut theta_bar,
+            );
             z_bar0.iter_mut().zip(&input_bar).for_each(|(z, b)| *z += b);
             for (j, a) in tab.a[i].iter().enumerate() {
                 let coef = (dt * a) as f32;

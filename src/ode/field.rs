@@ -35,7 +35,7 @@ impl<D: Dynamics> Field for StateField<'_, D> {
     }
 
     fn norm_groups(&self) -> Vec<Range<usize>> {
-        vec![0..self.len]
+        std::iter::once(0..self.len).collect()
     }
 
     fn locate(&self, index: usize) -> String {

@@ -38,21 +38,27 @@ pub(crate) fn combine(z0: &[f32], dt: f64, weights: &[f64], k: &[Vec<f32>], out:
     }
 }
 
-/// Evaluates the stages of one step into `k` (and each stage's input into `inputs`), starting at
-/// stage `first` (1 when k₀ is already known).
-pub(crate) fn eval_stages(
-    field: &mut impl Field,
-    tab: &Tableau,
-    t0: f64,
-    dt: f64,
-    z0: &[f32],
-    first: usize,
-    k: &mut [Vec<f32>],
-    inputs: &mut [Vec<f32>],
-) {
-    for i in first..tab.stages() {
-        combine(z0, dt, tab.a[i], &k[..i], &mut inputs[i]);
-        field.eval(t0 + tab.c[i] * dt, &inputs[i], &mut k[i]);
+/// One step's stage slopes kᵢ and stage inputs.
+pub(crate) struct Stages {
+    pub k: Vec<Vec<f32>>,
+    pub inputs: Vec<Vec<f32>>,
+}
+
+impl Stages {
+    pub fn new(tab: &Tableau, n: usize) -> Self {
+        Stages {
+            k: vec![vec![0.0; n]; tab.stages()],
+            inputs: vec![vec![0.0; n]; tab.stages()],
+        }
+    }
+
+    /// Evaluates stages 1.. of the step from (t0, z0) of length dt; `k[0]` must already hold
+    /// f(t0, z0) (dopri5 carries it over from the previous step).
+    pub fn eval_after_first(&mut self, field: &mut impl Field, tab: &Tableau, t0: f64, dt: f64, z0: &[f32]) {
+        for i in 1..tab.stages() {
+            combine(z0, dt, tab.a[i], &self.k[..i], &mut self.inputs[i]);
+            field.eval(t0 + tab.c[i] * dt, &self.inputs[i], &mut self.k[i]);
+        }
     }
 }
 
@@ -64,10 +70,6 @@ fn check_finite(field: &impl Field, z: &[f32], t: f64, method: &str) -> Result<(
             field.locate(i)
         ))),
     }
-}
-
-fn buffers(stages: usize, n: usize) -> Vec<Vec<f32>> {
-    vec![vec![0.0; n]; stages]
 }
 
 /// Solves through `times` from z₀; returns the states at every time, [times.len(), field.len()].
@@ -101,7 +103,7 @@ fn fixed_grid(
     mut tape: Option<&mut Tape>,
 ) -> Result<Vec<f32>> {
     let n = field.len();
-    let (mut k, mut inputs) = (buffers(tab.stages(), n), buffers(tab.stages(), n));
+    let mut stages = Stages::new(tab, n);
     let mut z = z0.to_vec();
     let mut z1 = vec![0.0; n];
     let mut out = Vec::with_capacity(times.len() * n);
@@ -114,9 +116,9 @@ fn fixed_grid(
         for s in 0..substeps {
             let (t0, t1) = (grid(s), grid(s + 1));
             let dt = t1 - t0;
-            field.eval(t0, &z, &mut k[0]);
-            eval_stages(field, tab, t0, dt, &z, 1, &mut k, &mut inputs);
-            combine(&z, dt, tab.b, &k, &mut z1);
+            field.eval(t0, &z, &mut stages.k[0]);
+            stages.eval_after_first(field, tab, t0, dt, &z);
+            combine(&z, dt, tab.b, &stages.k, &mut z1);
             check_finite(field, &z1, t1, name)?;
             if let Some(tape) = tape.as_deref_mut() {
                 tape.steps.push(TapeStep {
@@ -209,14 +211,14 @@ fn dopri5(
     let n = field.len();
     let groups = field.norm_groups();
     let dir = (times[times.len() - 1] - times[0]).signum();
-    let (mut k, mut inputs) = (buffers(7, n), buffers(7, n));
+    let mut stages = Stages::new(&DOPRI5, n);
     let mut z = z0.to_vec();
     let mut z1 = vec![0.0; n];
     let mut out = Vec::with_capacity(times.len() * n);
     out.extend_from_slice(z0);
     let mut t = times[0];
-    field.eval(t, &z, &mut k[0]);
-    let mut h = initial_step(field, tol, t, dir, &z, &k[0]);
+    field.eval(t, &z, &mut stages.k[0]);
+    let mut h = initial_step(field, tol, t, dir, &z, &stages.k[0]);
     let mut next_out = 1;
     let mut worst = None;
     while next_out < times.len() {
@@ -239,13 +241,13 @@ fn dopri5(
         if t1 == t {
             return Err(diverged(format!("dopri5 step size underflow ({h:e}) at t = {t}")));
         }
-        eval_stages(field, &DOPRI5, t, dt, &z, 1, &mut k, &mut inputs);
-        combine(&z, dt, DOPRI5.b, &k, &mut z1);
+        stages.eval_after_first(field, &DOPRI5, t, dt, &z);
+        combine(&z, dt, DOPRI5.b, &stages.k, &mut z1);
         check_finite(field, &z1, t1, "dopri5")?;
         let err = |i: usize| {
             dt * DOPRI5_ERROR
                 .iter()
-                .zip(&k)
+                .zip(&stages.k)
                 .map(|(e, k)| e * k[i] as f64)
                 .sum::<f64>()
         };
@@ -257,7 +259,7 @@ fn dopri5(
                 let weights = dopri5_dense_weights((times[next_out] - t) / (t1 - t));
                 let start = out.len();
                 out.resize(start + n, 0.0);
-                combine(&z, dt, &weights, &k, &mut out[start..]);
+                combine(&z, dt, &weights, &stages.k, &mut out[start..]);
                 if let Some(tape) = tape.as_deref_mut() {
                     let step = tape.steps.len();
                     tape.outputs.push(TapeOutput {
@@ -275,7 +277,7 @@ fn dopri5(
                 });
             }
             std::mem::swap(&mut z, &mut z1);
-            k.swap(0, 6);
+            stages.k.swap(0, 6);
             t = t1;
         }
         h = next_step(h, ratio);

@@ -384,7 +384,7 @@ fn bad_arguments_are_errors_that_say_what_is_wrong() {
             grid: GRID,
             method,
         };
-        error_text(flow.solve(&vec![0.0; 2 * DIM]))
+        error_text(flow.solve(&[0.0; 2 * DIM]))
     };
     let err = flow(&theta[1..], fixed(Scheme::Euler, 1));
     assert!(
