@@ -17,6 +17,7 @@ pub mod inference;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod mlp;
 pub mod model;
+pub mod ode;
 pub mod ops;
 pub mod optim;
 pub mod params;
