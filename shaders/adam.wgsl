@@ -2,7 +2,8 @@
 // torch.nn.utils.clip_grad_norm_.
 //
 // A step is: one `sum_squares` per gradient, each writing its squared norm into one slot of
-// `norms`; then one `adam` per parameter, which reads all slots to get the global norm. The
+// `norms`; then one `adam` per parameter, which reads all slots to get the global norm, and
+// skips the update when that norm is not finite. The
 // learning rate and bias corrections change every step, so they come from a small storage
 // buffer written before each run instead of from the uniform, which is fixed at compile time.
 
@@ -64,12 +65,18 @@ fn adam_step(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
     if (i >= adam.n) {
         return;
     }
+    var total = 0.0;
+    for (var k = 0u; k < adam.n_norms; k++) {
+        total += all_norms[k];
+    }
+    // A non-finite gradient anywhere skips the whole update, so a diverging step leaves the
+    // parameters as they were. The exponent bits test for inf and NaN alike, where a NaN
+    // comparison might be optimised away.
+    if ((bitcast<u32>(total) & 0x7f800000u) == 0x7f800000u) {
+        return;
+    }
     var clip = 1.0;
     if (adam.max_norm > 0.0) {
-        var total = 0.0;
-        for (var k = 0u; k < adam.n_norms; k++) {
-            total += all_norms[k];
-        }
         clip = min(adam.max_norm / (sqrt(total) + 1e-6), 1.0);
     }
     let lr = schedule[0];

@@ -1,6 +1,8 @@
 //! AdamW with global gradient-norm clipping, matching `torch.optim.AdamW` preceded by
 //! `torch.nn.utils.clip_grad_norm_`. The update is a pair of kernels appended to the training
-//! plan, so a whole step (forward, backward, clip, update) is one GPU submission.
+//! plan, so a whole step (forward, backward, clip, update) is one GPU submission. A step whose
+//! global gradient norm is not finite updates nothing, so a diverging run keeps its last good
+//! parameters and moments.
 
 use std::rc::Rc;
 
@@ -93,6 +95,10 @@ impl Op for AdamUpdate {
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let c = &self.config;
         let (grad, norms, schedule) = (inputs[0].data, inputs[1].data, inputs[2].data);
+        if !norms.iter().sum::<f32>().is_finite() {
+            // A diverged step changes nothing (the trainer then stops with an error).
+            return;
+        }
         let clip = clip_factor(c.max_grad_norm, norms);
         let (lr, bias1, bias2) = (schedule[0], schedule[1], schedule[2]);
         let [param, m, v] = outputs else {
@@ -364,6 +370,48 @@ mod tests {
             assert_close(&format!("b after 3 steps on {on}"), &b3, &get("b3"), 1e-5, 1e-5);
             let norm = pollster::block_on(opt.last_grad_norm()).unwrap();
             assert_close("gradient norm", &[norm], &get("grad_norm"), 1e-5, 1e-5);
+        }
+    }
+
+    /// A NaN in one gradient skips the update of every parameter, moments included.
+    #[test]
+    fn a_non_finite_gradient_changes_nothing() {
+        let mut backends = vec![cpu()];
+        backends.extend(gpu());
+        for backend in backends {
+            let mut g = Graph::new();
+            let w = g.param("w", &[2, 3], Init::Normal(1.0)).unwrap();
+            let b = g.param("b", &[3], Init::Normal(1.0)).unwrap();
+            let c = g.input("c", TensorMeta::f32(&[3]));
+            let wb = g.add(w, b).unwrap();
+            let scaled = g.mul(wb, c).unwrap();
+            let loss = g.sum_all(scaled).unwrap();
+            let grads = g.backward(loss).unwrap();
+            let params = ParamStore::init(backend.clone(), &g, 0).unwrap();
+            let mut opt = Optimizer::new(AdamW::default(), &params).unwrap();
+            let mut outputs = vec![loss];
+            outputs.extend(grads.iter().map(|(_, gr)| gr));
+            let mut exec = Executor::new(&g, &outputs, &params).unwrap();
+            opt.attach(&mut exec, &g, &grads, &params).unwrap();
+            exec.set_f32(c, &[1.0, 2.0, 3.0]).unwrap();
+            opt.prepare_step(0.1).unwrap();
+            exec.run().unwrap();
+            let read = |name: &str| pollster::block_on(params.read(name)).unwrap();
+            let moments = |opt: &Optimizer, name: &str| {
+                let m = opt.moments_of(name).unwrap();
+                let backend = params.backend();
+                let m1 = pollster::block_on(backend.read(&m.m)).unwrap();
+                let v1 = pollster::block_on(backend.read(&m.v)).unwrap();
+                (m1, v1)
+            };
+            let before = (read("w"), read("b"), moments(&opt, "w"), moments(&opt, "b"));
+            exec.set_f32(c, &[1.0, f32::NAN, 3.0]).unwrap();
+            opt.prepare_step(0.1).unwrap();
+            exec.run().unwrap();
+            let norm = pollster::block_on(opt.last_grad_norm()).unwrap();
+            assert!(norm.is_nan(), "{norm}");
+            let after = (read("w"), read("b"), moments(&opt, "w"), moments(&opt, "b"));
+            assert_eq!(before, after, "on {}", backend.describe());
         }
     }
 }

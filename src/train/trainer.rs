@@ -142,9 +142,8 @@ impl Trainer {
         self.graph.batch * self.graph.len
     }
 
-    /// One training step. A non-finite loss is an error: this step's update has reached the
-    /// parameters in memory, so nothing should be saved from them; checkpoints already written
-    /// are untouched.
+    /// One training step. A non-finite loss or gradient is an error naming the step; checkpoints
+    /// already written are untouched.
     pub async fn train_step(&mut self) -> Result<StepStats> {
         let step = self.step;
         let t = &self.run.train;
@@ -160,11 +159,18 @@ impl Trainer {
         self.exec.run()?;
         let loss = self.exec.read(self.graph.loss).await?[0];
         let grad_norm = self.optimizer.last_grad_norm().await?;
-        if !loss.is_finite() {
+        if !(loss.is_finite() && grad_norm.is_finite()) {
+            // AdamW skips a step whose gradient norm is not finite; a non-finite loss with finite
+            // gradients (rare) has been applied.
+            let parameters = if grad_norm.is_finite() {
+                "this step's update was applied, so do not save these parameters"
+            } else {
+                "the update was skipped, so the parameters are those before this step"
+            };
             return Err(Error::Training(format!(
                 "the loss is {loss} at step {step} (learning rate {lr:.3e}, gradient norm {grad_norm}); \
-                 stopped without saving this step. Lower [train] lr, raise warmup, or keep \
-                 clip_grad_norm on; resume from the last checkpoint"
+                 {parameters}. Lower [train] lr, raise warmup, or keep clip_grad_norm on; resume from \
+                 the last checkpoint"
             )));
         }
         self.step += 1;
