@@ -5,7 +5,8 @@
 //!
 //! Parameters start from posflow's own init, then every value gets a seeded uniform nudge in
 //! ±0.1, so that unit gains, zero biases and near-zero tables cannot hide a transposed or
-//! misplaced tensor. The batch is in the metadata's training state, under `reference_batch`:
+//! misplaced tensor, and TUPE's [CLS] values θ1, θ2 (0 at init) are not zero. The batch is in
+//! the metadata's training state, under `reference_batch`:
 //! `{ "batch": B, "len": L, "tokens": [B·L], "targets": [B·L] or [B], "mask": [B·L] or null }`.
 
 use std::path::PathBuf;
@@ -92,6 +93,28 @@ fn cases() -> Vec<Case> {
             name: "lm_no_posenc",
             config: config(tied, PosEnc::None),
             lengths: full,
+        },
+        // TUPE's table (max_len 12) is sliced to the batch's 9 positions; 4 heads (Dh = 4) here
+        // and 2 (Dh = 8) below give the word and position terms two different scales.
+        Case {
+            name: "lm_tupe_a_4_heads",
+            config: ModelConfig {
+                heads: 4,
+                ..config(tied, PosEnc::TupeA { untie_cls: false })
+            },
+            lengths: full,
+        },
+        Case {
+            name: "encoder_tupe_r_untie_cls_padded",
+            config: config(
+                ModelKind::Encoder { n_classes: 3 },
+                PosEnc::TupeR {
+                    untie_cls: true,
+                    buckets: 8,
+                    max_distance: 20,
+                },
+            ),
+            lengths: [LEN, 5, 2],
         },
     ]
 }

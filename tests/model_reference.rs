@@ -25,26 +25,30 @@ use safetensors::SafeTensors;
 use serde::Deserialize;
 
 /// The committed checkpoints, one per model variant.
-const CASES: [&str; 6] = [
+const CASES: [&str; 8] = [
     "lm_tied_sinusoidal_sqrt_d",
     "lm_untied_learned_4_heads",
     "lm_sinusoidal_every_block",
     "lm_relative_padded",
     "encoder_relative_padded",
     "lm_no_posenc",
+    "lm_tupe_a_4_heads",
+    "encoder_tupe_r_untie_cls_padded",
 ];
 
 /// The largest |posflow − PyTorch| allowed for any logit, the loss or any gradient element.
 /// Reached, worst tensor of each case (CPU / lavapipe GPU):
 ///
-/// | case                        | CPU     | GPU     |
-/// |-----------------------------|---------|---------|
-/// | lm_tied_sinusoidal_sqrt_d   | 9.5e-7  | 4.8e-7  |
-/// | lm_untied_learned_4_heads   | 1.5e-7  | 1.5e-7  |
-/// | lm_sinusoidal_every_block   | 1.2e-7  | 2.4e-7  |
-/// | lm_relative_padded          | 1.8e-7  | 2.1e-7  |
-/// | encoder_relative_padded     | 4.3e-7  | 2.7e-7  |
-/// | lm_no_posenc                | 1.2e-7  | 1.2e-7  |
+/// | case                            | CPU     | GPU     |
+/// |---------------------------------|---------|---------|
+/// | lm_tied_sinusoidal_sqrt_d       | 9.5e-7  | 4.8e-7  |
+/// | lm_untied_learned_4_heads       | 1.5e-7  | 1.5e-7  |
+/// | lm_sinusoidal_every_block       | 1.2e-7  | 2.4e-7  |
+/// | lm_relative_padded              | 1.8e-7  | 2.1e-7  |
+/// | encoder_relative_padded         | 4.3e-7  | 2.7e-7  |
+/// | lm_no_posenc                    | 1.2e-7  | 1.2e-7  |
+/// | lm_tupe_a_4_heads               | 2.4e-7  | 1.2e-7  |
+/// | encoder_tupe_r_untie_cls_padded | 1.2e-7  | 1.3e-7  |
 const TOLERANCE: f32 = 1e-4;
 
 fn checkpoint_path(case: &str) -> PathBuf {

@@ -21,8 +21,8 @@ cross-entropy over targets other than -100. Everything runs in float64.
         `reference_batch`.
 
 A position encoding is one function below, registered in POSENCS by its config `type`: it returns
-the terms it contributes (see PositionTerms), so a new one (TUPE: `posenc.tupe.*`) is one more
-function and one more entry.
+the terms it contributes (see PositionTerms), so a new one is one more function and one more
+entry.
 """
 
 import json
@@ -61,12 +61,14 @@ def load(path):
 
 class PositionTerms:
     """What an encoding adds: `at_input` / `at_every_block` [L, D] added to the embeddings / to each
-    block's input; `attention_bias` [H, L, L] added to every layer's attention logits."""
+    block's input; `attention_bias` [H, L, L] added to every layer's attention logits;
+    `attention_scale`, the factor on q·k when it is not 1/√Dh (TUPE)."""
 
-    def __init__(self, at_input=None, at_every_block=None, attention_bias=None):
+    def __init__(self, at_input=None, at_every_block=None, attention_bias=None, attention_scale=None):
         self.at_input = at_input
         self.at_every_block = at_every_block
         self.attention_bias = attention_bias
+        self.attention_scale = attention_scale
 
 
 def posenc_none(cfg, p, length):
@@ -121,7 +123,8 @@ def t5_bucket(relative_position, bidirectional, num_buckets, max_distance):
     return relative_buckets
 
 
-def posenc_relative(cfg, p, length):
+def relative_bias(cfg, p, length):
+    """T5's bias [H, L, L]: b[h, i, j] = posenc.relative.weight[bucket(j − i), h]."""
     enc = cfg["posenc"]
     positions = torch.arange(length, dtype=torch.long)
     buckets = t5_bucket(
@@ -131,7 +134,62 @@ def posenc_relative(cfg, p, length):
         max_distance=enc.get("max_distance", 128),
     )
     bias = p["posenc.relative.weight"][buckets]  # [L, L, H]
-    return PositionTerms(attention_bias=bias.permute(2, 0, 1))
+    return bias.permute(2, 0, 1)
+
+
+def posenc_relative(cfg, p, length):
+    return PositionTerms(attention_bias=relative_bias(cfg, p, length))
+
+
+def tupe_correlation(cfg, p, length):
+    """TUPE's positional correlation [H, L, L] (Ke, He & Liu 2020, untied positions):
+    (p̂_i U_Q^h)·(p̂_j U_K^h) / √(2·Dh) with p̂ = LayerNorm(p_i), p = the first L rows of
+    `posenc.tupe.weight`; U^h is column block h (Dh wide) of the [D, D] `posenc.tupe.query/key`."""
+    d, h = cfg["d_model"], cfg["heads"]
+    dh = d // h
+    table = p["posenc.tupe.weight"]
+    if length > table.shape[0]:
+        sys.exit(f"sequence length {length} is over the TUPE table's max_len {table.shape[0]}")
+    normed = layer_norm(p, "posenc.tupe.ln", table[:length])
+    u_q, u_k = p["posenc.tupe.query.weight"], p["posenc.tupe.key.weight"]
+    heads = []
+    for head in range(h):
+        columns = slice(head * dh, (head + 1) * dh)
+        q, k = normed @ u_q[:, columns], normed @ u_k[:, columns]
+        heads.append(q @ k.T)
+    return torch.stack(heads) / math.sqrt(2 * dh)
+
+
+def untie_cls(p, term):
+    """The paper's reset of the position-only term (its eq. 9), per head h: [CLS] (position 0)
+    attending to any j gets θ1[h] = `posenc.tupe.cls_to_others`, any i ≠ 0 attending to [CLS]
+    gets θ2[h] = `posenc.tupe.others_to_cls`; the rest is unchanged."""
+    h, length, _ = term.shape
+    theta1 = p["posenc.tupe.cls_to_others"][:, None].expand(h, length)
+    theta2 = p["posenc.tupe.others_to_cls"][:, None].expand(h, length - 1)
+    rows = [theta1[:, None, :]]  # row 0: [H, 1, L]
+    rest = torch.cat([theta2[:, :, None], term[:, 1:, 1:]], dim=2)  # rows 1..: θ2, then the term
+    return torch.cat(rows + [rest], dim=1)
+
+
+def tupe_terms(cfg, p, bias):
+    """TUPE's terms: the position-only bias (reset for [CLS] with untie_cls) and 1/√(2·Dh) on
+    the word term, so word and position logits share one scale."""
+    if cfg["posenc"]["untie_cls"]:
+        bias = untie_cls(p, bias)
+    dh = cfg["d_model"] // cfg["heads"]
+    return PositionTerms(attention_bias=bias, attention_scale=1 / math.sqrt(2 * dh))
+
+
+def posenc_tupe_a(cfg, p, length):
+    return tupe_terms(cfg, p, tupe_correlation(cfg, p, length))
+
+
+def posenc_tupe_r(cfg, p, length):
+    """TUPE-A plus T5's relative bias; posflow resets [CLS] in their sum (see posenc/tupe.rs: the
+    paper's TUPE-R formula of the reset is lost in our copy)."""
+    bias = tupe_correlation(cfg, p, length) + relative_bias(cfg, p, length)
+    return tupe_terms(cfg, p, bias)
 
 
 POSENCS = {
@@ -139,6 +197,8 @@ POSENCS = {
     "sinusoidal": posenc_sinusoidal,
     "learned": posenc_learned,
     "relative": posenc_relative,
+    "tupe_a": posenc_tupe_a,
+    "tupe_r": posenc_tupe_r,
 }
 
 
@@ -159,7 +219,11 @@ def self_attention(cfg, p, prefix, x, terms, key_mask):
     dh = d // h
     q, k, v = linear(p, f"{prefix}.qkv", x).split(d, dim=-1)
     q, k, v = (t.view(b, length, h, dh).transpose(1, 2) for t in (q, k, v))
-    scores = q @ k.transpose(-1, -2) / math.sqrt(dh)
+    scores = q @ k.transpose(-1, -2)
+    if terms.attention_scale is None:
+        scores = scores / math.sqrt(dh)
+    else:
+        scores = scores * terms.attention_scale
     if terms.attention_bias is not None:
         scores = scores + terms.attention_bias
     allowed = torch.ones(b, 1, length, length, dtype=torch.bool)
