@@ -25,7 +25,10 @@
 //! reset[h, i, j] = term[h, i, j] otherwise
 //! ```
 //!
-//! θ1, θ2 are trained scalars per head, initialised to 0 (no preference at the start). For TUPE-R
+//! θ1, θ2 are trained scalars per head, initialised to 0 (no preference at the start). θ1 shifts
+//! a whole row of logits by one value, which softmax ignores: it never gets a gradient and has no
+//! effect; the reset still matters, because it removes the positional term from [CLS]'s row. It
+//! is kept because eq. 9 has it (and the reference code's coupled form, below, has it too). For TUPE-R
 //! the reset applies to the sum of the positional correlation and the relative bias. The paper
 //! resets the "content-free (position-only) correlation", gives its form for eq. 7 and for eq. 8,
 //! and says the reset applies to "any position-only correlations"; our copy of the text has lost
