@@ -3,14 +3,18 @@
 // θ layout: W1 [k, d+1] | b1 [k] | W2 [d, k+1] | b2 [d]; the last column of each weight multiplies t.
 //
 // One workgroup per block: its 64 threads keep the block's vectors in workgroup memory and split
-// every matrix-vector product by rows, with a barrier between dependent steps. Entry points:
-//   forward:           p(t_i) at every position, all positions × substeps × stages in one dispatch;
-//                      records the block's first non-finite position in `fail`
+// every matrix-vector product by rows, with a barrier between dependent steps. Steps are numbered
+// g = interval·substeps + substep over the whole grid; each dispatch runs the steps [begin, end) and
+// hands its state to the next through `carry` (a few dispatches per solve, sized by the op so that
+// no dispatch runs more than ~32k loop iterations per thread: lavapipe silently ends a loop nest
+// after 65535 iterations). Entry points:
+//   forward:           p(t_i) at every position; records the block's first non-finite position in
+//                      `fail`
 //   report:            one thread turns `fail` into the status [code, block, time]
 //   unsupported:       NaN trajectory and status 3, "method unsupported on the GPU" (dopri5)
-//   backprop:          backprop through the solver, interval by interval from the end: the substep
-//                      starts of an interval are recomputed from the trajectory into `starts`, then
-//                      each step's stages are recomputed and differentiated
+//   starts:            backprop's step starts, recomputed from the trajectory (one state per step)
+//   backprop:          backprop through the solver, steps in reverse: each step's stages are
+//                      recomputed from its start and differentiated
 //   adjoint:           the continuous adjoint [p | a | g] integrated backward with the same method,
 //                      restarting p from the trajectory at every position (memory: a few vectors)
 //   reduce_theta:      dθ = Σ over blocks of `partial`, in block order
@@ -50,6 +54,9 @@ struct Params {
     param_len: u32,
     delta: f32,
     nan: f32,
+    // The steps this dispatch runs (backprop walks them from end − 1 down to begin).
+    begin: u32,
+    end: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -60,14 +67,16 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> traj: array<f32>;
 @group(0) @binding(4) var<storage, read_write> status: array<f32>;
 @group(0) @binding(5) var<storage, read_write> fail: array<u32>;
+@group(0) @binding(6) var<storage, read_write> fwd_carry: array<f32>;
 
-// backprop, adjoint, reduce_theta, unsupported_grads (θ at binding 1 as above)
+// starts, backprop, adjoint, reduce_theta, unsupported_grads (θ at binding 1 as above)
 @group(0) @binding(2) var<storage, read> traj_in: array<f32>;
 @group(0) @binding(3) var<storage, read> upstream: array<f32>;
 @group(0) @binding(4) var<storage, read_write> dtheta: array<f32>;
 @group(0) @binding(5) var<storage, read_write> dp0: array<f32>;
 @group(0) @binding(6) var<storage, read_write> partial: array<f32>;
-@group(0) @binding(7) var<storage, read_write> starts: array<f32>;
+@group(0) @binding(7) var<storage, read_write> step_starts: array<f32>;
+@group(0) @binding(8) var<storage, read_write> carry: array<f32>;
 
 var<workgroup> vecs: array<array<f32, MAX_DIM>, 12>;
 var<workgroup> hy: array<f32, MAX_DIM>;
@@ -112,6 +121,20 @@ fn grid_time(span0: f32, span1: f32, s: u32) -> f32 {
         return span1;
     }
     return span0 + f32(s) * (span1 - span0) / f32(p.substeps);
+}
+
+// (t0, dt) of step g.
+fn step_times(g: u32) -> vec2<f32> {
+    let i = g / p.substeps;
+    let s = g % p.substeps;
+    let span0 = f32(i) * p.delta;
+    let span1 = f32(i + 1u) * p.delta;
+    let t0 = grid_time(span0, span1, s);
+    return vec2<f32>(t0, grid_time(span0, span1, s + 1u) - t0);
+}
+
+fn total_steps() -> u32 {
+    return (p.positions - 1u) * p.substeps;
 }
 
 fn b1_offset() -> u32 {
@@ -282,33 +305,43 @@ fn forward(
     }
     workgroupBarrier();
     for (var c = lid; c < d; c += WG) {
-        let v = p0[b * d + c];
-        vecs[Z][c] = v;
-        traj[b * d + c] = v;
-        if (!is_finite(v)) {
-            atomicMin(&first_bad, 0u);
+        if (p.begin == 0u) {
+            let v = p0[b * d + c];
+            vecs[Z][c] = v;
+            traj[b * d + c] = v;
+            if (!is_finite(v)) {
+                atomicMin(&first_bad, 0u);
+            }
+        } else {
+            vecs[Z][c] = fwd_carry[b * d + c];
         }
     }
     workgroupBarrier();
-    for (var i = 1u; i < p.positions; i++) {
-        let span0 = f32(i - 1u) * p.delta;
-        let span1 = f32(i) * p.delta;
-        for (var s = 0u; s < p.substeps; s++) {
-            let t0 = grid_time(span0, span1, s);
-            rk_step(t0, grid_time(span0, span1, s + 1u) - t0, lid);
-        }
+    for (var g = p.begin; g < p.end; g++) {
+        let ts = step_times(g);
+        rk_step(ts.x, ts.y, lid);
         // A non-finite state stays non-finite, so the first non-finite output marks the failure.
-        for (var c = lid; c < d; c += WG) {
-            let v = vecs[Z][c];
-            traj[i * row + b * d + c] = v;
-            if (!is_finite(v)) {
-                atomicMin(&first_bad, i);
+        if (g % p.substeps == p.substeps - 1u) {
+            let i = g / p.substeps + 1u;
+            for (var c = lid; c < d; c += WG) {
+                let v = vecs[Z][c];
+                traj[i * row + b * d + c] = v;
+                if (!is_finite(v)) {
+                    atomicMin(&first_bad, i);
+                }
             }
         }
     }
+    for (var c = lid; c < d; c += WG) {
+        fwd_carry[b * d + c] = vecs[Z][c];
+    }
     workgroupBarrier();
     if (lid == 0u) {
-        fail[b] = atomicLoad(&first_bad);
+        var earlier = NO_FAILURE;
+        if (p.begin != 0u) {
+            earlier = fail[b];
+        }
+        fail[b] = min(earlier, atomicLoad(&first_bad));
     }
 }
 
@@ -348,6 +381,42 @@ fn unsupported(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
     }
 }
 
+// step_starts[g] ([steps, blocks, d]) = the state at the start of step g: the trajectory at each
+// interval's start, then the substeps taken from it.
+@compute @workgroup_size(64)
+fn starts(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let b = block_index(wid, groups);
+    if (b >= p.blocks) {
+        return;
+    }
+    let d = p.d;
+    let row = p.blocks * d;
+    for (var g = p.begin; g < p.end; g++) {
+        if (g % p.substeps == 0u) {
+            let i = g / p.substeps;
+            for (var c = lid; c < d; c += WG) {
+                vecs[Z][c] = traj_in[i * row + b * d + c];
+            }
+        } else {
+            if (g == p.begin) {
+                for (var c = lid; c < d; c += WG) {
+                    vecs[Z][c] = step_starts[(g - 1u) * row + b * d + c];
+                }
+            }
+            workgroupBarrier();
+            let ts = step_times(g - 1u);
+            rk_step(ts.x, ts.y, lid);
+        }
+        for (var c = lid; c < d; c += WG) {
+            step_starts[g * row + b * d + c] = vecs[Z][c];
+        }
+    }
+}
+
 @compute @workgroup_size(64)
 fn backprop(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -361,77 +430,78 @@ fn backprop(
     let d = p.d;
     let row = p.blocks * d;
     let prow = b * p.param_len;
-    let srow = b * p.substeps * d;
-    for (var e = lid; e < p.param_len; e += WG) {
-        partial[prow + e] = 0.0;
+    // The first dispatch (the last steps) starts the adjoint of the state at 0 and clears dθ.
+    if (p.end == total_steps()) {
+        for (var e = lid; e < p.param_len; e += WG) {
+            partial[prow + e] = 0.0;
+        }
     }
     for (var c = lid; c < d; c += WG) {
-        vecs[ZBAR][c] = 0.0;
+        if (p.end == total_steps()) {
+            vecs[ZBAR][c] = 0.0;
+        } else {
+            vecs[ZBAR][c] = carry[b * d + c];
+        }
     }
     workgroupBarrier();
-    for (var i = p.positions - 1u; i > 0u; i--) {
-        let span0 = f32(i - 1u) * p.delta;
-        let span1 = f32(i) * p.delta;
-        // p(t_i) is the end of the interval's last substep: its adjoint gets the upstream there.
+    for (var g1 = p.end; g1 > p.begin; g1--) {
+        let g = g1 - 1u;
+        // The last substep of an interval ends at p(t_i): its adjoint gets the upstream there.
+        let ends_position = g % p.substeps == p.substeps - 1u;
+        let i = g / p.substeps + 1u;
         for (var c = lid; c < d; c += WG) {
-            vecs[ZBAR][c] += upstream[i * row + b * d + c];
-            vecs[Z][c] = traj_in[(i - 1u) * row + b * d + c];
+            if (ends_position) {
+                vecs[ZBAR][c] += upstream[i * row + b * d + c];
+            }
+            vecs[Z][c] = step_starts[g * row + b * d + c];
         }
         workgroupBarrier();
-        for (var s = 0u; s < p.substeps; s++) {
-            for (var c = lid; c < d; c += WG) {
-                starts[srow + s * d + c] = vecs[Z][c];
-            }
-            if (s + 1u < p.substeps) {
-                let t0 = grid_time(span0, span1, s);
-                rk_step(t0, grid_time(span0, span1, s + 1u) - t0, lid);
+        let ts = step_times(g);
+        let t0 = ts.x;
+        let dt = ts.y;
+        stages(t0, dt, lid);
+        // z₁ = z₀ + dt·Σ bᵢ kᵢ: the adjoints of z₀ and of every slope (the slopes' slots now hold them).
+        for (var c = lid; c < d; c += WG) {
+            let zb = vecs[ZBAR][c];
+            vecs[ZBAR0][c] = zb;
+            for (var j = 0u; j < p.stages; j++) {
+                vecs[K0 + j][c] = (dt * tab_b(j)) * zb;
             }
         }
-        for (var s = p.substeps; s > 0u; s--) {
-            let t0 = grid_time(span0, span1, s - 1u);
-            let dt = grid_time(span0, span1, s) - t0;
-            for (var c = lid; c < d; c += WG) {
-                vecs[Z][c] = starts[srow + (s - 1u) * d + c];
+        workgroupBarrier();
+        // Stage q: k_q = h(t₀ + c_q dt, x_q), x_q = z₀ + dt·Σ_l a_ql k_l.
+        for (var q1 = p.stages; q1 > 0u; q1--) {
+            let q = q1 - 1u;
+            var x = Z;
+            if (q > 0u) {
+                x = q;
             }
-            workgroupBarrier();
-            stages(t0, dt, lid);
-            // z₁ = z₀ + dt·Σ bᵢ kᵢ: the adjoints of z₀ and of every slope (the slopes' slots now hold them).
+            vjp(t0 + tab_c(q) * dt, x, K0 + q, IB, 1.0, 1.0, prow, lid);
             for (var c = lid; c < d; c += WG) {
-                let zb = vecs[ZBAR][c];
-                vecs[ZBAR0][c] = zb;
-                for (var j = 0u; j < p.stages; j++) {
-                    vecs[K0 + j][c] = (dt * tab_b(j)) * zb;
+                let ib = vecs[IB][c];
+                vecs[ZBAR0][c] += ib;
+                for (var l = 0u; l < q; l++) {
+                    vecs[K0 + l][c] += (dt * tab_a(q, l)) * ib;
                 }
-            }
-            workgroupBarrier();
-            // Stage q: k_q = h(t₀ + c_q dt, x_q), x_q = z₀ + dt·Σ_l a_ql k_l.
-            for (var q1 = p.stages; q1 > 0u; q1--) {
-                let q = q1 - 1u;
-                var x = Z;
-                if (q > 0u) {
-                    x = q;
-                }
-                vjp(t0 + tab_c(q) * dt, x, K0 + q, IB, 1.0, 1.0, prow, lid);
-                for (var c = lid; c < d; c += WG) {
-                    let ib = vecs[IB][c];
-                    vecs[ZBAR0][c] += ib;
-                    for (var l = 0u; l < q; l++) {
-                        vecs[K0 + l][c] += (dt * tab_a(q, l)) * ib;
-                    }
-                }
-                workgroupBarrier();
-            }
-            for (var c = lid; c < d; c += WG) {
-                vecs[ZBAR][c] = vecs[ZBAR0][c];
             }
             workgroupBarrier();
         }
+        for (var c = lid; c < d; c += WG) {
+            vecs[ZBAR][c] = vecs[ZBAR0][c];
+        }
+        workgroupBarrier();
     }
     for (var c = lid; c < d; c += WG) {
-        dp0[b * d + c] = vecs[ZBAR][c] + upstream[b * d + c];
+        if (p.begin == 0u) {
+            dp0[b * d + c] = vecs[ZBAR][c] + upstream[b * d + c];
+        } else {
+            carry[b * d + c] = vecs[ZBAR][c];
+        }
     }
 }
 
+// Steps in backward order: h = m·substeps + u is substep u of the interval that ends at position
+// positions − 1 − m, integrated from its end.
 @compute @workgroup_size(64)
 fn adjoint(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -445,66 +515,79 @@ fn adjoint(
     let d = p.d;
     let row = p.blocks * d;
     let prow = b * p.param_len;
-    let last = p.positions - 1u;
-    for (var e = lid; e < p.param_len; e += WG) {
-        partial[prow + e] = 0.0;
+    let crow = b * 2u * d;
+    if (p.begin == 0u) {
+        for (var e = lid; e < p.param_len; e += WG) {
+            partial[prow + e] = 0.0;
+        }
     }
     for (var c = lid; c < d; c += WG) {
-        vecs[P][c] = traj_in[last * row + b * d + c];
-        vecs[A][c] = upstream[last * row + b * d + c];
+        if (p.begin == 0u) {
+            vecs[A][c] = 0.0;
+        } else {
+            vecs[P][c] = carry[crow + c];
+            vecs[A][c] = carry[crow + d + c];
+        }
     }
     workgroupBarrier();
-    for (var i = last; i > 0u; i--) {
-        // Backward over [t_{i-1}, t_i]: negative steps.
-        let span0 = f32(i) * p.delta;
-        let span1 = f32(i - 1u) * p.delta;
-        for (var s = 0u; s < p.substeps; s++) {
-            let t0 = grid_time(span0, span1, s);
-            let dt = grid_time(span0, span1, s + 1u) - t0;
-            for (var q = 0u; q < p.stages; q++) {
-                for (var c = lid; c < d; c += WG) {
-                    var pin = vecs[P][c];
-                    var ain = vecs[A][c];
-                    for (var l = 0u; l < q; l++) {
-                        let w = dt * tab_a(q, l);
-                        if (w != 0.0) {
-                            pin += w * vecs[KP0 + l][c];
-                            ain += w * vecs[KA0 + l][c];
-                        }
-                    }
-                    vecs[PIN][c] = pin;
-                    vecs[AIN][c] = ain;
-                }
-                workgroupBarrier();
-                let t = t0 + tab_c(q) * dt;
-                // dp/dt = h, da/dt = −aᵀ ∂h/∂p, dg/dt = −aᵀ ∂h/∂θ (g only enters the step's result).
-                eval_h(t, PIN, KP0 + q, lid);
-                vjp(t, PIN, AIN, KA0 + q, -1.0, -(dt * tab_b(q)), prow, lid);
-            }
+    for (var h = p.begin; h < p.end; h++) {
+        let i = p.positions - 1u - h / p.substeps;
+        let u = h % p.substeps;
+        // At t_i: restart p from the forward solution and add the upstream of p(t_i).
+        if (u == 0u) {
             for (var c = lid; c < d; c += WG) {
-                var pv = vecs[P][c];
-                var av = vecs[A][c];
-                for (var q = 0u; q < p.stages; q++) {
-                    let w = dt * tab_b(q);
-                    if (w != 0.0) {
-                        pv += w * vecs[KP0 + q][c];
-                        av += w * vecs[KA0 + q][c];
-                    }
-                }
-                vecs[P][c] = pv;
-                vecs[A][c] = av;
+                vecs[P][c] = traj_in[i * row + b * d + c];
+                vecs[A][c] += upstream[i * row + b * d + c];
             }
             workgroupBarrier();
         }
-        // Restart p from the forward solution and add the upstream of p(t_{i-1}).
+        // Backward over [t_{i-1}, t_i]: negative steps.
+        let span0 = f32(i) * p.delta;
+        let span1 = f32(i - 1u) * p.delta;
+        let t0 = grid_time(span0, span1, u);
+        let dt = grid_time(span0, span1, u + 1u) - t0;
+        for (var q = 0u; q < p.stages; q++) {
+            for (var c = lid; c < d; c += WG) {
+                var pin = vecs[P][c];
+                var ain = vecs[A][c];
+                for (var l = 0u; l < q; l++) {
+                    let w = dt * tab_a(q, l);
+                    if (w != 0.0) {
+                        pin += w * vecs[KP0 + l][c];
+                        ain += w * vecs[KA0 + l][c];
+                    }
+                }
+                vecs[PIN][c] = pin;
+                vecs[AIN][c] = ain;
+            }
+            workgroupBarrier();
+            let t = t0 + tab_c(q) * dt;
+            // dp/dt = h, da/dt = −aᵀ ∂h/∂p, dg/dt = −aᵀ ∂h/∂θ (g only enters the step's result).
+            eval_h(t, PIN, KP0 + q, lid);
+            vjp(t, PIN, AIN, KA0 + q, -1.0, -(dt * tab_b(q)), prow, lid);
+        }
         for (var c = lid; c < d; c += WG) {
-            vecs[P][c] = traj_in[(i - 1u) * row + b * d + c];
-            vecs[A][c] += upstream[(i - 1u) * row + b * d + c];
+            var pv = vecs[P][c];
+            var av = vecs[A][c];
+            for (var q = 0u; q < p.stages; q++) {
+                let w = dt * tab_b(q);
+                if (w != 0.0) {
+                    pv += w * vecs[KP0 + q][c];
+                    av += w * vecs[KA0 + q][c];
+                }
+            }
+            vecs[P][c] = pv;
+            vecs[A][c] = av;
         }
         workgroupBarrier();
     }
     for (var c = lid; c < d; c += WG) {
-        dp0[b * d + c] = vecs[A][c];
+        if (p.end == total_steps()) {
+            dp0[b * d + c] = vecs[A][c] + upstream[b * d + c];
+        } else {
+            carry[crow + c] = vecs[P][c];
+            carry[crow + d + c] = vecs[A][c];
+        }
     }
 }
 

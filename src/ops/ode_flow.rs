@@ -19,15 +19,18 @@
 //! the trajectory (no extra state is kept between the forward and the backward).
 //!
 //! On the GPU (`shaders/ode_flow.wgsl`), fixed-step methods only, d and hidden at most
-//! [`MAX_DIM`]: one workgroup per block integrates all positions, substeps and stages in a single
-//! dispatch (the MLP evaluated with workgroup-shared vectors), then a one-thread pass writes the
-//! status. The backward is one dispatch per block for either gradient (backprop recomputes each
-//! interval's substep starts from the trajectory, the adjoint integrates [p | a | g] backward),
-//! each block's dθ going to its own scratch row, and a pass that sums the rows in block order:
-//! deterministic, and memory that does not grow with the number of steps (blocks × θ scratch, plus
-//! blocks × substeps × d for backprop). dopri5 would need one adaptive step size shared by all
-//! blocks inside a kernel; it runs on the CPU backend only (the GPU reports
-//! [`STATUS_UNSUPPORTED_ON_GPU`], since ops cannot refuse a backend when the plan is built).
+//! [`MAX_DIM`]: one workgroup per block integrates positions × substeps × stages inside the kernel
+//! (the MLP evaluated with workgroup-shared vectors), then a one-thread pass writes the status. A
+//! long solve is split into a few dispatches of ~32k loop iterations per thread each (the state
+//! handed over in a scratch buffer), because lavapipe silently ends a kernel's loop nest after
+//! 65535 iterations; e.g. d = 64 with rk4 takes ~100 steps per dispatch. The backward, per block:
+//! backprop recomputes every step's start from the trajectory (one state per step, as the CPU
+//! reference stores) and walks the steps in reverse recomputing the stages; the adjoint integrates
+//! [p | a | g] backward with memory independent of the number of steps. Each block's dθ goes to its
+//! own scratch row and a last pass sums the rows in block order: deterministic, no atomics. dopri5
+//! would need one adaptive step size shared by all blocks inside a kernel; it runs on the CPU
+//! backend only (the GPU reports [`STATUS_UNSUPPORTED_ON_GPU`], since an op cannot refuse a backend
+//! when the plan is built).
 
 use rayon::prelude::*;
 
@@ -43,6 +46,19 @@ pub const MAX_DIM: usize = 256;
 
 /// Threads per workgroup (`WG` in the shader).
 const WORKGROUP: usize = 64;
+
+/// Loop iterations per thread that one dispatch aims at. Lavapipe (llvmpipe) silently ends a loop
+/// nest after 65535 iterations, so longer solves are split into dispatches of this much work (one
+/// step of the largest size, d = hidden = 256 with rk4's backprop, is about 29k).
+const ITERATIONS_PER_DISPATCH: usize = 32_768;
+
+/// The kernels that walk the steps, for their cost per step.
+#[derive(Clone, Copy)]
+enum StepKernel {
+    Forward,
+    Backprop,
+    Adjoint,
+}
 
 pub const STATUS_OK: f32 = 0.0;
 pub const STATUS_NON_FINITE: f32 = 1.0;
@@ -203,8 +219,9 @@ impl OdeFlow {
         }
     }
 
-    /// The shader's uniform: the tableau (c, b, rows 1..3 of a) as f32, then the sizes.
-    fn gpu_params(&self, blocks: usize) -> Vec<u32> {
+    /// The shader's uniform: the tableau (c, b, rows 1..3 of a) as f32, then the sizes, then the
+    /// steps `[begin, end)` the dispatch runs.
+    fn gpu_params(&self, blocks: usize, (begin, end): (usize, usize)) -> Vec<u32> {
         let mut tab = [[0.0f32; 4]; 5];
         let mut stages = 0;
         if let Method::Fixed { .. } = self.method {
@@ -231,7 +248,41 @@ impl OdeFlow {
             .u(self.param_len())
             .f(self.grid.delta as f32)
             .f(f32::NAN)
+            .u(begin)
+            .u(end)
             .words()
+    }
+
+    /// Steps on the whole grid.
+    fn total_steps(&self) -> usize {
+        (self.grid.positions - 1) * self.substeps()
+    }
+
+    /// The step ranges `[begin, end)` of a kernel's dispatches, in increasing order, each at most
+    /// [`ITERATIONS_PER_DISPATCH`] loop iterations per thread by the shader's loop counts (one range,
+    /// maybe empty, at least).
+    fn chunks(&self, kernel: StepKernel) -> Vec<(usize, usize)> {
+        let (d, k) = (self.dim, self.hidden);
+        let rows = |n: usize| n.div_ceil(WORKGROUP);
+        let stages = self.method.tableau().stages();
+        let eval = rows(k) * (d + 2) + rows(d) * (k + 2);
+        let vjp = rows(k) * (2 * d + 3) + rows(d) * (k + 2) + rows(self.param_len());
+        let forward = stages * (eval + rows(d) * stages) + rows(d) * (stages + 2);
+        let cost = match kernel {
+            StepKernel::Forward => forward,
+            StepKernel::Backprop => forward + stages * (vjp + rows(d) * stages) + 3 * rows(d) * stages,
+            StepKernel::Adjoint => stages * (eval + vjp + 2 * rows(d) * stages) + 2 * rows(d) * stages,
+        };
+        let per_dispatch = (ITERATIONS_PER_DISPATCH / cost).max(1);
+        let total = self.total_steps();
+        let mut ranges: Vec<(usize, usize)> = (0..total)
+            .step_by(per_dispatch)
+            .map(|begin| (begin, (begin + per_dispatch).min(total)))
+            .collect();
+        if ranges.is_empty() {
+            ranges.push((0, 0));
+        }
+        ranges
     }
 }
 
@@ -309,26 +360,37 @@ impl Op for OdeFlow {
 
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let blocks = inputs[1].shape[0];
-        let params = self.gpu_params(blocks);
-        let dispatch = |entry, workgroups| Dispatch {
+        let dispatch = |entry, steps, workgroups| Dispatch {
             shader: &shaders::ODE_FLOW,
             entry,
-            params: params.clone(),
-            args: vec![Arg::In(0), Arg::In(1), Arg::Out(0), Arg::Out(1), Arg::Scratch(0)],
+            params: self.gpu_params(blocks, steps),
+            args: vec![
+                Arg::In(0),
+                Arg::In(1),
+                Arg::Out(0),
+                Arg::Out(1),
+                Arg::Scratch(0),
+                Arg::Scratch(1),
+            ],
             workgroups,
         };
+        let one_per_block = grid(blocks * WORKGROUP, WORKGROUP);
         let dispatches = match self.method {
-            Method::Fixed { .. } => vec![
-                dispatch("forward", grid(blocks * WORKGROUP, WORKGROUP)),
-                dispatch("report", [1, 1, 1]),
-            ],
+            Method::Fixed { .. } => self
+                .chunks(StepKernel::Forward)
+                .into_iter()
+                .map(|steps| dispatch("forward", steps, one_per_block))
+                .chain([dispatch("report", (0, 0), [1, 1, 1])])
+                .collect(),
             Method::Dopri5(_) => vec![dispatch(
                 "unsupported",
+                (0, 0),
                 grid(self.grid.positions * blocks * self.dim, WORKGROUP),
             )],
         };
         GpuKernels {
-            scratch: vec![blocks],
+            // The first non-finite position of each block, and the state between dispatches.
+            scratch: vec![blocks, blocks * self.dim],
             dispatches,
         }
     }
@@ -427,11 +489,10 @@ impl Op for OdeFlowBackward {
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let flow = &self.flow;
         let (blocks, d, params_len) = (inputs[1].shape[1], flow.dim, flow.param_len());
-        let params = flow.gpu_params(blocks);
-        let dispatch = |entry, workgroups| Dispatch {
+        let dispatch = |entry, steps, workgroups| Dispatch {
             shader: &shaders::ODE_FLOW,
             entry,
-            params: params.clone(),
+            params: flow.gpu_params(blocks, steps),
             args: vec![
                 Arg::In(0),
                 Arg::In(1),
@@ -440,28 +501,41 @@ impl Op for OdeFlowBackward {
                 Arg::Out(1),
                 Arg::Scratch(0),
                 Arg::Scratch(1),
+                Arg::Scratch(2),
             ],
             workgroups,
         };
-        let dispatches = match (flow.method, flow.gradient) {
-            (Method::Fixed { .. }, gradient) => {
-                let entry = match gradient {
-                    FlowGradient::Backprop => "backprop",
-                    FlowGradient::Adjoint => "adjoint",
-                };
-                vec![
-                    dispatch(entry, grid(blocks * WORKGROUP, WORKGROUP)),
-                    dispatch("reduce_theta", grid(params_len, WORKGROUP)),
-                ]
-            }
-            (Method::Dopri5(_), _) => vec![dispatch(
-                "unsupported_grads",
-                grid(params_len.max(blocks * d), WORKGROUP),
-            )],
+        let one_per_block = grid(blocks * WORKGROUP, WORKGROUP);
+        let walk = |entry, kernel| flow.chunks(kernel).into_iter().map(move |steps| (entry, steps));
+        let steps: Vec<(&'static str, (usize, usize))> = match flow.gradient {
+            // The step starts first; then the steps from the last, so the ranges in reverse.
+            FlowGradient::Backprop => walk("starts", StepKernel::Forward)
+                .chain(walk("backprop", StepKernel::Backprop).rev())
+                .collect(),
+            FlowGradient::Adjoint => walk("adjoint", StepKernel::Adjoint).collect(),
+        };
+        let (dispatches, starts_len) = match flow.method {
+            Method::Fixed { .. } => (
+                steps
+                    .into_iter()
+                    .map(|(entry, steps)| dispatch(entry, steps, one_per_block))
+                    .chain([dispatch("reduce_theta", (0, 0), grid(params_len, WORKGROUP))])
+                    .collect(),
+                flow.total_steps() * blocks * d,
+            ),
+            Method::Dopri5(_) => (
+                vec![dispatch(
+                    "unsupported_grads",
+                    (0, 0),
+                    grid(params_len.max(blocks * d), WORKGROUP),
+                )],
+                0,
+            ),
         };
         GpuKernels {
-            // Per-block dθ rows, and backprop's substep starts of one interval per block.
-            scratch: vec![blocks * params_len, blocks * flow.substeps() * d],
+            // Per-block dθ rows; backprop's step starts (one state per step, as the CPU's
+            // recording); the state handed between dispatches.
+            scratch: vec![blocks * params_len, starts_len.max(1), blocks * 2 * d],
             dispatches,
         }
     }
@@ -612,6 +686,29 @@ mod tests {
                 config(dims, activation, positions, method, FlowGradient::Adjoint),
                 blocks,
             );
+        }
+    }
+
+    /// Long solves take several dispatches (lavapipe ends a kernel's loops after 65535 iterations;
+    /// a single dispatch stopped after 591 Euler steps at d = 37 and 118 at d = 128).
+    #[test]
+    fn long_solves_match_cpu() {
+        for gradient in [FlowGradient::Backprop, FlowGradient::Adjoint] {
+            let cases = [
+                ((37, 37), Activation::Tanh, 200, fixed(Scheme::Rk4, 1), 2),
+                ((128, 128), Activation::Relu, 40, fixed(Scheme::Midpoint, 4), 1),
+            ];
+            for (dims, activation, positions, method, blocks) in cases {
+                let flow = OdeFlow {
+                    grid: Grid {
+                        positions,
+                        delta: 0.01,
+                    },
+                    ..config(dims, activation, positions, method, gradient)
+                };
+                assert!(flow.chunks(StepKernel::Forward).len() > 1);
+                check_gpu(flow, blocks);
+            }
         }
     }
 
