@@ -652,7 +652,10 @@ mod tests {
         }
     }
 
-    const CASES: [((usize, usize), Activation, usize, Scheme, usize, usize); 6] = [
+    /// ((d, hidden), activation, positions, scheme, substeps, blocks).
+    type Case = ((usize, usize), Activation, usize, Scheme, usize, usize);
+
+    const CASES: [Case; 6] = [
         ((6, 6), Activation::Relu, 9, Scheme::Euler, 1, 1),
         ((6, 6), Activation::Tanh, 17, Scheme::Midpoint, 3, 4),
         ((6, 11), Activation::Relu, 9, Scheme::Rk4, 3, 2),
@@ -697,6 +700,8 @@ mod tests {
             let cases = [
                 ((37, 37), Activation::Tanh, 200, fixed(Scheme::Rk4, 1), 2),
                 ((128, 128), Activation::Relu, 40, fixed(Scheme::Midpoint, 4), 1),
+                // The largest size: a few steps per dispatch (one for backprop).
+                ((256, 256), Activation::Tanh, 6, fixed(Scheme::Rk4, 2), 2),
             ];
             for (dims, activation, positions, method, blocks) in cases {
                 let flow = OdeFlow {
