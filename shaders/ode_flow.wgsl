@@ -6,8 +6,8 @@
 // every matrix-vector product by rows, with a barrier between dependent steps. Steps are numbered
 // g = interval·substeps + substep over the whole grid; each dispatch runs the steps [begin, end) and
 // hands its state to the next through `carry` (a few dispatches per solve, sized by the op so that
-// no dispatch runs more than ~32k loop iterations per thread: lavapipe silently ends a loop nest
-// after 65535 iterations). Entry points:
+// no dispatch runs more than ~32k loop iterations per thread: lavapipe silently stops all loops of
+// an invocation after 65535 iterations in total). Entry points:
 //   forward:           p(t_i) at every position; records the block's first non-finite position in
 //                      `fail`
 //   report:            one thread turns `fail` into the status [code, block, time]

@@ -22,8 +22,9 @@
 //! [`MAX_DIM`]: one workgroup per block integrates positions × substeps × stages inside the kernel
 //! (the MLP evaluated with workgroup-shared vectors), then a one-thread pass writes the status. A
 //! long solve is split into a few dispatches of ~32k loop iterations per thread each (the state
-//! handed over in a scratch buffer), because lavapipe silently ends a kernel's loop nest after
-//! 65535 iterations; e.g. d = 64 with rk4 takes ~100 steps per dispatch. The backward, per block:
+//! handed over in a scratch buffer), because lavapipe silently stops every loop of a shader
+//! invocation once all its loops together have run 65535 iterations (Mesa gallivm's
+//! `LP_MAX_TGSI_LOOP_ITERATIONS`); e.g. d = 64 with rk4 runs ~60 steps per forward dispatch. The backward, per block:
 //! backprop recomputes every step's start from the trajectory (one state per step, as the CPU
 //! reference stores) and walks the steps in reverse recomputing the stages; the adjoint integrates
 //! [p | a | g] backward with memory independent of the number of steps. Each block's dθ goes to its
@@ -47,9 +48,10 @@ pub const MAX_DIM: usize = 256;
 /// Threads per workgroup (`WG` in the shader).
 const WORKGROUP: usize = 64;
 
-/// Loop iterations per thread that one dispatch aims at. Lavapipe (llvmpipe) silently ends a loop
-/// nest after 65535 iterations, so longer solves are split into dispatches of this much work (one
-/// step of the largest size, d = hidden = 256 with rk4's backprop, is about 29k).
+/// Loop iterations per thread that one dispatch aims at. Lavapipe (llvmpipe) silently stops a
+/// shader invocation's loops after 65535 iterations of all its loops together, so longer solves
+/// are split into dispatches of this much work (one step of the largest size, d = hidden = 256
+/// with rk4's backprop, is about 29k).
 const ITERATIONS_PER_DISPATCH: usize = 32_768;
 
 /// The kernels that walk the steps, for their cost per step.
@@ -655,8 +657,10 @@ mod tests {
     /// ((d, hidden), activation, positions, scheme, substeps, blocks).
     type Case = ((usize, usize), Activation, usize, Scheme, usize, usize);
 
-    const CASES: [Case; 6] = [
+    const CASES: [Case; 7] = [
         ((6, 6), Activation::Relu, 9, Scheme::Euler, 1, 1),
+        // p0 alone: no steps.
+        ((6, 6), Activation::Relu, 1, Scheme::Midpoint, 2, 2),
         ((6, 6), Activation::Tanh, 17, Scheme::Midpoint, 3, 4),
         ((6, 11), Activation::Relu, 9, Scheme::Rk4, 3, 2),
         ((37, 37), Activation::Tanh, 65, Scheme::Rk4, 1, 3),
@@ -692,8 +696,9 @@ mod tests {
         }
     }
 
-    /// Long solves take several dispatches (lavapipe ends a kernel's loops after 65535 iterations;
-    /// a single dispatch stopped after 591 Euler steps at d = 37 and 118 at d = 128).
+    /// Long solves take several dispatches (lavapipe stops a shader's loops after 65535 iterations
+    /// in all; one dispatch for the whole solve stopped after 591 Euler steps at d = 37 and 118 at
+    /// d = 128, silently).
     #[test]
     fn long_solves_match_cpu() {
         for gradient in [FlowGradient::Backprop, FlowGradient::Adjoint] {
