@@ -62,9 +62,13 @@ enum StepKernel {
     Adjoint,
 }
 
+/// Status codes (element 0 of the status output); see the module doc.
 pub const STATUS_OK: f32 = 0.0;
+/// A non-finite state: element 1 is the block, element 2 the position time.
 pub const STATUS_NON_FINITE: f32 = 1.0;
+/// dopri5 (CPU) failed before the position time in element 2.
 pub const STATUS_SOLVER_FAILED: f32 = 2.0;
+/// dopri5 on the GPU backend.
 pub const STATUS_UNSUPPORTED_ON_GPU: f32 = 3.0;
 
 /// How the backward computes d loss / d θ and d loss / d p0.
@@ -919,11 +923,13 @@ mod tests {
         let err = check_status(&status).unwrap_err().to_string();
         assert!(err.contains("dopri5 failed"), "{err}");
         if let Some(gpu) = gpu() {
-            let (traj, status) = forward(gpu, flow, &theta, &p0);
+            let (traj, status) = forward(gpu.clone(), flow, &theta, &p0);
             assert_eq!(status, [STATUS_UNSUPPORTED_ON_GPU, -1.0, 0.0]);
             assert!(traj.iter().all(|v| v.is_nan()));
             let err = check_status(&status).unwrap_err().to_string();
             assert!(err.contains("not supported on the GPU"), "{err}");
+            let got = run(gpu, &flow_graph(flow, 2), 7, &Overrides::default());
+            assert!(got.grads.values().flatten().all(|v| v.is_nan()));
         }
     }
 
