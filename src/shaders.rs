@@ -31,6 +31,7 @@ shaders! {
     ATTENTION => "attention",
     DROPOUT => "dropout",
     RK_STAGE => "rk_stage",
+    ODE_FLOW => "ode_flow",
 }
 
 #[cfg(test)]

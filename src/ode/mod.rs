@@ -112,7 +112,7 @@ impl Method {
         }
     }
 
-    fn tableau(&self) -> &'static Tableau {
+    pub(crate) fn tableau(&self) -> &'static Tableau {
         match self {
             Method::Fixed {
                 scheme: Scheme::Euler,

@@ -20,6 +20,7 @@ pub mod embedding;
 pub mod fill;
 pub mod layernorm;
 pub mod matmul;
+pub mod ode_flow;
 pub mod reduce;
 pub mod rk_stage;
 pub mod shape;
