@@ -364,8 +364,14 @@ fn tupe_untied_cls_values_get_gradients() {
     let others_to_cls = grad_of("posenc.tupe.others_to_cls");
     let cls_to_others = grad_of("posenc.tupe.cls_to_others");
     assert_eq!((others_to_cls.len(), cls_to_others.len()), (2, 2));
-    assert!(others_to_cls.iter().all(|g| g.abs() > 1e-5), "θ2 gradient {others_to_cls:?}");
-    assert!(cls_to_others.iter().all(|g| g.abs() < 1e-8), "θ1 gradient {cls_to_others:?}");
+    assert!(
+        others_to_cls.iter().all(|g| g.abs() > 1e-5),
+        "θ2 gradient {others_to_cls:?}"
+    );
+    assert!(
+        cls_to_others.iter().all(|g| g.abs() < 1e-8),
+        "θ1 gradient {cls_to_others:?}"
+    );
 }
 
 #[test]

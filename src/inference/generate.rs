@@ -32,7 +32,7 @@ impl Generator {
         }
         let mut g = Graph::new();
         let graph = model.build(&mut g, 1, window)?;
-        let exec = Executor::new(&g, &[graph.logits, graph.loss], params)?;
+        let exec = Executor::new(&g, &graph.outputs(&[graph.logits, graph.loss]), params)?;
         Ok(Self {
             tokenizer,
             starts_with_bos: false,
@@ -64,6 +64,7 @@ impl Generator {
         self.graph
             .feed(&self.exec, &tokens, &vec![IGNORE_INDEX; window], None)?;
         self.exec.run()?;
+        self.graph.check(&self.exec).await?;
         let vocab = self.vocab;
         let logits = self.exec.read(self.graph.logits).await?;
         Ok(softmax(&logits[last * vocab..(last + 1) * vocab]))

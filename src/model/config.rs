@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::posenc::FloaterConfig;
 use crate::error::{Error, Result};
 use crate::ops::attention::MAX_HEAD_DIM;
 
@@ -76,9 +77,8 @@ fn tied_by_default() -> bool {
     true
 }
 
-/// The position encoding. A variant still to come (its own variant here, so a config naming it is
-/// an "unknown variant" error until it exists): FLOATER.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The position encoding.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum PosEnc {
     /// No position information at all (a causal model can still infer some from the mask).
@@ -119,6 +119,9 @@ pub enum PosEnc {
         #[serde(default = "t5_max_distance")]
         max_distance: usize,
     },
+    /// FLOATER: encodings from a neural ODE along the positions, added at the input of every
+    /// block (or of the first); any length. See [`FloaterConfig`] for the solver settings.
+    Floater(FloaterConfig),
 }
 
 impl PosEnc {
@@ -212,6 +215,9 @@ impl ModelConfig {
                  has; set untie_cls = false for a causal LM"
                     .into(),
             );
+        }
+        if let PosEnc::Floater(floater) = &self.posenc {
+            floater.validate(self.d_model).or_else(config_err)?;
         }
         if let Some((buckets, max_distance)) = self.posenc.relative_buckets() {
             // The encoder's half of the buckets must still split into exact and log-spaced ones,

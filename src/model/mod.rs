@@ -33,6 +33,9 @@
 //! | `posenc.tupe.key.weight`     | [D, D]         | N(0, 0.02)                 | `tupe_a`, `tupe_r`      |
 //! | `posenc.tupe.cls_to_others`  | [H]            | 0                          | TUPE with `untie_cls`   |
 //! | `posenc.tupe.others_to_cls`  | [H]            | 0                          | TUPE with `untie_cls`   |
+//! | `posenc.floater.w1`, `.w2`   | [D, D + 1]     | N(0, √(2/(2D + 1)))        | posenc `floater`        |
+//! | `posenc.floater.b1`, `.b2`   | [D]            | 0                          | posenc `floater`        |
+//! | `posenc.floater.initial`     | [blocks, D]    | N(0, 0.02)                 | posenc `floater`        |
 //! | `blocks.i.ln1.gain`          | [D]            | 1                          | always                  |
 //! | `blocks.i.ln1.bias`          | [D]            | 0                          | always                  |
 //! | `blocks.i.attn.qkv.weight`   | [D, 3D]        | N(0, 0.02)                 | always                  |
@@ -50,6 +53,9 @@
 //! | `lm_head.weight`             | [D, V]         | N(0, 0.02)                 | causal LM, untied head  |
 //! | `cls_head.weight`            | [D, C]         | N(0, 0.02)                 | encoder                 |
 //! | `cls_head.bias`              | [C]            | 0                          | encoder                 |
+//!
+//! FLOATER's `blocks` is `layers` with `every_block`, 1 otherwise; its layout and solver settings
+//! are in `posenc/floater.rs`.
 //!
 //! `tok_emb.weight` is N(0, D^-½) when `embed_scale` is `sqrt_d` ([`EmbedScale`]): the lookup is
 //! then multiplied by √D, so the embeddings start with std 1; a tied head reads the table
@@ -71,4 +77,5 @@ pub mod posenc;
 mod transformer;
 
 pub use config::{EmbedScale, ModelConfig, ModelKind, PosEnc};
+pub use posenc::{FloaterConfig, GradientMethod, Nonlinearity, SolverMethod};
 pub use transformer::{LN_EPS, Model, ModelGraph};

@@ -6,6 +6,7 @@ use crate::data::{BOS, Batch, IGNORE_INDEX};
 use crate::error::{Error, Result};
 use crate::graph::{Executor, Graph, Init, TensorId};
 use crate::ops::attention::AttentionOpts;
+use crate::ops::ode_flow::check_status;
 use crate::tensor::TensorMeta;
 
 /// Layer normalisation's epsilon (PyTorch's default).
@@ -44,6 +45,9 @@ pub struct ModelGraph {
     constants: Vec<(TensorId, Constant)>,
     /// i32 `[1]`, in training graphs with dropout.
     dropout_seed: Option<TensorId>,
+    /// Statuses of the position encoding's ODE solve (FLOATER): executors must keep them among
+    /// their outputs ([`ModelGraph::outputs`]) and [`ModelGraph::check`] them after each run.
+    checks: Vec<TensorId>,
 }
 
 /// What every block of one graph shares.
@@ -187,6 +191,7 @@ impl Model {
             kind: c.kind,
             vocab: c.vocab,
             constants: positions.constants,
+            checks: positions.checks,
             dropout_seed: dropout.map(|(seed, _)| seed),
         })
     }
@@ -205,7 +210,7 @@ impl Model {
         // GPT-2: the projections into the residual stream start smaller, so the stream's variance
         // does not grow with depth.
         let residual_std = INIT_STD / (2.0 * c.layers as f32).sqrt();
-        if let Some(p) = positions.at_every_block {
+        if let Some(&p) = positions.at_block.get(layer) {
             x = g.add(x, p)?;
         }
         let h = self.layer_norm(g, x, &format!("{prefix}.ln1"))?;
@@ -341,6 +346,21 @@ impl ModelGraph {
                 Constant::F32(v) => exec.set_f32(*t, v)?,
                 Constant::I32(v) => exec.set_i32(*t, v)?,
             }
+        }
+        Ok(())
+    }
+
+    /// `wanted` and the tensors [`ModelGraph::check`] reads: what an executor of this graph should
+    /// keep as outputs.
+    pub fn outputs(&self, wanted: &[TensorId]) -> Vec<TensorId> {
+        wanted.iter().chain(&self.checks).copied().collect()
+    }
+
+    /// After a run: an error if the position encoding's ODE solve failed (a non-finite state,
+    /// naming the block and time), so that no result of that run is used.
+    pub async fn check(&self, exec: &Executor) -> Result<()> {
+        for &status in &self.checks {
+            check_status(&exec.read(status).await?)?;
         }
         Ok(())
     }

@@ -63,7 +63,7 @@ impl Trainer {
         let optimizer = Optimizer::new(run.adamw(), &params)?;
         let mut outputs = vec![graph.loss];
         outputs.extend(grads.iter().map(|(_, grad)| grad));
-        let mut exec = Executor::new(&g, &outputs, &params)?;
+        let mut exec = Executor::new(&g, &graph.outputs(&outputs), &params)?;
         optimizer.attach(&mut exec, &g, &grads, &params)?;
         let evaluator = Evaluator::new(model.clone());
         Ok(Self {
@@ -157,6 +157,13 @@ impl Trainer {
         let lr = self.run.schedule().lr(step);
         self.optimizer.prepare_step(lr)?;
         self.exec.run()?;
+        if let Err(e) = self.graph.check(&self.exec).await {
+            // Its non-finite encodings made every gradient non-finite, so AdamW skipped the step.
+            return Err(Error::Training(format!(
+                "{e}, at step {step}; the update was skipped, so the parameters are those before this \
+                 step"
+            )));
+        }
         let loss = self.exec.read(self.graph.loss).await?[0];
         let grad_norm = self.optimizer.last_grad_norm().await?;
         if !(loss.is_finite() && grad_norm.is_finite()) {

@@ -1,15 +1,17 @@
 //! Position encodings: what each one adds to the graph of one sequence length.
 //!
 //! An encoding contributes terms at fixed places in the Transformer: an additive `[L, d_model]`
-//! term at the input or at every block's input, or an additive `[H, L, L]` attention bias shared
-//! by every layer (T5, TUPE). TUPE also changes the attention op's scale; FLOATER, still to come,
-//! will add its terms as new fields here.
+//! term at the input or at each block's input (the same for every block, or FLOATER's own per
+//! block), or an additive `[H, L, L]` attention bias shared by every layer (T5, TUPE). TUPE also
+//! changes the attention op's scale; FLOATER's solve reports a status to check after each run.
 
+mod floater;
 mod learned;
 mod relative;
 mod sinusoidal;
 mod tupe;
 
+pub use floater::{FloaterConfig, GradientMethod, Nonlinearity, SolverMethod};
 pub use relative::{bucket_matrix, relative_bucket};
 pub use sinusoidal::sinusoidal_table;
 
@@ -22,14 +24,16 @@ use crate::graph::{Graph, TensorId};
 pub struct PositionTerms {
     /// `[L, d_model]`, added to the token embeddings (broadcast over the batch).
     pub at_input: Option<TensorId>,
-    /// `[L, d_model]`, added to the input of every block.
-    pub at_every_block: Option<TensorId>,
+    /// `[L, d_model]` per block, added to the input of block i; empty when none.
+    pub at_block: Vec<TensorId>,
     /// `[heads, L, L]`, added to every layer's attention logits (shared by the batch).
     pub attention_bias: Option<TensorId>,
     /// The attention op's factor on q·k when it is not the usual `1/√Dh` (TUPE: `1/√(2·Dh)`).
     pub attention_scale: Option<f32>,
     /// Constant inputs and their values, written before each run.
     pub constants: Vec<(TensorId, Constant)>,
+    /// `ode_flow` statuses, read after each run ([`crate::ops::ode_flow::check_status`]).
+    pub checks: Vec<TensorId>,
 }
 
 /// The values of a constant graph input.
@@ -50,7 +54,7 @@ pub fn build(g: &mut Graph, config: &ModelConfig, len: usize) -> Result<Position
                 ..PositionTerms::default()
             };
             if every_block {
-                terms.at_every_block = Some(table);
+                terms.at_block = vec![table; config.layers];
             } else {
                 terms.at_input = Some(table);
             }
@@ -74,6 +78,19 @@ pub fn build(g: &mut Graph, config: &ModelConfig, len: usize) -> Result<Position
             })
         }
         PosEnc::TupeA { untie_cls } => build_tupe(g, config, len, None, untie_cls),
+        PosEnc::Floater(floater) => {
+            let terms = floater::build(g, &floater, len, config.d_model, config.layers)?;
+            let mut positions = PositionTerms {
+                checks: vec![terms.status],
+                ..PositionTerms::default()
+            };
+            if floater.every_block {
+                positions.at_block = terms.per_block;
+            } else {
+                positions.at_input = terms.per_block.first().copied();
+            }
+            Ok(positions)
+        }
         PosEnc::TupeR {
             untie_cls,
             buckets,
@@ -144,7 +161,7 @@ mod tests {
         for (kind, bidirectional) in cases {
             let mut g = Graph::new();
             let terms = build(&mut g, &config(kind), 6).unwrap();
-            assert!(terms.at_input.is_none() && terms.at_every_block.is_none());
+            assert!(terms.at_input.is_none() && terms.at_block.is_empty());
             assert_eq!(g.info(terms.attention_bias.unwrap()).meta.shape, [2, 6, 6]);
             let [(_, Constant::I32(buckets))] = terms.constants.as_slice() else {
                 panic!("{kind:?}: expected one i32 constant, got {:?}", terms.constants);
@@ -175,7 +192,7 @@ mod tests {
                 ..config(kind)
             };
             let terms = build(&mut g, &config, 4).unwrap();
-            assert!(terms.at_input.is_none() && terms.at_every_block.is_none());
+            assert!(terms.at_input.is_none() && terms.at_block.is_empty());
             assert_eq!(g.info(terms.attention_bias.unwrap()).meta.shape, [2, 4, 4]);
             // d_model 8, 2 heads: Dh = 4.
             assert_eq!(terms.attention_scale, Some(1.0 / 8f32.sqrt()), "{posenc:?}");
