@@ -22,7 +22,9 @@ pub mod matmul;
 pub mod reduce;
 pub mod shape;
 pub mod softmax;
+mod strided;
 pub mod unary;
+mod vector;
 
 /// An input tensor as the CPU reference sees it.
 pub struct In<'a> {
