@@ -272,9 +272,17 @@ impl<'a> Problem<'a> {
         let (seen, hidden) = s.split_at_mut(end);
         hidden.fill(f32::NEG_INFINITY);
         self.dots(self.at(self.q, row), k_t, seen);
+        let scale = self.op.scale;
+        if self.bias.is_none() && self.mask.is_none() {
+            // Every key before `end` is visible.
+            for s in seen.iter_mut() {
+                *s = *s * scale + 0.0;
+            }
+            return;
+        }
         for (j, s) in seen.iter_mut().enumerate() {
             *s = if self.visible(b, i, j) {
-                *s * self.op.scale + self.bias.map_or(0.0, |bias| bias[(h * l + i) * l + j])
+                *s * scale + self.bias.map_or(0.0, |bias| bias[(h * l + i) * l + j])
             } else {
                 f32::NEG_INFINITY
             };
@@ -322,15 +330,18 @@ impl<'a> Problem<'a> {
         let go = self.at(dout, row);
         let delta: f32 = go.iter().zip(self.at(out, row)).map(|(a, b)| a * b).sum();
         self.dots(go, v_t, &mut dp[..end]);
-        for (j, (p, ds)) in p.iter_mut().zip(ds.iter_mut()).enumerate() {
-            // Hidden keys have score −∞; test them explicitly so that lse = −∞ gives no NaN.
-            if *p == f32::NEG_INFINITY {
-                *p = 0.0;
-                *ds = 0.0;
-                continue;
-            }
-            *p = exp(*p - lse[row]);
-            *ds = *p * (dp[j] - delta);
+        let lse = lse[row];
+        let (p, hidden_p) = p.split_at_mut(end);
+        let (ds, hidden_ds) = ds.split_at_mut(end);
+        hidden_p.fill(0.0);
+        hidden_ds.fill(0.0);
+        for ((p, ds), &dp) in p.iter_mut().zip(ds.iter_mut()).zip(&dp[..end]) {
+            // Hidden keys have score −∞; select them explicitly so that lse = −∞ gives no NaN
+            // (a select, not a branch, so that the loop is vectorised).
+            let hidden = *p == f32::NEG_INFINITY;
+            let prob = exp(*p - lse);
+            *p = if hidden { 0.0 } else { prob };
+            *ds = if hidden { 0.0 } else { prob * (dp - delta) };
         }
     }
 }
@@ -343,48 +354,108 @@ vectorised_fn! {
         pr.transposed(pr.k, bh, k_t);
         for (i, (o, lse)) in out.chunks_exact_mut(dh).zip(lse).enumerate() {
             *lse = pr.probs(bh * l + i, k_t, p);
-            o.fill(0.0);
-            for (j, &w) in p[..pr.key_end(i)].iter().enumerate() {
-                axpy(o, w, pr.at(pr.v, bh * l + j));
-            }
+            weighted_sum(o, 0..pr.key_end(i), |j| Some(p[j]), |j| pr.at(pr.v, bh * l + j));
+        }
+    }
+}
+
+/// Scratch of one backward task: keys and values transposed (`[Dh, L]`), one query row's P,
+/// dS and dP (L each), and P and dS transposed (`[L, L]`, key-major).
+struct BackwardScratch {
+    k_t: Vec<f32>,
+    v_t: Vec<f32>,
+    p: Vec<f32>,
+    ds: Vec<f32>,
+    dp: Vec<f32>,
+    p_t: Vec<f32>,
+    ds_t: Vec<f32>,
+}
+
+impl BackwardScratch {
+    fn new(d: Dims) -> Self {
+        let (row, square, t) = (vec![0.0; d.l], vec![0.0; d.l * d.l], vec![0.0; d.l * d.dh]);
+        Self {
+            k_t: t.clone(),
+            v_t: t,
+            p: row.clone(),
+            ds: row.clone(),
+            dp: row,
+            p_t: square.clone(),
+            ds_t: square,
         }
     }
 }
 
 vectorised_fn! {
-    /// dq, dk, dv of one (b, h), whose `[L, Dh]` parts are `grads`; `saved` is (lse, out,
-    /// dout); `transposes` (L·Dh each) and `rows` (L each) are scratch.
+    /// dq, dk, dv of one (b, h), whose `[L, Dh]` parts are `grads`; `saved` is (lse, out, dout).
+    /// Each gradient row is one weighted sum, added up in the order of the query loop that
+    /// defines it (dq over keys, dk and dv over queries, ascending).
     fn backward_head(
         pr: &Problem<'_>,
         bh: usize,
         saved: (&[f32], &[f32], &[f32]),
-        transposes: (&mut Vec<f32>, &mut Vec<f32>),
-        rows: &mut [Vec<f32>; 3],
+        s: &mut BackwardScratch,
         grads: ((&mut [f32], &mut [f32]), &mut [f32]),
     ) {
         let Dims { l, dh, .. } = pr.d;
         let ((dq, dk), dv) = grads;
-        let (k_t, v_t) = transposes;
-        let [p, ds, dp] = rows;
-        dq.fill(0.0);
-        dk.fill(0.0);
-        dv.fill(0.0);
-        pr.transposed(pr.k, bh, k_t);
-        pr.transposed(pr.v, bh, v_t);
-        for i in 0..l {
+        let scale = pr.op.scale;
+        pr.transposed(pr.k, bh, &mut s.k_t);
+        pr.transposed(pr.v, bh, &mut s.v_t);
+        for (i, dq) in dq.chunks_exact_mut(dh).enumerate() {
             let row = bh * l + i;
-            pr.p_and_ds(row, (k_t, v_t), saved, p, ds, dp);
-            let (q, go) = (pr.at(pr.q, row), pr.at(saved.2, row));
-            let dq = &mut dq[i * dh..][..dh];
-            for j in 0..pr.key_end(i) {
-                // Hidden keys (and underflowed ones) add nothing.
-                if p[j] == 0.0 && ds[j] == 0.0 {
-                    continue;
-                }
-                axpy(dq, ds[j] * pr.op.scale, pr.at(pr.k, bh * l + j));
-                axpy(&mut dk[j * dh..][..dh], ds[j] * pr.op.scale, q);
-                axpy(&mut dv[j * dh..][..dh], p[j], go);
+            pr.p_and_ds(row, (&s.k_t, &s.v_t), saved, &mut s.p, &mut s.ds, &mut s.dp);
+            let (p, ds) = (&s.p, &s.ds);
+            // Hidden keys (and underflowed ones) add nothing.
+            let seen = |j: usize| !(p[j] == 0.0 && ds[j] == 0.0);
+            let end = pr.key_end(i);
+            weighted_sum(dq, 0..end, |j| seen(j).then(|| ds[j] * scale), |j| pr.at(pr.k, bh * l + j));
+            for j in 0..end {
+                s.p_t[j * l + i] = p[j];
+                s.ds_t[j * l + i] = ds[j];
             }
+        }
+        let (p_t, ds_t) = (&s.p_t, &s.ds_t);
+        for (j, (dk, dv)) in dk.chunks_exact_mut(dh).zip(dv.chunks_exact_mut(dh)).enumerate() {
+            // The queries that may see key j.
+            let queries = if pr.op.causal { j..l } else { 0..l };
+            let (p, ds) = (&p_t[j * l..][..l], &ds_t[j * l..][..l]);
+            let seen = |i: usize| !(p[i] == 0.0 && ds[i] == 0.0);
+            weighted_sum(dk, queries.clone(), |i| seen(i).then(|| ds[i] * scale), |i| pr.at(pr.q, bh * l + i));
+            weighted_sum(dv, queries, |i| seen(i).then_some(p[i]), |i| pr.at(saved.2, bh * l + i));
+        }
+    }
+}
+
+/// out = Σ weight(t) · row(t) over `terms` in order, skipping terms whose weight is `None`;
+/// sixteen columns at a time, so that the partial sums stay in registers.
+#[inline(always)]
+fn weighted_sum<'r>(
+    out: &mut [f32],
+    terms: std::ops::Range<usize>,
+    weight: impl Fn(usize) -> Option<f32>,
+    row: impl Fn(usize) -> &'r [f32],
+) {
+    const LANES: usize = 16;
+    let first = out.len() / LANES * LANES;
+    let mut blocks = out.chunks_exact_mut(LANES);
+    for (c, o) in (&mut blocks).enumerate() {
+        let mut acc = [0.0f32; LANES];
+        for t in terms.clone() {
+            if let Some(w) = weight(t) {
+                let r: &[f32; LANES] = row(t)[c * LANES..][..LANES].try_into().expect("16 columns");
+                for (a, &x) in acc.iter_mut().zip(r) {
+                    *a += w * x;
+                }
+            }
+        }
+        o.copy_from_slice(&acc);
+    }
+    let rest = blocks.into_remainder();
+    rest.fill(0.0);
+    for t in terms {
+        if let Some(w) = weight(t) {
+            axpy(rest, w, &row(t)[first..]);
         }
     }
 }
@@ -519,44 +590,38 @@ impl Op for AttentionBackward {
             unreachable!("attention_backward has dq, dk, dv")
         };
         let saved = (lse, out, dout);
-        let scratch = || {
-            (
-                vec![0.0; l * dh],
-                vec![0.0; l * dh],
-                [vec![0.0; l], vec![0.0; l], vec![0.0; l]],
-            )
-        };
+        let scratch = || BackwardScratch::new(pr.d);
         // dq, dk and dv of one (b, h) depend only on that (b, h).
         dq.data
             .par_chunks_mut(slice)
             .zip(dk.data.par_chunks_mut(slice))
             .zip(dv.data.par_chunks_mut(slice))
             .enumerate()
-            .for_each_init(scratch, |(k_t, v_t, scratch), (bh, grads)| {
-                backward_head(&pr, bh, saved, (k_t, v_t), scratch, grads)
-            });
+            .for_each_init(scratch, |s, (bh, grads)| backward_head(&pr, bh, saved, s, grads));
         if let [dbias] = dbias {
             let Dims {
                 b: batch, h: heads, ..
             } = pr.d;
             // Each head sums dS over the batch in order.
-            dbias.data.par_chunks_mut(l * l).enumerate().for_each_init(
-                scratch,
-                |(k_t, v_t, [p, ds, dp]), (h, db)| {
+            dbias
+                .data
+                .par_chunks_mut(l * l)
+                .enumerate()
+                .for_each_init(scratch, |s, (h, db)| {
                     db.fill(0.0);
                     for b in 0..batch {
                         let bh = b * heads + h;
-                        pr.transposed(pr.k, bh, k_t);
-                        pr.transposed(pr.v, bh, v_t);
+                        pr.transposed(pr.k, bh, &mut s.k_t);
+                        pr.transposed(pr.v, bh, &mut s.v_t);
                         for i in 0..l {
-                            pr.p_and_ds(bh * l + i, (k_t, v_t), saved, p, ds, dp);
+                            let (p, ds, dp) = (&mut s.p, &mut s.ds, &mut s.dp);
+                            pr.p_and_ds(bh * l + i, (&s.k_t, &s.v_t), saved, p, ds, dp);
                             for (d, s) in db[i * l..][..l].iter_mut().zip(ds.iter()) {
                                 *d += s;
                             }
                         }
                     }
-                },
-            );
+                });
         }
     }
 
