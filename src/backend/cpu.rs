@@ -111,7 +111,7 @@ impl Drop for CpuProgram {
         let runs = profile.runs.max(1) as f64;
         let total: Duration = profile.ops.iter().map(|(_, _, t)| *t).sum();
         let mut ops = profile.ops.clone();
-        ops.sort_by(|a, b| b.2.cmp(&a.2));
+        ops.sort_by_key(|op| std::cmp::Reverse(op.2));
         eprintln!(
             "POSFLOW_PROFILE: {} runs, {:.2} ms per run",
             profile.runs,
