@@ -1,11 +1,17 @@
-//! Benchmarks of single ops on one backend, for `cargo bench` and `posflow bench`.
+//! Benchmarks on one backend, for `cargo bench` and `posflow bench`: single ops, and one
+//! training step of a small Transformer.
 
 use std::rc::Rc;
 use std::time::Instant;
 
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
 use crate::backend::Backend;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::graph::{Executor, Graph};
+use crate::model::{EmbedScale, Model, ModelConfig, ModelKind, PosEnc};
+use crate::optim::{AdamW, Optimizer};
 use crate::params::ParamStore;
 use crate::tensor::TensorMeta;
 
@@ -57,4 +63,112 @@ fn pattern(n: usize, seed: usize) -> Vec<f32> {
     (0..n)
         .map(|i| ((i * 7919 + seed * 104_729) % 1000) as f32 / 1000.0 - 0.5)
         .collect()
+}
+
+/// One training step to time: a model, the batch shape, the optimizer, and how many steps
+/// to run untimed first (plan compilation, pipelines, caches).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainBench {
+    pub model: ModelConfig,
+    pub batch: usize,
+    pub len: usize,
+    pub optimizer: AdamW,
+    pub warmup: usize,
+}
+
+impl Default for TrainBench {
+    /// The step the peers were measured on: a 4-layer pre-LN causal LM, d_model 128, 4 heads,
+    /// FFN 512, vocab 65, learned positions, head tied to the token embeddings; batch 16 × 128
+    /// tokens; AdamW (posflow's defaults: lr 1e-3, β 0.9/0.999, clipping at norm 1.0).
+    fn default() -> Self {
+        Self {
+            model: ModelConfig {
+                vocab: 65,
+                d_model: 128,
+                heads: 4,
+                layers: 4,
+                ffn: 512,
+                dropout: 0.0,
+                max_len: 128,
+                kind: ModelKind::CausalLm { tied_head: true },
+                posenc: PosEnc::Learned,
+                embed_scale: EmbedScale::None,
+            },
+            batch: 16,
+            len: 128,
+            optimizer: AdamW::default(),
+            warmup: 2,
+        }
+    }
+}
+
+/// The timing of [`train`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainBenchRow {
+    /// Trained values in the model.
+    pub parameters: usize,
+    /// Timed steps.
+    pub steps: usize,
+    pub median_seconds: f64,
+    pub best_seconds: f64,
+    /// Batch × length over the median step time.
+    pub tokens_per_second: f64,
+    /// The loss of the first and the last step, to show the steps trained something.
+    pub first_loss: f32,
+    pub last_loss: f32,
+}
+
+/// Times `steps` full training steps (forward, backward, clipping, AdamW update) of
+/// `bench.model` on random token batches, after `bench.warmup` untimed ones. Each step is timed
+/// from feeding its batch to reading its loss back, so queued GPU work is counted.
+pub fn train(backend: &Rc<dyn Backend>, bench: &TrainBench, steps: usize) -> Result<TrainBenchRow> {
+    if steps == 0 {
+        return Err(Error::Input("bench train needs at least one timed step".into()));
+    }
+    let model = Model::new(bench.model.clone())?;
+    let (batch, len, vocab) = (bench.batch, bench.len, bench.model.vocab);
+    let mut g = Graph::new();
+    let built = model.build(&mut g, batch, len)?;
+    let grads = g.backward(built.loss)?;
+    let params = ParamStore::init(backend.clone(), &g, 0)?;
+    let parameters = params.iter().map(|(_, p)| p.meta.numel()).sum();
+    let mut optimizer = Optimizer::new(bench.optimizer.clone(), &params)?;
+    let mut outputs = vec![built.loss];
+    outputs.extend(grads.iter().map(|(_, gr)| gr));
+    let mut exec = Executor::new(&g, &outputs, &params)?;
+    optimizer.attach(&mut exec, &g, &grads, &params)?;
+
+    let mut rng = ChaCha8Rng::seed_from_u64(0);
+    let mut times = Vec::with_capacity(steps);
+    let mut losses = Vec::with_capacity(steps);
+    for step in 0..bench.warmup + steps {
+        let row: Vec<i32> = (0..batch * (len + 1))
+            .map(|_| rng.random_range(0..vocab as i32))
+            .collect();
+        let (tokens, targets): (Vec<i32>, Vec<i32>) = row
+            .chunks(len + 1)
+            .flat_map(|r| r[..len].iter().copied().zip(r[1..].iter().copied()))
+            .unzip();
+        let start = Instant::now();
+        built.feed(&exec, &tokens, &targets, None)?;
+        optimizer.prepare_step(bench.optimizer.lr)?;
+        exec.run()?;
+        let loss = exec.read_blocking(built.loss)?[0];
+        if step >= bench.warmup {
+            times.push(start.elapsed().as_secs_f64());
+            losses.push(loss);
+        }
+    }
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median_seconds = sorted[sorted.len() / 2];
+    Ok(TrainBenchRow {
+        parameters,
+        steps,
+        median_seconds,
+        best_seconds: sorted[0],
+        tokens_per_second: (batch * len) as f64 / median_seconds,
+        first_loss: losses[0],
+        last_loss: losses[losses.len() - 1],
+    })
 }

@@ -80,6 +80,16 @@ enum Bench {
         #[arg(long, default_value_t = 5)]
         repeats: usize,
     },
+    /// ms/step and tokens/s of one training step (forward, backward, AdamW) of a 4-layer
+    /// d_model-128 causal LM on batches of 16 × 128 tokens.
+    Train {
+        /// Timed steps (at least 1).
+        #[arg(long, default_value_t = 10, value_parser = at_least_one)]
+        steps: usize,
+        /// Untimed steps first.
+        #[arg(long, default_value_t = posflow::bench::TrainBench::default().warmup)]
+        warmup: usize,
+    },
 }
 
 fn main() -> ExitCode {
@@ -107,6 +117,9 @@ fn run(cli: Cli) -> posflow::Result<()> {
         Command::Bench {
             what: Bench::Matmul { sizes, repeats },
         } => bench_matmul(&backend(choice)?, &sizes, repeats),
+        Command::Bench {
+            what: Bench::Train { steps, warmup },
+        } => bench_train(&backend(choice)?, steps, warmup),
     }
 }
 
@@ -178,6 +191,30 @@ fn bench_matmul(backend: &Rc<dyn Backend>, sizes: &[usize], repeats: usize) -> p
             row.gflops
         );
     }
+    Ok(())
+}
+
+fn bench_train(backend: &Rc<dyn Backend>, steps: usize, warmup: usize) -> posflow::Result<()> {
+    let bench = posflow::bench::TrainBench {
+        warmup,
+        ..Default::default()
+    };
+    let m = &bench.model;
+    println!(
+        "model: causal LM, {} layers, d_model {}, {} heads, FFN {}, vocab {}, learned positions, \
+         tied head; batch {} x {} tokens; AdamW, clipping {:?}; {warmup} warmup + {steps} timed steps",
+        m.layers, m.d_model, m.heads, m.ffn, m.vocab, bench.batch, bench.len, bench.optimizer.max_grad_norm
+    );
+    let row = posflow::bench::train(backend, &bench, steps)?;
+    println!("parameters: {}", row.parameters);
+    println!(
+        "ms/step: median {:.1}, best {:.1}; tokens/s: {:.0} (median); loss {:.3} -> {:.3}",
+        row.median_seconds * 1e3,
+        row.best_seconds * 1e3,
+        row.tokens_per_second,
+        row.first_loss,
+        row.last_loss
+    );
     Ok(())
 }
 

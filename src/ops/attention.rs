@@ -18,6 +18,8 @@
 
 use rayon::prelude::*;
 
+use super::unary::exp;
+use super::vector::vectorised_fn;
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
 use crate::error::{Error, Result, shape_err};
 use crate::graph::{Graph, TensorId};
@@ -231,17 +233,56 @@ impl<'a> Problem<'a> {
         &x[row * self.d.dh..][..self.d.dh]
     }
 
-    /// The scores of query row `row` against every key of its (b, h); −∞ where hidden.
-    fn scores(&self, row: usize, s: &mut [f32]) {
+    /// Rows `bh·L ..` of a `[.., L, Dh]` tensor transposed into `t` (`[Dh, L]`), so that the
+    /// dot products of one row with every key are vectorised over the keys.
+    #[inline(always)]
+    fn transposed(&self, x: &[f32], bh: usize, t: &mut [f32]) {
+        let Dims { l, dh, .. } = self.d;
+        for (j, row) in x[bh * l * dh..][..l * dh].chunks_exact(dh).enumerate() {
+            for (d, &v) in row.iter().enumerate() {
+                t[d * l + j] = v;
+            }
+        }
+    }
+
+    /// How many keys row `i` may see at most: keys from there on are hidden whatever the mask.
+    fn key_end(&self, i: usize) -> usize {
+        if self.op.causal { i + 1 } else { self.d.l }
+    }
+
+    /// `dots[j] = x · keys_t[.., j]` for the keys `j < dots.len()`, summed over the head
+    /// dimension in order; `keys_t` is one (b, h)'s `[Dh, L]` transpose.
+    #[inline(always)]
+    fn dots(&self, x: &[f32], keys_t: &[f32], dots: &mut [f32]) {
+        let (l, n) = (self.d.l, dots.len());
+        dots.fill(0.0);
+        for (d, &xd) in x.iter().enumerate() {
+            axpy(dots, xd, &keys_t[d * l..][..n]);
+        }
+    }
+
+    /// The scores of query row `row` against every key of its (b, h); −∞ where hidden. `k_t`
+    /// is the (b, h)'s keys transposed ([`Problem::transposed`]).
+    #[inline(always)]
+    fn scores(&self, row: usize, k_t: &[f32], s: &mut [f32]) {
         let Dims { h: heads, l, .. } = self.d;
         let (bh, i) = (row / l, row % l);
         let (b, h) = (bh / heads, bh % heads);
-        let q = self.at(self.q, row);
-        for (j, s) in s.iter_mut().enumerate() {
+        let end = self.key_end(i);
+        let (seen, hidden) = s.split_at_mut(end);
+        hidden.fill(f32::NEG_INFINITY);
+        self.dots(self.at(self.q, row), k_t, seen);
+        let scale = self.op.scale;
+        if self.bias.is_none() && self.mask.is_none() {
+            // Every key before `end` is visible.
+            for s in seen.iter_mut() {
+                *s = *s * scale + 0.0;
+            }
+            return;
+        }
+        for (j, s) in seen.iter_mut().enumerate() {
             *s = if self.visible(b, i, j) {
-                let k = self.at(self.k, bh * l + j);
-                let qk: f32 = q.iter().zip(k).map(|(a, b)| a * b).sum();
-                qk * self.op.scale + self.bias.map_or(0.0, |bias| bias[(h * l + i) * l + j])
+                *s * scale + self.bias.map_or(0.0, |bias| bias[(h * l + i) * l + j])
             } else {
                 f32::NEG_INFINITY
             };
@@ -250,15 +291,19 @@ impl<'a> Problem<'a> {
 
     /// Row `row`'s probabilities into `p` (0 where hidden); returns its lse. A row with no
     /// visible key gets all zeros and lse = −∞.
-    fn probs(&self, row: usize, p: &mut [f32]) -> f32 {
-        self.scores(row, p);
+    #[inline(always)]
+    fn probs(&self, row: usize, k_t: &[f32], p: &mut [f32]) -> f32 {
+        self.scores(row, k_t, p);
+        // Keys from `end` on are hidden: their probabilities are 0 and add nothing to the sum.
+        let (p, hidden) = p.split_at_mut(self.key_end(row % self.d.l));
+        hidden.fill(0.0);
         let max = p.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         if max == f32::NEG_INFINITY {
             p.fill(0.0);
             return f32::NEG_INFINITY;
         }
         for s in p.iter_mut() {
-            *s = (*s - max).exp();
+            *s = exp(*s - max);
         }
         let total: f32 = p.iter().sum();
         for s in p.iter_mut() {
@@ -268,32 +313,155 @@ impl<'a> Problem<'a> {
     }
 
     /// Row `row`'s probabilities recomputed from its lse, and dS = P ∘ (dout·vᵀ − D) with
-    /// D = dout · out of the row.
-    fn p_and_ds(&self, row: usize, lse: &[f32], out: &[f32], dout: &[f32], p: &mut [f32], ds: &mut [f32]) {
-        let l = self.d.l;
-        let bh = row / l;
-        self.scores(row, p);
+    /// D = dout · out of the row. `k_t` and `v_t` are the (b, h)'s keys and values transposed;
+    /// `dp` is scratch of length L.
+    #[inline(always)]
+    fn p_and_ds(
+        &self,
+        row: usize,
+        (k_t, v_t): (&[f32], &[f32]),
+        (lse, out, dout): (&[f32], &[f32], &[f32]),
+        p: &mut [f32],
+        ds: &mut [f32],
+        dp: &mut [f32],
+    ) {
+        let end = self.key_end(row % self.d.l);
+        self.scores(row, k_t, p);
         let go = self.at(dout, row);
         let delta: f32 = go.iter().zip(self.at(out, row)).map(|(a, b)| a * b).sum();
-        for (j, (p, ds)) in p.iter_mut().zip(ds.iter_mut()).enumerate() {
-            // Hidden keys have score −∞; test them explicitly so that lse = −∞ gives no NaN.
-            if *p == f32::NEG_INFINITY {
-                *p = 0.0;
-                *ds = 0.0;
-                continue;
+        self.dots(go, v_t, &mut dp[..end]);
+        let lse = lse[row];
+        let (p, hidden_p) = p.split_at_mut(end);
+        let (ds, hidden_ds) = ds.split_at_mut(end);
+        hidden_p.fill(0.0);
+        hidden_ds.fill(0.0);
+        for ((p, ds), &dp) in p.iter_mut().zip(ds.iter_mut()).zip(&dp[..end]) {
+            // Hidden keys have score −∞; select them explicitly so that lse = −∞ gives no NaN
+            // (a select, not a branch, so that the loop is vectorised).
+            let hidden = *p == f32::NEG_INFINITY;
+            let prob = exp(*p - lse);
+            *p = if hidden { 0.0 } else { prob };
+            *ds = if hidden { 0.0 } else { prob * (dp - delta) };
+        }
+    }
+}
+
+vectorised_fn! {
+    /// The forward of one (b, h): `out` and `lse` are its `[L, Dh]` and `[L]` parts; `k_t`
+    /// (L·Dh) and `p` (L) are scratch.
+    fn forward_head(pr: &Problem<'_>, bh: usize, k_t: &mut [f32], p: &mut [f32], out: &mut [f32], lse: &mut [f32]) {
+        let Dims { l, dh, .. } = pr.d;
+        pr.transposed(pr.k, bh, k_t);
+        for (i, (o, lse)) in out.chunks_exact_mut(dh).zip(lse).enumerate() {
+            *lse = pr.probs(bh * l + i, k_t, p);
+            weighted_sum(o, 0..pr.key_end(i), |j| Some(p[j]), |j| pr.at(pr.v, bh * l + j));
+        }
+    }
+}
+
+/// Scratch of one backward task: keys and values transposed (`[Dh, L]`), one query row's P,
+/// dS and dP (L each), and P and dS transposed (`[L, L]`, key-major).
+struct BackwardScratch {
+    k_t: Vec<f32>,
+    v_t: Vec<f32>,
+    p: Vec<f32>,
+    ds: Vec<f32>,
+    dp: Vec<f32>,
+    p_t: Vec<f32>,
+    ds_t: Vec<f32>,
+}
+
+impl BackwardScratch {
+    fn new(d: Dims) -> Self {
+        let (row, square, t) = (vec![0.0; d.l], vec![0.0; d.l * d.l], vec![0.0; d.l * d.dh]);
+        Self {
+            k_t: t.clone(),
+            v_t: t,
+            p: row.clone(),
+            ds: row.clone(),
+            dp: row,
+            p_t: square.clone(),
+            ds_t: square,
+        }
+    }
+}
+
+vectorised_fn! {
+    /// dq, dk, dv of one (b, h), whose `[L, Dh]` parts are `grads`; `saved` is (lse, out, dout).
+    /// Each gradient row is one weighted sum, added up in the order of the query loop that
+    /// defines it (dq over keys, dk and dv over queries, ascending).
+    fn backward_head(
+        pr: &Problem<'_>,
+        bh: usize,
+        saved: (&[f32], &[f32], &[f32]),
+        s: &mut BackwardScratch,
+        grads: ((&mut [f32], &mut [f32]), &mut [f32]),
+    ) {
+        let Dims { l, dh, .. } = pr.d;
+        let ((dq, dk), dv) = grads;
+        let scale = pr.op.scale;
+        pr.transposed(pr.k, bh, &mut s.k_t);
+        pr.transposed(pr.v, bh, &mut s.v_t);
+        for (i, dq) in dq.chunks_exact_mut(dh).enumerate() {
+            let row = bh * l + i;
+            pr.p_and_ds(row, (&s.k_t, &s.v_t), saved, &mut s.p, &mut s.ds, &mut s.dp);
+            let (p, ds) = (&s.p, &s.ds);
+            // Hidden keys (and underflowed ones) add nothing.
+            let seen = |j: usize| !(p[j] == 0.0 && ds[j] == 0.0);
+            let end = pr.key_end(i);
+            weighted_sum(dq, 0..end, |j| seen(j).then(|| ds[j] * scale), |j| pr.at(pr.k, bh * l + j));
+            for j in 0..end {
+                s.p_t[j * l + i] = p[j];
+                s.ds_t[j * l + i] = ds[j];
             }
-            *p = (*p - lse[row]).exp();
-            let dp: f32 = go
-                .iter()
-                .zip(self.at(self.v, bh * l + j))
-                .map(|(a, b)| a * b)
-                .sum();
-            *ds = *p * (dp - delta);
+        }
+        let (p_t, ds_t) = (&s.p_t, &s.ds_t);
+        for (j, (dk, dv)) in dk.chunks_exact_mut(dh).zip(dv.chunks_exact_mut(dh)).enumerate() {
+            // The queries that may see key j.
+            let queries = if pr.op.causal { j..l } else { 0..l };
+            let (p, ds) = (&p_t[j * l..][..l], &ds_t[j * l..][..l]);
+            let seen = |i: usize| !(p[i] == 0.0 && ds[i] == 0.0);
+            weighted_sum(dk, queries.clone(), |i| seen(i).then(|| ds[i] * scale), |i| pr.at(pr.q, bh * l + i));
+            weighted_sum(dv, queries, |i| seen(i).then_some(p[i]), |i| pr.at(saved.2, bh * l + i));
+        }
+    }
+}
+
+/// out = Σ weight(t) · row(t) over `terms` in order, skipping terms whose weight is `None`;
+/// sixteen columns at a time, so that the partial sums stay in registers.
+#[inline(always)]
+fn weighted_sum<'r>(
+    out: &mut [f32],
+    terms: std::ops::Range<usize>,
+    weight: impl Fn(usize) -> Option<f32>,
+    row: impl Fn(usize) -> &'r [f32],
+) {
+    const LANES: usize = 16;
+    let first = out.len() / LANES * LANES;
+    let mut blocks = out.chunks_exact_mut(LANES);
+    for (c, o) in (&mut blocks).enumerate() {
+        let mut acc = [0.0f32; LANES];
+        for t in terms.clone() {
+            if let Some(w) = weight(t) {
+                let r: &[f32; LANES] = row(t)[c * LANES..][..LANES].try_into().expect("16 columns");
+                for (a, &x) in acc.iter_mut().zip(r) {
+                    *a += w * x;
+                }
+            }
+        }
+        o.copy_from_slice(&acc);
+    }
+    let rest = blocks.into_remainder();
+    rest.fill(0.0);
+    for t in terms {
+        if let Some(w) = weight(t) {
+            axpy(rest, w, &row(t)[first..]);
         }
     }
 }
 
 /// x += w · y over a row.
+#[inline(always)]
 fn axpy(x: &mut [f32], w: f32, y: &[f32]) {
     for (x, y) in x.iter_mut().zip(y) {
         *x += w * y;
@@ -316,20 +484,14 @@ impl Op for Attention {
         let [out, lse] = outputs else {
             unreachable!("attention has two outputs")
         };
+        // One task per (b, h): its keys are transposed once for all its queries.
         out.data
-            .par_chunks_mut(dh)
-            .zip(lse.data.par_iter_mut())
+            .par_chunks_mut(l * dh)
+            .zip(lse.data.par_chunks_mut(l))
             .enumerate()
             .for_each_init(
-                || vec![0.0; l],
-                |p, (row, (o, lse))| {
-                    *lse = pr.probs(row, p);
-                    o.fill(0.0);
-                    let bh = row / l;
-                    for (j, &w) in p.iter().enumerate() {
-                        axpy(o, w, pr.at(pr.v, bh * l + j));
-                    }
-                },
+                || (vec![0.0; l * dh], vec![0.0; l]),
+                |(k_t, p), (bh, (out, lse))| forward_head(&pr, bh, k_t, p, out, lse),
             );
     }
 
@@ -427,50 +589,39 @@ impl Op for AttentionBackward {
         let [dq, dk, dv] = grads else {
             unreachable!("attention_backward has dq, dk, dv")
         };
+        let saved = (lse, out, dout);
+        let scratch = || BackwardScratch::new(pr.d);
         // dq, dk and dv of one (b, h) depend only on that (b, h).
         dq.data
             .par_chunks_mut(slice)
             .zip(dk.data.par_chunks_mut(slice))
             .zip(dv.data.par_chunks_mut(slice))
             .enumerate()
-            .for_each(|(bh, ((dq, dk), dv))| {
-                dq.fill(0.0);
-                dk.fill(0.0);
-                dv.fill(0.0);
-                let (mut p, mut ds) = (vec![0.0; l], vec![0.0; l]);
-                for i in 0..l {
-                    let row = bh * l + i;
-                    pr.p_and_ds(row, lse, out, dout, &mut p, &mut ds);
-                    let (q, go) = (pr.at(pr.q, row), pr.at(dout, row));
-                    let dq = &mut dq[i * dh..][..dh];
-                    for j in 0..l {
-                        // Hidden keys (and underflowed ones) add nothing.
-                        if p[j] == 0.0 && ds[j] == 0.0 {
-                            continue;
-                        }
-                        axpy(dq, ds[j] * pr.op.scale, pr.at(pr.k, bh * l + j));
-                        axpy(&mut dk[j * dh..][..dh], ds[j] * pr.op.scale, q);
-                        axpy(&mut dv[j * dh..][..dh], p[j], go);
-                    }
-                }
-            });
+            .for_each_init(scratch, |s, (bh, grads)| backward_head(&pr, bh, saved, s, grads));
         if let [dbias] = dbias {
             let Dims {
                 b: batch, h: heads, ..
             } = pr.d;
             // Each head sums dS over the batch in order.
-            dbias.data.par_chunks_mut(l * l).enumerate().for_each(|(h, db)| {
-                db.fill(0.0);
-                let (mut p, mut ds) = (vec![0.0; l], vec![0.0; l]);
-                for b in 0..batch {
-                    for i in 0..l {
-                        pr.p_and_ds((b * heads + h) * l + i, lse, out, dout, &mut p, &mut ds);
-                        for (d, s) in db[i * l..][..l].iter_mut().zip(&ds) {
-                            *d += s;
+            dbias
+                .data
+                .par_chunks_mut(l * l)
+                .enumerate()
+                .for_each_init(scratch, |s, (h, db)| {
+                    db.fill(0.0);
+                    for b in 0..batch {
+                        let bh = b * heads + h;
+                        pr.transposed(pr.k, bh, &mut s.k_t);
+                        pr.transposed(pr.v, bh, &mut s.v_t);
+                        for i in 0..l {
+                            let (p, ds, dp) = (&mut s.p, &mut s.ds, &mut s.dp);
+                            pr.p_and_ds(bh * l + i, (&s.k_t, &s.v_t), saved, p, ds, dp);
+                            for (d, s) in db[i * l..][..l].iter_mut().zip(ds.iter()) {
+                                *d += s;
+                            }
                         }
                     }
-                }
-            });
+                });
         }
     }
 
@@ -539,13 +690,16 @@ impl Op for AttentionProbs {
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let pr = Problem::new(self.0, inputs, false);
-        outputs[0]
-            .data
-            .par_chunks_mut(pr.d.l)
-            .enumerate()
-            .for_each(|(row, p)| {
-                pr.probs(row, p);
-            });
+        let Dims { l, dh, .. } = pr.d;
+        outputs[0].data.par_chunks_mut(l * l).enumerate().for_each_init(
+            || vec![0.0; l * dh],
+            |k_t, (bh, probs)| {
+                pr.transposed(pr.k, bh, k_t);
+                for (i, p) in probs.chunks_exact_mut(l).enumerate() {
+                    pr.probs(bh * l + i, k_t, p);
+                }
+            },
+        );
     }
 
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {

@@ -2,11 +2,13 @@
 
 use rayon::prelude::*;
 
+use super::strided::par_strided_rows;
+use super::vector::vectorised_fn;
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::shaders;
-use crate::tensor::{DType, TensorMeta, broadcast_shapes, broadcast_strides, strided_offset};
+use crate::tensor::{DType, TensorMeta, broadcast_shapes, broadcast_strides};
 
 /// Largest rank the GPU kernels index (shapes travel in two vec4s).
 pub const MAX_RANK: usize = 8;
@@ -20,17 +22,6 @@ pub enum BinaryKind {
     Sub,
     Mul,
     Div,
-}
-
-impl BinaryKind {
-    fn apply(self, x: f32, y: f32) -> f32 {
-        match self {
-            Self::Add => x + y,
-            Self::Sub => x - y,
-            Self::Mul => x * y,
-            Self::Div => x / y,
-        }
-    }
 }
 
 #[derive(Debug)]
@@ -62,22 +53,12 @@ impl Op for Binary {
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
-        let kind = self.0;
-        let (a, b) = (inputs[0].data, inputs[1].data);
-        let out_shape = outputs[0].meta.shape.clone();
-        let out = &mut *outputs[0].data;
-        if inputs[0].shape() == out_shape.as_slice() && inputs[1].shape() == out_shape.as_slice() {
-            par_fill(out, |i| kind.apply(a[i], b[i]));
-            return;
+        match self.0 {
+            BinaryKind::Add => binary_cpu(inputs, outputs, |x, y| x + y),
+            BinaryKind::Sub => binary_cpu(inputs, outputs, |x, y| x - y),
+            BinaryKind::Mul => binary_cpu(inputs, outputs, |x, y| x * y),
+            BinaryKind::Div => binary_cpu(inputs, outputs, |x, y| x / y),
         }
-        let sa = broadcast_strides(inputs[0].shape(), &out_shape);
-        let sb = broadcast_strides(inputs[1].shape(), &out_shape);
-        par_fill(out, |i| {
-            kind.apply(
-                a[strided_offset(i, &out_shape, &sa)],
-                b[strided_offset(i, &out_shape, &sb)],
-            )
-        });
     }
 
     fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
@@ -124,13 +105,90 @@ impl Op for Binary {
     }
 }
 
-/// out[i] = f(i) for every element, split across threads in chunks.
-pub(crate) fn par_fill(out: &mut [f32], f: impl Fn(usize) -> f32 + Sync) {
-    out.par_chunks_mut(PAR_CHUNK).enumerate().for_each(|(c, chunk)| {
-        for (j, o) in chunk.iter_mut().enumerate() {
-            *o = f(c * PAR_CHUNK + j);
+/// out = f(a, b) with broadcasting, one loop per kind so that the compiler vectorises it.
+fn binary_cpu(inputs: &[In], outputs: &mut [Out], f: impl Fn(f32, f32) -> f32 + Sync) {
+    let (a, b) = (inputs[0].data, inputs[1].data);
+    let out_shape = outputs[0].meta.shape.clone();
+    let out = &mut *outputs[0].data;
+    if inputs[0].shape() == out_shape.as_slice() && inputs[1].shape() == out_shape.as_slice() {
+        par_zip(out, a, b, f);
+        return;
+    }
+    let sa = broadcast_strides(inputs[0].shape(), &out_shape);
+    let sb = broadcast_strides(inputs[1].shape(), &out_shape);
+    par_strided_rows(out, &out_shape, [&sa, &sb], |[ia, ib], steps, row| {
+        let n = row.len();
+        match steps {
+            [1, 1] => {
+                for ((o, &x), &y) in row.iter_mut().zip(&a[ia..ia + n]).zip(&b[ib..ib + n]) {
+                    *o = f(x, y);
+                }
+            }
+            [1, 0] => {
+                let y = b[ib];
+                for (o, &x) in row.iter_mut().zip(&a[ia..ia + n]) {
+                    *o = f(x, y);
+                }
+            }
+            [0, 1] => {
+                let x = a[ia];
+                for (o, &y) in row.iter_mut().zip(&b[ib..ib + n]) {
+                    *o = f(x, y);
+                }
+            }
+            [da, db] => {
+                for (j, o) in row.iter_mut().enumerate() {
+                    *o = f(a[ia + j * da], b[ib + j * db]);
+                }
+            }
         }
     });
+}
+
+/// out[i] = f(a[i], b[i]), split across threads in chunks.
+pub(crate) fn par_zip(out: &mut [f32], a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32 + Sync) {
+    out.par_chunks_mut(PAR_CHUNK)
+        .zip(a.par_chunks(PAR_CHUNK))
+        .zip(b.par_chunks(PAR_CHUNK))
+        .for_each(|((o, a), b)| zip_chunk(o, a, b, &f));
+}
+
+vectorised_fn! {
+    fn zip_chunk(out: &mut [f32], a: &[f32], b: &[f32], f: &impl Fn(f32, f32) -> f32) {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = f(x, y);
+        }
+    }
+}
+
+/// out[i] = f(x[i]), split across threads in chunks.
+pub(crate) fn par_map(out: &mut [f32], x: &[f32], f: impl Fn(f32) -> f32 + Sync) {
+    out.par_chunks_mut(PAR_CHUNK)
+        .zip(x.par_chunks(PAR_CHUNK))
+        .for_each(|(o, x)| map_chunk(o, x, &f));
+}
+
+vectorised_fn! {
+    fn map_chunk(out: &mut [f32], x: &[f32], f: &impl Fn(f32) -> f32) {
+        for (o, &x) in out.iter_mut().zip(x) {
+            *o = f(x);
+        }
+    }
+}
+
+/// out[i] = f(i) for every element, split across threads in chunks.
+pub(crate) fn par_fill(out: &mut [f32], f: impl Fn(usize) -> f32 + Sync) {
+    out.par_chunks_mut(PAR_CHUNK)
+        .enumerate()
+        .for_each(|(c, chunk)| fill_chunk(chunk, c * PAR_CHUNK, &f));
+}
+
+vectorised_fn! {
+    fn fill_chunk(out: &mut [f32], first: usize, f: &impl Fn(usize) -> f32) {
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = f(first + j);
+        }
+    }
 }
 
 /// f(row, out_row) for every row of `len` elements of `out`, rows split across threads in
@@ -138,11 +196,17 @@ pub(crate) fn par_fill(out: &mut [f32], f: impl Fn(usize) -> f32 + Sync) {
 pub(crate) fn par_rows(out: &mut [f32], len: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
     let len = len.max(1);
     let rows = (PAR_CHUNK / len).max(1);
-    out.par_chunks_mut(rows * len).enumerate().for_each(|(c, chunk)| {
-        for (r, row) in chunk.chunks_mut(len).enumerate() {
-            f(c * rows + r, row);
+    out.par_chunks_mut(rows * len)
+        .enumerate()
+        .for_each(|(c, chunk)| rows_chunk(chunk, len, c * rows, &f));
+}
+
+vectorised_fn! {
+    fn rows_chunk(out: &mut [f32], len: usize, first: usize, f: &impl Fn(usize, &mut [f32])) {
+        for (r, row) in out.chunks_mut(len).enumerate() {
+            f(first + r, row);
         }
-    });
+    }
 }
 
 /// The shape rule of ops that map one f32 tensor to another of the same shape.
@@ -174,8 +238,8 @@ impl Op for Scale {
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
-        let x = inputs[0].data;
-        par_fill(outputs[0].data, |i| x[i] * self.0);
+        let factor = self.0;
+        par_map(outputs[0].data, inputs[0].data, |x| x * factor);
     }
 
     fn gpu(&self, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {

@@ -25,7 +25,9 @@ pub mod reduce;
 pub mod rk_stage;
 pub mod shape;
 pub mod softmax;
+mod strided;
 pub mod unary;
+mod vector;
 
 /// An input tensor as the CPU reference sees it.
 pub struct In<'a> {

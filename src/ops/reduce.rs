@@ -2,13 +2,15 @@
 
 use rayon::prelude::*;
 
-use super::elementwise::{MAX_RANK, PAR_CHUNK, par_fill};
+use super::elementwise::{MAX_RANK, par_fill};
 use super::shape::strided_gather;
+use super::strided::par_gather;
+use super::vector::vectorised_fn;
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::shaders;
-use crate::tensor::{DType, TensorMeta, broadcast_shapes, broadcast_strides, strided_offset};
+use crate::tensor::{DType, TensorMeta, broadcast_shapes, broadcast_strides};
 
 /// Sum over one axis.
 #[derive(Debug)]
@@ -25,6 +27,20 @@ pub(crate) fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usiz
         shape[axis + 1..].iter().product(),
     )
 }
+
+vectorised_fn! {
+    /// o += rows 1..len of `x`, rows `stride` apart.
+    fn add_rows(o: &mut [f32], x: &[f32], stride: usize, len: usize) {
+        for k in 1..len {
+            for (o, &v) in o.iter_mut().zip(&x[k * stride..]) {
+                *o += v;
+            }
+        }
+    }
+}
+
+/// Output columns one CPU task of a sum over a non-innermost axis adds up.
+const SUM_COLUMNS: usize = 64;
 
 /// Axes at least this long get a whole workgroup per output element.
 const WORKGROUP_AXIS: usize = 64;
@@ -51,18 +67,22 @@ impl Op for Sum {
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let x = inputs[0].data;
         let (_, len, inner) = split_at_axis(inputs[0].shape(), self.axis);
-        let rows_per_chunk = (PAR_CHUNK / (len * inner).max(1)).max(1);
-        outputs[0]
-            .data
-            .par_chunks_mut(rows_per_chunk * inner.max(1))
-            .enumerate()
-            .for_each(|(c, chunk)| {
-                for (j, o) in chunk.iter_mut().enumerate() {
-                    let flat = c * rows_per_chunk * inner + j;
-                    let (outer, i) = (flat / inner, flat % inner);
-                    *o = (0..len).map(|k| x[(outer * len + k) * inner + i]).sum();
-                }
+        let out = &mut *outputs[0].data;
+        if inner == 1 {
+            par_fill(out, |o| x[o * len..][..len].iter().sum());
+            return;
+        }
+        // Whole rows of `inner` values are added at once (the same order per element: k = 0,
+        // 1, ..), in column blocks so that long axes still split across threads.
+        let block = inner.min(SUM_COLUMNS);
+        out.par_chunks_mut(inner).enumerate().for_each(|(outer, o)| {
+            let x = &x[outer * len * inner..][..len * inner];
+            o.par_chunks_mut(block).enumerate().for_each(|(c, o)| {
+                let first = c * block;
+                o.copy_from_slice(&x[first..first + o.len()]);
+                add_rows(o, &x[first..], inner, len);
             });
+        });
     }
 
     fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
@@ -122,9 +142,8 @@ impl Op for BroadcastTo {
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
-        let x = inputs[0].data;
         let strides = broadcast_strides(inputs[0].shape(), &self.shape);
-        par_fill(outputs[0].data, |i| x[strided_offset(i, &self.shape, &strides)]);
+        par_gather(outputs[0].data, inputs[0].data, &self.shape, &strides);
     }
 
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {

@@ -3,13 +3,14 @@
 
 use rayon::prelude::*;
 
-use super::elementwise::{MAX_RANK, par_fill};
+use super::elementwise::MAX_RANK;
 use super::reduce::split_at_axis;
+use super::strided::par_gather;
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::shaders;
-use crate::tensor::{TensorMeta, numel, strided_offset, strides};
+use crate::tensor::{TensorMeta, numel, strides};
 
 /// Same elements, new shape. The planner gives the output the input's buffer, so nothing runs.
 #[derive(Debug)]
@@ -377,10 +378,9 @@ impl Op for Permute {
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
-        let x = inputs[0].data;
         let src = self.src_strides(inputs[0].shape());
         let shape = outputs[0].shape().to_vec();
-        par_fill(outputs[0].data, |i| x[strided_offset(i, &shape, &src)]);
+        par_gather(outputs[0].data, inputs[0].data, &shape, &src);
     }
 
     fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {

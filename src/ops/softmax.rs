@@ -1,6 +1,7 @@
 //! Softmax over the last axis, and its gradient.
 
 use super::elementwise::par_rows;
+use super::unary::exp;
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
@@ -46,7 +47,7 @@ impl Op for Softmax {
             let x = &x[row * len..][..len];
             let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             for (o, &v) in y.iter_mut().zip(x) {
-                *o = (v - max).exp();
+                *o = exp(v - max);
             }
             let total: f32 = y.iter().sum();
             for o in y.iter_mut() {

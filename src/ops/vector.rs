@@ -1,0 +1,37 @@
+//! Hot CPU loops compiled for the widest vector unit the machine has. The crate is built for
+//! the baseline x86-64 (SSE2, four lanes); on a CPU with AVX-512 or AVX2 the same loops run
+//! with sixteen or eight. Results are bitwise the same at every width: Rust neither reorders
+//! float sums nor fuses multiply-adds, so only independent elements share a vector.
+
+/// `vectorised_fn! { fn name(arg: Type, ..) { body } }` defines `name`, which runs
+/// `body` compiled for AVX-512 or AVX2 when the CPU has them (checked at run time, cached by
+/// std) and for the baseline otherwise. Helpers the body calls must be `#[inline(always)]` to be
+/// compiled at the body's width.
+macro_rules! vectorised_fn {
+    (
+        $(#[$meta:meta])*
+        $vis:vis fn $name:ident ($($arg:ident: $ty:ty),* $(,)?) $body:block
+    ) => {
+        $(#[$meta])*
+        $vis fn $name ($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                unsafe fn avx512 ($($arg: $ty),*) $body
+                #[target_feature(enable = "avx2")]
+                unsafe fn avx2 ($($arg: $ty),*) $body
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has AVX-512F, the only feature `avx512` is compiled for.
+                    return unsafe { avx512($($arg),*) };
+                }
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU has AVX2, the only feature `avx2` is compiled for.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            $body
+        }
+    };
+}
+
+pub(crate) use vectorised_fn;
