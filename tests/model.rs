@@ -6,7 +6,7 @@ use std::rc::Rc;
 use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::data::{BOS, IGNORE_INDEX, SyntheticTask};
 use posflow::graph::{Executor, Source};
-use posflow::model::{EmbedScale, Model, ModelConfig, ModelGraph, ModelKind, PosEnc};
+use posflow::model::{Block, EmbedScale, Model, ModelConfig, ModelGraph, ModelKind, PosEnc};
 use posflow::optim::{AdamW, Optimizer};
 use posflow::params::ParamStore;
 use posflow::{Graph, TensorId};
@@ -55,6 +55,7 @@ fn tiny(kind: ModelKind, posenc: PosEnc) -> ModelConfig {
         kind,
         posenc,
         embed_scale: EmbedScale::None,
+        block: Block::Residual,
     }
 }
 
@@ -224,6 +225,25 @@ fn parameter_names_and_shapes_are_the_documented_ones() {
         sorted(param_names(tiny(encoder, TUPE_R_UNTIED))),
         expect(&["cls_head.weight [32, 3]", "cls_head.bias [3]"], &tupe_r_untied)
     );
+    // Runge-Kutta blocks reuse the block's parameters in every stage; the gated one adds its gate.
+    for block in [Block::Rk2 { gamma: [1.0, 1.0] }, Block::Rk4] {
+        let config = ModelConfig {
+            block,
+            ..tiny(LM, PosEnc::None)
+        };
+        assert_eq!(sorted(param_names(config)), expect(&[], &[]), "{block:?}");
+    }
+    let gated = ModelConfig {
+        block: Block::Rk2Gated,
+        ..tiny(LM, PosEnc::None)
+    };
+    let gates = [
+        "blocks.0.gate.weight [64, 1]",
+        "blocks.0.gate.bias [1]",
+        "blocks.1.gate.weight [64, 1]",
+        "blocks.1.gate.bias [1]",
+    ];
+    assert_eq!(sorted(param_names(gated)), expect(&[], &gates));
 }
 
 #[test]
@@ -404,25 +424,30 @@ fn bad_inputs_are_errors() {
 fn gpu_gives_the_cpu_logits_loss_and_gradients() {
     let Some(gpu) = gpu_for_tests() else { return };
     let (batch, len, vocab) = (2, 9, 30);
+    let residual = Block::Residual;
     let cases = [
-        (LM, PosEnc::Sinusoidal { every_block: true }),
-        (ModelKind::CausalLm { tied_head: false }, PosEnc::Learned),
+        (LM, PosEnc::Sinusoidal { every_block: true }, residual),
+        (ModelKind::CausalLm { tied_head: false }, PosEnc::Learned, residual),
         (
             ModelKind::Encoder { n_classes: 3 },
             PosEnc::Sinusoidal { every_block: false },
+            residual,
         ),
-        (LM, T5),
+        (LM, T5, residual),
         (
             ModelKind::Encoder { n_classes: 3 },
             PosEnc::Relative {
                 buckets: 8,
                 max_distance: 20,
             },
+            residual,
         ),
-        (LM, TUPE_A),
-        (ModelKind::Encoder { n_classes: 3 }, TUPE_R_UNTIED),
+        (LM, TUPE_A, residual),
+        (ModelKind::Encoder { n_classes: 3 }, TUPE_R_UNTIED, residual),
+        (LM, PosEnc::Learned, Block::Rk4),
+        (ModelKind::Encoder { n_classes: 3 }, T5, Block::Rk2Gated),
     ];
-    for (kind, posenc) in cases {
+    for (kind, posenc, block) in cases {
         // The sinusoidal cases also cover the scaled token embeddings.
         let embed_scale = match posenc {
             PosEnc::Sinusoidal { .. } => EmbedScale::SqrtD,
@@ -430,6 +455,7 @@ fn gpu_gives_the_cpu_logits_loss_and_gradients() {
         };
         let config = ModelConfig {
             embed_scale,
+            block,
             ..tiny(kind, posenc)
         };
         let a = tokens(batch, len, vocab, 3);
@@ -457,7 +483,7 @@ fn gpu_gives_the_cpu_logits_loss_and_gradients() {
             let worst = c.iter().zip(g).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
             assert!(
                 worst <= 1e-4 * scale,
-                "{kind:?} {posenc:?} {what}: |gpu - cpu| = {worst}"
+                "{kind:?} {posenc:?} {block:?} {what}: |gpu - cpu| = {worst}"
             );
         };
         close("logits", &cl, &gl);
@@ -532,13 +558,17 @@ const COPY_LEN: usize = 14;
 const COPY_BATCH: usize = 16;
 const COPY_STEPS: usize = 400;
 
-/// Trains a tiny causal LM on the copy task on the CPU; returns the loss of every step.
-fn train_copy(posenc: PosEnc, embed_scale: EmbedScale, seed: u64) -> Vec<f32> {
-    let config = ModelConfig {
+/// A tiny causal LM for the copy task.
+fn copy_config(posenc: PosEnc, embed_scale: EmbedScale) -> ModelConfig {
+    ModelConfig {
         max_len: COPY_LEN,
         embed_scale,
         ..tiny(LM, posenc)
-    };
+    }
+}
+
+/// Trains `config` on the copy task on the CPU; returns the loss of every step.
+fn train_copy(config: ModelConfig, seed: u64) -> Vec<f32> {
     let model = Model::new(config).unwrap();
     let mut g = Graph::new();
     let built = model.build(&mut g, COPY_BATCH, COPY_LEN).unwrap();
@@ -597,8 +627,9 @@ fn mean(xs: &[f32]) -> f32 {
 /// `none`. The relative bias starts near zero (std 0.02), so it starts as none does. TUPE's
 /// positional correlation also starts near zero (projections N(0, 0.02)), but its table is layer
 /// normed and it learns as fast as the learned table.
-fn learns_the_copy_task(posenc: PosEnc, embed_scale: EmbedScale, threshold: f32) {
-    let losses = train_copy(posenc, embed_scale, 0);
+fn learns_the_copy_task(config: ModelConfig, threshold: f32) {
+    let (posenc, embed_scale, block) = (config.posenc, config.embed_scale, config.block);
+    let losses = train_copy(config, 0);
     let first = mean(&losses[..10]);
     let last = mean(&losses[COPY_STEPS - 20..]);
     assert!(
@@ -607,43 +638,43 @@ fn learns_the_copy_task(posenc: PosEnc, embed_scale: EmbedScale, threshold: f32)
     );
     assert!(
         last < threshold,
-        "{posenc:?} {embed_scale:?}: loss {first} -> {last}, not below {threshold}"
+        "{posenc:?} {embed_scale:?} {block:?}: loss {first} -> {last}, not below {threshold}"
     );
 }
 
 #[test]
 fn without_position_encoding_the_copy_task_is_learned() {
-    learns_the_copy_task(PosEnc::None, EmbedScale::None, 2.2);
+    learns_the_copy_task(copy_config(PosEnc::None, EmbedScale::None), 2.2);
 }
 
 #[test]
 fn with_sinusoidal_position_encoding_the_copy_task_is_learned() {
-    learns_the_copy_task(PosEnc::Sinusoidal { every_block: false }, EmbedScale::SqrtD, 2.3);
+    learns_the_copy_task(copy_config(PosEnc::Sinusoidal { every_block: false }, EmbedScale::SqrtD), 2.3);
 }
 
 #[test]
 fn with_sinusoidal_position_encoding_at_every_block_the_copy_task_is_learned() {
-    learns_the_copy_task(PosEnc::Sinusoidal { every_block: true }, EmbedScale::SqrtD, 1.9);
+    learns_the_copy_task(copy_config(PosEnc::Sinusoidal { every_block: true }, EmbedScale::SqrtD), 1.9);
 }
 
 #[test]
 fn with_learned_position_encoding_the_copy_task_is_learned() {
-    learns_the_copy_task(PosEnc::Learned, EmbedScale::None, 0.85);
+    learns_the_copy_task(copy_config(PosEnc::Learned, EmbedScale::None), 0.85);
 }
 
 #[test]
 fn with_relative_position_bias_the_copy_task_is_learned() {
-    learns_the_copy_task(T5, EmbedScale::None, 2.15);
+    learns_the_copy_task(copy_config(T5, EmbedScale::None), 2.15);
 }
 
 #[test]
 fn with_tupe_a_the_copy_task_is_learned() {
-    learns_the_copy_task(TUPE_A, EmbedScale::None, 0.85);
+    learns_the_copy_task(copy_config(TUPE_A, EmbedScale::None), 0.85);
 }
 
 #[test]
 fn with_tupe_r_the_copy_task_is_learned() {
-    learns_the_copy_task(TUPE_R, EmbedScale::None, 0.85);
+    learns_the_copy_task(copy_config(TUPE_R, EmbedScale::None), 0.85);
 }
 
 /// Rows of `ENCODER_LEN` tokens: BOS as [CLS], then 8 random symbols of ids 3..30; the class is 1
@@ -703,4 +734,37 @@ fn an_encoder_with_tupe_r_and_untied_cls_learns_a_majority_vote() {
     let (first, last) = (mean(&losses[..10]), mean(&losses[ENCODER_STEPS - 20..]));
     assert!(first > 0.6, "the untrained loss {first} should be near ln 2");
     assert!(last < 0.25, "loss {first} -> {last}, not below 0.25");
+}
+
+/// TEMPORARY measurement, removed before commit.
+#[test]
+fn zz_measure_rk_copy() {
+    let which = std::env::var("RK_MEASURE").unwrap_or_default();
+    for layers in [1, 2] {
+        for (name, block) in [
+            ("residual", Block::Residual),
+            ("rk2", Block::Rk2 { gamma: [0.5, 0.5] }),
+            ("rk2_11", Block::Rk2 { gamma: [1.0, 1.0] }),
+            ("rk2_gated", Block::Rk2Gated),
+            ("rk4", Block::Rk4),
+        ] {
+            if !which.split(',').any(|w| w == name) {
+                continue;
+            }
+            let config = ModelConfig {
+                layers,
+                block,
+                ..copy_config(PosEnc::Learned, EmbedScale::None)
+            };
+            let t = std::time::Instant::now();
+            let losses = train_copy(config, 0);
+            eprintln!(
+                "MEASURE layers {layers} {name}: first {:.3} mid {:.3} last {:.3} ({:.1} s)",
+                mean(&losses[..10]),
+                mean(&losses[180..200]),
+                mean(&losses[COPY_STEPS - 20..]),
+                t.elapsed().as_secs_f32()
+            );
+        }
+    }
 }
