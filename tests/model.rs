@@ -428,7 +428,11 @@ fn gpu_gives_the_cpu_logits_loss_and_gradients() {
     let residual = Block::Residual;
     let cases = [
         (LM, PosEnc::Sinusoidal { every_block: true }, residual),
-        (ModelKind::CausalLm { tied_head: false }, PosEnc::Learned, residual),
+        (
+            ModelKind::CausalLm { tied_head: false },
+            PosEnc::Learned,
+            residual,
+        ),
         (
             ModelKind::Encoder { n_classes: 3 },
             PosEnc::Sinusoidal { every_block: false },
@@ -658,12 +662,18 @@ fn without_position_encoding_the_copy_task_is_learned() {
 
 #[test]
 fn with_sinusoidal_position_encoding_the_copy_task_is_learned() {
-    learns_the_copy_task(copy_config(PosEnc::Sinusoidal { every_block: false }, EmbedScale::SqrtD), 2.3);
+    learns_the_copy_task(
+        copy_config(PosEnc::Sinusoidal { every_block: false }, EmbedScale::SqrtD),
+        2.3,
+    );
 }
 
 #[test]
 fn with_sinusoidal_position_encoding_at_every_block_the_copy_task_is_learned() {
-    learns_the_copy_task(copy_config(PosEnc::Sinusoidal { every_block: true }, EmbedScale::SqrtD), 1.9);
+    learns_the_copy_task(
+        copy_config(PosEnc::Sinusoidal { every_block: true }, EmbedScale::SqrtD),
+        1.9,
+    );
 }
 
 #[test]
@@ -783,4 +793,3 @@ fn an_encoder_with_tupe_r_and_untied_cls_learns_a_majority_vote() {
     assert!(first > 0.6, "the untrained loss {first} should be near ln 2");
     assert!(last < 0.25, "loss {first} -> {last}, not below 0.25");
 }
-

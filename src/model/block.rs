@@ -109,7 +109,13 @@ impl BlockParams {
             down: Linear::declare(g, &format!("{prefix}.ffn.down"), c.ffn, d, residual)?,
             // Zero: g = ½ for every position at the start, RK2 with γ = ½, ½.
             gate: match c.block {
-                Block::Rk2Gated => Some(Linear::declare(g, &format!("{prefix}.gate"), 2 * d, 1, Init::Zeros)?),
+                Block::Rk2Gated => Some(Linear::declare(
+                    g,
+                    &format!("{prefix}.gate"),
+                    2 * d,
+                    1,
+                    Init::Zeros,
+                )?),
                 _ => None,
             },
         })
@@ -168,7 +174,10 @@ pub(super) fn block(
             let y4 = g.rk_combine(x, &[(1.0, f3)])?;
             let f4 = f(g, y4, 3)?;
             let sixth = 1.0 / 6.0;
-            g.rk_combine(x, &[(sixth, f1), (2.0 * sixth, f2), (2.0 * sixth, f3), (sixth, f4)])
+            g.rk_combine(
+                x,
+                &[(sixth, f1), (2.0 * sixth, f2), (2.0 * sixth, f3), (sixth, f4)],
+            )
         }
     }
 }

@@ -536,7 +536,8 @@ mod tests {
 
     #[test]
     fn block_reads_every_kind_with_rk2_s_default_gamma() {
-        let with = |block: &str| TINY.replace(r#""max_len": 16"#, &format!(r#""max_len": 16, "block": {block}"#));
+        let with =
+            |block: &str| TINY.replace(r#""max_len": 16"#, &format!(r#""max_len": 16, "block": {block}"#));
         let read = |block: &str| ModelConfig::from_json(&with(block)).map(|c| c.block);
         assert_eq!(read(r#"{ "type": "residual" }"#).unwrap(), Block::Residual);
         assert_eq!(
@@ -558,7 +559,10 @@ mod tests {
         let e = err(r#"{ "type": "rk4", "gamma": [1, 1] }"#);
         assert!(e.contains("block.gamma is a setting of type rk2 only"), "{e}");
         let e = err(r#"{ "type": "rk2", "gama": [1, 1] }"#);
-        assert!(e.contains("unknown field `gama`, expected `type` or `gamma`"), "{e}");
+        assert!(
+            e.contains("unknown field `gama`, expected `type` or `gamma`"),
+            "{e}"
+        );
         let e = err(r#"{ "type": "rk2", "gamma": [1, 1, 1] }"#);
         assert!(
             e.contains("block.gamma takes the 2 coefficients of F1 and F2, got [1.0, 1.0, 1.0]"),
