@@ -87,8 +87,6 @@ struct BlockParams {
     ln2: LayerNorm,
     up: Linear,
     down: Linear,
-    /// `[2D, 1]` and `[1]`, for `rk2_gated`.
-    gate: Option<Linear>,
 }
 
 impl BlockParams {
@@ -107,17 +105,6 @@ impl BlockParams {
             ln2: LayerNorm::declare(g, &format!("{prefix}.ln2"), d)?,
             up: Linear::declare(g, &format!("{prefix}.ffn.up"), d, c.ffn, normal)?,
             down: Linear::declare(g, &format!("{prefix}.ffn.down"), c.ffn, d, residual)?,
-            // Zero: g = ½ for every position at the start, RK2 with γ = ½, ½.
-            gate: match c.block {
-                Block::Rk2Gated => Some(Linear::declare(
-                    g,
-                    &format!("{prefix}.gate"),
-                    2 * d,
-                    1,
-                    Init::Zeros,
-                )?),
-                _ => None,
-            },
         })
     }
 }
@@ -160,8 +147,10 @@ pub(super) fn block(
             let f1 = f(g, x, 0)?;
             let y2 = g.rk_combine(x, &[(1.0, f1)])?;
             let f2 = f(g, y2, 1)?;
+            // `[2D, 1]` and `[1]`, zero: g = ½ everywhere at the start, RK2 with γ = ½, ½.
+            let gate = Linear::declare(g, &format!("blocks.{layer}.gate"), 2 * c.d_model, 1, Init::Zeros)?;
             let both = g.concat(&[f1, f2], 2)?;
-            let gate = p.gate.as_ref().expect("declared for rk2_gated").apply(g, both)?;
+            let gate = gate.apply(g, both)?;
             let gate = g.sigmoid(gate)?;
             g.rk_gated(x, f1, f2, gate)
         }
