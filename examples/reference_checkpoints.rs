@@ -47,6 +47,7 @@ fn config(kind: ModelKind, posenc: PosEnc) -> ModelConfig {
         kind,
         posenc,
         embed_scale: EmbedScale::None,
+        block: posflow::model::Block::Residual,
     }
 }
 

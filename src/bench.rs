@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::graph::{Executor, Graph};
-use crate::model::{EmbedScale, Model, ModelConfig, ModelKind, PosEnc};
+use crate::model::{Block, EmbedScale, Model, ModelConfig, ModelKind, PosEnc};
 use crate::optim::{AdamW, Optimizer};
 use crate::params::ParamStore;
 use crate::tensor::TensorMeta;
@@ -93,6 +93,7 @@ impl Default for TrainBench {
                 kind: ModelKind::CausalLm { tied_head: true },
                 posenc: PosEnc::Learned,
                 embed_scale: EmbedScale::None,
+                block: Block::Residual,
             },
             batch: 16,
             len: 128,

@@ -7,7 +7,7 @@ use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::data::BOS;
 use posflow::graph::{Executor, Graph};
 use posflow::model::{
-    EmbedScale, FloaterConfig, GradientMethod, Model, ModelConfig, ModelKind, Nonlinearity, PosEnc,
+    Block, EmbedScale, FloaterConfig, GradientMethod, Model, ModelConfig, ModelKind, Nonlinearity, PosEnc,
     SolverMethod,
 };
 use posflow::params::ParamStore;
@@ -43,6 +43,7 @@ fn tiny(posenc: FloaterConfig) -> ModelConfig {
         kind: ModelKind::CausalLm { tied_head: true },
         posenc: PosEnc::Floater(posenc),
         embed_scale: EmbedScale::None,
+        block: Block::Residual,
     }
 }
 

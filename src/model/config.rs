@@ -12,7 +12,8 @@ use crate::ops::attention::MAX_HEAD_DIM;
 /// ```json
 /// { "vocab": 31, "d_model": 32, "heads": 2, "layers": 2, "ffn": 128, "max_len": 64,
 ///   "kind": { "type": "causal_lm", "tied_head": true },
-///   "posenc": { "type": "sinusoidal", "every_block": false }, "embed_scale": "sqrt_d" }
+///   "posenc": { "type": "sinusoidal", "every_block": false }, "embed_scale": "sqrt_d",
+///   "block": { "type": "rk2", "gamma": [0.5, 0.5] } }
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -36,6 +37,92 @@ pub struct ModelConfig {
     /// How the token embeddings are scaled. Optional in a config file; defaults to `none`.
     #[serde(default)]
     pub embed_scale: EmbedScale,
+    /// How each block steps its input: a residual (Euler) step or a Runge-Kutta one. Optional in
+    /// a config file; defaults to `residual`.
+    #[serde(default)]
+    pub block: Block,
+}
+
+/// The step each block takes (ODE Transformer, Li et al. 2022). `F(y) = a + FFN(LN2(y + a))` with
+/// `a = Attn(LN1(y))` is the pre-norm attention+FFN sub-block minus its input, each output through
+/// dropout in training; every stage of a block evaluates `F` with the block's one set of
+/// parameters. In TOML:
+///
+/// ```toml
+/// block = { type = "residual" }                  # y + F(y), the default
+/// block = { type = "rk2" }                       # γ = ½, ½ (Heun)
+/// block = { type = "rk2", gamma = [1.0, 1.0] }   # the paper's RK2 with γ = 1, 1
+/// block = { type = "rk2_gated" }                 # y + g·F1 + (1 − g)·F2, g learned per position
+/// block = { type = "rk4" }
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "BlockSpec", into = "BlockSpec")]
+pub enum Block {
+    /// `y' = y + F(y)`: the pre-norm Transformer block, one Euler step.
+    #[default]
+    Residual,
+    /// `F1 = F(y)`, `F2 = F(y + F1)`, `y' = y + γ1·F1 + γ2·F2`; `gamma` defaults to `[0.5, 0.5]`.
+    Rk2 { gamma: [f32; 2] },
+    /// RK2's stages, combined by a learned gate: `g = sigmoid([F1, F2]·W + b)` for each position,
+    /// `y' = y + g·F1 + (1 − g)·F2`, with `blocks.i.gate.weight` `[2·d_model, 1]` and
+    /// `blocks.i.gate.bias` `[1]`, both initialised to 0 so that the block starts as RK2 with
+    /// γ = ½, ½.
+    Rk2Gated,
+    /// `F1 = F(y)`, `F2 = F(y + ½F1)`, `F3 = F(y + ½F2)`, `F4 = F(y + F3)`,
+    /// `y' = y + (F1 + 2F2 + 2F3 + F4)/6`.
+    Rk4,
+}
+
+/// A [`Block`] as written in a config: its `type`, and `gamma` for `rk2` only. (Serde's tagged
+/// enums would let a unit variant ignore a stray `gamma`.)
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BlockSpec {
+    #[serde(rename = "type")]
+    kind: BlockType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gamma: Option<Vec<f32>>,
+}
+
+#[derive(Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum BlockType {
+    Residual,
+    Rk2,
+    Rk2Gated,
+    Rk4,
+}
+
+impl TryFrom<BlockSpec> for Block {
+    type Error = String;
+
+    fn try_from(spec: BlockSpec) -> std::result::Result<Self, String> {
+        match (spec.kind, spec.gamma) {
+            (BlockType::Rk2, None) => Ok(Self::Rk2 { gamma: [0.5, 0.5] }),
+            (BlockType::Rk2, Some(gamma)) => match gamma[..] {
+                [g1, g2] => Ok(Self::Rk2 { gamma: [g1, g2] }),
+                _ => Err(format!(
+                    "block.gamma takes the 2 coefficients of F1 and F2, got {gamma:?}"
+                )),
+            },
+            (_, Some(_)) => Err("block.gamma is a setting of type rk2 only".into()),
+            (BlockType::Residual, None) => Ok(Self::Residual),
+            (BlockType::Rk2Gated, None) => Ok(Self::Rk2Gated),
+            (BlockType::Rk4, None) => Ok(Self::Rk4),
+        }
+    }
+}
+
+impl From<Block> for BlockSpec {
+    fn from(block: Block) -> Self {
+        let (kind, gamma) = match block {
+            Block::Residual => (BlockType::Residual, None),
+            Block::Rk2 { gamma } => (BlockType::Rk2, Some(gamma.to_vec())),
+            Block::Rk2Gated => (BlockType::Rk2Gated, None),
+            Block::Rk4 => (BlockType::Rk4, None),
+        };
+        Self { kind, gamma }
+    }
 }
 
 /// The factor on the token-embedding lookup, and the matching init of `tok_emb.weight`.
@@ -191,6 +278,11 @@ impl ModelConfig {
         if !(0.0..1.0).contains(&self.dropout) {
             return config_err(format!("dropout must be in [0, 1), got {}", self.dropout));
         }
+        if let Block::Rk2 { gamma } = self.block
+            && !gamma.iter().all(|c| c.is_finite())
+        {
+            return config_err(format!("block.gamma must be finite, got {gamma:?}"));
+        }
         if let ModelKind::Encoder { n_classes: 0 } = self.kind {
             return config_err("an encoder needs n_classes ≥ 1, got 0".into());
         }
@@ -276,6 +368,7 @@ mod tests {
         assert_eq!(config.kind, ModelKind::CausalLm { tied_head: true });
         assert_eq!(config.posenc, PosEnc::Sinusoidal { every_block: false });
         assert_eq!(config.embed_scale, EmbedScale::None);
+        assert_eq!(config.block, Block::Residual);
         assert_eq!(config.head_dim(), 16);
     }
 
@@ -444,6 +537,60 @@ mod tests {
         assert_eq!(
             error_of(r#""ffn": 128"#, r#""ffn": 128, "dropout": 1.0"#),
             "model config: dropout must be in [0, 1), got 1"
+        );
+    }
+
+    #[test]
+    fn block_reads_every_kind_with_rk2_s_default_gamma() {
+        let with =
+            |block: &str| TINY.replace(r#""max_len": 16"#, &format!(r#""max_len": 16, "block": {block}"#));
+        let read = |block: &str| ModelConfig::from_json(&with(block)).map(|c| c.block);
+        assert_eq!(read(r#"{ "type": "residual" }"#).unwrap(), Block::Residual);
+        assert_eq!(
+            read(r#"{ "type": "rk2" }"#).unwrap(),
+            Block::Rk2 { gamma: [0.5, 0.5] }
+        );
+        assert_eq!(
+            read(r#"{ "type": "rk2", "gamma": [1, 1] }"#).unwrap(),
+            Block::Rk2 { gamma: [1.0, 1.0] }
+        );
+        assert_eq!(read(r#"{ "type": "rk2_gated" }"#).unwrap(), Block::Rk2Gated);
+        assert_eq!(read(r#"{ "type": "rk4" }"#).unwrap(), Block::Rk4);
+        let err = |block: &str| read(block).unwrap_err().to_string();
+        let e = err(r#"{ "type": "rk3" }"#);
+        assert!(
+            e.contains("unknown variant `rk3`, expected one of `residual`, `rk2`, `rk2_gated`, `rk4`"),
+            "{e}"
+        );
+        let e = err(r#"{ "type": "rk4", "gamma": [1, 1] }"#);
+        assert!(e.contains("block.gamma is a setting of type rk2 only"), "{e}");
+        let e = err(r#"{ "type": "rk2", "gama": [1, 1] }"#);
+        assert!(
+            e.contains("unknown field `gama`, expected `type` or `gamma`"),
+            "{e}"
+        );
+        let e = err(r#"{ "type": "rk2", "gamma": [1, 1, 1] }"#);
+        assert!(
+            e.contains("block.gamma takes the 2 coefficients of F1 and F2, got [1.0, 1.0, 1.0]"),
+            "{e}"
+        );
+        for block in [Block::Rk2 { gamma: [1.0, 1.0] }, Block::Rk4] {
+            let config = ModelConfig {
+                block,
+                ..ModelConfig::from_json(TINY).unwrap()
+            };
+            let json = serde_json::to_string(&config).unwrap();
+            assert_eq!(ModelConfig::from_json(&json).unwrap(), config, "{json}");
+        }
+        let infinite = ModelConfig {
+            block: Block::Rk2 {
+                gamma: [0.5, f32::INFINITY],
+            },
+            ..ModelConfig::from_json(TINY).unwrap()
+        };
+        assert_eq!(
+            infinite.validate().unwrap_err().to_string(),
+            "model config: block.gamma must be finite, got [0.5, inf]"
         );
     }
 }

@@ -4,16 +4,24 @@
 //! ```text
 //! x = Drop(tok_emb[tokens] (· √D if embed_scale sqrt_d) (+ position term))   see `posenc`
 //! for each block:  (+ position term, if every_block)
-//!     x = x + Drop(Attn(LN1(x)))                  causal for the LM, key mask for padding;
-//!                                                 logits q·k/√Dh (TUPE: /√(2·Dh)) + position bias
-//!     x = x + Drop(FFN(LN2(x)))                   FFN = down(GELU(up(x)))
+//!     F(y) = a + Drop(FFN(LN2(y + a)))            a = Drop(Attn(LN1(y))); causal for the LM, key
+//!                                                 mask for padding; logits q·k/√Dh (TUPE:
+//!                                                 /√(2·Dh)) + position bias; FFN = down(GELU(up))
+//!     x = x + F(x)                                residual (the default): the pre-norm block
+//!     x = x + γ1·F1 + γ2·F2                       rk2: F1 = F(x), F2 = F(x + F1)
+//!     x = x + g·F1 + (1 − g)·F2                   rk2_gated: g = sigmoid([F1, F2]·gate.W + gate.b)
+//!     x = x + (F1 + 2F2 + 2F3 + F4)/6             rk4: F2 = F(x + ½F1), F3 = F(x + ½F2), F4 = F(x + F3)
 //! LM:      logits = LN_f(x) · tok_emb^T  (tied, never scaled)  or  LN_f(x) · lm_head.weight
 //! encoder: logits = cls_head(LN_f(x[:, 0]))       position 0 holds BOS as [CLS]
 //! loss = cross_entropy(logits, targets, IGNORE_INDEX)
 //! ```
 //!
 //! `Drop` is dropout with the config's probability in graphs from [`Model::build_training`] and
-//! the identity everywhere else.
+//! the identity everywhere else; each stage of a Runge-Kutta block draws its own masks.
+//!
+//! The block kinds are the ODE Transformer's ([`Block`], the config's `block`): every stage `Fi`
+//! of a block uses the block's one set of parameters, so `rk2` and `rk4` have the residual
+//! model's parameters (and 2 or 4 times its block compute); `rk2_gated` adds the gate.
 //!
 //! # Parameter names
 //!
@@ -48,6 +56,8 @@
 //! | `blocks.i.ffn.up.bias`       | [F]            | 0                          | always                  |
 //! | `blocks.i.ffn.down.weight`   | [F, D]         | N(0, 0.02/√(2·layers))     | always                  |
 //! | `blocks.i.ffn.down.bias`     | [D]            | 0                          | always                  |
+//! | `blocks.i.gate.weight`       | [2D, 1]        | 0                          | block `rk2_gated`       |
+//! | `blocks.i.gate.bias`         | [1]            | 0                          | block `rk2_gated`       |
 //! | `ln_f.gain`                  | [D]            | 1                          | always                  |
 //! | `ln_f.bias`                  | [D]            | 0                          | always                  |
 //! | `lm_head.weight`             | [D, V]         | N(0, 0.02)                 | causal LM, untied head  |
@@ -61,6 +71,9 @@
 //! then multiplied by √D, so the embeddings start with std 1; a tied head reads the table
 //! unscaled, as fairseq does.
 //!
+//! The gate's rows are `[F1 | F2]`: rows `0..D` weigh F1, rows `D..2D` weigh F2. It starts at 0,
+//! so g = ½ everywhere and the block starts as `rk2` with γ = ½, ½ (the paper gives no init).
+//!
 //! The columns of `attn.qkv` are `[q | k | v]`, each D wide; head `h` uses columns
 //! `h·Dh .. (h+1)·Dh` of each part (Dh = D / heads), as `qkv.split(D, -1)` then
 //! `.view(B, L, heads, Dh)` in PyTorch. The TUPE projections `posenc.tupe.query/key.weight` split
@@ -72,10 +85,12 @@
 //! indices) and TUPE's [CLS] masks `posenc.tupe.keep`, `posenc.tupe.cls_row`,
 //! `posenc.tupe.cls_column` (f32 `[L, L]`); [`ModelGraph::feed`] writes the constants.
 
+mod block;
 mod config;
 pub mod posenc;
 mod transformer;
 
-pub use config::{EmbedScale, ModelConfig, ModelKind, PosEnc};
+pub use block::LN_EPS;
+pub use config::{Block, EmbedScale, ModelConfig, ModelKind, PosEnc};
 pub use posenc::{FloaterConfig, GradientMethod, Nonlinearity, SolverMethod};
-pub use transformer::{LN_EPS, Model, ModelGraph};
+pub use transformer::{Model, ModelGraph};

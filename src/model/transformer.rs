@@ -1,19 +1,13 @@
 //! The pre-norm Transformer of a [`ModelConfig`], built into a [`Graph`] for one (batch, length).
 
+use super::block::{self, BlockInputs, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm, Linear};
 use super::config::{EmbedScale, ModelConfig, ModelKind};
-use super::posenc::{self, Constant, PositionTerms};
+use super::posenc::{self, Constant};
 use crate::data::{BOS, Batch, IGNORE_INDEX};
 use crate::error::{Error, Result};
 use crate::graph::{Executor, Graph, Init, TensorId};
-use crate::ops::attention::AttentionOpts;
 use crate::ops::ode_flow::check_status;
 use crate::tensor::TensorMeta;
-
-/// Layer normalisation's epsilon (PyTorch's default).
-pub const LN_EPS: f32 = 1e-5;
-
-/// GPT-2's standard deviation for every weight matrix and embedding table.
-const INIT_STD: f32 = 0.02;
 
 /// A validated configuration, ready to be built into graphs of any shape. Graphs of different
 /// shapes declare the same parameters, so one `ParamStore` serves them all.
@@ -48,19 +42,6 @@ pub struct ModelGraph {
     /// Statuses of the position encoding's ODE solve (FLOATER): executors must keep them among
     /// their outputs ([`ModelGraph::outputs`]) and [`ModelGraph::check`] them after each run.
     checks: Vec<TensorId>,
-}
-
-/// What every block of one graph shares.
-struct BlockInputs {
-    batch: usize,
-    len: usize,
-    key_mask: Option<TensorId>,
-    /// `[H, L, L]`, added to every layer's attention logits.
-    attention_bias: Option<TensorId>,
-    /// The factor on q·k.
-    attention_scale: f32,
-    /// The step's seed input and the drop probability, in training graphs of a model with dropout.
-    dropout: Option<(TensorId, f32)>,
 }
 
 /// What a graph is for.
@@ -146,6 +127,7 @@ impl Model {
         let shared = BlockInputs {
             batch,
             len,
+            causal: matches!(c.kind, ModelKind::CausalLm { .. }),
             key_mask,
             attention_bias: positions.attention_bias,
             attention_scale: positions
@@ -154,12 +136,15 @@ impl Model {
             dropout,
         };
         for layer in 0..c.layers {
-            x = self.block(g, x, layer, &shared, &positions)?;
+            if let Some(&p) = positions.at_block.get(layer) {
+                x = g.add(x, p)?;
+            }
+            x = block::block(g, c, x, layer, &shared)?;
         }
 
         let (logits, targets) = match c.kind {
             ModelKind::CausalLm { tied_head } => {
-                let x = self.layer_norm(g, x, "ln_f")?;
+                let x = LayerNorm::declare(g, "ln_f", d)?.apply(g, x)?;
                 // The tied head reads the table unscaled, whatever embed_scale (fairseq).
                 let logits = if tied_head {
                     g.matmul_t(x, tok_emb, false, true)?
@@ -172,8 +157,9 @@ impl Model {
             ModelKind::Encoder { n_classes } => {
                 let cls = g.slice(x, 1, 0, 1)?;
                 let cls = g.reshape(cls, &[batch, d])?;
-                let cls = self.layer_norm(g, cls, "ln_f")?;
-                let logits = linear(g, cls, "cls_head", d, n_classes, INIT_STD)?;
+                let cls = LayerNorm::declare(g, "ln_f", d)?.apply(g, cls)?;
+                let head = Linear::declare(g, "cls_head", d, n_classes, Init::Normal(INIT_STD))?;
+                let logits = head.apply(g, cls)?;
                 (logits, g.input("targets", TensorMeta::i32(&[batch])))
             }
         };
@@ -195,108 +181,6 @@ impl Model {
             dropout_seed: dropout.map(|(seed, _)| seed),
         })
     }
-
-    /// x + Attn(LN(x)), then x + FFN(LN(x)); the position term first when it goes to every block.
-    fn block(
-        &self,
-        g: &mut Graph,
-        mut x: TensorId,
-        layer: usize,
-        shared: &BlockInputs,
-        positions: &PositionTerms,
-    ) -> Result<TensorId> {
-        let c = &self.config;
-        let prefix = format!("blocks.{layer}");
-        // GPT-2: the projections into the residual stream start smaller, so the stream's variance
-        // does not grow with depth.
-        let residual_std = INIT_STD / (2.0 * c.layers as f32).sqrt();
-        if let Some(&p) = positions.at_block.get(layer) {
-            x = g.add(x, p)?;
-        }
-        let h = self.layer_norm(g, x, &format!("{prefix}.ln1"))?;
-        let h = self.self_attention(g, h, &format!("{prefix}.attn"), shared, residual_std)?;
-        let h = dropout(g, h, shared, 2 * layer as u32 + 1)?;
-        x = g.add(x, h)?;
-        let h = self.layer_norm(g, x, &format!("{prefix}.ln2"))?;
-        let h = linear(g, h, &format!("{prefix}.ffn.up"), c.d_model, c.ffn, INIT_STD)?;
-        let h = g.gelu(h)?;
-        let h = linear(
-            g,
-            h,
-            &format!("{prefix}.ffn.down"),
-            c.ffn,
-            c.d_model,
-            residual_std,
-        )?;
-        let h = dropout(g, h, shared, 2 * layer as u32 + 2)?;
-        g.add(x, h)
-    }
-
-    /// Multi-head self-attention of `x [B, L, D]`: one fused q|k|v projection, heads split to
-    /// `[B, H, L, Dh]`, the fused attention op, heads merged, the output projection.
-    fn self_attention(
-        &self,
-        g: &mut Graph,
-        x: TensorId,
-        prefix: &str,
-        shared: &BlockInputs,
-        residual_std: f32,
-    ) -> Result<TensorId> {
-        let c = &self.config;
-        let (b, l, d, h, dh) = (shared.batch, shared.len, c.d_model, c.heads, c.head_dim());
-        let qkv = linear(g, x, &format!("{prefix}.qkv"), d, 3 * d, INIT_STD)?;
-        let mut split = |part: usize| -> Result<TensorId> {
-            let t = g.slice(qkv, 2, part * d, (part + 1) * d)?;
-            let t = g.reshape(t, &[b, l, h, dh])?;
-            g.permute(t, &[0, 2, 1, 3])
-        };
-        let (q, k, v) = (split(0)?, split(1)?, split(2)?);
-        let opts = AttentionOpts {
-            causal: matches!(c.kind, ModelKind::CausalLm { .. }),
-            scale: shared.attention_scale,
-            bias: shared.attention_bias,
-            key_mask: shared.key_mask,
-        };
-        let out = g.attention(q, k, v, opts)?;
-        let out = g.permute(out, &[0, 2, 1, 3])?;
-        let out = g.reshape(out, &[b, l, d])?;
-        linear(g, out, &format!("{prefix}.out"), d, d, residual_std)
-    }
-
-    fn layer_norm(&self, g: &mut Graph, x: TensorId, prefix: &str) -> Result<TensorId> {
-        let d = self.config.d_model;
-        let gain = g.param(&format!("{prefix}.gain"), &[d], Init::Ones)?;
-        let bias = g.param(&format!("{prefix}.bias"), &[d], Init::Zeros)?;
-        g.layernorm(x, gain, bias, LN_EPS)
-    }
-}
-
-/// The dropout salt of the embeddings; block `i`'s attention and FFN outputs use 2i + 1 and
-/// 2i + 2, so every site draws its own mask from the step's seed.
-const EMBEDDING_DROPOUT_SALT: u32 = 0;
-
-/// `x` through dropout in training graphs of a model with dropout; `x` itself otherwise.
-fn dropout(g: &mut Graph, x: TensorId, shared: &BlockInputs, salt: u32) -> Result<TensorId> {
-    match shared.dropout {
-        Some((seed, p)) => g.dropout(x, seed, p, salt),
-        None => Ok(x),
-    }
-}
-
-/// `x · W + b` with `W [inputs, outputs]` (PyTorch's `nn.Linear.weight` is its transpose) and a
-/// zero-initialised bias.
-fn linear(
-    g: &mut Graph,
-    x: TensorId,
-    prefix: &str,
-    inputs: usize,
-    outputs: usize,
-    std: f32,
-) -> Result<TensorId> {
-    let w = g.param(&format!("{prefix}.weight"), &[inputs, outputs], Init::Normal(std))?;
-    let b = g.param(&format!("{prefix}.bias"), &[outputs], Init::Zeros)?;
-    let y = g.matmul(x, w)?;
-    g.add(y, b)
 }
 
 impl ModelGraph {

@@ -243,6 +243,12 @@ def forward(cfg, p, tokens, key_mask=None):
     p = UsedParams(p, used)
     b, length = tokens.shape
     d = cfg["d_model"]
+    block = cfg.get("block", {"type": "residual"})["type"]
+    if block != "residual":
+        # gen_rk_block.py holds the reference of one Runge-Kutta block; this model is residual only.
+        raise SystemExit(f"model_reference.py builds residual blocks only, this checkpoint has {block} blocks")
+    if cfg["posenc"]["type"] not in POSENCS:
+        raise SystemExit(f"model_reference.py has no {cfg['posenc']['type']} position encoding yet")
     terms = POSENCS[cfg["posenc"]["type"]](cfg, p, length)
     x = p["tok_emb.weight"][tokens]
     if cfg.get("embed_scale", "none") == "sqrt_d":

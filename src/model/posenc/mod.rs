@@ -147,6 +147,7 @@ mod tests {
                 max_distance: 20,
             },
             embed_scale: crate::model::EmbedScale::None,
+            block: crate::model::Block::Residual,
         }
     }
 
