@@ -417,15 +417,31 @@ mod tests {
     }
 
     #[test]
-    fn encodings_not_built_yet_are_unknown_variants() {
-        let err = error_of(r#""sinusoidal""#, r#""floater""#);
+    fn unknown_encodings_are_errors_listing_the_known_ones() {
+        let err = error_of(r#""sinusoidal""#, r#""rope""#);
         assert!(
             err.contains(
-                "unknown variant `floater`, expected one of `none`, `sinusoidal`, `learned`, `relative`, \
-                 `tupe_a`, `tupe_r`"
+                "unknown variant `rope`, expected one of `none`, `sinusoidal`, `learned`, `relative`, \
+                 `tupe_a`, `tupe_r`, `floater`"
             ),
             "{err}"
         );
+    }
+
+    #[test]
+    fn floater_reads_its_defaults_and_refuses_bad_settings() {
+        let config =
+            ModelConfig::from_json(&TINY.replace(r#"{ "type": "sinusoidal" }"#, r#"{ "type": "floater" }"#))
+                .unwrap();
+        let PosEnc::Floater(floater) = config.posenc else {
+            panic!("{:?}", config.posenc)
+        };
+        assert!(floater.every_block && floater.delta == 0.1 && floater.substeps == 1);
+        assert_eq!(floater.method, crate::model::SolverMethod::Midpoint);
+        let err = error_of(r#""sinusoidal""#, r#""floater", "delta": -1"#);
+        assert_eq!(err, "model config: FLOATER's delta must be positive, got -1");
+        let err = error_of(r#""sinusoidal""#, r#""floater", "method": "dopri5", "rtol": 0"#);
+        assert!(err.contains("dopri5 needs rtol > 0"), "{err}");
     }
 
     #[test]
