@@ -71,15 +71,20 @@ impl Op for CrossEntropy {
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let (logits, targets) = (inputs[0].data, inputs[1].ints());
         let vocab = logits.len() / targets.len().max(1);
-        let (sum, count) = logits
+        // Per-row losses in parallel, summed in row order: the same loss on every run.
+        let losses: Vec<Option<f64>> = logits
             .par_chunks(vocab.max(1))
             .zip(targets.par_iter())
-            .filter_map(|(row, &t)| {
+            .map(|(row, &t)| {
                 let t = counted(t, self.ignore_index, vocab)?;
                 let (max, sum) = row_stats(row);
-                Some((f64::from(sum.ln() + max - row[t]), 1usize))
+                Some(f64::from(sum.ln() + max - row[t]))
             })
-            .reduce(|| (0.0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+            .collect();
+        let (sum, count) = losses
+            .iter()
+            .flatten()
+            .fold((0.0, 0usize), |(s, c), l| (s + l, c + 1));
         outputs[0].data[0] = if count == 0 {
             0.0
         } else {

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::{Backend, Bound, Buffer, Step, f32_words, words_f32};
 use crate::error::{Error, Result};
 use crate::graph::{Executor, Gradients, Graph};
+use crate::ops::elementwise::PAR_CHUNK;
 use crate::ops::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, grid};
 use crate::params::ParamStore;
 use crate::shaders;
@@ -60,7 +61,14 @@ impl Op for SumSquares {
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
-        outputs[0].data[self.slot] = inputs[0].data.par_iter().map(|g| g * g).sum();
+        // Fixed chunks summed in order: rayon's own `sum` splits the work by what threads are
+        // free, so its rounding (and with clipping, the whole run) would vary from run to run.
+        let partial: Vec<f32> = inputs[0]
+            .data
+            .par_chunks(PAR_CHUNK)
+            .map(|chunk| chunk.iter().map(|g| g * g).sum())
+            .collect();
+        outputs[0].data[self.slot] = partial.iter().sum();
     }
 
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
