@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::graph::{Executor, Graph};
-use crate::model::{Block, EmbedScale, Model, ModelConfig, ModelKind, PosEnc};
+use crate::model::{Block, EmbedScale, FloaterConfig, GradientMethod, Model, ModelConfig, ModelKind, PosEnc};
 use crate::optim::{AdamW, Optimizer};
 use crate::params::ParamStore;
 use crate::tensor::TensorMeta;
@@ -103,6 +103,48 @@ impl Default for TrainBench {
     }
 }
 
+/// The model variants `bench train` compares with the peers' step: the same sizes with another
+/// position encoding or block.
+pub const TRAIN_VARIANTS: [&str; 7] = [
+    "learned",
+    "floater",
+    "floater_adjoint",
+    "tupe_a",
+    "rk2",
+    "rk2_gated",
+    "rk4",
+];
+
+impl TrainBench {
+    /// The peers' step with one thing changed, by name (see [`TRAIN_VARIANTS`]).
+    pub fn variant(name: &str) -> Result<Self> {
+        let mut bench = Self::default();
+        let floater = |gradient| {
+            PosEnc::Floater(FloaterConfig {
+                gradient,
+                ..serde_json::from_str(r#"{}"#).expect("every FLOATER setting has a default")
+            })
+        };
+        let m = &mut bench.model;
+        match name {
+            "learned" => {}
+            "floater" => m.posenc = floater(GradientMethod::Backprop),
+            "floater_adjoint" => m.posenc = floater(GradientMethod::Adjoint),
+            "tupe_a" => m.posenc = PosEnc::TupeA { untie_cls: false },
+            "rk2" => m.block = Block::Rk2 { gamma: [0.5, 0.5] },
+            "rk2_gated" => m.block = Block::Rk2Gated,
+            "rk4" => m.block = Block::Rk4,
+            other => {
+                return Err(Error::Input(format!(
+                    "unknown bench variant `{other}`; expected one of {}",
+                    TRAIN_VARIANTS.join(", ")
+                )));
+            }
+        }
+        Ok(bench)
+    }
+}
+
 /// The timing of [`train`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct TrainBenchRow {
@@ -172,4 +214,26 @@ pub fn train(backend: &Rc<dyn Backend>, bench: &TrainBench, steps: usize) -> Res
         first_loss: losses[0],
         last_loss: losses[losses.len() - 1],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{TRAIN_VARIANTS, TrainBench};
+    use crate::model::Model;
+
+    /// Every variant is a valid model that differs from the peers' step; unknown names list them.
+    #[test]
+    fn every_variant_is_a_valid_model() {
+        for name in TRAIN_VARIANTS {
+            let bench = TrainBench::variant(name).unwrap();
+            Model::new(bench.model.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(
+                name == "learned",
+                bench.model == TrainBench::default().model,
+                "{name}"
+            );
+        }
+        let err = TrainBench::variant("rope").unwrap_err().to_string();
+        assert!(err.contains("`rope`") && err.contains("floater_adjoint"), "{err}");
+    }
 }

@@ -89,6 +89,10 @@ enum Bench {
         /// Untimed steps first.
         #[arg(long, default_value_t = posflow::bench::TrainBench::default().warmup)]
         warmup: usize,
+        /// Models to time, each the peers' step with one change: learned (the peers' step),
+        /// floater, floater_adjoint, tupe_a, rk2, rk2_gated, rk4.
+        #[arg(long, value_delimiter = ',', default_values_t = ["learned".to_string()])]
+        variants: Vec<String>,
     },
 }
 
@@ -118,8 +122,13 @@ fn run(cli: Cli) -> posflow::Result<()> {
             what: Bench::Matmul { sizes, repeats },
         } => bench_matmul(&backend(choice)?, &sizes, repeats),
         Command::Bench {
-            what: Bench::Train { steps, warmup },
-        } => bench_train(&backend(choice)?, steps, warmup),
+            what:
+                Bench::Train {
+                    steps,
+                    warmup,
+                    variants,
+                },
+        } => bench_train(&backend(choice)?, steps, warmup, &variants),
     }
 }
 
@@ -194,27 +203,42 @@ fn bench_matmul(backend: &Rc<dyn Backend>, sizes: &[usize], repeats: usize) -> p
     Ok(())
 }
 
-fn bench_train(backend: &Rc<dyn Backend>, steps: usize, warmup: usize) -> posflow::Result<()> {
-    let bench = posflow::bench::TrainBench {
-        warmup,
-        ..Default::default()
-    };
-    let m = &bench.model;
+fn bench_train(
+    backend: &Rc<dyn Backend>,
+    steps: usize,
+    warmup: usize,
+    variants: &[String],
+) -> posflow::Result<()> {
+    let base = posflow::bench::TrainBench::default();
+    let m = &base.model;
     println!(
-        "model: causal LM, {} layers, d_model {}, {} heads, FFN {}, vocab {}, learned positions, \
-         tied head; batch {} x {} tokens; AdamW, clipping {:?}; {warmup} warmup + {steps} timed steps",
-        m.layers, m.d_model, m.heads, m.ffn, m.vocab, bench.batch, bench.len, bench.optimizer.max_grad_norm
+        "model: causal LM, {} layers, d_model {}, {} heads, FFN {}, vocab {}, tied head; batch {} x {} \
+         tokens; AdamW, clipping {:?}; {warmup} warmup + {steps} timed steps",
+        m.layers, m.d_model, m.heads, m.ffn, m.vocab, base.batch, base.len, base.optimizer.max_grad_norm
     );
-    let row = posflow::bench::train(backend, &bench, steps)?;
-    println!("parameters: {}", row.parameters);
     println!(
-        "ms/step: median {:.1}, best {:.1}; tokens/s: {:.0} (median); loss {:.3} -> {:.3}",
-        row.median_seconds * 1e3,
-        row.best_seconds * 1e3,
-        row.tokens_per_second,
-        row.first_loss,
-        row.last_loss
+        "{:<16} {:>10} {:>10} {:>10} {:>10} {:>9}  loss",
+        "variant", "parameters", "median ms", "best ms", "tokens/s", "vs first"
     );
+    let mut first = None;
+    for name in variants {
+        let bench = posflow::bench::TrainBench {
+            warmup,
+            ..posflow::bench::TrainBench::variant(name)?
+        };
+        let row = posflow::bench::train(backend, &bench, steps)?;
+        let reference = *first.get_or_insert(row.median_seconds);
+        println!(
+            "{name:<16} {:>10} {:>10.1} {:>10.1} {:>10.0} {:>8.2}x  {:.3} -> {:.3}",
+            row.parameters,
+            row.median_seconds * 1e3,
+            row.best_seconds * 1e3,
+            row.tokens_per_second,
+            row.median_seconds / reference,
+            row.first_loss,
+            row.last_loss
+        );
+    }
     Ok(())
 }
 
