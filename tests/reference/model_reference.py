@@ -36,6 +36,9 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+# HF transformers' T5Attention._relative_position_bucket, as the op's own reference uses it.
+from gen_relative import t5_bucket
+
 IGNORE_INDEX = -100
 BOS = 1
 SPECIALS = ["<pad>", "<bos>", "<eos>"]
@@ -98,29 +101,6 @@ def posenc_learned(cfg, p, length):
     if length > table.shape[0]:
         sys.exit(f"sequence length {length} is over the learned table's max_len {table.shape[0]}")
     return PositionTerms(at_input=table[:length])
-
-
-def t5_bucket(relative_position, bidirectional, num_buckets, max_distance):
-    """HF transformers' T5Attention._relative_position_bucket (as in gen_relative.py)."""
-    relative_buckets = 0
-    if bidirectional:
-        num_buckets //= 2
-        relative_buckets += (relative_position > 0).to(torch.long) * num_buckets
-        relative_position = torch.abs(relative_position)
-    else:
-        relative_position = -torch.min(relative_position, torch.zeros_like(relative_position))
-    max_exact = num_buckets // 2
-    is_small = relative_position < max_exact
-    relative_position_if_large = max_exact + (
-        torch.log(relative_position.float() / max_exact)
-        / math.log(max_distance / max_exact)
-        * (num_buckets - max_exact)
-    ).to(torch.long)
-    relative_position_if_large = torch.min(
-        relative_position_if_large, torch.full_like(relative_position_if_large, num_buckets - 1)
-    )
-    relative_buckets += torch.where(is_small, relative_position, relative_position_if_large)
-    return relative_buckets
 
 
 def relative_bias(cfg, p, length):
