@@ -41,7 +41,7 @@
 //! | `posenc.tupe.key.weight`     | [D, D]         | N(0, 0.02)                 | `tupe_a`, `tupe_r`      |
 //! | `posenc.tupe.cls_to_others`  | [H]            | 0                          | TUPE with `untie_cls`   |
 //! | `posenc.tupe.others_to_cls`  | [H]            | 0                          | TUPE with `untie_cls`   |
-//! | `posenc.floater.w1`, `.w2`   | [D, D + 1]     | N(0, √(2/(2D + 1)))        | posenc `floater`        |
+//! | `posenc.floater.w1`, `.w2`   | [D, D + 1]     | N(0, 0.02)                 | posenc `floater`        |
 //! | `posenc.floater.b1`, `.b2`   | [D]            | 0                          | posenc `floater`        |
 //! | `posenc.floater.initial`     | [blocks, D]    | N(0, 0.02)                 | posenc `floater`        |
 //! | `blocks.i.ln1.gain`          | [D]            | 1                          | always                  |
