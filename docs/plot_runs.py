@@ -35,12 +35,16 @@ def main():
 
     fig, (curves, bins_ax) = plt.subplots(1, 2, figsize=(12, 4.2), dpi=120)
     bin_names = []
+    # The first steps of a run with scaled embeddings start far higher; keep the rest readable.
+    settled_top = 0.0
     last_evals = []
     for run in args.runs:
         path, _, label = run.partition(":")
         records = [json.loads(line) for line in open(path) if line.strip()]
         train = [r for r in records if r["kind"] == "train"]
-        curves.plot([r["step"] for r in train], smooth([r["loss"] for r in train]), label=label or path, lw=1.8)
+        smoothed = smooth([r["loss"] for r in train])
+        curves.plot([r["step"] for r in train], smoothed, label=label or path, lw=1.8)
+        settled_top = max(settled_top, max(smoothed[len(smoothed) // 10 :], default=0.0))
         evals = [r for r in records if r["kind"] == "eval"]
         last_step = max((r["step"] for r in evals), default=None)
         last = {r["bin"]: r["loss"] for r in evals if r["step"] == last_step}
@@ -50,6 +54,8 @@ def main():
         last_evals.append((label or path, last))
     curves.set_xlabel("step")
     curves.set_ylabel("training loss (nats per character, smoothed)")
+    if settled_top > 0:
+        curves.set_ylim(top=settled_top * 1.25)
     curves.grid(True, alpha=0.3)
     curves.legend()
 
@@ -68,7 +74,7 @@ def main():
     bins_ax.set_xlabel("sequence length")
     bins_ax.set_ylabel("validation loss, last evaluation")
     bins_ax.grid(True, axis="y", alpha=0.3)
-    bins_ax.legend()
+    bins_ax.legend(loc="upper left", fontsize=8)
     if args.title:
         fig.suptitle(args.title)
     fig.tight_layout()
