@@ -253,3 +253,50 @@ fn bad_arguments_are_explained() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("must be at least 1"), "{}", stderr(&o));
 }
+
+/// FLOATER runs at any length: trained on 32 characters, `posflow eval` prints every bin up to 128.
+#[test]
+fn eval_prints_every_bin_for_a_floater_checkpoint() {
+    let dir = scratch("floater_eval");
+    let run = TINY_RUN
+        .replace(
+            r#"posenc = { type = "learned" }"#,
+            r#"posenc = { type = "floater", method = "rk4" }"#,
+        )
+        .replace("tiny.", "floater.");
+    std::fs::write(dir.join("floater.toml"), run).unwrap();
+    let o = posflow_in(
+        &dir,
+        &[
+            "train",
+            "--config",
+            "floater.toml",
+            "--device",
+            "cpu",
+            "--steps",
+            "2",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = posflow_in(
+        &dir,
+        &[
+            "eval",
+            "--checkpoint",
+            "floater.safetensors",
+            "--lengths",
+            "32,64,128",
+            "--batches",
+            "1",
+            "--device",
+            "cpu",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for bin in ["1-32", "33-64", "65-128"] {
+        assert!(out.contains(bin), "{bin} missing:\n{out}");
+    }
+    assert!(!out.contains("not evaluated"), "{out}");
+    assert_eq!(out.matches("> trained").count(), 2, "{out}");
+}
