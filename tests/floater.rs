@@ -7,8 +7,8 @@ use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::data::BOS;
 use posflow::graph::{Executor, Graph};
 use posflow::model::{
-    Block, EmbedScale, FloaterConfig, GradientMethod, Model, ModelConfig, ModelKind, Nonlinearity, PosEnc,
-    SolverMethod,
+    Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, Model, ModelConfig, ModelKind,
+    Nonlinearity, PosEnc, SolverMethod,
 };
 use posflow::params::ParamStore;
 use posflow::train::{RunConfig, Trainer};
@@ -19,6 +19,7 @@ fn cpu() -> Rc<dyn Backend> {
 
 fn floater(every_block: bool, method: SolverMethod, gradient: GradientMethod) -> FloaterConfig {
     FloaterConfig {
+        form: FloaterForm::Additive,
         every_block,
         delta: 0.1,
         method,
@@ -115,6 +116,10 @@ fn the_gpu_gives_the_cpu_logits_and_gradients() {
     let cases = [
         floater(true, SolverMethod::Midpoint, GradientMethod::Backprop),
         floater(false, SolverMethod::Rk4, GradientMethod::Adjoint),
+        FloaterConfig {
+            form: FloaterForm::Bias,
+            ..floater(true, SolverMethod::Euler, GradientMethod::Backprop)
+        },
     ];
     for case in cases {
         let config = tiny(case);
@@ -280,3 +285,75 @@ eval_batches = 1
 struct NoProgress;
 
 impl posflow::train::Progress for NoProgress {}
+
+/// The compatible form with zero dynamics is exactly the sinusoidal Transformer with the same
+/// weights: its q/k/v biases stay at their initial 0. With dynamics it differs, and every block's
+/// q, k and v dynamics get gradients.
+#[test]
+fn the_compatible_form_with_zero_dynamics_is_the_sinusoidal_model() {
+    let bias_form = FloaterConfig {
+        form: FloaterForm::Bias,
+        ..floater(true, SolverMethod::Midpoint, GradientMethod::Backprop)
+    };
+    let floater_config = ModelConfig {
+        embed_scale: EmbedScale::SqrtD,
+        ..tiny(bias_form)
+    };
+    let sinusoidal = ModelConfig {
+        posenc: PosEnc::Sinusoidal { every_block: false },
+        ..floater_config.clone()
+    };
+    let run = |config: &ModelConfig, zero_dynamics: bool| -> (Vec<f32>, Vec<(String, f32)>) {
+        let model = Model::new(config.clone()).unwrap();
+        let mut g = Graph::new();
+        let built = model.build(&mut g, 2, 7).unwrap();
+        let grads = g.backward(built.loss).unwrap();
+        // The same seed gives every shared parameter the same values in both models.
+        let params = ParamStore::init(cpu(), &g, 3).unwrap();
+        if zero_dynamics {
+            for (name, p) in params.iter() {
+                if name.starts_with("posenc.floater.") {
+                    params.set(name, &vec![0.0; p.meta.numel()]).unwrap();
+                }
+            }
+        }
+        let mut wanted = vec![built.logits, built.loss];
+        wanted.extend(grads.iter().map(|(_, grad)| grad));
+        let exec = Executor::new(&g, &built.outputs(&wanted), &params).unwrap();
+        let a: Vec<i32> = [tokens(7), tokens(8)[1..].to_vec()].concat();
+        let targets: Vec<i32> = a.iter().map(|t| (t + 1) % 30).collect();
+        built.feed(&exec, &a, &targets, None).unwrap();
+        exec.run().unwrap();
+        pollster::block_on(built.check(&exec)).unwrap();
+        let norms = grads
+            .iter()
+            .map(|(param, grad)| {
+                let v = exec.read_blocking(grad).unwrap();
+                (
+                    g.info(param).name.clone(),
+                    v.iter().map(|x| x * x).sum::<f32>().sqrt(),
+                )
+            })
+            .collect();
+        (exec.read_blocking(built.logits).unwrap(), norms)
+    };
+    let (want, _) = run(&sinusoidal, false);
+    let (got, norms) = run(&floater_config, true);
+    assert_eq!(
+        got, want,
+        "zero dynamics must give the sinusoidal model's logits exactly"
+    );
+    let (moved, norms_moving) = run(&floater_config, false);
+    assert_ne!(moved, want);
+    // 3 blocks × q, k, v × (w1, b1, w2, b2); with zero dynamics only the biases' paths are open.
+    let dynamics: Vec<_> = norms_moving
+        .iter()
+        .filter(|(n, _)| n.starts_with("posenc.floater.blocks."))
+        .collect();
+    assert_eq!(dynamics.len(), 3 * 3 * 4);
+    assert!(dynamics.iter().all(|(_, norm)| *norm > 0.0), "{dynamics:?}");
+    assert!(
+        norms.iter().any(|(n, norm)| n.ends_with(".b2") && *norm > 0.0),
+        "{norms:?}"
+    );
+}

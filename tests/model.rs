@@ -8,7 +8,7 @@ use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::data::{BOS, IGNORE_INDEX, SyntheticTask};
 use posflow::graph::{Executor, Source};
 use posflow::model::{
-    Block, EmbedScale, FloaterConfig, GradientMethod, Model, ModelConfig, ModelGraph, ModelKind,
+    Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, Model, ModelConfig, ModelGraph, ModelKind,
     Nonlinearity, PosEnc, SolverMethod,
 };
 use posflow::optim::{AdamW, Optimizer};
@@ -39,6 +39,7 @@ const TUPE_R_UNTIED: PosEnc = PosEnc::TupeR {
 
 /// FLOATER as configs/moby_floater.toml has it: every block, Δ = 0.1, midpoint, backprop.
 const FLOATER: PosEnc = PosEnc::Floater(FloaterConfig {
+    form: FloaterForm::Additive,
     every_block: true,
     delta: 0.1,
     method: SolverMethod::Midpoint,

@@ -30,6 +30,8 @@ pub(super) struct BlockInputs {
     pub attention_scale: f32,
     /// The step's seed input and the drop probability, in training graphs of a model with dropout.
     pub dropout: Option<(TensorId, f32)>,
+    /// `[L, 3D]` per block, added to its q|k|v projection (FLOATER's compatible form); empty when none.
+    pub qkv_bias: Vec<TensorId>,
 }
 
 /// `x · W + b` with `W [inputs, outputs]` (PyTorch's `nn.Linear.weight` is its transpose).
@@ -202,7 +204,10 @@ fn self_attention(
     shared: &BlockInputs,
 ) -> Result<TensorId> {
     let (b, l, d, h, dh) = (shared.batch, shared.len, c.d_model, c.heads, c.head_dim());
-    let qkv = p.qkv.apply(g, x)?;
+    let mut qkv = p.qkv.apply(g, x)?;
+    if let Some(&bias) = shared.qkv_bias.get(p.layer) {
+        qkv = g.add(qkv, bias)?;
+    }
     let mut split = |part: usize| -> Result<TensorId> {
         let t = g.slice(qkv, 2, part * d, (part + 1) * d)?;
         let t = g.reshape(t, &[b, l, h, dh])?;
@@ -279,6 +284,7 @@ mod tests {
                 attention_bias: None,
                 attention_scale: 1.0 / (c.head_dim() as f32).sqrt(),
                 dropout: None,
+                qkv_bias: Vec::new(),
             };
             Built {
                 out: block(g, &c, x, 0, &shared).unwrap(),

@@ -44,6 +44,7 @@
 //! | `posenc.floater.w1`, `.w2`   | [D, D + 1]     | N(0, 0.02)                 | posenc `floater`        |
 //! | `posenc.floater.b1`, `.b2`   | [D]            | 0                          | posenc `floater`        |
 //! | `posenc.floater.initial`     | [blocks, D]    | N(0, 0.02)                 | posenc `floater`        |
+//! | `posenc.floater.blocks.i.{q,k,v}.{w1,b1,w2,b2}` | as above | as above | `floater`, `form = "bias"` |
 //! | `blocks.i.ln1.gain`          | [D]            | 1                          | always                  |
 //! | `blocks.i.ln1.bias`          | [D]            | 0                          | always                  |
 //! | `blocks.i.attn.qkv.weight`   | [D, 3D]        | N(0, 0.02)                 | always                  |
@@ -92,5 +93,5 @@ mod transformer;
 
 pub use block::LN_EPS;
 pub use config::{Block, EmbedScale, ModelConfig, ModelKind, PosEnc};
-pub use posenc::{FloaterConfig, GradientMethod, Nonlinearity, SolverMethod};
+pub use posenc::{FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, SolverMethod};
 pub use transformer::{Model, ModelGraph};

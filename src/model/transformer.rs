@@ -134,6 +134,7 @@ impl Model {
                 .attention_scale
                 .unwrap_or(1.0 / (c.head_dim() as f32).sqrt()),
             dropout,
+            qkv_bias: positions.qkv_bias,
         };
         for layer in 0..c.layers {
             if let Some(&p) = positions.at_block.get(layer) {

@@ -23,7 +23,9 @@
 //! | `posenc.floater.b2`        | [D]          | 0                            |
 //! | `posenc.floater.initial`   | [blocks, D]  | N(0, 0.02), as a learned table |
 //!
-//! `blocks` is the number of layers with `every_block`, 1 otherwise.
+//! `blocks` is the number of layers with `every_block`, 1 otherwise. The compatible form
+//! (`form = "bias"`, [`FloaterForm::Bias`]) has no initial values (its biases start at 0) and one
+//! set of dynamics per block and projection: `posenc.floater.blocks.{n}.{q,k,v}.{w1,b1,w2,b2}`.
 
 use serde::{Deserialize, Serialize};
 
@@ -45,7 +47,11 @@ const WEIGHT_STD: f32 = 0.02;
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FloaterConfig {
-    /// Add p⁽ⁿ⁾ to the input of every block n (FLOATER's default), or p⁽⁰⁾ to the input only.
+    /// Where the encodings go; see [`FloaterForm`].
+    #[serde(default)]
+    pub form: FloaterForm,
+    /// Additive form: add p⁽ⁿ⁾ to the input of every block n (FLOATER's default), or p⁽⁰⁾ to the
+    /// input only. The compatible form always has every block.
     #[serde(default = "yes")]
     pub every_block: bool,
     /// The time between positions (the paper uses 0.1).
@@ -67,6 +73,21 @@ pub struct FloaterConfig {
     pub gradient: GradientMethod,
     #[serde(default = "default_activation")]
     pub activation: Nonlinearity,
+}
+
+/// How the encodings enter the model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FloaterForm {
+    /// p⁽ⁿ⁾(t_i) added to block n's input.
+    #[default]
+    Additive,
+    /// The paper's compatible form (eqs. 11–13): the sinusoidal Transformer (table at the input)
+    /// plus position-dependent biases of each block's q, k and v projections, each the solution
+    /// of its own dynamics (θ per block and projection) from b(0) = 0. With zero dynamics the
+    /// biases stay 0 and the model is exactly the sinusoidal Transformer with the same weights
+    /// (the paper warm-starts from a trained one; loading one into this form is not built yet).
+    Bias,
 }
 
 /// The ODE solver. `rk4` is torchdiffeq's (Kutta's 3/8 rule); `dopri5` adapts its steps and runs
@@ -148,6 +169,13 @@ impl FloaterConfig {
         if self.substeps == 0 {
             return Err("FLOATER's substeps must be at least 1".into());
         }
+        if self.form == FloaterForm::Bias && !self.every_block {
+            return Err(
+                "FLOATER's compatible form (form = \"bias\") gives every block its biases; \
+                        every_block = false is the additive form's setting"
+                    .into(),
+            );
+        }
         if self.method == SolverMethod::Dopri5 && !(self.rtol > 0.0 && self.atol > 0.0 && self.max_steps > 0)
         {
             return Err(format!(
@@ -183,7 +211,7 @@ pub(super) struct FloaterTerms {
     pub status: TensorId,
 }
 
-/// Declares the parameters and the solve for sequences of `len` positions.
+/// The additive form: the parameters and the solve for sequences of `len` positions.
 pub(super) fn build(
     g: &mut Graph,
     config: &FloaterConfig,
@@ -195,34 +223,10 @@ pub(super) fn build(
         .validate(d)
         .map_err(|e| Error::Input(format!("model config: {e}")))?;
     let blocks = if config.every_block { layers } else { 1 };
-    let w1 = g.param("posenc.floater.w1", &[d, d + 1], Init::Normal(WEIGHT_STD))?;
-    let b1 = g.param("posenc.floater.b1", &[d], Init::Zeros)?;
-    let w2 = g.param("posenc.floater.w2", &[d, d + 1], Init::Normal(WEIGHT_STD))?;
-    let b2 = g.param("posenc.floater.b2", &[d], Init::Zeros)?;
+    let theta = dynamics(g, "posenc.floater", d)?;
     let initial = g.param(INITIAL_NAME, &[blocks, d], Init::Normal(INITIAL_STD))?;
-    // θ in FloaterDynamics' layout: W1, b1, W2, b2, each row-major.
-    let w1_flat = g.reshape(w1, &[d * (d + 1)])?;
-    let w2_flat = g.reshape(w2, &[d * (d + 1)])?;
-    let theta = g.concat(&[w1_flat, b1, w2_flat, b2], 0)?;
-    let flow = OdeFlow {
-        dim: d,
-        hidden: d,
-        activation: match config.activation {
-            Nonlinearity::Relu => Activation::Relu,
-            Nonlinearity::Tanh => Activation::Tanh,
-        },
-        grid: Grid {
-            positions: len,
-            delta: config.delta,
-        },
-        method: config.method(),
-        gradient: match config.gradient {
-            GradientMethod::Backprop => FlowGradient::Backprop,
-            GradientMethod::Adjoint => FlowGradient::Adjoint,
-        },
-    };
     // [L, blocks, D]: block n's encodings are column n.
-    let (trajectory, status) = g.ode_flow(flow, theta, initial)?;
+    let (trajectory, status) = g.ode_flow(config.flow(len, d), theta, initial)?;
     let per_block = (0..blocks)
         .map(|n| {
             let column = g.slice(trajectory, 1, n, n + 1)?;
@@ -230,4 +234,67 @@ pub(super) fn build(
         })
         .collect::<Result<_>>()?;
     Ok(FloaterTerms { per_block, status })
+}
+
+/// The compatible form: for every block, `[L, 3D]` biases of its q|k|v projection, each part the
+/// solution of its own dynamics (`posenc.floater.blocks.{n}.{q,k,v}.*`) from 0; and the solves'
+/// statuses.
+pub(super) fn build_bias(
+    g: &mut Graph,
+    config: &FloaterConfig,
+    len: usize,
+    d: usize,
+    layers: usize,
+) -> Result<(Vec<TensorId>, Vec<TensorId>)> {
+    config
+        .validate(d)
+        .map_err(|e| Error::Input(format!("model config: {e}")))?;
+    let zero = g.fill(&[1, d], 0.0)?;
+    let mut biases = Vec::with_capacity(layers);
+    let mut statuses = Vec::with_capacity(3 * layers);
+    for n in 0..layers {
+        let mut parts = Vec::with_capacity(3);
+        for projection in ["q", "k", "v"] {
+            let theta = dynamics(g, &format!("posenc.floater.blocks.{n}.{projection}"), d)?;
+            let (trajectory, status) = g.ode_flow(config.flow(len, d), theta, zero)?;
+            parts.push(g.reshape(trajectory, &[len, d])?);
+            statuses.push(status);
+        }
+        biases.push(g.concat(&parts, 1)?);
+    }
+    Ok((biases, statuses))
+}
+
+/// h's parameters `{prefix}.w1`, `.b1`, `.w2`, `.b2`, flattened into θ in FloaterDynamics' layout.
+fn dynamics(g: &mut Graph, prefix: &str, d: usize) -> Result<TensorId> {
+    let w1 = g.param(&format!("{prefix}.w1"), &[d, d + 1], Init::Normal(WEIGHT_STD))?;
+    let b1 = g.param(&format!("{prefix}.b1"), &[d], Init::Zeros)?;
+    let w2 = g.param(&format!("{prefix}.w2"), &[d, d + 1], Init::Normal(WEIGHT_STD))?;
+    let b2 = g.param(&format!("{prefix}.b2"), &[d], Init::Zeros)?;
+    let w1_flat = g.reshape(w1, &[d * (d + 1)])?;
+    let w2_flat = g.reshape(w2, &[d * (d + 1)])?;
+    g.concat(&[w1_flat, b1, w2_flat, b2], 0)
+}
+
+impl FloaterConfig {
+    /// The op that solves these dynamics through `len` positions of width `d`.
+    fn flow(&self, len: usize, d: usize) -> OdeFlow {
+        OdeFlow {
+            dim: d,
+            hidden: d,
+            activation: match self.activation {
+                Nonlinearity::Relu => Activation::Relu,
+                Nonlinearity::Tanh => Activation::Tanh,
+            },
+            grid: Grid {
+                positions: len,
+                delta: self.delta,
+            },
+            method: self.method(),
+            gradient: match self.gradient {
+                GradientMethod::Backprop => FlowGradient::Backprop,
+                GradientMethod::Adjoint => FlowGradient::Adjoint,
+            },
+        }
+    }
 }

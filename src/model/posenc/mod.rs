@@ -11,7 +11,7 @@ mod relative;
 mod sinusoidal;
 mod tupe;
 
-pub use floater::{FloaterConfig, GradientMethod, Nonlinearity, SolverMethod};
+pub use floater::{FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, SolverMethod};
 pub use relative::{bucket_matrix, relative_bucket};
 pub use sinusoidal::sinusoidal_table;
 
@@ -26,6 +26,8 @@ pub struct PositionTerms {
     pub at_input: Option<TensorId>,
     /// `[L, d_model]` per block, added to the input of block i; empty when none.
     pub at_block: Vec<TensorId>,
+    /// `[L, 3·d_model]` per block, added to its q|k|v projection (FLOATER's compatible form).
+    pub qkv_bias: Vec<TensorId>,
     /// `[heads, L, L]`, added to every layer's attention logits (shared by the batch).
     pub attention_bias: Option<TensorId>,
     /// The attention op's factor on q·k when it is not the usual `1/√Dh` (TUPE: `1/√(2·Dh)`).
@@ -78,19 +80,33 @@ pub fn build(g: &mut Graph, config: &ModelConfig, len: usize) -> Result<Position
             })
         }
         PosEnc::TupeA { untie_cls } => build_tupe(g, config, len, None, untie_cls),
-        PosEnc::Floater(floater) => {
-            let terms = floater::build(g, &floater, len, config.d_model, config.layers)?;
-            let mut positions = PositionTerms {
-                checks: vec![terms.status],
-                ..PositionTerms::default()
-            };
-            if floater.every_block {
-                positions.at_block = terms.per_block;
-            } else {
-                positions.at_input = terms.per_block.first().copied();
+        PosEnc::Floater(floater) => match floater.form {
+            FloaterForm::Additive => {
+                let terms = floater::build(g, &floater, len, config.d_model, config.layers)?;
+                let mut positions = PositionTerms {
+                    checks: vec![terms.status],
+                    ..PositionTerms::default()
+                };
+                if floater.every_block {
+                    positions.at_block = terms.per_block;
+                } else {
+                    positions.at_input = terms.per_block.first().copied();
+                }
+                Ok(positions)
             }
-            Ok(positions)
-        }
+            FloaterForm::Bias => {
+                let (table, values) = sinusoidal::build(g, len, config.d_model);
+                let (qkv_bias, checks) =
+                    floater::build_bias(g, &floater, len, config.d_model, config.layers)?;
+                Ok(PositionTerms {
+                    at_input: Some(table),
+                    qkv_bias,
+                    checks,
+                    constants: vec![(table, Constant::F32(values))],
+                    ..PositionTerms::default()
+                })
+            }
+        },
         PosEnc::TupeR {
             untie_cls,
             buckets,
