@@ -301,6 +301,32 @@ impl Checkpoint {
         Ok(())
     }
 
+    /// A warm start: writes the checkpoint's values into the parameters of `params` that it holds
+    /// (a shape or dtype that differs is an error, and then nothing has changed) and returns the
+    /// names of the parameters it does not hold, which keep their values. Optimizer state is
+    /// ignored: the new run starts its own.
+    pub fn restore_shared(&self, params: &ParamStore) -> Result<Vec<String>> {
+        let mut writes = Vec::new();
+        let mut missing = Vec::new();
+        for (name, p) in params.iter() {
+            if self.tensors.contains_key(name) {
+                writes.push((&p.buffer, self.tensor_like(name, &p.meta)?));
+            } else {
+                missing.push(name.to_string());
+            }
+        }
+        if writes.is_empty() {
+            return Err(checkpoint_err(
+                &self.origin,
+                "shares no parameter with the model, so there is nothing to start from",
+            ));
+        }
+        for (buffer, words) in writes {
+            params.backend().write(buffer, words)?;
+        }
+        Ok(missing)
+    }
+
     /// The words of tensor `name`, which the model expects to be `meta`.
     fn tensor_like(&self, name: &str, meta: &TensorMeta) -> Result<&[u32]> {
         let err = |detail: String| checkpoint_err(&self.origin, detail);

@@ -300,3 +300,58 @@ fn eval_prints_every_bin_for_a_floater_checkpoint() {
     assert!(!out.contains("not evaluated"), "{out}");
     assert_eq!(out.matches("> trained").count(), 2, "{out}");
 }
+
+/// `--warm-start` starts a new run from the parameters a checkpoint shares with the model and
+/// says which are new.
+#[test]
+fn warm_start_loads_the_shared_parameters() {
+    let dir = scratch("warm_start");
+    std::fs::write(dir.join("tiny.toml"), TINY_RUN).unwrap();
+    let o = posflow_in(
+        &dir,
+        &[
+            "train",
+            "--config",
+            "tiny.toml",
+            "--device",
+            "cpu",
+            "--steps",
+            "1",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bias_form = TINY_RUN
+        .replace(
+            r#"posenc = { type = "learned" }"#,
+            r#"posenc = { type = "floater", form = "bias" }"#,
+        )
+        .replace("tiny.", "bias.");
+    std::fs::write(dir.join("bias.toml"), bias_form).unwrap();
+    let args = [
+        "train",
+        "--config",
+        "bias.toml",
+        "--warm-start",
+        "tiny.safetensors",
+        "--device",
+        "cpu",
+        "--steps",
+        "1",
+    ];
+    let o = posflow_in(&dir, &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("warm start from tiny.safetensors") && out.contains("12 new"),
+        "{out}"
+    );
+    let o = posflow_in(
+        &dir,
+        &["train", "--warm-start", "tiny.safetensors", "--device", "cpu"],
+    );
+    assert!(
+        !o.status.success() && stderr(&o).contains("--config"),
+        "{}",
+        stderr(&o)
+    );
+}

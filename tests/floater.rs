@@ -357,3 +357,78 @@ fn the_compatible_form_with_zero_dynamics_is_the_sinusoidal_model() {
         "{norms:?}"
     );
 }
+
+fn moby_run(posenc: &str) -> RunConfig {
+    let toml = format!(
+        r#"
+[data]
+task = "moby_dick"
+seq_len = 16
+
+[model]
+d_model = 16
+heads = 2
+layers = 2
+ffn = 32
+max_len = 16
+embed_scale = "sqrt_d"
+kind = {{ type = "causal_lm" }}
+posenc = {posenc}
+
+[train]
+steps = 3
+batch = 2
+lr = 1e-2
+"#
+    );
+    RunConfig::from_toml(&toml, "warm start run").unwrap()
+}
+
+fn logits_of(model: &Model, params: &ParamStore, text: &[i32]) -> Vec<f32> {
+    let mut g = Graph::new();
+    let built = model.build(&mut g, 1, text.len()).unwrap();
+    let exec = Executor::new(&g, &built.outputs(&[built.logits, built.loss]), params).unwrap();
+    built.feed(&exec, text, &vec![-100; text.len()], None).unwrap();
+    exec.run().unwrap();
+    exec.read_blocking(built.logits).unwrap()
+}
+
+/// A trained sinusoidal model warm-starts FLOATER's compatible form: every shared parameter is
+/// loaded, only the q/k/v dynamics are new, and with those at zero the model is the sinusoidal one.
+#[test]
+fn a_sinusoidal_checkpoint_warm_starts_the_compatible_form() {
+    let mut sinusoidal = Trainer::new(cpu(), moby_run(r#"{ type = "sinusoidal" }"#)).unwrap();
+    for _ in 0..3 {
+        pollster::block_on(sinusoidal.train_step()).unwrap();
+    }
+    let checkpoint = pollster::block_on(sinusoidal.checkpoint()).unwrap();
+    let (floater, fresh) = Trainer::warm_start(
+        cpu(),
+        moby_run(r#"{ type = "floater", form = "bias" }"#),
+        &checkpoint,
+    )
+    .unwrap();
+    assert_eq!(fresh.len(), 2 * 3 * 4, "{fresh:?}");
+    assert!(
+        fresh.iter().all(|n| n.starts_with("posenc.floater.blocks.")),
+        "{fresh:?}"
+    );
+    for name in &fresh {
+        let n = floater.params().get(name).unwrap().meta.numel();
+        floater.params().set(name, &vec![0.0; n]).unwrap();
+    }
+    let text = floater.tokenizer().encode("Call me Ishmael.").unwrap();
+    assert_eq!(
+        logits_of(floater.model(), floater.params(), &text),
+        logits_of(sinusoidal.model(), sinusoidal.params(), &text)
+    );
+
+    // A checkpoint of another width shares names but not shapes: an error naming the tensor.
+    let mut wide = moby_run(r#"{ type = "floater", form = "bias" }"#);
+    wide.model.d_model = 32;
+    let err = Trainer::warm_start(cpu(), wide, &checkpoint)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("has shape") && err.contains("expects"), "{err}");
+}

@@ -20,6 +20,10 @@ pub struct TrainArgs {
     /// Continue the run saved in this checkpoint. Without --config, the checkpoint's own config.
     #[arg(long)]
     resume: Option<PathBuf>,
+    /// Start a new run (needs --config) from the parameters of this checkpoint that the model
+    /// shares by name, e.g. a trained sinusoidal model for FLOATER's compatible form.
+    #[arg(long, conflicts_with = "resume", requires = "config")]
+    warm_start: Option<PathBuf>,
     /// Override [train] steps: the total, counting the steps a resumed run already made.
     #[arg(long)]
     steps: Option<usize>,
@@ -42,13 +46,24 @@ pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
         run.validate()?;
     }
     describe(&run);
-    let mut trainer = match &checkpoint {
-        Some(checkpoint) => {
+    let mut trainer = match (&checkpoint, &args.warm_start) {
+        (Some(checkpoint), _) => {
             let trainer = Trainer::resume(backend, run, checkpoint)?;
             println!("resuming at step {}", trainer.step());
             trainer
         }
-        None => Trainer::new(backend, run)?,
+        (None, Some(path)) => {
+            let (trainer, fresh) = Trainer::warm_start(backend, run, &Checkpoint::load(path)?)?;
+            println!(
+                "warm start from {}: {} parameters loaded, {} new ({})",
+                path.display(),
+                trainer.params().iter().count() - fresh.len(),
+                fresh.len(),
+                fresh.join(", ")
+            );
+            trainer
+        }
+        (None, None) => Trainer::new(backend, run)?,
     };
     let mut bar = Bar::new(&trainer);
     let summary = fit(&mut trainer, &mut bar)?;

@@ -112,6 +112,19 @@ impl Trainer {
         Ok(trainer)
     }
 
+    /// A fresh run whose parameters start from those of `checkpoint` with the same names (e.g. a
+    /// trained sinusoidal model for FLOATER's compatible form); the others keep their
+    /// initialisation. Returns the trainer and the names of the parameters not in the checkpoint.
+    pub fn warm_start(
+        backend: Rc<dyn Backend>,
+        run: RunConfig,
+        checkpoint: &Checkpoint,
+    ) -> Result<(Self, Vec<String>)> {
+        let trainer = Self::new(backend, run)?;
+        let fresh = checkpoint.restore_shared(&trainer.params)?;
+        Ok((trainer, fresh))
+    }
+
     pub fn run(&self) -> &RunConfig {
         &self.run
     }

@@ -86,7 +86,7 @@ pub enum FloaterForm {
     /// plus position-dependent biases of each block's q, k and v projections, each the solution
     /// of its own dynamics (θ per block and projection) from b(0) = 0. With zero dynamics the
     /// biases stay 0 and the model is exactly the sinusoidal Transformer with the same weights
-    /// (the paper warm-starts from a trained one; loading one into this form is not built yet).
+    /// (the paper warm-starts from a trained one: `Trainer::warm_start`, `posflow train --warm-start`).
     Bias,
 }
 
