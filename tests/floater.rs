@@ -171,26 +171,10 @@ fn any_length_works() {
 /// the step, so the parameters are those before it.
 #[test]
 fn a_diverging_solve_names_the_block_and_time_and_keeps_the_parameters() {
-    let toml = r#"
-[data]
-task = "moby_dick"
-seq_len = 16
-
-[model]
-d_model = 16
-heads = 2
-layers = 2
-ffn = 32
-max_len = 16
-kind = { type = "causal_lm" }
-posenc = { type = "floater", method = "euler" }
-
-[train]
-steps = 4
-batch = 2
-lr = 1e-3
-"#;
-    let run = RunConfig::from_toml(toml, "floater run").unwrap();
+    let run = moby_run(
+        r#"{ type = "floater", method = "euler" }"#,
+        "steps = 4\nbatch = 2\nlr = 1e-3",
+    );
     let mut trainer = Trainer::new(cpu(), run).unwrap();
     pollster::block_on(trainer.train_step()).unwrap();
     // Huge weights in both layers of h: its value overflows f32 at the first step.
@@ -243,28 +227,10 @@ fn bad_floater_configs_are_explained() {
 /// Trained on sequences of 16, evaluated on up to 128: every bin is there, none fails.
 #[test]
 fn a_model_trained_short_evaluates_eight_times_longer() {
-    let toml = r#"
-[data]
-task = "moby_dick"
-seq_len = 16
-
-[model]
-d_model = 16
-heads = 2
-layers = 2
-ffn = 32
-max_len = 16
-kind = { type = "causal_lm" }
-posenc = { type = "floater", method = "rk4" }
-
-[train]
-steps = 8
-batch = 4
-lr = 1e-2
-eval_lengths = [16, 64, 128]
-eval_batches = 1
-"#;
-    let run = RunConfig::from_toml(toml, "floater run").unwrap();
+    let run = moby_run(
+        r#"{ type = "floater", method = "rk4" }"#,
+        "steps = 8\nbatch = 4\nlr = 1e-2\neval_lengths = [16, 64, 128]\neval_batches = 1",
+    );
     let mut trainer = Trainer::new(cpu(), run).unwrap();
     let summary = posflow::train::fit(&mut trainer, &mut NoProgress).unwrap();
     assert!(summary.last_loss < summary.first_loss, "{summary:?}");
@@ -358,7 +324,8 @@ fn the_compatible_form_with_zero_dynamics_is_the_sinusoidal_model() {
     );
 }
 
-fn moby_run(posenc: &str) -> RunConfig {
+/// A small Moby Dick run with `posenc` and the `[train]` lines `train`.
+fn moby_run(posenc: &str, train: &str) -> RunConfig {
     let toml = format!(
         r#"
 [data]
@@ -376,13 +343,14 @@ kind = {{ type = "causal_lm" }}
 posenc = {posenc}
 
 [train]
-steps = 3
-batch = 2
-lr = 1e-2
+{train}
 "#
     );
-    RunConfig::from_toml(&toml, "warm start run").unwrap()
+    RunConfig::from_toml(&toml, "floater run").unwrap()
 }
+
+/// Three steps.
+const SHORT: &str = "steps = 3\nbatch = 2\nlr = 1e-2";
 
 fn logits_of(model: &Model, params: &ParamStore, text: &[i32]) -> Vec<f32> {
     let mut g = Graph::new();
@@ -397,14 +365,14 @@ fn logits_of(model: &Model, params: &ParamStore, text: &[i32]) -> Vec<f32> {
 /// loaded, only the q/k/v dynamics are new, and with those at zero the model is the sinusoidal one.
 #[test]
 fn a_sinusoidal_checkpoint_warm_starts_the_compatible_form() {
-    let mut sinusoidal = Trainer::new(cpu(), moby_run(r#"{ type = "sinusoidal" }"#)).unwrap();
+    let mut sinusoidal = Trainer::new(cpu(), moby_run(r#"{ type = "sinusoidal" }"#, SHORT)).unwrap();
     for _ in 0..3 {
         pollster::block_on(sinusoidal.train_step()).unwrap();
     }
     let checkpoint = pollster::block_on(sinusoidal.checkpoint()).unwrap();
     let (floater, fresh) = Trainer::warm_start(
         cpu(),
-        moby_run(r#"{ type = "floater", form = "bias" }"#),
+        moby_run(r#"{ type = "floater", form = "bias" }"#, SHORT),
         &checkpoint,
     )
     .unwrap();
@@ -424,7 +392,7 @@ fn a_sinusoidal_checkpoint_warm_starts_the_compatible_form() {
     );
 
     // A checkpoint of another width shares names but not shapes: an error naming the tensor.
-    let mut wide = moby_run(r#"{ type = "floater", form = "bias" }"#);
+    let mut wide = moby_run(r#"{ type = "floater", form = "bias" }"#, SHORT);
     wide.model.d_model = 32;
     let err = Trainer::warm_start(cpu(), wide, &checkpoint)
         .err()
