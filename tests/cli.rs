@@ -120,23 +120,23 @@ metrics = "tiny.jsonl"
 sample_prompt = "Call me "
 "#;
 
+/// Writes `toml` to `<name>.toml` in `dir` and trains it for `steps` steps on the CPU; the run
+/// must succeed.
+fn train_run(dir: &Path, name: &str, toml: &str, steps: &str) -> Output {
+    let config = format!("{name}.toml");
+    std::fs::write(dir.join(&config), toml).unwrap();
+    let o = posflow_in(
+        dir,
+        &["train", "--config", &config, "--device", "cpu", "--steps", steps],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    o
+}
+
 #[test]
 fn train_resume_eval_and_sample_a_checkpoint() {
     let dir = scratch("train_eval_sample");
-    std::fs::write(dir.join("tiny.toml"), TINY_RUN).unwrap();
-    let o = posflow_in(
-        &dir,
-        &[
-            "train",
-            "--config",
-            "tiny.toml",
-            "--device",
-            "cpu",
-            "--steps",
-            "3",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = train_run(&dir, "tiny", TINY_RUN, "3");
     assert!(
         stdout(&o).contains("saved step 3 to tiny.safetensors"),
         "{}",
@@ -264,20 +264,7 @@ fn eval_prints_every_bin_for_a_floater_checkpoint() {
             r#"posenc = { type = "floater", method = "rk4" }"#,
         )
         .replace("tiny.", "floater.");
-    std::fs::write(dir.join("floater.toml"), run).unwrap();
-    let o = posflow_in(
-        &dir,
-        &[
-            "train",
-            "--config",
-            "floater.toml",
-            "--device",
-            "cpu",
-            "--steps",
-            "2",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    train_run(&dir, "floater", &run, "2");
     let o = posflow_in(
         &dir,
         &[
@@ -306,20 +293,7 @@ fn eval_prints_every_bin_for_a_floater_checkpoint() {
 #[test]
 fn warm_start_loads_the_shared_parameters() {
     let dir = scratch("warm_start");
-    std::fs::write(dir.join("tiny.toml"), TINY_RUN).unwrap();
-    let o = posflow_in(
-        &dir,
-        &[
-            "train",
-            "--config",
-            "tiny.toml",
-            "--device",
-            "cpu",
-            "--steps",
-            "1",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    train_run(&dir, "tiny", TINY_RUN, "1");
     let bias_form = TINY_RUN
         .replace(
             r#"posenc = { type = "learned" }"#,
