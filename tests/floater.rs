@@ -29,6 +29,7 @@ fn floater(every_block: bool, method: SolverMethod, gradient: GradientMethod) ->
         max_steps: 10_000,
         gradient,
         activation: Nonlinearity::Tanh,
+        resolve_every: 1,
     }
 }
 

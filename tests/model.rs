@@ -49,6 +49,7 @@ const FLOATER: PosEnc = PosEnc::Floater(FloaterConfig {
     max_steps: 10_000,
     gradient: GradientMethod::Backprop,
     activation: Nonlinearity::Relu,
+    resolve_every: 1,
 });
 
 const ALL_POSENCS: [PosEnc; 8] = [

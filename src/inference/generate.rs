@@ -5,6 +5,7 @@
 
 use rand::{Rng, RngExt};
 
+use super::EncodingCache;
 use crate::data::{BOS, CharTokenizer, EOS, IGNORE_INDEX, PAD, SPECIAL_TOKENS};
 use crate::error::{Error, Result};
 use crate::graph::{Executor, Graph};
@@ -18,12 +19,15 @@ pub struct Generator {
     vocab: usize,
     graph: ModelGraph,
     exec: Executor,
+    /// FLOATER's encodings for the window, solved once.
+    encodings: Option<EncodingCache>,
 }
 
 impl Generator {
     /// A generator for `model` with the parameters in `params` (read at every prediction, so
-    /// training in between is seen), conditioning on at most `window` tokens (for a learned
-    /// position table, at most its length).
+    /// training in between is seen; FLOATER's encodings are solved once, so call
+    /// [`Generator::refresh_encodings`] after training its dynamics), conditioning on at most
+    /// `window` tokens (for a learned position table, at most its length).
     pub fn new(model: &Model, params: &ParamStore, tokenizer: CharTokenizer, window: usize) -> Result<Self> {
         if !matches!(model.config().kind, ModelKind::CausalLm { .. }) {
             return Err(Error::Input(
@@ -31,7 +35,7 @@ impl Generator {
             ));
         }
         let mut g = Graph::new();
-        let graph = model.build(&mut g, 1, window)?;
+        let graph = model.build_cached(&mut g, 1, window)?;
         let exec = Executor::new(&g, &graph.outputs(&[graph.logits, graph.loss]), params)?;
         Ok(Self {
             tokenizer,
@@ -39,6 +43,7 @@ impl Generator {
             vocab: model.config().vocab,
             graph,
             exec,
+            encodings: EncodingCache::new(model, params, window)?,
         })
     }
 
@@ -47,6 +52,13 @@ impl Generator {
     pub fn starting_with_bos(mut self) -> Self {
         self.starts_with_bos = true;
         self
+    }
+
+    /// Solves FLOATER's encodings again at the next prediction: after its dynamics trained.
+    pub fn refresh_encodings(&self) {
+        if let Some(cache) = &self.encodings {
+            cache.invalidate();
+        }
     }
 
     /// The probabilities of every token following `context` (token ids, at least one).
@@ -63,6 +75,9 @@ impl Generator {
         tokens.resize(window, PAD);
         self.graph
             .feed(&self.exec, &tokens, &vec![IGNORE_INDEX; window], None)?;
+        if let Some(cache) = &self.encodings {
+            self.graph.feed_encodings(&self.exec, &cache.values().await?)?;
+        }
         self.exec.run()?;
         self.graph.check(&self.exec).await?;
         let vocab = self.vocab;

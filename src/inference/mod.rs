@@ -1,8 +1,10 @@
 //! Using a trained model: load it from a checkpoint, then predict the next character or continue
 //! a prompt. The same code runs natively and in the browser.
 
+mod encodings;
 mod generate;
 mod saved;
 
+pub use encodings::EncodingCache;
 pub use generate::Generator;
 pub use saved::SavedModel;

@@ -93,5 +93,7 @@ mod transformer;
 
 pub use block::LN_EPS;
 pub use config::{Block, EmbedScale, ModelConfig, ModelKind, PosEnc};
-pub use posenc::{FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, SolverMethod};
+pub use posenc::{
+    EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, SolverMethod, encodings_shape,
+};
 pub use transformer::{Model, ModelGraph};

@@ -2,7 +2,7 @@
 
 use super::block::{self, BlockInputs, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm, Linear};
 use super::config::{EmbedScale, ModelConfig, ModelKind};
-use super::posenc::{self, Constant};
+use super::posenc::{self, Constant, EncodingSource};
 use crate::data::{BOS, Batch, IGNORE_INDEX};
 use crate::error::{Error, Result};
 use crate::graph::{Executor, Graph, Init, TensorId};
@@ -42,6 +42,11 @@ pub struct ModelGraph {
     /// Statuses of the position encoding's ODE solve (FLOATER): executors must keep them among
     /// their outputs ([`ModelGraph::outputs`]) and [`ModelGraph::check`] them after each run.
     checks: Vec<TensorId>,
+    /// FLOATER: every block's encodings in one tensor ([`crate::model::encodings_shape`]); an
+    /// input to write with [`ModelGraph::feed_encodings`] in graphs built with cached encodings,
+    /// the solve's result (to keep for them) otherwise.
+    pub encodings: Option<TensorId>,
+    encodings_source: EncodingSource,
 }
 
 /// What a graph is for.
@@ -51,6 +56,7 @@ struct Purpose {
     padded: bool,
     /// Applies dropout (when the config has some).
     training: bool,
+    encodings: EncodingSource,
 }
 
 impl Model {
@@ -69,6 +75,19 @@ impl Model {
         let purpose = Purpose {
             padded: false,
             training: false,
+            encodings: EncodingSource::Solve,
+        };
+        self.build_graph(g, batch, len, purpose)
+    }
+
+    /// [`Model::build`] with FLOATER's encodings as an input (solved once, e.g. by
+    /// [`crate::inference::EncodingCache`]), so a run costs what a plain model's does. For other
+    /// encodings it is `build`.
+    pub fn build_cached(&self, g: &mut Graph, batch: usize, len: usize) -> Result<ModelGraph> {
+        let purpose = Purpose {
+            padded: false,
+            training: false,
+            encodings: EncodingSource::Input,
         };
         self.build_graph(g, batch, len, purpose)
     }
@@ -80,6 +99,18 @@ impl Model {
         let purpose = Purpose {
             padded: false,
             training: true,
+            encodings: EncodingSource::Solve,
+        };
+        self.build_graph(g, batch, len, purpose)
+    }
+
+    /// [`Model::build_training`] with FLOATER's encodings as an input: the steps between two
+    /// solves when `resolve_every` > 1 (they train everything but the dynamics).
+    pub fn build_training_cached(&self, g: &mut Graph, batch: usize, len: usize) -> Result<ModelGraph> {
+        let purpose = Purpose {
+            padded: false,
+            training: true,
+            encodings: EncodingSource::Input,
         };
         self.build_graph(g, batch, len, purpose)
     }
@@ -89,6 +120,7 @@ impl Model {
         let purpose = Purpose {
             padded: true,
             training: false,
+            encodings: EncodingSource::Solve,
         };
         self.build_graph(g, batch, len, purpose)
     }
@@ -107,7 +139,7 @@ impl Model {
             .then(|| g.input("key_mask", TensorMeta::i32(&[batch, len])));
         let dropout = (purpose.training && c.dropout > 0.0)
             .then(|| (g.input("dropout_seed", TensorMeta::i32(&[1])), c.dropout));
-        let positions = posenc::build(g, c, len)?;
+        let positions = posenc::build_from(g, c, len, purpose.encodings)?;
 
         let tok_emb_std = match c.embed_scale {
             EmbedScale::None => INIT_STD,
@@ -179,6 +211,8 @@ impl Model {
             vocab: c.vocab,
             constants: positions.constants,
             checks: positions.checks,
+            encodings: positions.encodings,
+            encodings_source: purpose.encodings,
             dropout_seed: dropout.map(|(seed, _)| seed),
         })
     }
@@ -248,6 +282,24 @@ impl ModelGraph {
             check_status(&exec.read(status).await?)?;
         }
         Ok(())
+    }
+
+    /// Writes FLOATER's encodings (of [`crate::model::encodings_shape`]) into a graph built with
+    /// cached encodings.
+    pub fn feed_encodings(&self, exec: &Executor, values: &[f32]) -> Result<()> {
+        match self.encodings {
+            Some(t) if self.takes_encodings() => exec.set_f32(t, values),
+            _ => Err(Error::Input(
+                "this model graph solves its own position encodings; only a graph built with cached \
+                 encodings (Model::build_cached) takes them"
+                    .into(),
+            )),
+        }
+    }
+
+    /// Whether FLOATER's encodings are an input of this graph (to write before each run).
+    pub fn takes_encodings(&self) -> bool {
+        self.encodings.is_some() && self.encodings_source == EncodingSource::Input
     }
 
     /// Sets the dropout masks of the next run: a training loop writes a new seed every step (a

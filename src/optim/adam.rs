@@ -286,6 +286,11 @@ impl Optimizer {
 
     /// Call before each run of the training plan: advances the step count and sets the learning rate.
     pub fn prepare_step(&mut self, lr: f32) -> Result<()> {
+        // Plans attached with fewer gradients (FLOATER's cached steps) leave the other slots as
+        // an earlier plan wrote them: clear them so the norm counts only this step's gradients.
+        let slots = self.norms.meta.numel();
+        self.backend
+            .write(&self.norms.buffer, f32_words(&vec![0.0; slots]))?;
         self.step += 1;
         let t = self.step as i32;
         let schedule = [

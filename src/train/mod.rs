@@ -8,6 +8,7 @@ mod eval;
 mod fit;
 #[cfg(not(target_arch = "wasm32"))]
 mod metrics;
+mod program;
 mod schedule;
 mod task;
 mod trainer;
@@ -18,6 +19,7 @@ pub use eval::{EvalReport, Evaluator};
 pub use fit::{FitSummary, Progress, fit};
 #[cfg(not(target_arch = "wasm32"))]
 pub use metrics::{MetricsLog, Record};
+pub use program::TrainingProgram;
 pub use schedule::{Decay, Schedule};
 pub use task::{EvalSet, Task};
 pub use trainer::{RUN_KEY, StepStats, Trainer, saved_run};

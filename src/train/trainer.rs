@@ -6,14 +6,13 @@ use std::rc::Rc;
 
 use super::config::RunConfig;
 use super::eval::{EvalReport, Evaluator};
+use super::program::TrainingProgram;
 use super::task::Task;
 use crate::backend::Backend;
 use crate::checkpoint::{Checkpoint, Metadata, TrainingState};
 use crate::data::CharTokenizer;
 use crate::error::{Error, Result};
-use crate::graph::{Executor, Graph};
-use crate::model::{Model, ModelGraph};
-use crate::optim::Optimizer;
+use crate::model::Model;
 use crate::params::ParamStore;
 
 /// The key of the run config in a checkpoint's training state.
@@ -34,10 +33,7 @@ pub struct Trainer {
     run: RunConfig,
     task: Task,
     model: Model,
-    params: ParamStore,
-    optimizer: Optimizer,
-    graph: ModelGraph,
-    exec: Executor,
+    program: TrainingProgram,
     evaluator: Evaluator,
     /// Steps completed.
     step: usize,
@@ -56,24 +52,20 @@ impl Trainer {
             )));
         }
         let model = Model::new(run.model.clone())?;
-        let mut g = Graph::new();
-        let graph = model.build_training(&mut g, run.train.batch, task.train_len())?;
-        let grads = g.backward(graph.loss)?;
-        let params = ParamStore::init(backend, &g, run.train.seed)?;
-        let optimizer = Optimizer::new(run.adamw(), &params)?;
-        let mut outputs = vec![graph.loss];
-        outputs.extend(grads.iter().map(|(_, grad)| grad));
-        let mut exec = Executor::new(&g, &graph.outputs(&outputs), &params)?;
-        optimizer.attach(&mut exec, &g, &grads, &params)?;
+        let program = TrainingProgram::new(
+            &model,
+            backend,
+            run.train.batch,
+            task.train_len(),
+            run.train.seed,
+            run.adamw(),
+        )?;
         let evaluator = Evaluator::new(model.clone());
         Ok(Self {
             run,
             task,
             model,
-            params,
-            optimizer,
-            graph,
-            exec,
+            program,
             evaluator,
             step: 0,
         })
@@ -100,7 +92,8 @@ impl Trainer {
             return Err(differs("seed or batch"));
         }
         let mut trainer = Self::new(backend, run)?;
-        checkpoint.restore(&trainer.params, Some(&mut trainer.optimizer))?;
+        let (params, optimizer) = trainer.program.state_mut();
+        checkpoint.restore(params, Some(optimizer))?;
         let step = checkpoint.metadata().training.step as usize;
         if step > trainer.run.train.steps {
             return Err(Error::Input(format!(
@@ -121,7 +114,7 @@ impl Trainer {
         checkpoint: &Checkpoint,
     ) -> Result<(Self, Vec<String>)> {
         let trainer = Self::new(backend, run)?;
-        let fresh = checkpoint.restore_shared(&trainer.params)?;
+        let fresh = checkpoint.restore_shared(trainer.program.params())?;
         Ok((trainer, fresh))
     }
 
@@ -134,7 +127,7 @@ impl Trainer {
     }
 
     pub fn params(&self) -> &ParamStore {
-        &self.params
+        self.program.params()
     }
 
     pub fn tokenizer(&self) -> CharTokenizer {
@@ -152,7 +145,8 @@ impl Trainer {
 
     /// Tokens per training batch, padding included: what the engine computes on.
     pub fn tokens_per_step(&self) -> usize {
-        self.graph.batch * self.graph.len
+        let graph = self.program.graph();
+        graph.batch * graph.len
     }
 
     /// One training step. A non-finite loss or gradient is an error naming the step; checkpoints
@@ -161,24 +155,22 @@ impl Trainer {
         let step = self.step;
         let t = &self.run.train;
         let batch = self.task.train_batch(t.seed, step, t.batch)?;
-        self.graph.feed_batch(&self.exec, &batch)?;
-        // A new mask every step, the same on resume: a function of the seed and the step alone.
-        self.graph.set_dropout_seed(
-            &self.exec,
-            (t.seed as u32) ^ (step as u32).wrapping_mul(0x9E37_79B9),
-        )?;
         let lr = self.run.schedule().lr(step);
-        self.optimizer.prepare_step(lr)?;
-        self.exec.run()?;
-        if let Err(e) = self.graph.check(&self.exec).await {
+        // A new mask every step, the same on resume: a function of the seed and the step alone.
+        let dropout_seed = (t.seed as u32) ^ (step as u32).wrapping_mul(0x9E37_79B9);
+        self.program.launch(step, lr, |graph, exec| {
+            graph.feed_batch(exec, &batch)?;
+            graph.set_dropout_seed(exec, dropout_seed)
+        })?;
+        if let Err(e) = self.program.check().await {
             // Its non-finite encodings made every gradient non-finite, so AdamW skipped the step.
             return Err(Error::Training(format!(
                 "{e}, at step {step}; the update was skipped, so the parameters are those before this \
                  step"
             )));
         }
-        let loss = self.exec.read(self.graph.loss).await?[0];
-        let grad_norm = self.optimizer.last_grad_norm().await?;
+        let loss = self.program.loss().await?;
+        let grad_norm = self.program.optimizer().last_grad_norm().await?;
         if !(loss.is_finite() && grad_norm.is_finite()) {
             // AdamW skips a step whose gradient norm is not finite; a non-finite loss with finite
             // gradients (rare) has been applied.
@@ -207,7 +199,7 @@ impl Trainer {
         let t = &self.run.train;
         let sets = self.task.eval_sets(&t.eval_lengths, t.batch, t.eval_batches);
         self.evaluator
-            .evaluate(&self.params, sets, self.task.train_len())
+            .evaluate(self.program.params(), sets, self.task.train_len())
             .await
     }
 
@@ -228,7 +220,7 @@ impl Trainer {
             },
             tokenizer: Some(self.tokenizer().to_json()),
         };
-        Checkpoint::gather(&self.params, Some(&self.optimizer), metadata).await
+        Checkpoint::gather(self.program.params(), Some(self.program.optimizer()), metadata).await
     }
 }
 

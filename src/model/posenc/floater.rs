@@ -33,6 +33,7 @@ use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, TensorId};
 use crate::ode::{Activation, Grid, Method, Scheme, Tolerance};
 use crate::ops::ode_flow::{FlowGradient, MAX_DIM, OdeFlow};
+use crate::tensor::TensorMeta;
 
 pub const INITIAL_NAME: &str = "posenc.floater.initial";
 
@@ -73,6 +74,11 @@ pub struct FloaterConfig {
     pub gradient: GradientMethod,
     #[serde(default = "default_activation")]
     pub activation: Nonlinearity,
+    /// Training solves the ODE, and updates its parameters, every this many steps; the steps in
+    /// between reuse the last solve's encodings (the paper's caching: the dynamics train less
+    /// often, the step costs a plain model's). 1 solves every step.
+    #[serde(default = "one")]
+    pub resolve_every: usize,
 }
 
 /// How the encodings enter the model.
@@ -169,6 +175,9 @@ impl FloaterConfig {
         if self.substeps == 0 {
             return Err("FLOATER's substeps must be at least 1".into());
         }
+        if self.resolve_every == 0 {
+            return Err("FLOATER's resolve_every must be at least 1 (1 solves every step)".into());
+        }
         if self.form == FloaterForm::Bias && !self.every_block {
             return Err(
                 "FLOATER's compatible form (form = \"bias\") gives every block its biases; \
@@ -204,53 +213,108 @@ impl FloaterConfig {
     }
 }
 
-/// The encodings of one graph: one `[L, D]` term per block (one in all without `every_block`),
-/// and the solve's status, to be checked after every run.
-pub(super) struct FloaterTerms {
-    pub per_block: Vec<TensorId>,
-    pub status: TensorId,
+/// Where a graph's FLOATER encodings come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EncodingSource {
+    /// The graph solves the ODE (and trains its parameters).
+    #[default]
+    Solve,
+    /// The graph takes the encodings of an earlier solve as the input [`ENCODINGS_INPUT`]: the
+    /// caching the paper describes, between re-solves in training and once per length at
+    /// inference. Such a graph declares no dynamics, so it trains everything else.
+    Input,
 }
 
-/// The additive form: the parameters and the solve for sequences of `len` positions.
+/// The name of the encodings input of graphs built with [`EncodingSource::Input`].
+pub const ENCODINGS_INPUT: &str = "posenc.floater.encodings";
+
+/// The shape of every block's encodings in one tensor, as a solve produces them and a cached
+/// graph takes them: `[L, blocks, D]` for the additive form (the flow's own layout), `[layers,
+/// L, 3D]` for the compatible form's q|k|v biases.
+pub fn encodings_shape(config: &FloaterConfig, len: usize, d: usize, layers: usize) -> Vec<usize> {
+    match config.form {
+        FloaterForm::Additive => vec![len, if config.every_block { layers } else { 1 }, d],
+        FloaterForm::Bias => vec![layers, len, 3 * d],
+    }
+}
+
+/// The encodings of one graph: one term per block (one in all for the additive form without
+/// `every_block`), all of them in one tensor (see [`encodings_shape`]), and the solves'
+/// statuses, to be checked after every run (none when the encodings are an input).
+pub(super) struct FloaterTerms {
+    pub per_block: Vec<TensorId>,
+    pub encodings: TensorId,
+    pub statuses: Vec<TensorId>,
+}
+
+/// The additive form for sequences of `len` positions: `[L, D]` per block.
 pub(super) fn build(
     g: &mut Graph,
     config: &FloaterConfig,
     len: usize,
     d: usize,
     layers: usize,
+    source: EncodingSource,
 ) -> Result<FloaterTerms> {
     config
         .validate(d)
         .map_err(|e| Error::Input(format!("model config: {e}")))?;
     let blocks = if config.every_block { layers } else { 1 };
-    let theta = dynamics(g, "posenc.floater", d)?;
-    let initial = g.param(INITIAL_NAME, &[blocks, d], Init::Normal(INITIAL_STD))?;
     // [L, blocks, D]: block n's encodings are column n.
-    let (trajectory, status) = g.ode_flow(config.flow(len, d), theta, initial)?;
+    let (trajectory, statuses) = match source {
+        EncodingSource::Solve => {
+            let theta = dynamics(g, "posenc.floater", d)?;
+            let initial = g.param(INITIAL_NAME, &[blocks, d], Init::Normal(INITIAL_STD))?;
+            let (trajectory, status) = g.ode_flow(config.flow(len, d), theta, initial)?;
+            (trajectory, vec![status])
+        }
+        EncodingSource::Input => (
+            g.input(ENCODINGS_INPUT, TensorMeta::f32(&[len, blocks, d])),
+            Vec::new(),
+        ),
+    };
     let per_block = (0..blocks)
         .map(|n| {
             let column = g.slice(trajectory, 1, n, n + 1)?;
             g.reshape(column, &[len, d])
         })
         .collect::<Result<_>>()?;
-    Ok(FloaterTerms { per_block, status })
+    Ok(FloaterTerms {
+        per_block,
+        encodings: trajectory,
+        statuses,
+    })
 }
 
 /// The compatible form: for every block, `[L, 3D]` biases of its q|k|v projection, each part the
-/// solution of its own dynamics (`posenc.floater.blocks.{n}.{q,k,v}.*`) from 0; and the solves'
-/// statuses.
+/// solution of its own dynamics (`posenc.floater.blocks.{n}.{q,k,v}.*`) from 0.
 pub(super) fn build_bias(
     g: &mut Graph,
     config: &FloaterConfig,
     len: usize,
     d: usize,
     layers: usize,
-) -> Result<(Vec<TensorId>, Vec<TensorId>)> {
+    source: EncodingSource,
+) -> Result<FloaterTerms> {
     config
         .validate(d)
         .map_err(|e| Error::Input(format!("model config: {e}")))?;
+    if source == EncodingSource::Input {
+        let encodings = g.input(ENCODINGS_INPUT, TensorMeta::f32(&[layers, len, 3 * d]));
+        let per_block = (0..layers)
+            .map(|n| {
+                let block = g.slice(encodings, 0, n, n + 1)?;
+                g.reshape(block, &[len, 3 * d])
+            })
+            .collect::<Result<_>>()?;
+        return Ok(FloaterTerms {
+            per_block,
+            encodings,
+            statuses: Vec::new(),
+        });
+    }
     let zero = g.fill(&[1, d], 0.0)?;
-    let mut biases = Vec::with_capacity(layers);
+    let mut per_block = Vec::with_capacity(layers);
     let mut statuses = Vec::with_capacity(3 * layers);
     for n in 0..layers {
         let mut parts = Vec::with_capacity(3);
@@ -260,9 +324,19 @@ pub(super) fn build_bias(
             parts.push(g.reshape(trajectory, &[len, d])?);
             statuses.push(status);
         }
-        biases.push(g.concat(&parts, 1)?);
+        per_block.push(g.concat(&parts, 1)?);
     }
-    Ok((biases, statuses))
+    // Only plans that output the stack (to cache it) run this copy.
+    let stacked = per_block
+        .iter()
+        .map(|&b| g.reshape(b, &[1, len, 3 * d]))
+        .collect::<Result<Vec<_>>>()?;
+    let encodings = g.concat(&stacked, 0)?;
+    Ok(FloaterTerms {
+        per_block,
+        encodings,
+        statuses,
+    })
 }
 
 /// h's parameters `{prefix}.w1`, `.b1`, `.w2`, `.b2`, flattened into θ in FloaterDynamics' layout.

@@ -11,7 +11,10 @@ mod relative;
 mod sinusoidal;
 mod tupe;
 
-pub use floater::{FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, SolverMethod};
+pub use floater::{
+    ENCODINGS_INPUT, EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, SolverMethod,
+    encodings_shape,
+};
 pub use relative::{bucket_matrix, relative_bucket};
 pub use sinusoidal::sinusoidal_table;
 
@@ -36,6 +39,9 @@ pub struct PositionTerms {
     pub constants: Vec<(TensorId, Constant)>,
     /// `ode_flow` statuses, read after each run ([`crate::ops::ode_flow::check_status`]).
     pub checks: Vec<TensorId>,
+    /// FLOATER: every block's encodings in one tensor ([`encodings_shape`]), solved by the graph
+    /// or its input ([`EncodingSource`]).
+    pub encodings: Option<TensorId>,
 }
 
 /// The values of a constant graph input.
@@ -47,6 +53,16 @@ pub enum Constant {
 
 /// Declares `config`'s position encoding for sequences of length `len` in `g`.
 pub fn build(g: &mut Graph, config: &ModelConfig, len: usize) -> Result<PositionTerms> {
+    build_from(g, config, len, EncodingSource::Solve)
+}
+
+/// [`build`], with FLOATER's encodings from `source` (other encodings ignore it).
+pub fn build_from(
+    g: &mut Graph,
+    config: &ModelConfig,
+    len: usize,
+    source: EncodingSource,
+) -> Result<PositionTerms> {
     match config.posenc {
         PosEnc::None => Ok(PositionTerms::default()),
         PosEnc::Sinusoidal { every_block } => {
@@ -82,9 +98,10 @@ pub fn build(g: &mut Graph, config: &ModelConfig, len: usize) -> Result<Position
         PosEnc::TupeA { untie_cls } => build_tupe(g, config, len, None, untie_cls),
         PosEnc::Floater(floater) => match floater.form {
             FloaterForm::Additive => {
-                let terms = floater::build(g, &floater, len, config.d_model, config.layers)?;
+                let terms = floater::build(g, &floater, len, config.d_model, config.layers, source)?;
                 let mut positions = PositionTerms {
-                    checks: vec![terms.status],
+                    checks: terms.statuses,
+                    encodings: Some(terms.encodings),
                     ..PositionTerms::default()
                 };
                 if floater.every_block {
@@ -96,12 +113,12 @@ pub fn build(g: &mut Graph, config: &ModelConfig, len: usize) -> Result<Position
             }
             FloaterForm::Bias => {
                 let (table, values) = sinusoidal::build(g, len, config.d_model);
-                let (qkv_bias, checks) =
-                    floater::build_bias(g, &floater, len, config.d_model, config.layers)?;
+                let terms = floater::build_bias(g, &floater, len, config.d_model, config.layers, source)?;
                 Ok(PositionTerms {
                     at_input: Some(table),
-                    qkv_bias,
-                    checks,
+                    qkv_bias: terms.per_block,
+                    checks: terms.statuses,
+                    encodings: Some(terms.encodings),
                     constants: vec![(table, Constant::F32(values))],
                     ..PositionTerms::default()
                 })

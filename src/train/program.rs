@@ -1,0 +1,184 @@
+//! The compiled training step of one batch shape: forward, backward, clipping and AdamW, run as
+//! one program per step.
+//!
+//! With FLOATER's `resolve_every = N > 1` there are two programs over the same parameters and
+//! AdamW state: every N-th step runs the one that solves the ODE, trains everything and keeps the
+//! encodings; the steps between run the one that takes those encodings as an input, so they cost
+//! what a plain model's step does and leave the dynamics as they are (the paper's caching: "cache
+//! the positional bias vectors for some iterations … update the weights of flow models less
+//! frequently"). A resumed run has no encodings yet, so its first step solves.
+
+use std::rc::Rc;
+
+use crate::backend::Backend;
+use crate::error::Result;
+use crate::graph::{Executor, Graph, TensorId};
+use crate::model::{Model, ModelGraph, PosEnc};
+use crate::optim::{AdamW, Optimizer};
+use crate::params::ParamStore;
+
+/// One compiled graph and its executor, with the AdamW update appended.
+struct Program {
+    graph: ModelGraph,
+    exec: Executor,
+}
+
+impl Program {
+    fn new(
+        g: &mut Graph,
+        graph: ModelGraph,
+        params: &ParamStore,
+        optimizer: &Optimizer,
+        keep: Option<TensorId>,
+    ) -> Result<Self> {
+        let grads = g.backward(graph.loss)?;
+        let mut outputs = vec![graph.loss];
+        outputs.extend(keep);
+        outputs.extend(grads.iter().map(|(_, grad)| grad));
+        let mut exec = Executor::new(g, &graph.outputs(&outputs), params)?;
+        optimizer.attach(&mut exec, g, &grads, params)?;
+        Ok(Self { graph, exec })
+    }
+}
+
+/// The programs that reuse FLOATER's encodings between solves.
+struct Cached {
+    program: Program,
+    every: usize,
+    /// The last solve's encodings; `None` until a solving step has run.
+    encodings: Option<Vec<f32>>,
+}
+
+pub struct TrainingProgram {
+    params: ParamStore,
+    optimizer: Optimizer,
+    solving: Program,
+    cached: Option<Cached>,
+    /// Whether the last launched step ran the solving program.
+    last_solved: bool,
+}
+
+impl TrainingProgram {
+    /// `model`'s training step for `batch` rows of `len` tokens (with dropout when the config has
+    /// some), its parameters initialised from `seed`.
+    pub fn new(
+        model: &Model,
+        backend: Rc<dyn Backend>,
+        batch: usize,
+        len: usize,
+        seed: u64,
+        adamw: AdamW,
+    ) -> Result<Self> {
+        let mut g = Graph::new();
+        let graph = model.build_training(&mut g, batch, len)?;
+        let params = ParamStore::init(backend, &g, seed)?;
+        let optimizer = Optimizer::new(adamw, &params)?;
+        let every = match &model.config().posenc {
+            PosEnc::Floater(floater) => floater.resolve_every,
+            _ => 1,
+        };
+        // The solving program keeps its encodings only when cached steps will take them.
+        let keep = if every > 1 { graph.encodings } else { None };
+        let solving = Program::new(&mut g, graph, &params, &optimizer, keep)?;
+        let cached = if every > 1 {
+            let mut g = Graph::new();
+            let graph = model.build_training_cached(&mut g, batch, len)?;
+            Some(Cached {
+                program: Program::new(&mut g, graph, &params, &optimizer, None)?,
+                every,
+                encodings: None,
+            })
+        } else {
+            None
+        };
+        Ok(Self {
+            params,
+            optimizer,
+            solving,
+            cached,
+            last_solved: false,
+        })
+    }
+
+    pub fn params(&self) -> &ParamStore {
+        &self.params
+    }
+
+    pub fn optimizer(&self) -> &Optimizer {
+        &self.optimizer
+    }
+
+    /// The parameters and AdamW's state, to restore a checkpoint into.
+    pub fn state_mut(&mut self) -> (&ParamStore, &mut Optimizer) {
+        (&self.params, &mut self.optimizer)
+    }
+
+    /// The solving program's graph: its batch shape, and what `feed` writes.
+    pub fn graph(&self) -> &ModelGraph {
+        &self.solving.graph
+    }
+
+    /// Whether `step` runs the solving program.
+    pub fn solves_at(&self, step: usize) -> bool {
+        self.cached
+            .as_ref()
+            .is_none_or(|c| c.encodings.is_none() || step.is_multiple_of(c.every))
+    }
+
+    /// Queues step `step` at learning rate `lr`: `feed` writes the batch (and the dropout seed)
+    /// into the graph it is given. Then [`TrainingProgram::check`] and read the loss.
+    pub fn launch(
+        &mut self,
+        step: usize,
+        lr: f32,
+        feed: impl FnOnce(&ModelGraph, &Executor) -> Result<()>,
+    ) -> Result<()> {
+        let solve = self.solves_at(step);
+        let program = match &self.cached {
+            Some(cached) if !solve => {
+                let encodings = cached
+                    .encodings
+                    .as_deref()
+                    .expect("solves_at solves without encodings");
+                cached
+                    .program
+                    .graph
+                    .feed_encodings(&cached.program.exec, encodings)?;
+                &cached.program
+            }
+            _ => &self.solving,
+        };
+        feed(&program.graph, &program.exec)?;
+        self.optimizer.prepare_step(lr)?;
+        program.exec.run()?;
+        self.last_solved = solve;
+        Ok(())
+    }
+
+    /// After a launch: an error if the solve failed (AdamW then skipped the update, as every
+    /// gradient was non-finite); otherwise keeps a solving step's encodings for the next steps.
+    pub async fn check(&mut self) -> Result<()> {
+        if !self.last_solved {
+            return Ok(());
+        }
+        self.solving.graph.check(&self.solving.exec).await?;
+        if let Some(cached) = &mut self.cached {
+            let encodings = self
+                .solving
+                .graph
+                .encodings
+                .expect("a FLOATER graph has encodings");
+            cached.encodings = Some(self.solving.exec.read(encodings).await?);
+        }
+        Ok(())
+    }
+
+    /// The loss of the last launched step.
+    pub async fn loss(&self) -> Result<f32> {
+        let program = match &self.cached {
+            Some(cached) if !self.last_solved => &cached.program,
+            _ => &self.solving,
+        };
+        Ok(program.exec.read(program.graph.loss).await?[0])
+    }
+}
