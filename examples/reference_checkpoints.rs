@@ -117,7 +117,34 @@ fn cases() -> Vec<Case> {
             ),
             lengths: [LEN, 5, 2],
         },
+        // FLOATER, solved by torchdiffeq in the reference: per-block initial values with shared
+        // dynamics; at the input only with RK4; the compatible form's q/k/v biases.
+        Case {
+            name: "lm_floater_every_block_midpoint",
+            config: ModelConfig {
+                embed_scale: EmbedScale::SqrtD,
+                ..config(tied, floater(r#"{"method": "midpoint", "substeps": 2}"#))
+            },
+            lengths: full,
+        },
+        Case {
+            name: "lm_floater_input_rk4_tanh",
+            config: config(
+                tied,
+                floater(r#"{"every_block": false, "method": "rk4", "activation": "tanh"}"#),
+            ),
+            lengths: full,
+        },
+        Case {
+            name: "lm_floater_bias_euler",
+            config: config(tied, floater(r#"{"form": "bias", "method": "euler"}"#)),
+            lengths: full,
+        },
     ]
+}
+
+fn floater(settings: &str) -> PosEnc {
+    PosEnc::Floater(serde_json::from_str(settings).expect("FLOATER settings"))
 }
 
 /// Tokens (BOS, then characters, then PAD), targets and, for padded rows, the key mask.

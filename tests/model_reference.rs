@@ -25,7 +25,7 @@ use safetensors::SafeTensors;
 use serde::Deserialize;
 
 /// The committed checkpoints, one per model variant.
-const CASES: [&str; 8] = [
+const CASES: [&str; 11] = [
     "lm_tied_sinusoidal_sqrt_d",
     "lm_untied_learned_4_heads",
     "lm_sinusoidal_every_block",
@@ -34,6 +34,9 @@ const CASES: [&str; 8] = [
     "lm_no_posenc",
     "lm_tupe_a_4_heads",
     "encoder_tupe_r_untie_cls_padded",
+    "lm_floater_every_block_midpoint",
+    "lm_floater_input_rk4_tanh",
+    "lm_floater_bias_euler",
 ];
 
 /// The largest |posflow − PyTorch| allowed for any logit, the loss or any gradient element.
@@ -49,6 +52,12 @@ const CASES: [&str; 8] = [
 /// | lm_no_posenc                    | 1.2e-7  | 1.2e-7  |
 /// | lm_tupe_a_4_heads               | 2.4e-7  | 1.2e-7  |
 /// | encoder_tupe_r_untie_cls_padded | 1.2e-7  | 1.3e-7  |
+/// | lm_floater_every_block_midpoint | 1.4e-6  | 1.4e-6  |
+/// | lm_floater_input_rk4_tanh       | 1.8e-7  | 2.4e-7  |
+/// | lm_floater_bias_euler           | 1.5e-7  | 8.9e-8  |
+///
+/// The FLOATER cases' reference solves the ODE with torchdiffeq's `odeint` and differentiates
+/// through it, so they pin the whole model, dynamics and initial values included.
 const TOLERANCE: f32 = 1e-4;
 
 fn checkpoint_path(case: &str) -> PathBuf {

@@ -36,6 +36,10 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from torchdiffeq import odeint
+
+# The ODE solvers' grid, as the ODE reference (gen_ode.py) gives torchdiffeq.
+from gen_ode import grid as ode_grid
 # HF transformers' T5Attention._relative_position_bucket, as the op's own reference uses it.
 from gen_relative import t5_bucket
 
@@ -64,12 +68,16 @@ def load(path):
 
 class PositionTerms:
     """What an encoding adds: `at_input` / `at_every_block` [L, D] added to the embeddings / to each
-    block's input; `attention_bias` [H, L, L] added to every layer's attention logits;
-    `attention_scale`, the factor on q·k when it is not 1/√Dh (TUPE)."""
+    block's input (`at_block`: block i's own [L, D], FLOATER); `qkv_bias`: block i's [L, 3D] added to
+    its q|k|v projection (FLOATER's compatible form); `attention_bias` [H, L, L] added to every
+    layer's attention logits; `attention_scale`, the factor on q·k when it is not 1/√Dh (TUPE)."""
 
-    def __init__(self, at_input=None, at_every_block=None, attention_bias=None, attention_scale=None):
+    def __init__(self, at_input=None, at_every_block=None, attention_bias=None, attention_scale=None,
+                 at_block=None, qkv_bias=None):
         self.at_input = at_input
         self.at_every_block = at_every_block
+        self.at_block = at_block
+        self.qkv_bias = qkv_bias
         self.attention_bias = attention_bias
         self.attention_scale = attention_scale
 
@@ -172,7 +180,46 @@ def posenc_tupe_r(cfg, p, length):
     return tupe_terms(cfg, p, bias)
 
 
+def floater_solve(enc, p, prefix, p0, length):
+    """FLOATER's encodings [L, blocks, D]: dp/dt = h(t, p) = W2·[σ(W1·[p; t] + b1); t] + b2 (the
+    reference code's flow_func_linear; W1, W2 in nn.Linear's [out, in] layout) from p(0) = p0
+    [blocks, D], solved by torchdiffeq's odeint at t_i = i·Δ, through its autograd (posflow's
+    `gradient = "backprop"`); fixed-step methods take the same grid of `substeps` steps per interval."""
+    act = {"relu": F.relu, "tanh": torch.tanh}[enc.get("activation", "relu")]
+    w1, b1 = p[f"{prefix}.w1"], p[f"{prefix}.b1"]
+    w2, b2 = p[f"{prefix}.w2"], p[f"{prefix}.b2"]
+
+    def h(t, y):
+        tt = t.to(y).expand(y.shape[0], 1)
+        return F.linear(torch.cat([act(F.linear(torch.cat([y, tt], 1), w1, b1)), tt], 1), w2, b2)
+
+    t = torch.arange(length, dtype=torch.float64) * enc.get("delta", 0.1)
+    method = enc.get("method", "midpoint")
+    if method == "dopri5":
+        return odeint(h, p0, t, method=method, rtol=enc.get("rtol", 1e-5), atol=enc.get("atol", 1e-7))
+    options = dict(grid_constructor=ode_grid(enc.get("substeps", 1)))
+    return odeint(h, p0, t, method=method, options=options)
+
+
+def posenc_floater(cfg, p, length):
+    enc, d, layers = cfg["posenc"], cfg["d_model"], cfg["layers"]
+    if enc.get("form", "additive") == "bias":
+        # The sinusoidal model plus q/k/v biases, each from its own dynamics, starting at 0.
+        zero = torch.zeros(1, d, dtype=torch.float64)
+        biases = [
+            torch.cat([floater_solve(enc, p, f"posenc.floater.blocks.{i}.{part}", zero, length)[:, 0]
+                       for part in "qkv"], dim=-1)
+            for i in range(layers)
+        ]
+        return PositionTerms(at_input=sinusoidal_table(length, d), qkv_bias=biases)
+    trajectory = floater_solve(enc, p, "posenc.floater", p["posenc.floater.initial"], length)
+    if enc.get("every_block", True):
+        return PositionTerms(at_block=[trajectory[:, i] for i in range(layers)])
+    return PositionTerms(at_input=trajectory[:, 0])
+
+
 POSENCS = {
+    "floater": posenc_floater,
     "none": posenc_none,
     "sinusoidal": posenc_sinusoidal,
     "learned": posenc_learned,
@@ -193,11 +240,14 @@ def layer_norm(p, prefix, x):
     return F.layer_norm(x, x.shape[-1:], p[f"{prefix}.gain"], p[f"{prefix}.bias"], LN_EPS)
 
 
-def self_attention(cfg, p, prefix, x, terms, key_mask):
+def self_attention(cfg, p, prefix, x, terms, key_mask, qkv_bias=None):
     b, length, d = x.shape
     h = cfg["heads"]
     dh = d // h
-    q, k, v = linear(p, f"{prefix}.qkv", x).split(d, dim=-1)
+    qkv = linear(p, f"{prefix}.qkv", x)
+    if qkv_bias is not None:
+        qkv = qkv + qkv_bias
+    q, k, v = qkv.split(d, dim=-1)
     q, k, v = (t.view(b, length, h, dh).transpose(1, 2) for t in (q, k, v))
     scores = q @ k.transpose(-1, -2)
     if terms.attention_scale is None:
@@ -238,8 +288,11 @@ def forward(cfg, p, tokens, key_mask=None):
     for i in range(cfg["layers"]):
         if terms.at_every_block is not None:
             x = x + terms.at_every_block
+        if terms.at_block is not None:
+            x = x + terms.at_block[i]
         normed = layer_norm(p, f"blocks.{i}.ln1", x)
-        x = x + self_attention(cfg, p, f"blocks.{i}.attn", normed, terms, key_mask)
+        qkv_bias = None if terms.qkv_bias is None else terms.qkv_bias[i]
+        x = x + self_attention(cfg, p, f"blocks.{i}.attn", normed, terms, key_mask, qkv_bias)
         hidden = F.gelu(linear(p, f"blocks.{i}.ffn.up", layer_norm(p, f"blocks.{i}.ln2", x)))
         x = x + linear(p, f"blocks.{i}.ffn.down", hidden)
     kind = cfg["kind"]
