@@ -180,7 +180,14 @@ pub fn train(backend: &Rc<dyn Backend>, bench: &TrainBench, steps: usize) -> Res
     }
     let model = Model::new(bench.model.clone())?;
     let (batch, len, vocab) = (bench.batch, bench.len, bench.model.vocab);
-    let mut program = TrainingProgram::new(&model, backend.clone(), batch, len, 0, bench.optimizer.clone())?;
+    let mut program = TrainingProgram::new(
+        &model,
+        backend.clone(),
+        (batch, len),
+        0,
+        bench.optimizer.clone(),
+        &[],
+    )?;
     let parameters = program.params().iter().map(|(_, p)| p.meta.numel()).sum();
 
     let mut rng = ChaCha8Rng::seed_from_u64(0);

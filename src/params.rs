@@ -18,6 +18,8 @@ pub struct StoredParam {
     pub buffer: Buffer,
 }
 
+/// Cloning shares the parameters' memory: a trainer and a generator of one model see the same values.
+#[derive(Clone)]
 pub struct ParamStore {
     backend: Rc<dyn Backend>,
     params: BTreeMap<String, StoredParam>,

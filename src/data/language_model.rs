@@ -29,6 +29,14 @@ impl LanguageModelData {
         Ok(Self { train: tokens, valid })
     }
 
+    /// All of `tokens` for training, none for validation (fine-tuning on a short text).
+    pub fn training_only(tokens: Vec<i32>) -> Self {
+        Self {
+            train: tokens,
+            valid: Vec::new(),
+        }
+    }
+
     pub fn from_text(tokenizer: &CharTokenizer, text: &str, valid_fraction: f64) -> Result<Self> {
         Self::split(tokenizer.encode(text)?, valid_fraction)
     }

@@ -23,6 +23,12 @@ impl Gradients {
     pub fn iter(&self) -> impl Iterator<Item = (TensorId, TensorId)> + '_ {
         self.of.iter().map(|(&p, &g)| (p, g))
     }
+
+    /// Keeps the gradients of the parameters `keep` accepts, to train part of a model: a plan
+    /// that outputs only these does not compute the others.
+    pub fn retain(&mut self, mut keep: impl FnMut(TensorId) -> bool) {
+        self.of.retain(|&p, _| keep(p));
+    }
 }
 
 impl Graph {

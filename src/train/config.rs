@@ -104,6 +104,10 @@ pub struct TrainConfig {
     /// Clip the global gradient norm to this; 0 turns clipping off.
     #[serde(default = "default_clip")]
     pub clip_grad_norm: f32,
+    /// Train only the parameters whose names start with one of these (e.g. `["posenc."]`: the
+    /// position encoding of a warm-started model, the others frozen); empty trains all.
+    #[serde(default)]
+    pub trainable: Vec<String>,
     /// Evaluate every this many steps (and always after the last); 0 evaluates only at the end.
     #[serde(default)]
     pub eval_every: usize,

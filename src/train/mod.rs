@@ -4,6 +4,7 @@
 
 mod config;
 mod eval;
+mod finetune;
 #[cfg(not(target_arch = "wasm32"))]
 mod fit;
 #[cfg(not(target_arch = "wasm32"))]
@@ -15,6 +16,7 @@ mod trainer;
 
 pub use config::{DEFAULT_RUN, DataConfig, RunConfig, TrainConfig};
 pub use eval::{EvalReport, Evaluator};
+pub use finetune::{FineTune, FineTuneSettings};
 #[cfg(not(target_arch = "wasm32"))]
 pub use fit::{FitSummary, Progress, fit};
 #[cfg(not(target_arch = "wasm32"))]

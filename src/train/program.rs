@@ -11,7 +11,7 @@
 use std::rc::Rc;
 
 use crate::backend::Backend;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::graph::{Executor, Graph, TensorId};
 use crate::model::{Model, ModelGraph, PosEnc};
 use crate::optim::{AdamW, Optimizer};
@@ -24,14 +24,19 @@ struct Program {
 }
 
 impl Program {
+    /// `trainable`: name prefixes of the parameters to train, all when empty.
     fn new(
         g: &mut Graph,
         graph: ModelGraph,
         params: &ParamStore,
         optimizer: &Optimizer,
         keep: Option<TensorId>,
+        trainable: &[String],
     ) -> Result<Self> {
-        let grads = g.backward(graph.loss)?;
+        let mut grads = g.backward(graph.loss)?;
+        if !trainable.is_empty() {
+            grads.retain(|p| trainable.iter().any(|prefix| g.info(p).name.starts_with(prefix)));
+        }
         let mut outputs = vec![graph.loss];
         outputs.extend(keep);
         outputs.extend(grads.iter().map(|(_, grad)| grad));
@@ -60,18 +65,44 @@ pub struct TrainingProgram {
 
 impl TrainingProgram {
     /// `model`'s training step for `batch` rows of `len` tokens (with dropout when the config has
-    /// some), its parameters initialised from `seed`.
+    /// some), its parameters initialised from `seed`; `trainable` as in
+    /// [`TrainingProgram::with_params`].
     pub fn new(
         model: &Model,
         backend: Rc<dyn Backend>,
-        batch: usize,
-        len: usize,
+        (batch, len): (usize, usize),
         seed: u64,
         adamw: AdamW,
+        trainable: &[String],
     ) -> Result<Self> {
         let mut g = Graph::new();
-        let graph = model.build_training(&mut g, batch, len)?;
+        model.build_training(&mut g, 1, 1)?;
         let params = ParamStore::init(backend, &g, seed)?;
+        Self::with_params(model, params, (batch, len), adamw, trainable)
+    }
+
+    /// The training step over existing parameters (e.g. a checkpoint's, shared with a
+    /// generator). `trainable` lists name prefixes of the parameters to train (e.g. `posenc.` for
+    /// the position encoding alone); empty trains all. A prefix no parameter has is an error.
+    pub fn with_params(
+        model: &Model,
+        params: ParamStore,
+        (batch, len): (usize, usize),
+        adamw: AdamW,
+        trainable: &[String],
+    ) -> Result<Self> {
+        if let Some(prefix) = trainable
+            .iter()
+            .find(|prefix| !params.iter().any(|(name, _)| name.starts_with(prefix.as_str())))
+        {
+            let names: Vec<&str> = params.iter().map(|(name, _)| name).collect();
+            return Err(Error::Input(format!(
+                "no parameter of this model starts with `{prefix}` (trainable); its parameters are {}",
+                names.join(", ")
+            )));
+        }
+        let mut g = Graph::new();
+        let graph = model.build_training(&mut g, batch, len)?;
         let optimizer = Optimizer::new(adamw, &params)?;
         let every = match &model.config().posenc {
             PosEnc::Floater(floater) => floater.resolve_every,
@@ -79,12 +110,12 @@ impl TrainingProgram {
         };
         // The solving program keeps its encodings only when cached steps will take them.
         let keep = if every > 1 { graph.encodings } else { None };
-        let solving = Program::new(&mut g, graph, &params, &optimizer, keep)?;
+        let solving = Program::new(&mut g, graph, &params, &optimizer, keep, trainable)?;
         let cached = if every > 1 {
             let mut g = Graph::new();
             let graph = model.build_training_cached(&mut g, batch, len)?;
             Some(Cached {
-                program: Program::new(&mut g, graph, &params, &optimizer, None)?,
+                program: Program::new(&mut g, graph, &params, &optimizer, None, trainable)?,
                 every,
                 encodings: None,
             })

@@ -55,10 +55,10 @@ impl Trainer {
         let program = TrainingProgram::new(
             &model,
             backend,
-            run.train.batch,
-            task.train_len(),
+            (run.train.batch, task.train_len()),
             run.train.seed,
             run.adamw(),
+            &run.train.trainable,
         )?;
         let evaluator = Evaluator::new(model.clone());
         Ok(Self {
