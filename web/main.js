@@ -146,8 +146,9 @@ async function boot() {
   if (started.fallback) {
     $('backend-warning').hidden = false;
     $('backend-warning').textContent =
-      `WebGPU is not available here (${started.fallback}). ` +
-      'Running on the CPU in WebAssembly instead: slower, same results.';
+      'WebGPU is not available in this browser: running on the CPU in WebAssembly instead ' +
+      '(slower, same results).';
+    $('backend-warning').title = started.fallback;
   }
   const response = await fetch(CHECKPOINT);
   if (!response.ok) throw new Error(`${CHECKPOINT}: HTTP ${response.status}`);

@@ -57,7 +57,7 @@ pub async fn start(webgpu: bool) -> Result<JsValue, JsError> {
     let session = Rc::new(Session::start(webgpu).await);
     let status = json!({
         "backend": session.backend_name(),
-        "device": session.backend.describe(),
+        "device": session.device,
         "fallback": session.fallback,
     });
     SESSION.with(|s| *s.borrow_mut() = Some(session));

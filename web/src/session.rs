@@ -15,6 +15,8 @@ use serde_json::{Map, Value, json};
 
 pub struct Session {
     pub backend: Rc<dyn Backend>,
+    /// What runs the model, in words.
+    pub device: String,
     /// Why the page runs on the CPU although WebGPU was asked for; `None` when it was not.
     pub fallback: Option<String>,
     model: RefCell<Option<Rc<Loaded>>>,
@@ -32,17 +34,27 @@ impl Session {
     /// The WebGPU backend when `webgpu` and the browser gives an adapter (software ones too:
     /// the page has no faster GPU to wait for), the CPU backend otherwise.
     pub async fn start(webgpu: bool) -> Self {
-        let (backend, fallback): (Rc<dyn Backend>, _) = if webgpu {
-            match GpuBackend::new(SoftwareAdapters::Allow).await {
-                Ok(gpu) => (Rc::new(gpu), None),
-                Err(e) => (Rc::new(CpuBackend::new()), Some(e.to_string())),
-            }
+        let gpu = if webgpu {
+            GpuBackend::new(SoftwareAdapters::Allow).await
         } else {
-            let reason = "this browser has no WebGPU (navigator.gpu is missing)".to_string();
-            (Rc::new(CpuBackend::new()), Some(reason))
+            Err(Error::Device(
+                "this browser has no WebGPU (navigator.gpu is missing)".into(),
+            ))
+        };
+        let (backend, device, fallback): (Rc<dyn Backend>, _, _) = match gpu {
+            Ok(gpu) => {
+                let device = describe_adapter(gpu.adapter_info());
+                (Rc::new(gpu), device, None)
+            }
+            Err(e) => {
+                let cpu = CpuBackend::new();
+                let device = format!("{} in WebAssembly", cpu.describe());
+                (Rc::new(cpu), device, Some(e.to_string()))
+            }
         };
         Self {
             backend,
+            device,
             fallback,
             model: RefCell::new(None),
         }
@@ -92,6 +104,19 @@ impl Session {
             .borrow()
             .clone()
             .ok_or_else(|| Error::Input("no model is loaded yet".into()))
+    }
+}
+
+/// The adapter's name (browsers may hide it) and whether it is a software one (SwiftShader).
+fn describe_adapter(info: &wgpu::AdapterInfo) -> String {
+    let name = if info.name.is_empty() {
+        "WebGPU adapter"
+    } else {
+        info.name.as_str()
+    };
+    match info.device_type {
+        wgpu::DeviceType::Cpu => format!("{name} (software)"),
+        _ => name.to_string(),
     }
 }
 

@@ -33,6 +33,7 @@ const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
 
 const PROMPT = 'Call me Ishmael. Some years ago';
 const CHARS = 80; // what the page's prompt box completes (main.js COMPLETION_CHARS)
+const SHORT = 10; // characters, where a check only needs the page to still work
 const TOLERANCE = 1e-4;
 const TIMEOUT = 240_000; // SwiftShader compiles every pipeline on the first run
 
@@ -166,8 +167,13 @@ async function checkPage({ name, flags, backend, url, expected, files }) {
     );
 
     // The hook.
-    const completed = await page.evaluate(([p, n]) => window.posflow.complete(p, n), [PROMPT, CHARS]);
-    assert.equal(completed, expected.completion, 'posflow.complete differs from native posflow');
+    const timed = await page.evaluate(async ([p, n]) => {
+      const start = performance.now();
+      const text = await window.posflow.complete(p, n);
+      return { text, ms: performance.now() - start };
+    }, [PROMPT, CHARS]);
+    assert.equal(timed.text, expected.completion, 'posflow.complete differs from native posflow');
+    console.log(`posflow.complete of ${CHARS} characters: ${timed.ms.toFixed(0)} ms`);
     const probs = await page.evaluate((p) => window.posflow.probabilities(p), PROMPT);
     assert.deepEqual(Object.keys(probs).sort(), Object.keys(expected.probabilities).sort(), 'vocabularies');
     let worst = 0;
@@ -189,12 +195,13 @@ async function checkPage({ name, flags, backend, url, expected, files }) {
       console.log(`${file.name} → error: ${message}`);
       const after = await page.evaluate(() => window.posflow.status());
       assert.equal(after.model.name, 'web_demo.safetensors', 'a bad file replaced the model');
-      const again = await page.evaluate(([p, n]) => window.posflow.complete(p, n), [PROMPT, CHARS]);
-      assert.equal(again, expected.completion, `completion after loading ${file.name}`);
-      // The UI works too, and clears the error once a completion succeeds.
-      await input.press('Enter');
-      await error.waitFor({ state: 'hidden' });
+      // Greedy: a shorter completion is a prefix of the longer one.
+      const again = await page.evaluate(([p, n]) => window.posflow.complete(p, n), [PROMPT, SHORT]);
+      assert.equal(again, expected.completion.slice(0, PROMPT.length + SHORT), `completion after ${file.name}`);
     }
+    // The UI works too, and clears the error once a completion succeeds.
+    await input.press('Enter');
+    await page.locator('#error').waitFor({ state: 'hidden' });
     await assert.rejects(
       page.evaluate(() => window.posflow.loadCheckpoint(new Uint8Array([1, 2, 3]), 'three bytes')),
       /three bytes/,
