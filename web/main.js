@@ -45,12 +45,12 @@ function showError(error) {
 
 function showStatus() {
   const m = state.model;
-  const backend = state.backend === 'webgpu' ? 'WebGPU' : 'CPU (WebAssembly)';
+  const backend = state.backend === 'webgpu' ? `WebGPU (${state.device})` : 'the CPU in WebAssembly';
   const model = m
     ? ` · ${m.name}: ${m.layers} layers, d_model ${m.d_model}, ${m.heads} heads, ` +
       `${m.parameters.toLocaleString('en')} parameters, position encoding ${m.posenc.type}`
     : '';
-  $('status').textContent = `Running on ${backend} — ${state.device}${model}`;
+  $('status').textContent = `Running on ${backend}${model}`;
 }
 
 function showCompletion(prompt, text) {

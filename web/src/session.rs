@@ -48,7 +48,7 @@ impl Session {
             }
             Err(e) => {
                 let cpu = CpuBackend::new();
-                let device = format!("{} in WebAssembly", cpu.describe());
+                let device = cpu.describe();
                 (Rc::new(cpu), device, Some(e.to_string()))
             }
         };
