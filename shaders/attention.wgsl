@@ -111,7 +111,10 @@ fn score(h: u32, i: u32, j: u32, qk: f32) -> f32 {
 }
 
 fn neg_inf() -> f32 {
-    return bitcast<f32>(0xff800000u);
+    // From a variable: Tint (Chrome's WebGPU) rejects a constant expression that evaluates to an
+    // infinity, so `bitcast<f32>(0xff800000u)` would fail the whole module in the browser.
+    var bits = 0xff800000u;
+    return bitcast<f32>(bits);
 }
 
 // vec4 number c of the row starting at element `at`, zero beyond Dh.

@@ -78,7 +78,8 @@ fn load_target(row: u32, lid: u32) -> i32 {
 // The row's max and sum of exp(x - max), from a workgroup striding over the row.
 fn row_stats(row: u32, lid: u32) -> vec2<f32> {
     let base = row * p.vocab;
-    var m = -3.4028235e38;
+    // The lowest finite f32, exactly: Tint (Chrome) rejects a decimal literal that rounds to it.
+    var m = -0x1.fffffep+127f;
     for (var j = lid; j < p.vocab; j += WG) {
         m = max(m, logits[base + j]);
     }

@@ -18,8 +18,9 @@ struct Rows {
 @group(0) @binding(3) var<storage, read_write> gx: array<f32>;
 
 const WG: u32 = 64u;
-// The lowest finite f32: the start of a running max (WGSL has no infinity literal).
-const LOWEST: f32 = -3.40282347e38;
+// The lowest finite f32: the start of a running max (WGSL has no infinity literal). Written in
+// hex, exactly: Tint (Chrome) rejects a decimal literal beyond the largest f32, rounding or not.
+const LOWEST: f32 = -0x1.fffffep+127f;
 
 var<workgroup> shared_vals: array<f32, 64>;
 

@@ -5,6 +5,7 @@ use std::rc::Rc;
 
 use clap::Args;
 use posflow::backend::Backend;
+use posflow::data::{BOS, SPECIAL_TOKENS};
 use posflow::inference::SavedModel;
 use posflow::train::{Evaluator, Task, saved_run};
 use rand::SeedableRng;
@@ -36,6 +37,10 @@ pub struct SampleArgs {
     temperature: f32,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Instead of continuing the prompt, print the distribution of the next character as JSON:
+    /// {"a": 0.012, ...}, every token of the vocabulary (the special ones as "<eos>" etc.).
+    #[arg(long)]
+    probabilities: bool,
 }
 
 pub fn eval(backend: Rc<dyn Backend>, args: EvalArgs) -> posflow::Result<()> {
@@ -59,8 +64,27 @@ pub fn sample(backend: Rc<dyn Backend>, args: SampleArgs) -> posflow::Result<()>
     let saved = SavedModel::load(backend, &args.checkpoint)?;
     let mut generator = saved.generator()?;
     // A checkpoint without a run config (not from `posflow train`) is taken for plain text.
-    if saved_run(&saved.metadata).is_ok_and(|run| run.data.starts_with_bos()) {
+    let starts_with_bos = saved_run(&saved.metadata).is_ok_and(|run| run.data.starts_with_bos());
+    if starts_with_bos {
         generator = generator.starting_with_bos();
+    }
+    if args.probabilities {
+        let mut context = if starts_with_bos { vec![BOS] } else { Vec::new() };
+        context.extend(saved.tokenizer.encode(&args.prompt)?);
+        let probs = pollster::block_on(generator.next_probabilities(&context))?;
+        let by_token: serde_json::Map<String, serde_json::Value> = probs
+            .iter()
+            .enumerate()
+            .map(|(id, &p)| {
+                let name = match SPECIAL_TOKENS.get(id) {
+                    Some(special) => Ok(special.to_string()),
+                    None => saved.tokenizer.decode(&[id as i32]),
+                };
+                name.map(|name| (name, serde_json::Value::from(p)))
+            })
+            .collect::<posflow::Result<_>>()?;
+        println!("{}", serde_json::Value::Object(by_token));
+        return Ok(());
     }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.seed);
     let text = pollster::block_on(generator.complete(&args.prompt, args.chars, args.temperature, &mut rng))?;

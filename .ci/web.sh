@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# CI for the browser demo (web/): installs what it needs, lints the web crate, builds the site
+# with web/build.sh and runs the end-to-end test in headless Chromium (WebGPU on SwiftShader, then
+# the CPU backend in wasm), against native `posflow sample` on the same checkpoint.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export DEBIAN_FRONTEND=noninteractive
+missing=()
+command -v chromium >/dev/null || missing+=(chromium)
+command -v node >/dev/null || missing+=(nodejs npm)
+if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+rustup target add wasm32-unknown-unknown >/dev/null
+# The CLI must match the wasm-bindgen crate exactly; its lockfile wants a crate version the
+# registry lacks, hence no --locked.
+if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != 0.2.130 ]; then
+    cargo install wasm-bindgen-cli --version =0.2.130
+fi
+(cd web && npm ci --no-audit --no-fund)
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/posflow-target}"
+
+echo "== fmt, clippy (posflow-web on wasm32)"
+cargo fmt --check
+cargo clippy --target wasm32-unknown-unknown -p posflow-web -- -D warnings
+
+echo "== build the site"
+web/build.sh
+
+echo "== native posflow, for the expected values"
+cargo build --bin posflow
+export POSFLOW_BIN="$CARGO_TARGET_DIR/debug/posflow"
+
+echo "== e2e in headless Chromium"
+node web/tests/e2e.mjs

@@ -1,0 +1,272 @@
+// The demo page in headless Chromium, end to end, against native posflow on the same checkpoint.
+//
+//   node web/tests/e2e.mjs      (after web/build.sh; .ci/web.sh does both)
+//
+// Serves web/dist on 127.0.0.1 and runs the page twice: with WebGPU (SwiftShader) and with
+// WebGPU disabled (the CPU backend in wasm). Each run types a prompt with real key presses,
+// checks the greedy completion and the next-character distribution against `posflow sample`
+// (native, CPU backend), checks the heatmap, the `window.posflow` hook, and that a broken and an
+// unrelated checkpoint file give an error while the page keeps working. Any failed check exits
+// non-zero.
+//
+// Environment: POSFLOW_BIN (the native CLI; default target/debug/posflow or
+// $CARGO_TARGET_DIR/debug/posflow), CHROMIUM (default /usr/bin/chromium), SCREENSHOTS (a folder
+// for a screenshot of each run).
+
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { chromium } from 'playwright-core';
+
+const web = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
+const root = path.dirname(web);
+const dist = path.join(web, 'dist');
+const checkpoint = path.join(web, 'assets', 'web_demo.safetensors');
+const posflowBin =
+  process.env.POSFLOW_BIN ??
+  path.join(process.env.CARGO_TARGET_DIR ?? path.join(root, 'target'), 'debug', 'posflow');
+const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+
+const PROMPT = 'Call me Ishmael. Some years ago';
+const CHARS = 80; // what the page's prompt box completes (main.js COMPLETION_CHARS)
+const SHORT = 10; // characters, where a check only needs the page to still work
+const TOLERANCE = 1e-4;
+const TIMEOUT = 240_000; // SwiftShader compiles every pipeline on the first run
+
+const COMMON_FLAGS = [
+  '--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking',
+  '--disable-component-update', '--disable-sync',
+];
+// All four, so that a WebGPU canvas (the egui viewer, later) renders too.
+const WEBGPU_FLAGS = [
+  '--enable-unsafe-webgpu', '--use-vulkan=swiftshader', '--enable-features=Vulkan', '--use-angle=vulkan',
+];
+const NO_WEBGPU_FLAGS = ['--disable-features=WebGPU'];
+
+// ---- native posflow: the expected values ----
+
+function nativeSample(extra) {
+  const out = execFileSync(
+    posflowBin,
+    ['--device', 'cpu', 'sample', '--checkpoint', checkpoint, '--prompt', PROMPT, ...extra],
+    { encoding: 'utf8' },
+  );
+  // The first line names the device ("device: cpu (2 threads)"); the rest ends with a newline.
+  assert.match(out, /^device: /, `unexpected output of posflow sample: ${out}`);
+  return out.slice(out.indexOf('\n') + 1).replace(/\n$/, '');
+}
+
+// ---- a static file server for web/dist ----
+
+const TYPES = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.wasm': 'application/wasm',
+  '.safetensors': 'application/octet-stream',
+};
+
+function serve(folder) {
+  const server = http.createServer((req, res) => {
+    const url = new URL(req.url, 'http://localhost');
+    const file = path.join(folder, decodeURIComponent(url.pathname === '/' ? '/index.html' : url.pathname));
+    if (!file.startsWith(folder + path.sep) || !fs.existsSync(file) || !fs.statSync(file).isFile()) {
+      res.writeHead(404).end('not found');
+      return;
+    }
+    res.writeHead(200, { 'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream' });
+    fs.createReadStream(file).pipe(res);
+  });
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
+}
+
+// ---- one browser run ----
+
+async function checkPage({ name, flags, backend, url, expected, files }) {
+  console.log(`\n== ${name}: expecting backend ${backend}`);
+  const browser = await chromium.launch({
+    executablePath: chromiumPath,
+    headless: true,
+    args: [...COMMON_FLAGS, ...flags],
+  });
+  const problems = [];
+  try {
+    const page = await browser.newPage();
+    page.setDefaultTimeout(TIMEOUT);
+    page.on('console', (m) => {
+      if (m.type() === 'error') problems.push(`console: ${m.text()}`);
+    });
+    page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+
+    const started = Date.now();
+    await page.goto(url);
+    await page.waitForFunction(() => {
+      const s = window.posflow?.status();
+      return s && (s.ready || s.error);
+    });
+    const status = await page.evaluate(() => window.posflow.status());
+    assert.equal(status.error, null, `the page reported an error while starting: ${status.error}`);
+    assert.equal(status.ready, true);
+    assert.equal(status.backend, backend, `backend: ${JSON.stringify(status)}`);
+    console.log(`device: ${status.device}`);
+    console.log(`model: ${JSON.stringify(status.model)}`);
+    console.log(
+      `load → first completion: ${status.timings.firstCompletion.toFixed(0)} ms after navigation ` +
+        `(ready at ${status.timings.ready.toFixed(0)} ms; ${Date.now() - started} ms wall in the test)`,
+    );
+    const warning = page.locator('#backend-warning');
+    if (backend === 'cpu') {
+      assert.ok(await warning.isVisible(), 'the page does not say that WebGPU is missing');
+      console.log(`warning shown: ${await warning.textContent()}`);
+    } else {
+      assert.ok(!(await warning.isVisible()), 'a WebGPU page shows the CPU warning');
+    }
+
+    // The prompt box, typed key by key, then Enter.
+    const input = page.locator('#prompt');
+    await input.click();
+    await page.keyboard.press('Control+A');
+    await page.keyboard.press('Backspace');
+    await page.keyboard.type(PROMPT, { delay: 5 });
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(
+      (prompt) => document.getElementById('completion').textContent.startsWith(prompt),
+      PROMPT,
+    );
+    const shown = await page.locator('#completion').textContent();
+    assert.ok(shown.length > PROMPT.length, `the completion is empty: ${JSON.stringify(shown)}`);
+    assert.equal(shown, expected.completion, 'the page\'s completion differs from native posflow\'s');
+    console.log(`typed prompt → ${JSON.stringify(shown)} (= native)`);
+    assert.equal(await page.locator('#probabilities li').count(), 10, 'the probability list');
+
+    // The heatmap: most of the canvas is drawn.
+    const pixels = await page.evaluate(() => {
+      const canvas = document.getElementById('positions');
+      const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+      let drawn = 0;
+      for (let i = 0; i < data.length; i += 4) {
+        if (data[i] !== data[0] || data[i + 1] !== data[1] || data[i + 2] !== data[2]) drawn++;
+      }
+      return { drawn, total: data.length / 4 };
+    });
+    console.log(`heatmap: ${pixels.drawn} of ${pixels.total} pixels drawn`);
+    assert.ok(pixels.drawn > 0.4 * pixels.total, `the heatmap is mostly empty: ${JSON.stringify(pixels)}`);
+    const encodings = await page.evaluate(async () => {
+      const e = await window.posflow.positionEncodings();
+      return e.panels.map((p) => ({ label: p.label, dims: p.dims, values: p.values.length }));
+    });
+    console.log(`position panels: ${JSON.stringify(encodings)}`);
+    assert.deepEqual(
+      encodings.map((p) => p.label),
+      ['block 0', 'block 1'],
+      'FLOATER adds one table per block',
+    );
+
+    // The hook.
+    const timed = await page.evaluate(async ([p, n]) => {
+      const start = performance.now();
+      const text = await window.posflow.complete(p, n);
+      return { text, ms: performance.now() - start };
+    }, [PROMPT, CHARS]);
+    assert.equal(timed.text, expected.completion, 'posflow.complete differs from native posflow');
+    console.log(`posflow.complete of ${CHARS} characters: ${timed.ms.toFixed(0)} ms`);
+    const probs = await page.evaluate((p) => window.posflow.probabilities(p), PROMPT);
+    assert.deepEqual(Object.keys(probs).sort(), Object.keys(expected.probabilities).sort(), 'vocabularies');
+    let worst = 0;
+    for (const [char, p] of Object.entries(expected.probabilities)) {
+      worst = Math.max(worst, Math.abs(probs[char] - p));
+    }
+    console.log(`next-character distribution: max |wasm − native| = ${worst.toExponential(2)}`);
+    assert.ok(worst <= TOLERANCE, `the distributions differ by ${worst} > ${TOLERANCE}`);
+    const sum = Object.values(probs).reduce((a, b) => a + b, 0);
+    assert.ok(Math.abs(sum - 1) < 1e-4, `probabilities sum to ${sum}`);
+
+    // Bad files through the file input: an error shows, the model stays, completion still works.
+    for (const file of files.bad) {
+      await page.setInputFiles('#checkpoint-file', file);
+      const error = page.locator('#error');
+      await error.waitFor({ state: 'visible' });
+      const message = await error.textContent();
+      assert.ok(message.includes(file.name), `the error does not name ${file.name}: ${message}`);
+      console.log(`${file.name} → error: ${message}`);
+      const after = await page.evaluate(() => window.posflow.status());
+      assert.equal(after.model.name, 'web_demo.safetensors', 'a bad file replaced the model');
+      // Greedy: a shorter completion is a prefix of the longer one.
+      const again = await page.evaluate(([p, n]) => window.posflow.complete(p, n), [PROMPT, SHORT]);
+      assert.equal(again, expected.completion.slice(0, PROMPT.length + SHORT), `completion after ${file.name}`);
+    }
+    // The UI works too, and clears the error once a completion succeeds.
+    await input.press('Enter');
+    await page.locator('#error').waitFor({ state: 'hidden' });
+    await assert.rejects(
+      page.evaluate(() => window.posflow.loadCheckpoint(new Uint8Array([1, 2, 3]), 'three bytes')),
+      /three bytes/,
+      'posflow.loadCheckpoint of garbage rejects with a message naming it',
+    );
+
+    // A good file of the user's own: it replaces the model, and the page completes again.
+    await page.evaluate(() => document.getElementById('completion').replaceChildren());
+    await page.setInputFiles('#checkpoint-file', files.good);
+    await page.waitForFunction((name) => window.posflow.status().model.name === name, files.good.name);
+    await page.waitForFunction(
+      (prompt) => document.getElementById('completion').textContent.startsWith(prompt),
+      PROMPT,
+    );
+    assert.ok(!(await page.locator('#error').isVisible()), 'an error shows after loading a good file');
+    assert.equal(await page.locator('#completion').textContent(), expected.completion);
+    console.log(`${files.good.name} loaded through the file input and completes the same`);
+
+    if (process.env.SCREENSHOTS) {
+      fs.mkdirSync(process.env.SCREENSHOTS, { recursive: true });
+      await page.screenshot({ path: path.join(process.env.SCREENSHOTS, `${name}.png`), fullPage: true });
+    }
+    assert.deepEqual(problems, [], 'errors in the browser console');
+    console.log(`== ${name}: all checks passed`);
+  } finally {
+    await browser.close();
+    if (problems.length) console.log(problems.join('\n'));
+  }
+}
+
+async function main() {
+  for (const file of [path.join(dist, 'index.html'), path.join(dist, 'pkg', 'posflow_web_bg.wasm')]) {
+    assert.ok(fs.existsSync(file), `${file} is missing: run web/build.sh first`);
+  }
+  console.log(`wasm: ${fs.statSync(path.join(dist, 'pkg', 'posflow_web_bg.wasm')).size} bytes (after wasm-opt)`);
+  const expected = {
+    completion: nativeSample(['--chars', String(CHARS), '--temperature', '0']),
+    probabilities: JSON.parse(nativeSample(['--probabilities'])),
+  };
+  console.log(`native completion: ${JSON.stringify(expected.completion)}`);
+  const weights = fs.readFileSync(checkpoint);
+  // A screenshot of nothing in particular: an unrelated PNG.
+  const png = Buffer.from(
+    'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==',
+    'base64',
+  );
+  const files = {
+    bad: [
+      { name: 'truncated.safetensors', mimeType: 'application/octet-stream', buffer: weights.subarray(0, 4000) },
+      { name: 'picture.png', mimeType: 'image/png', buffer: png },
+    ],
+    good: { name: 'mine.safetensors', mimeType: 'application/octet-stream', buffer: weights },
+  };
+  const server = await serve(dist);
+  const url = `http://127.0.0.1:${server.address().port}/`;
+  try {
+    await checkPage({ name: 'webgpu', flags: WEBGPU_FLAGS, backend: 'webgpu', url, expected, files });
+    await checkPage({ name: 'cpu', flags: NO_WEBGPU_FLAGS, backend: 'cpu', url, expected, files });
+  } finally {
+    server.close();
+  }
+  console.log('\nweb e2e: all checks passed');
+}
+
+main().catch((e) => {
+  console.error(`\nweb e2e FAILED: ${e.stack ?? e}`);
+  process.exit(1);
+});
