@@ -68,9 +68,11 @@ struct Params {
     bounds: array<vec4<u32>, 2>,
 }
 
+// The time t = time(base) + r: an offset from a position time keeps t's rounding at the scale of a
+// step, not of t (f32 has no room for a long solve's t to the step's precision).
 struct Ctl {
     phase: u32,
-    t: f32,
+    r: f32,
     h: f32,
     attempts: u32,
     // forward, record: outputs written; adjoint: the interval end (position) being integrated from.
@@ -79,7 +81,7 @@ struct Ctl {
     accepted: u32,
     // The last attempt: its step and whether it was accepted.
     dt: f32,
-    t1: f32,
+    base: u32,
     ok: u32,
 }
 
@@ -391,8 +393,11 @@ fn norm_term(kind: u32, i: u32, dt: f32) -> f32 {
         let n = dp.len;
         let lo = tab_e_lo();
         let hi = tab_e_hi();
-        let err = lo.x * dv[k0] + lo.z * dv[k0 + 2u * n] + lo.w * dv[k0 + 3u * n] + hi.x * dv[k0 + 4u * n]
-            + hi.y * dv[k0 + 5u * n] + hi.z * dv[k0 + 6u * n];
+        // Σ eⱼ kⱼ = Σ eⱼ (kⱼ − k₀) since Σ eⱼ = 0: the differences are small and exact, which keeps
+        // f32's cancellation out of the estimate (the CPU sums in f64).
+        let k = dv[k0];
+        let err = lo.z * (dv[k0 + 2u * n] - k) + lo.w * (dv[k0 + 3u * n] - k) + hi.x * (dv[k0 + 4u * n] - k)
+            + hi.y * (dv[k0 + 5u * n] - k) + hi.z * (dv[k0 + 6u * n] - k);
         return dt * err / (dp.atol + dp.rtol * max(abs(z), abs(dv[slot(Z1) + i])));
     }
     let scale = dp.atol + dp.rtol * abs(z);
@@ -452,15 +457,18 @@ fn all_finite(s: u32, lid: u32) -> bool {
     return workgroupUniformLoad(&wscalar) == 0.0;
 }
 
-// The start of a solve from Z at t0: the finite check, K0 and torchdiffeq's initial step.
-fn start(c0: Ctl, t0: f32, lid: u32) -> Ctl {
+// The start of a solve from Z at the position time t0 = time(base): the finite check, K0 and
+// torchdiffeq's initial step.
+fn start(c0: Ctl, base: u32, lid: u32) -> Ctl {
     var c = c0;
+    let t0 = time(base);
     storageBarrier();
     if (!all_finite(slot(Z), lid)) {
         c.phase = FAILED;
         return c;
     }
-    c.t = t0;
+    c.base = base;
+    c.r = 0.0;
     c.phase = STEP;
     field(t0, slot(Z), slot(K0), lid);
     let d0 = group_norm(0u, 0.0, lid);
@@ -476,12 +484,23 @@ fn start(c0: Ctl, t0: f32, lid: u32) -> Ctl {
     storageBarrier();
     field(t0 + step, slot(X), slot(K0 + 1u), lid);
     let d2 = group_norm(2u, 0.0, lid) / h0;
-    var h1 = pow(0.01 / max(d1, d2), 0.2);
+    var h1 = fifth_root(0.01 / max(d1, d2));
     if (d1 <= 1e-15 && d2 <= 1e-15) {
         h1 = max(h0 * 1e-3, 1e-6);
     }
     c.h = min(100.0 * h0, h1);
     return c;
+}
+
+// x^(1/5) to f32 precision: pow is an exp2/log2 approximation on some drivers (llvmpipe), and the
+// step sizes must follow the CPU's closely (one Newton step on y⁵ = x).
+fn fifth_root(x: f32) -> f32 {
+    let y = pow(x, 0.2);
+    let y4 = y * y * y * y;
+    if (!(is_finite(y4 * y) && y > 0.0)) {
+        return y;
+    }
+    return y - (y4 * y - x) / (5.0 * y4);
 }
 
 // torchdiffeq's _optimal_step_size: safety 0.9, growth ≤ 10, shrink ≥ 0.2, no shrink after an accept.
@@ -490,7 +509,7 @@ fn next_step(h: f32, ratio: f32) -> f32 {
         return h * 10.0;
     }
     let dfactor = select(0.2, 1.0, ratio < 1.0);
-    return h * min(max(0.9 / pow(ratio, 0.2), dfactor), 10.0);
+    return h * min(max(0.9 / fifth_root(ratio), dfactor), 10.0);
 }
 
 // One step attempt from (t, Z, K0): the stages, Z1 and the error ratio; sets c.ok when accepted
@@ -505,17 +524,16 @@ fn attempt(c0: Ctl, lid: u32) -> Ctl {
     }
     c.attempts += 1u;
     let dt = dir() * c.h;
-    let t1 = c.t + dt;
-    if (t1 == c.t) {
+    // The CPU's f64 t + dt == t.
+    if (abs(dt) <= abs(now(c)) * 1.1e-16) {
         c.phase = FAILED;
         return c;
     }
     c.dt = dt;
-    c.t1 = t1;
     for (var i = 1u; i < 7u; i++) {
         combine_into(slot(X), slot(Z), K0, dt * tab_a_lo(i), dt * tab_a_hi(i), lid);
         storageBarrier();
-        field(c.t + tab_c(i) * dt, slot(X), slot(K0 + i), lid);
+        field(time(c.base) + (c.r + tab_c(i) * dt), slot(X), slot(K0 + i), lid);
     }
     combine_into(slot(Z1), slot(Z), K0, dt * tab_b_lo(), dt * tab_b_hi(), lid);
     storageBarrier();
@@ -531,7 +549,8 @@ fn attempt(c0: Ctl, lid: u32) -> Ctl {
     return c;
 }
 
-// Takes an accepted step: Z = Z1, K0 = K6 (first same as last), t = t1.
+// Takes an accepted step: Z = Z1, K0 = K6 (first same as last), t = t + dt, measured from the last
+// position passed (forward; the adjoint's intervals restart from their position).
 fn accept(c0: Ctl, lid: u32) -> Ctl {
     var c = c0;
     storageBarrier();
@@ -540,20 +559,43 @@ fn accept(c0: Ctl, lid: u32) -> Ctl {
         dv[slot(K0) + i] = dv[slot(K0 + 6u) + i];
     }
     storageBarrier();
-    c.t = c.t1;
+    c.r += c.dt;
+    if (dp.adjoint == 0u) {
+        let base = c.next_out - 1u;
+        c.r -= offset(base, c.base);
+        c.base = base;
+    }
     return c;
+}
+
+fn now(c: Ctl) -> f32 {
+    return time(c.base) + c.r;
+}
+
+// time(pos) − time(base), exactly as f32 allows.
+fn offset(pos: u32, base: u32) -> f32 {
+    return (f32(pos) - f32(base)) * dp.delta;
+}
+
+// Whether position `pos` lies in the accepted step (t, t + dt], and where: (t_pos − t) / dt.
+fn in_step(c: Ctl, pos: u32) -> bool {
+    return dir() * (offset(pos, c.base) - (c.r + c.dt)) <= 0.0;
+}
+
+fn step_fraction(c: Ctl, pos: u32) -> f32 {
+    return (offset(pos, c.base) - c.r) / c.dt;
 }
 
 // Whether output `next_out` lies in the accepted step (t, t1].
 fn output_in_step(c: Ctl) -> bool {
-    return c.next_out < dp.positions && dir() * (time(c.next_out) - c.t1) <= 0.0;
+    return c.next_out < dp.positions && in_step(c, c.next_out);
 }
 
 // The controller at the dispatch's start: fresh in the first chunk, else the previous chunk's.
 fn load_ctl(lid: u32) -> Ctl {
     if (lid == 0u) {
         if (dp.chunk == 0u) {
-            wctl = Ctl(INIT, 0.0, 0.0, 0u, 0u, 0u, 0.0, 0.0, 0u);
+            wctl = Ctl(INIT, 0.0, 0.0, 0u, 0u, 0u, 0.0, 0u, 0u);
         } else {
             wctl = Ctl(
                 ctl[0],
@@ -563,7 +605,7 @@ fn load_ctl(lid: u32) -> Ctl {
                 ctl[4],
                 ctl[5],
                 bitcast<f32>(ctl[6]),
-                bitcast<f32>(ctl[7]),
+                ctl[7],
                 ctl[8],
             );
         }
@@ -574,20 +616,20 @@ fn load_ctl(lid: u32) -> Ctl {
 fn store_ctl(c: Ctl, lid: u32) {
     if (lid == 0u) {
         ctl[0] = c.phase;
-        ctl[1] = bitcast<u32>(c.t);
+        ctl[1] = bitcast<u32>(c.r);
         ctl[2] = bitcast<u32>(c.h);
         ctl[3] = c.attempts;
         ctl[4] = c.next_out;
         ctl[5] = c.accepted;
         ctl[6] = bitcast<u32>(c.dt);
-        ctl[7] = bitcast<u32>(c.t1);
+        ctl[7] = c.base;
         ctl[8] = c.ok;
     }
 }
 
 // The dense weights (scaled by dt) of output `next_out` in the accepted step.
 fn output_weights(c: Ctl) -> array<vec4<f32>, 2> {
-    let x = (time(c.next_out) - c.t) / (c.t1 - c.t);
+    let x = step_fraction(c, c.next_out);
     return array<vec4<f32>, 2>(c.dt * dense_lo(x), c.dt * dense_hi(x));
 }
 
@@ -607,7 +649,7 @@ fn forward(@builtin(local_invocation_index) lid: u32) {
             break;
         }
         if (c.phase == INIT) {
-            c = start(c, 0.0, lid);
+            c = start(c, 0u, lid);
             c.next_out = select(1u, 0u, c.phase == FAILED);
             if (c.phase == STEP && dp.positions == 1u) {
                 c.phase = DONE;
@@ -674,7 +716,7 @@ fn record(@builtin(local_invocation_index) lid: u32) {
             break;
         }
         if (c.phase == INIT) {
-            c = start(c, 0.0, lid);
+            c = start(c, 0u, lid);
             c.next_out = select(1u, 0u, c.phase == FAILED);
             if (c.phase == STEP && dp.positions == 1u) {
                 c.phase = DONE;
@@ -700,7 +742,7 @@ fn record(@builtin(local_invocation_index) lid: u32) {
             }
             let m = c.accepted * (n + 2u);
             if (lid == 0u) {
-                tape[m] = c.t;
+                tape[m] = now(c);
                 tape[m + 1u] = c.dt;
             }
             for (var i = lid; i < n; i += WG) {
@@ -869,16 +911,16 @@ fn adjoint(@builtin(local_invocation_index) lid: u32) {
             break;
         }
         if (c.phase == INIT) {
-            c = start(c, time(c.next_out), lid);
+            c = start(c, c.next_out, lid);
             continue;
         }
         c = attempt(c, lid);
         if (c.ok == 1u) {
             let i = c.next_out;
-            if (dir() * (time(i - 1u) - c.t1) <= 0.0) {
+            if (in_step(c, i - 1u)) {
                 // The interval's end: the dense output, then p restarts from the forward solution
                 // and a takes the upstream of p(t_{i−1}).
-                let x = (time(i - 1u) - c.t) / (c.t1 - c.t);
+                let x = step_fraction(c, i - 1u);
                 combine_into(slot(X), slot(Z), K0, c.dt * dense_lo(x), c.dt * dense_hi(x), lid);
                 storageBarrier();
                 for (var e = lid; e < dp.len; e += WG) {

@@ -596,6 +596,8 @@ impl OdeFlow {
                 7 * (eval + vjp + 4 * rows(n)) + 4 * rows(n),
                 positions * (rows(n) + 4),
             ),
+            // The adjoint ends one interval per output.
+            Dopri5Kernel::Adjoint => (attempt.max(start) + 4 * rows(len), 0),
             _ => (attempt.max(start) + rows(len), positions * (3 * rows(len) + 4)),
         }
     }
@@ -851,9 +853,9 @@ mod tests {
 
     fn check_gpu_within(flow: OdeFlow, blocks: usize, trajectory_tol: f32, gradient_tol: f32) {
         let Some(gpu) = gpu() else { return };
-        let build = flow_graph(flow, blocks);
-        let want = run(cpu(), &build, 7, &Overrides::default());
-        let got = run(gpu, &build, 7, &Overrides::default());
+        let build = &flow_graph(flow, blocks);
+        let want = run(cpu(), build, 7, &Overrides::default());
+        let got = run(gpu, build, 7, &Overrides::default());
         let what = format!("{flow:?}, {blocks} blocks");
         println!(
             "{what}: trajectory {:e}, dθ {:e}, dp0 {:e}",
@@ -1149,26 +1151,62 @@ mod tests {
         }
     }
 
-    /// A long adaptive solve runs over many of the chunks that keep each dispatch under lavapipe's
-    /// loop limit (the controller handed over between them).
+    /// A long adaptive solve takes more units of work than one dispatch runs, so the controller is
+    /// handed over between chunks: backprop over 200 positions (t up to 10, θ at twice FLOATER's
+    /// initial scale: 20 attempts; 19 units per forward dispatch, 6 per backprop one), the
+    /// adjoint over 40 (one start and a few attempts per interval; 5 units per dispatch). The late
+    /// steps of the long solve are long (h ≈ 1), and dopri5's large coefficients amplify f32
+    /// rounding there: the CPU's and the GPU's roundings differ (coefficients rounded from f64 or
+    /// f32, fused multiply-adds), both take the same 20 attempts, and their answers drift apart by
+    /// (measured) 9.9e-5 for the trajectory and 3.1e-2 for backprop's dθ, which differentiates
+    /// through those roundings. The short cases of `dopri5_gpu_matches_cpu` hold tight tolerances.
     #[test]
     fn dopri5_long_solve_matches_cpu() {
-        for gradient in [FlowGradient::Backprop, FlowGradient::Adjoint] {
-            let flow = config((37, 37), Activation::Tanh, 200, dopri5(1000), gradient);
+        let blocks = 3;
+        let cases = [
+            (FlowGradient::Backprop, 200, 100, 2e-4, 6e-2),
+            (FlowGradient::Adjoint, 40, 200, 1e-5, 1e-4),
+        ];
+        for (gradient, positions, max_steps, trajectory_tol, gradient_tol) in cases {
             let tol = Tolerance {
                 rtol: 1e-5,
                 atol: 1e-7,
-                max_steps: 1000,
+                max_steps,
             };
-            for kernel in [
-                Dopri5Kernel::Solve,
-                Dopri5Kernel::Backprop,
-                Dopri5Kernel::Adjoint,
-            ] {
-                let (units, _) = flow.dopri5_chunks(&tol, 2, kernel);
-                assert!(units < 40, "{units} units per dispatch");
+            let flow = config((37, 37), Activation::Tanh, positions, Method::Dopri5(tol), gradient);
+            let units = |kernel| flow.dopri5_chunks(&tol, blocks, kernel).0;
+            match gradient {
+                FlowGradient::Backprop => {
+                    assert!(units(Dopri5Kernel::Solve) < 20 && units(Dopri5Kernel::Backprop) < 10)
+                }
+                FlowGradient::Adjoint => assert!(units(Dopri5Kernel::Adjoint) < 10),
             }
-            check_gpu(flow, 2);
+            let Some(gpu) = gpu() else { return };
+            let gain = 2.0 / 37f32.sqrt();
+            let theta: Vec<f32> = random_vec(flow.param_len(), 5).iter().map(|v| v * gain).collect();
+            let over = Overrides {
+                params: [("theta", theta), ("p0", random_vec(blocks * 37, 6))]
+                    .into_iter()
+                    .map(|(name, v)| (name.to_string(), v))
+                    .collect(),
+                ..Default::default()
+            };
+            let build = flow_graph(flow, blocks);
+            let want = run(cpu(), &build, 0, &over);
+            let got = run(gpu, &build, 0, &over);
+            let what = format!("long {gradient:?}");
+            println!(
+                "{what}: trajectory {:e}, dθ {:e}, dp0 {:e}",
+                max_rel_diff(&got.out, &want.out),
+                max_rel_diff(&got.grads["theta"], &want.grads["theta"]),
+                max_rel_diff(&got.grads["p0"], &want.grads["p0"]),
+            );
+            let tol = trajectory_tol;
+            assert_close(&format!("{what}: trajectory"), &got.out, &want.out, tol, tol);
+            for (name, g) in &got.grads {
+                let tol = gradient_tol;
+                assert_close(&format!("{what}: d/d{name}"), g, &want.grads[name], tol, tol);
+            }
         }
     }
 
