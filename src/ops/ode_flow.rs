@@ -1244,13 +1244,19 @@ mod tests {
         };
         let mut nan_p0 = p0.clone();
         nan_p0[7] = f32::NAN;
+        // A huge θ and p0 with ReLU: the first step overflows.
         let huge = vec![30.0; flow.param_len()];
+        let big_p0 = vec![1e30; p0.len()];
+        let relu = OdeFlow {
+            activation: Activation::Relu,
+            ..flow
+        };
         // (flow, θ, p0, the first position not reached).
         let cases = [
             (limited(2), &theta, &p0, None),
-            (limited(8), &theta, &p0, None),
+            (limited(1), &theta, &p0, Some(1)),
             (flow, &theta, &nan_p0, Some(0)),
-            (flow, &huge, &p0, None),
+            (relu, &huge, &big_p0, Some(1)),
         ];
         for (flow, theta, p0, reached) in cases {
             let mut results = Vec::new();
@@ -1271,8 +1277,21 @@ mod tests {
                 results.push((traj, status));
             }
             if let [(cpu_traj, cpu_status), (gpu_traj, gpu_status)] = &results[..] {
-                assert_eq!(cpu_status, gpu_status);
-                assert_close("reached rows", gpu_traj, cpu_traj, 1e-5, 1e-5);
+                // Where the step limit strikes can differ by a position: the first step's error
+                // ratio (~4e-5 here) is at f32's rounding level, and the second step's growth
+                // (ratio^-1/5) follows it (measured: t = 0.3 on the CPU, 0.4 on lavapipe for
+                // max_steps 2).
+                let (cpu_at, gpu_at) = (cpu_status[2] / 0.1, gpu_status[2] / 0.1);
+                assert!(
+                    (cpu_at - gpu_at).abs() < 1.5,
+                    "{flow:?}: {cpu_status:?} {gpu_status:?}"
+                );
+                if reached.is_some() {
+                    assert_eq!(cpu_status, gpu_status);
+                }
+                let common = cpu_at.min(gpu_at).round() as usize * p0.len();
+                let rows = |t: &[f32]| t[..common].to_vec();
+                assert_close("reached rows", &rows(gpu_traj), &rows(cpu_traj), 1e-5, 1e-5);
             }
         }
         // A failing solve has NaN gradients.
