@@ -989,8 +989,8 @@ mod tests {
                 1e-5,
                 1e-5,
             ),
-            ("dopri5_tanh", Activation::Tanh, dopri5(10_000), 1e-4, 1e-4),
-            ("dopri5_relu", Activation::Relu, dopri5(10_000), 0.2, 2e-3),
+            ("dopri5_tanh", Activation::Tanh, dopri5(1000), 1e-4, 1e-4),
+            ("dopri5_relu", Activation::Relu, dopri5(1000), 0.2, 2e-3),
         ];
         let blocks = 2;
         for (case, activation, method, backprop_tol, adjoint_tol) in cases {
