@@ -11,14 +11,12 @@
 //   forward:           p(t_i) at every position; records the block's first non-finite position in
 //                      `fail`
 //   report:            one thread turns `fail` into the status [code, block, time]
-//   unsupported:       NaN trajectory and status 3, "method unsupported on the GPU" (dopri5)
 //   starts:            backprop's step starts, recomputed from the trajectory (one state per step)
 //   backprop:          backprop through the solver, steps in reverse: each step's stages are
 //                      recomputed from its start and differentiated
 //   adjoint:           the continuous adjoint [p | a | g] integrated backward with the same method,
 //                      restarting p from the trajectory at every position (memory: a few vectors)
 //   reduce_theta:      dθ = Σ over blocks of `partial`, in block order
-//   unsupported_grads: NaN gradients (dopri5)
 // The backward kernels accumulate each block's dθ in its own row of `partial`, each θ element always
 // by the same thread, so the result is deterministic without atomics.
 
@@ -53,7 +51,6 @@ struct Params {
     relu: u32,
     param_len: u32,
     delta: f32,
-    nan: f32,
     // The steps this dispatch runs (backprop walks them from end − 1 down to begin).
     begin: u32,
     end: u32,
@@ -61,7 +58,7 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 
-// forward, report, unsupported
+// forward, report
 @group(0) @binding(1) var<storage, read> theta: array<f32>;
 @group(0) @binding(2) var<storage, read> p0: array<f32>;
 @group(0) @binding(3) var<storage, read_write> traj: array<f32>;
@@ -69,7 +66,7 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> fail: array<u32>;
 @group(0) @binding(6) var<storage, read_write> fwd_carry: array<f32>;
 
-// starts, backprop, adjoint, reduce_theta, unsupported_grads (θ at binding 1 as above)
+// starts, backprop, adjoint, reduce_theta (θ at binding 1 as above)
 @group(0) @binding(2) var<storage, read> traj_in: array<f32>;
 @group(0) @binding(3) var<storage, read> upstream: array<f32>;
 @group(0) @binding(4) var<storage, read_write> dtheta: array<f32>;
@@ -368,19 +365,6 @@ fn report() {
     }
 }
 
-@compute @workgroup_size(64)
-fn unsupported(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = gid.x + gid.y * groups.x * WG;
-    if (i < p.positions * p.blocks * p.d) {
-        traj[i] = p.nan;
-    }
-    if (i == 0u) {
-        status[0] = 3.0;
-        status[1] = -1.0;
-        status[2] = 0.0;
-    }
-}
-
 // step_starts[g] ([steps, blocks, d]) = the state at the start of step g: the trajectory at each
 // interval's start, then the substeps taken from it.
 @compute @workgroup_size(64)
@@ -602,18 +586,4 @@ fn reduce_theta(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
         s += partial[b * p.param_len + e];
     }
     dtheta[e] = s;
-}
-
-@compute @workgroup_size(64)
-fn unsupported_grads(
-    @builtin(global_invocation_id) gid: vec3<u32>,
-    @builtin(num_workgroups) groups: vec3<u32>,
-) {
-    let i = gid.x + gid.y * groups.x * WG;
-    if (i < p.param_len) {
-        dtheta[i] = p.nan;
-    }
-    if (i < p.blocks * p.d) {
-        dp0[i] = p.nan;
-    }
 }

@@ -32,6 +32,7 @@ shaders! {
     DROPOUT => "dropout",
     RK_STAGE => "rk_stage",
     ODE_FLOW => "ode_flow",
+    ODE_DOPRI5 => "ode_dopri5",
 }
 
 #[cfg(test)]
