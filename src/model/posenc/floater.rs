@@ -96,8 +96,8 @@ pub enum FloaterForm {
     Bias,
 }
 
-/// The ODE solver. `rk4` is torchdiffeq's (Kutta's 3/8 rule); `dopri5` adapts its steps and runs
-/// on the CPU backend only.
+/// The ODE solver. `rk4` is torchdiffeq's (Kutta's 3/8 rule); `dopri5` adapts its steps (one step
+/// size for all blocks, as torchdiffeq), on the GPU in one workgroup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SolverMethod {
