@@ -1,5 +1,7 @@
 //! The pre-norm Transformer of a [`ModelConfig`], built into a [`Graph`] for one (batch, length).
 
+use std::cell::RefCell;
+
 use super::block::{self, BlockInputs, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm, Linear};
 use super::config::{EmbedScale, ModelConfig, ModelKind};
 use super::posenc::{self, Constant};
@@ -42,6 +44,9 @@ pub struct ModelGraph {
     /// Statuses of the position encoding's ODE solve (FLOATER): executors must keep them among
     /// their outputs ([`ModelGraph::outputs`]) and [`ModelGraph::check`] them after each run.
     checks: Vec<TensorId>,
+    /// Each layer's attention probabilities `[B, H, L, L]`, in graphs from
+    /// [`Model::build_probed`]; empty otherwise.
+    pub attention_probs: Vec<TensorId>,
 }
 
 /// What a graph is for.
@@ -51,6 +56,8 @@ struct Purpose {
     padded: bool,
     /// Applies dropout (when the config has some).
     training: bool,
+    /// Records each layer's attention probabilities.
+    probed: bool,
 }
 
 impl Model {
@@ -69,6 +76,18 @@ impl Model {
         let purpose = Purpose {
             padded: false,
             training: false,
+            probed: false,
+        };
+        self.build_graph(g, batch, len, purpose)
+    }
+
+    /// [`Model::build`] that also outputs every layer's attention probabilities
+    /// ([`ModelGraph::attention_probs`]), for inspecting what the model attends to.
+    pub fn build_probed(&self, g: &mut Graph, batch: usize, len: usize) -> Result<ModelGraph> {
+        let purpose = Purpose {
+            padded: false,
+            training: false,
+            probed: true,
         };
         self.build_graph(g, batch, len, purpose)
     }
@@ -80,6 +99,7 @@ impl Model {
         let purpose = Purpose {
             padded: false,
             training: true,
+            probed: false,
         };
         self.build_graph(g, batch, len, purpose)
     }
@@ -89,6 +109,7 @@ impl Model {
         let purpose = Purpose {
             padded: true,
             training: false,
+            probed: false,
         };
         self.build_graph(g, batch, len, purpose)
     }
@@ -135,6 +156,7 @@ impl Model {
                 .unwrap_or(1.0 / (c.head_dim() as f32).sqrt()),
             dropout,
             qkv_bias: positions.qkv_bias,
+            attention_probs: purpose.probed.then(RefCell::default),
         };
         for layer in 0..c.layers {
             if let Some(&p) = positions.at_block.get(layer) {
@@ -180,6 +202,7 @@ impl Model {
             constants: positions.constants,
             checks: positions.checks,
             dropout_seed: dropout.map(|(seed, _)| seed),
+            attention_probs: shared.attention_probs.map(RefCell::into_inner).unwrap_or_default(),
         })
     }
 }
