@@ -11,9 +11,7 @@ use posflow::checkpoint::{Checkpoint, Metadata, TrainingState};
 use posflow::data::CharTokenizer;
 use posflow::graph::Graph;
 use posflow::model::posenc::sinusoidal_table;
-use posflow::model::{
-    Block, EmbedScale, FloaterConfig, LN_EPS, Model, ModelConfig, ModelKind, PosEnc,
-};
+use posflow::model::{Block, EmbedScale, FloaterConfig, LN_EPS, Model, ModelConfig, ModelKind, PosEnc};
 use posflow::params::ParamStore;
 use posflow::viz::attention::attention_view;
 use posflow::viz::colormap::Colormap;
@@ -96,7 +94,10 @@ fn sinusoidal_heatmap_is_the_sinusoidal_table_at_any_length() {
     let encodings = pollster::block_on(position_encodings(&loaded, 50)).unwrap();
     assert_eq!(encodings.maps.len(), 1);
     let map = &encodings.maps[0];
-    assert_eq!((map.label.as_str(), map.positions, map.dims, map.valid_positions), ("input", 50, 16, 50));
+    assert_eq!(
+        (map.label.as_str(), map.positions, map.dims, map.valid_positions),
+        ("input", 50, 16, 50)
+    );
     assert_eq!(map.values, sinusoidal_table(50, 16));
 }
 
@@ -135,7 +136,11 @@ fn floater_encodings_run_past_the_table_and_relative_is_described() {
     }));
     let encodings = pollster::block_on(position_encodings(&relative, 40)).unwrap();
     assert!(encodings.maps.is_empty());
-    assert!(encodings.note.contains("relative position bias"), "{}", encodings.note);
+    assert!(
+        encodings.note.contains("relative position bias"),
+        "{}",
+        encodings.note
+    );
 }
 
 /// TUPE's positional correlation per head equals (LN(p_i) U_Q^h)·(LN(p_j) U_K^h) / √(2·Dh) from
@@ -158,10 +163,7 @@ fn tupe_correlation_matches_a_direct_computation() {
     let tupe = pollster::block_on(tupe_correlation(&loaded.saved)).unwrap();
     let (d, heads, dh, len) = (16, 2, 8, 12);
     assert_eq!((tupe.heads, tupe.len), (heads, len));
-    assert_eq!(
-        tupe.untied,
-        Some((vec![0.5, -1.5], vec![2.0, 0.25]))
-    );
+    assert_eq!(tupe.untied, Some((vec![0.5, -1.5], vec![2.0, 0.25])));
 
     let table = read(&loaded, "posenc.tupe.weight");
     let gain = read(&loaded, "posenc.tupe.ln.gain");
@@ -199,7 +201,10 @@ fn tupe_correlation_matches_a_direct_computation() {
         }
     }
     assert!(worst < 1e-5, "largest difference {worst}");
-    assert!(tupe.values.iter().any(|v| v.abs() > 1e-4), "the correlation is all zero");
+    assert!(
+        tupe.values.iter().any(|v| v.abs() > 1e-4),
+        "the correlation is all zero"
+    );
 
     let not_tupe = load(&lm(PosEnc::Learned));
     let err = pollster::block_on(tupe_correlation(&not_tupe.saved)).unwrap_err();
@@ -213,7 +218,10 @@ fn attention_rows_are_distributions_over_the_typed_tokens() {
     // 16 characters, cut to the table's 12.
     assert_eq!(view.truncated_from, Some(16));
     assert_eq!(view.tokens[..3], ["m", "e", "·"]);
-    assert_eq!((view.maps.layers.len(), view.maps.heads, view.maps.len), (2, 2, 12));
+    assert_eq!(
+        (view.maps.layers.len(), view.maps.heads, view.maps.len),
+        (2, 2, 12)
+    );
     for layer in 0..2 {
         for head in 0..2 {
             for row in view.maps.head(layer, head).chunks(12) {
@@ -222,7 +230,10 @@ fn attention_rows_are_distributions_over_the_typed_tokens() {
         }
     }
     let err = pollster::block_on(attention_view(&loaded, "call me Z")).unwrap_err();
-    assert!(err.to_string().contains("'Z'") || err.to_string().contains("Z"), "{err}");
+    assert!(
+        err.to_string().contains("'Z'") || err.to_string().contains("Z"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -375,7 +386,10 @@ fn export_writes_one_picture_per_view_with_content() {
 
     // A broken checkpoint fails an export (nobody would see the message in a picture).
     std::fs::write(dir.join("broken.safetensors"), b"nope").unwrap();
-    let o = posflow_in(&dir, &["viz", "--checkpoint", "broken.safetensors", "--export", "out2"]);
+    let o = posflow_in(
+        &dir,
+        &["viz", "--checkpoint", "broken.safetensors", "--export", "out2"],
+    );
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("error: checkpoint broken.safetensors"), "{err}");

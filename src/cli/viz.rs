@@ -102,7 +102,10 @@ struct FrameLimit {
 impl eframe::App for FrameLimit {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         self.viewer.show(ui);
-        self.rendered.set(self.rendered.get() + 1);
+        // The frame that handles the close command still draws; it is not one of the N.
+        if self.rendered.get() < self.limit {
+            self.rendered.set(self.rendered.get() + 1);
+        }
         if self.rendered.get() >= self.limit {
             ui.ctx().send_viewport_cmd(egui::ViewportCommand::Close);
         } else {
@@ -116,8 +119,10 @@ fn read(path: &Path) -> Result<Vec<u8>> {
 }
 
 fn file_name(path: &Path) -> String {
-    path.file_name()
-        .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 fn report(loaded: Result<()>, strict: bool) -> Result<()> {

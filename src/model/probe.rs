@@ -99,7 +99,10 @@ mod tests {
     fn direct_first_layer(c: &ModelConfig, params: &ParamStore, tokens: &[i32]) -> Vec<f32> {
         let (d, heads, dh, len) = (c.d_model, c.heads, c.head_dim(), tokens.len());
         let emb = read(params, "tok_emb.weight");
-        let (gain, bias) = (read(params, "blocks.0.ln1.gain"), read(params, "blocks.0.ln1.bias"));
+        let (gain, bias) = (
+            read(params, "blocks.0.ln1.gain"),
+            read(params, "blocks.0.ln1.bias"),
+        );
         let (w, b) = (
             read(params, "blocks.0.attn.qkv.weight"),
             read(params, "blocks.0.attn.qkv.bias"),

@@ -202,7 +202,10 @@ impl Model {
             constants: positions.constants,
             checks: positions.checks,
             dropout_seed: dropout.map(|(seed, _)| seed),
-            attention_probs: shared.attention_probs.map(RefCell::into_inner).unwrap_or_default(),
+            attention_probs: shared
+                .attention_probs
+                .map(RefCell::into_inner)
+                .unwrap_or_default(),
         })
     }
 }

@@ -86,8 +86,12 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State, jobs: &mut Vec<Job>) {
         let colormap = Colormap::Sequential { max: 1.0 };
         legend(ui, &colormap, "attention probability (each row sums to 1)");
         let heads = view.maps.heads;
-        let per_row = if heads <= 2 { heads } else { heads.div_ceil(2) };
-        let side = ((ui.available_width() / per_row as f32) - 16.0).clamp(180.0, 420.0);
+        // Up to four heads side by side, more in two rows; square maps that fit the view.
+        let per_row = if heads <= 4 { heads } else { heads.div_ceil(2) };
+        let rows = heads.div_ceil(per_row) as f32;
+        let side = (ui.available_width() / per_row as f32 - 16.0)
+            .min((ui.available_height() - 40.0) / rows - 40.0)
+            .clamp(200.0, 560.0);
         for row in 0..heads.div_ceil(per_row) {
             ui.horizontal_top(|ui| {
                 for head in row * per_row..((row + 1) * per_row).min(heads) {

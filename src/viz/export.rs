@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use eframe::egui;
 use egui_kittest::Harness;
+use image::ImageEncoder;
+use image::codecs::png::{CompressionType, FilterType, PngEncoder};
 
 use super::{View, Viewer};
 use crate::error::{Error, Result};
@@ -22,12 +24,25 @@ pub fn export_views(viewer: &Viewer, dir: &Path) -> Result<Vec<PathBuf>> {
         .map(|view| {
             let image = render(viewer, view)?;
             let path = dir.join(format!("{}.png", view.slug()));
-            image
-                .save(&path)
+            let bytes = png(&image).map_err(|e| Error::Input(format!("encoding {}: {e}", path.display())))?;
+            std::fs::write(&path, bytes)
                 .map_err(|e| Error::Input(format!("writing {}: {e}", path.display())))?;
             Ok(path)
         })
         .collect()
+}
+
+/// The image as a PNG at the best compression: the pictures go into the repository's docs.
+fn png(image: &image::RgbaImage) -> image::ImageResult<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let encoder = PngEncoder::new_with_quality(&mut bytes, CompressionType::Best, FilterType::Adaptive);
+    encoder.write_image(
+        image,
+        image.width(),
+        image.height(),
+        image::ExtendedColorType::Rgba8,
+    )?;
+    Ok(bytes)
 }
 
 /// One view as an RGBA image of [`SIZE`].

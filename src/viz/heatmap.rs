@@ -83,14 +83,31 @@ impl Heatmap<'_> {
                 Color32::from_rgb(230, 150, 0),
             );
         }
-        let small = FontId::proportional(10.0);
+        // Tokens are what the reader looks for: larger and brighter than index ticks.
+        let (small, tick_color) = if self.row_labels.is_some() {
+            (FontId::proportional(12.0), text)
+        } else {
+            (FontId::proportional(10.0), weak)
+        };
         for (i, label) in ticks(self.rows, self.row_labels, cell.y) {
             let y = plot.top() + (i as f32 + 0.5) * cell.y;
-            painter.text(pos2(plot.left() - 3.0, y), Align2::RIGHT_CENTER, label, small.clone(), weak);
+            painter.text(
+                pos2(plot.left() - 3.0, y),
+                Align2::RIGHT_CENTER,
+                label,
+                small.clone(),
+                tick_color,
+            );
         }
         for (j, label) in ticks(self.cols, self.col_labels, cell.x) {
             let x = plot.left() + (j as f32 + 0.5) * cell.x;
-            painter.text(pos2(x, plot.bottom() + 2.0), Align2::CENTER_TOP, label, small.clone(), weak);
+            painter.text(
+                pos2(x, plot.bottom() + 2.0),
+                Align2::CENTER_TOP,
+                label,
+                small.clone(),
+                tick_color,
+            );
         }
         // Both titles under the map, where no tick label is: columns centred, rows at the left.
         painter.text(
@@ -165,7 +182,7 @@ impl Heatmap<'_> {
 /// The indices to label along an axis of `n` cells `cell` points wide: every one when labels
 /// fit, else every k-th (1, 2, 5, 10, 20, 50, ...), with the given labels or the index.
 fn ticks(n: usize, labels: Option<&[String]>, cell: f32) -> Vec<(usize, String)> {
-    let room = if labels.is_some() { 9.0 } else { 26.0 };
+    let room = if labels.is_some() { 10.0 } else { 26.0 };
     let every = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
         .into_iter()
         .find(|&k| k as f32 * cell >= room)
@@ -182,7 +199,10 @@ mod tests {
 
     #[test]
     fn ticks_thin_out_when_cells_are_small() {
-        assert_eq!(ticks(3, None, 40.0), [(0, "0".into()), (1, "1".into()), (2, "2".into())]);
+        assert_eq!(
+            ticks(3, None, 40.0),
+            [(0, "0".into()), (1, "1".into()), (2, "2".into())]
+        );
         let sparse: Vec<usize> = ticks(100, None, 3.0).into_iter().map(|(i, _)| i).collect();
         assert_eq!(sparse, (0..100).step_by(10).collect::<Vec<_>>());
         let labels: Vec<String> = ["a", "b"].map(String::from).to_vec();

@@ -78,7 +78,11 @@ impl LoadedCheckpoint {
     /// `text` as token ids, after <bos> where the model expects one. A character the model never
     /// saw is an error naming it.
     pub fn encode(&self, text: &str) -> Result<Vec<i32>> {
-        let mut ids = if self.starts_with_bos { vec![BOS] } else { Vec::new() };
+        let mut ids = if self.starts_with_bos {
+            vec![BOS]
+        } else {
+            Vec::new()
+        };
         ids.extend(
             self.saved
                 .tokenizer

@@ -16,7 +16,10 @@ pub fn parse_metrics(text: &str) -> Result<Vec<Record>> {
         .map(|(i, line)| {
             serde_json::from_str(line).map_err(|e| {
                 let shown: String = line.chars().take(60).collect();
-                Error::Input(format!("metrics log line {}: {e} (the line reads `{shown}`)", i + 1))
+                Error::Input(format!(
+                    "metrics log line {}: {e} (the line reads `{shown}`)",
+                    i + 1
+                ))
             })
         })
         .collect()
@@ -70,7 +73,10 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State) {
         .y_axis_label("loss")
         .show(ui, |plot| {
             for (log, records) in &s.logs {
-                plot.line(Line::new(name(log, "train"), PlotPoints::from(train_curve(records))));
+                plot.line(Line::new(
+                    name(log, "train"),
+                    PlotPoints::from(train_curve(records)),
+                ));
             }
         });
     ui.strong("Validation loss per sequence length");
@@ -82,7 +88,10 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State) {
         .show(ui, |plot| {
             for (log, records) in &s.logs {
                 for (bin, points) in eval_curves(records) {
-                    plot.line(Line::new(name(log, &format!("length {bin}")), PlotPoints::from(points)));
+                    plot.line(Line::new(
+                        name(log, &format!("length {bin}")),
+                        PlotPoints::from(points),
+                    ));
                 }
             }
         });

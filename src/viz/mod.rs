@@ -141,10 +141,22 @@ impl<K: PartialEq, T> Computed<K, T> {
 
 /// What the views ask to have computed; see [`run_job`].
 pub(crate) enum Job {
-    Encodings { checkpoint: usize, len: usize },
-    Attention { checkpoint: usize, text: String },
-    Tupe { checkpoint: usize },
-    Completion { checkpoint: usize, prompt: String, chars: usize },
+    Encodings {
+        checkpoint: usize,
+        len: usize,
+    },
+    Attention {
+        checkpoint: usize,
+        text: String,
+    },
+    Tupe {
+        checkpoint: usize,
+    },
+    Completion {
+        checkpoint: usize,
+        prompt: String,
+        chars: usize,
+    },
 }
 
 /// Everything the views show and the page can read.
@@ -303,7 +315,12 @@ async fn run_job(state: Rc<RefCell<State>>, job: Job) {
     match job {
         Job::Encodings { checkpoint: i, len } => {
             let result = posenc::position_encodings(&checkpoint(i), len).await;
-            state.borrow_mut().encodings.entry(i).or_default().store(&len, result);
+            state
+                .borrow_mut()
+                .encodings
+                .entry(i)
+                .or_default()
+                .store(&len, result);
         }
         Job::Attention { checkpoint: i, text } => {
             let result = attention::attention_view(&checkpoint(i), &text).await;
@@ -420,13 +437,15 @@ impl eframe::App for Viewer {
 }
 
 fn view_contents(ui: &mut egui::Ui, s: &mut State, view: View, jobs: &mut Vec<Job>) {
-    egui::ScrollArea::both().auto_shrink(false).show(ui, |ui| match view {
-        View::PositionEncodings => posenc::show(ui, s, jobs),
-        View::Attention => attention::show(ui, s, jobs),
-        View::Tupe => tupe::show(ui, s, jobs),
-        View::Metrics => metrics::show(ui, s),
-        View::Prompt => prompt::show(ui, s, jobs),
-    });
+    egui::ScrollArea::both()
+        .auto_shrink(false)
+        .show(ui, |ui| match view {
+            View::PositionEncodings => posenc::show(ui, s, jobs),
+            View::Attention => attention::show(ui, s, jobs),
+            View::Tupe => tupe::show(ui, s, jobs),
+            View::Metrics => metrics::show(ui, s),
+            View::Prompt => prompt::show(ui, s, jobs),
+        });
 }
 
 fn side_panel(ui: &mut egui::Ui, s: &mut State) {

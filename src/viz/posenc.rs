@@ -100,7 +100,11 @@ pub async fn position_encodings(loaded: &LoadedCheckpoint, len: usize) -> Result
             maps: computed(saved, len).await?,
             note: format!(
                 "{name}: the fixed sin/cos table of Vaswani et al., added to the {}; any length.",
-                if every_block { "input of every block" } else { "token embeddings" }
+                if every_block {
+                    "input of every block"
+                } else {
+                    "token embeddings"
+                }
             ),
         }),
         PosEnc::Floater(f) => Ok(PositionEncodings {
@@ -160,8 +164,18 @@ async fn computed(saved: &SavedModel, len: usize) -> Result<Vec<EncodingMap>> {
         }
     }
     let qkv_from = wanted.len();
-    wanted.extend(terms.qkv_bias.iter().enumerate().map(|(i, &t)| (format!("block {i}"), t)));
-    let outputs: Vec<TensorId> = wanted.iter().map(|&(_, t)| t).chain(terms.checks.iter().copied()).collect();
+    wanted.extend(
+        terms
+            .qkv_bias
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| (format!("block {i}"), t)),
+    );
+    let outputs: Vec<TensorId> = wanted
+        .iter()
+        .map(|&(_, t)| t)
+        .chain(terms.checks.iter().copied())
+        .collect();
     let exec = Executor::new(&g, &outputs, &saved.params)?;
     for (t, values) in &terms.constants {
         match values {
@@ -250,6 +264,13 @@ fn show_encodings(
     selected: &mut usize,
     [width, height]: [f32; 2],
 ) {
+    // A single map gets its label in the combo box's place, so that side-by-side maps line up.
+    if encodings.maps.len() == 1 {
+        ui.add_sized(
+            [120.0, 20.0],
+            egui::Label::new(format!("map: {}", encodings.maps[0].label)),
+        );
+    }
     if encodings.maps.len() > 1 {
         *selected = (*selected).min(encodings.maps.len() - 1);
         egui::ComboBox::new(("posflow.posenc.map", &checkpoint.name), "map")

@@ -47,7 +47,9 @@ pub async fn complete(loaded: &LoadedCheckpoint, prompt: &str, chars: usize) -> 
     })?;
     let context = loaded.encode(prompt)?;
     if context.is_empty() {
-        return Err(Error::Input("type a prompt: the model needs at least one character".into()));
+        return Err(Error::Input(
+            "type a prompt: the model needs at least one character".into(),
+        ));
     }
     // Temperature 0 never draws from the generator, so any seed gives the same text.
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
@@ -98,7 +100,11 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State, jobs: &mut Vec<Job>) {
         jobs.extend(request(s));
     }
     show_result(ui, s.completion.result(), |ui, completion| {
-        let (prompt, _) = s.completion.key.as_ref().map_or(("", 0), |(_, p, n)| (p.as_str(), *n));
+        let (prompt, _) = s
+            .completion
+            .key
+            .as_ref()
+            .map_or(("", 0), |(_, p, n)| (p.as_str(), *n));
         egui::Frame::group(ui.style()).show(ui, |ui| {
             ui.horizontal_wrapped(|ui| {
                 ui.spacing_mut().item_spacing.x = 0.0;
@@ -125,7 +131,9 @@ fn bars(ui: &mut egui::Ui, next: &[(String, f32)]) {
     let painter = ui.painter_at(rect);
     let text = ui.visuals().text_color();
     let label_width = 40.0;
-    let bar_room = width - label_width - 60.0;
+    // The likeliest character gets the full width, so that small probabilities still differ.
+    let longest = next.first().map_or(1.0, |(_, p)| p.max(1e-6));
+    let bar_room = (width - label_width - 60.0) / longest;
     for (k, (label, p)) in next.iter().enumerate() {
         let top = rect.top() + k as f32 * row;
         painter.text(
@@ -139,7 +147,7 @@ fn bars(ui: &mut egui::Ui, next: &[(String, f32)]) {
             pos2(rect.left() + label_width, top + 3.0),
             vec2((bar_room * p).max(1.0), row - 6.0),
         );
-        // Bars take the probability colormap's colour at their value, at least a visible blue.
+        // The probability colormap's colour at the bar's value, but never too pale to see.
         painter.rect_filled(bar, 2.0, colormap.color(p.max(0.35)));
         painter.text(
             pos2(bar.right() + 6.0, top + row / 2.0),

@@ -101,18 +101,20 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State, jobs: &mut Vec<Job>) {
         );
         if let Some((theta1, theta2)) = &tupe.untied {
             ui.label("Untied [CLS]: θ1 replaces row 0 ([CLS] to every position), θ2 column 0 (the others to [CLS]).");
-            egui::Grid::new("posflow.tupe.theta").striped(true).show(ui, |ui| {
-                ui.strong("head");
-                ui.strong("θ1");
-                ui.strong("θ2");
-                ui.end_row();
-                for h in 0..tupe.heads {
-                    ui.label(h.to_string());
-                    ui.monospace(format_value(theta1[h]));
-                    ui.monospace(format_value(theta2[h]));
+            egui::Grid::new("posflow.tupe.theta")
+                .striped(true)
+                .show(ui, |ui| {
+                    ui.strong("head");
+                    ui.strong("θ1");
+                    ui.strong("θ2");
                     ui.end_row();
-                }
-            });
+                    for h in 0..tupe.heads {
+                        ui.label(h.to_string());
+                        ui.monospace(format_value(theta1[h]));
+                        ui.monospace(format_value(theta2[h]));
+                        ui.end_row();
+                    }
+                });
         }
         let colormap = Colormap::diverging_for(&tupe.values);
         legend(ui, &colormap, "positional logit");
