@@ -6,7 +6,6 @@ mod config;
 mod eval;
 #[cfg(not(target_arch = "wasm32"))]
 mod fit;
-#[cfg(not(target_arch = "wasm32"))]
 mod metrics;
 mod schedule;
 mod task;
@@ -17,7 +16,8 @@ pub use eval::{EvalReport, Evaluator};
 #[cfg(not(target_arch = "wasm32"))]
 pub use fit::{FitSummary, Progress, fit};
 #[cfg(not(target_arch = "wasm32"))]
-pub use metrics::{MetricsLog, Record};
+pub use metrics::MetricsLog;
+pub use metrics::Record;
 pub use schedule::{Decay, Schedule};
 pub use task::{EvalSet, Task};
 pub use trainer::{RUN_KEY, StepStats, Trainer, saved_run};
