@@ -230,10 +230,7 @@ fn attention_rows_are_distributions_over_the_typed_tokens() {
         }
     }
     let err = pollster::block_on(attention_view(&loaded, "call me Z")).unwrap_err();
-    assert!(
-        err.to_string().contains("'Z'") || err.to_string().contains("Z"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("never saw"), "{err}");
 }
 
 #[test]

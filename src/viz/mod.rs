@@ -159,8 +159,8 @@ pub(crate) enum Job {
     },
 }
 
-/// Everything the views show and the page can read.
-pub struct State {
+/// Everything the views show and the page can read (through [`ViewerHandle`]).
+pub(crate) struct State {
     backend: Rc<dyn Backend>,
     pub(crate) checkpoints: Vec<Rc<LoadedCheckpoint>>,
     /// Shown side by side in the position-encoding view.
