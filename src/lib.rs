@@ -26,6 +26,8 @@ pub mod tensor;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod train;
+#[cfg(feature = "viz")]
+pub mod viz;
 
 pub use error::{Error, Result};
 pub use graph::{Graph, Init, TensorId};

@@ -13,6 +13,8 @@ use posflow::mlp::{MlpConfig, train_mlp};
 
 use cli::inspect::{EvalArgs, SampleArgs, eval, sample};
 use cli::train::{TrainArgs, train};
+#[cfg(feature = "viz")]
+use cli::viz::{VizArgs, viz};
 
 #[derive(Parser)]
 #[command(
@@ -53,6 +55,9 @@ enum Command {
     },
     /// List the GPU adapters wgpu can see and the backend `auto` would pick.
     Devices,
+    /// Look at checkpoints and metrics logs: position encodings, attention, loss curves, prompts.
+    #[cfg(feature = "viz")]
+    Viz(VizArgs),
 }
 
 #[derive(Args)]
@@ -117,6 +122,8 @@ fn run(cli: Cli) -> posflow::Result<()> {
         Command::Eval(args) => eval(backend(choice)?, args),
         Command::Sample(args) => sample(backend(choice)?, args),
         Command::Devices => devices(),
+        #[cfg(feature = "viz")]
+        Command::Viz(args) => viz(backend(choice)?, args),
         Command::Mlp(args) => mlp(backend(choice)?, args),
         Command::Bench {
             what: Bench::Matmul { sizes, repeats },

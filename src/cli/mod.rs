@@ -2,3 +2,5 @@
 
 pub mod inspect;
 pub mod train;
+#[cfg(feature = "viz")]
+pub mod viz;

@@ -6,6 +6,8 @@
 //! stage evaluates `F` with them. The stage inputs (`y + ½F1`, …) and the block's output are each
 //! one `rk_combine` (or `rk_gated`) node, whose backward is one kernel too.
 
+use std::cell::RefCell;
+
 use super::config::{Block, ModelConfig};
 use crate::error::Result;
 use crate::graph::{Graph, Init, TensorId};
@@ -32,6 +34,10 @@ pub(super) struct BlockInputs {
     pub dropout: Option<(TensorId, f32)>,
     /// `[L, 3D]` per block, added to its q|k|v projection (FLOATER's compatible form); empty when none.
     pub qkv_bias: Vec<TensorId>,
+    /// In probed graphs ([`super::Model::build_probed`]): each layer's attention probabilities
+    /// `[B, H, L, L]` are appended here, from the first stage of a Runge-Kutta block (the one
+    /// that sees the block's input).
+    pub attention_probs: Option<RefCell<Vec<TensorId>>>,
 }
 
 /// `x · W + b` with `W [inputs, outputs]` (PyTorch's `nn.Linear.weight` is its transpose).
@@ -220,6 +226,12 @@ fn self_attention(
         bias: shared.attention_bias,
         key_mask: shared.key_mask,
     };
+    if let Some(probs) = &shared.attention_probs
+        && probs.borrow().len() == p.layer
+    {
+        let layer_probs = g.attention_probs(q, k, opts)?;
+        probs.borrow_mut().push(layer_probs);
+    }
     let out = g.attention(q, k, v, opts)?;
     let out = g.permute(out, &[0, 2, 1, 3])?;
     let out = g.reshape(out, &[b, l, d])?;
@@ -285,6 +297,7 @@ mod tests {
                 attention_scale: 1.0 / (c.head_dim() as f32).sqrt(),
                 dropout: None,
                 qkv_bias: Vec::new(),
+                attention_probs: None,
             };
             Built {
                 out: block(g, &c, x, 0, &shared).unwrap(),

@@ -89,6 +89,7 @@
 mod block;
 mod config;
 pub mod posenc;
+pub mod probe;
 mod transformer;
 
 pub use block::LN_EPS;

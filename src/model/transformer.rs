@@ -1,5 +1,7 @@
 //! The pre-norm Transformer of a [`ModelConfig`], built into a [`Graph`] for one (batch, length).
 
+use std::cell::RefCell;
+
 use super::block::{self, BlockInputs, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm, Linear};
 use super::config::{EmbedScale, ModelConfig, ModelKind};
 use super::posenc::{self, Constant, EncodingSource};
@@ -47,6 +49,9 @@ pub struct ModelGraph {
     /// the solve's result (to keep for them) otherwise.
     pub encodings: Option<TensorId>,
     encodings_source: EncodingSource,
+    /// Each layer's attention probabilities `[B, H, L, L]`, in graphs from
+    /// [`Model::build_probed`]; empty otherwise.
+    pub attention_probs: Vec<TensorId>,
 }
 
 /// What a graph is for.
@@ -57,6 +62,8 @@ struct Purpose {
     /// Applies dropout (when the config has some).
     training: bool,
     encodings: EncodingSource,
+    /// Records each layer's attention probabilities.
+    probed: bool,
 }
 
 impl Model {
@@ -76,6 +83,19 @@ impl Model {
             padded: false,
             training: false,
             encodings: EncodingSource::Solve,
+            probed: false,
+        };
+        self.build_graph(g, batch, len, purpose)
+    }
+
+    /// [`Model::build`] that also outputs every layer's attention probabilities
+    /// ([`ModelGraph::attention_probs`]), for inspecting what the model attends to.
+    pub fn build_probed(&self, g: &mut Graph, batch: usize, len: usize) -> Result<ModelGraph> {
+        let purpose = Purpose {
+            padded: false,
+            training: false,
+            encodings: EncodingSource::Solve,
+            probed: true,
         };
         self.build_graph(g, batch, len, purpose)
     }
@@ -88,6 +108,7 @@ impl Model {
             padded: false,
             training: false,
             encodings: EncodingSource::Input,
+            probed: false,
         };
         self.build_graph(g, batch, len, purpose)
     }
@@ -100,6 +121,7 @@ impl Model {
             padded: false,
             training: true,
             encodings: EncodingSource::Solve,
+            probed: false,
         };
         self.build_graph(g, batch, len, purpose)
     }
@@ -111,6 +133,7 @@ impl Model {
             padded: false,
             training: true,
             encodings: EncodingSource::Input,
+            probed: false,
         };
         self.build_graph(g, batch, len, purpose)
     }
@@ -121,6 +144,7 @@ impl Model {
             padded: true,
             training: false,
             encodings: EncodingSource::Solve,
+            probed: false,
         };
         self.build_graph(g, batch, len, purpose)
     }
@@ -167,6 +191,7 @@ impl Model {
                 .unwrap_or(1.0 / (c.head_dim() as f32).sqrt()),
             dropout,
             qkv_bias: positions.qkv_bias,
+            attention_probs: purpose.probed.then(RefCell::default),
         };
         for layer in 0..c.layers {
             if let Some(&p) = positions.at_block.get(layer) {
@@ -214,6 +239,10 @@ impl Model {
             encodings: positions.encodings,
             encodings_source: purpose.encodings,
             dropout_seed: dropout.map(|(seed, _)| seed),
+            attention_probs: shared
+                .attention_probs
+                .map(RefCell::into_inner)
+                .unwrap_or_default(),
         })
     }
 }

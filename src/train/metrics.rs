@@ -1,12 +1,16 @@
 //! The metrics log: one JSON object per line, one line per training step or evaluation, so a run
 //! can be plotted or compared while it is still going (`tail -f`, the visualizer, pandas).
 
+#[cfg(not(target_arch = "wasm32"))]
 use std::fs::File;
+#[cfg(not(target_arch = "wasm32"))]
 use std::io::{BufWriter, Write};
+#[cfg(not(target_arch = "wasm32"))]
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(not(target_arch = "wasm32"))]
 use crate::error::{Error, Result};
 
 /// One line of the log.
@@ -30,11 +34,14 @@ pub enum Record {
     },
 }
 
+/// Natively only: the web reads logs as text (`viz::metrics::parse_metrics`).
+#[cfg(not(target_arch = "wasm32"))]
 pub struct MetricsLog {
     path: PathBuf,
     out: BufWriter<File>,
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 impl MetricsLog {
     /// Opens `path` for appending (a resumed run continues its log).
     pub fn append(path: &Path) -> Result<Self> {

@@ -7,7 +7,6 @@ mod eval;
 mod finetune;
 #[cfg(not(target_arch = "wasm32"))]
 mod fit;
-#[cfg(not(target_arch = "wasm32"))]
 mod metrics;
 mod program;
 mod schedule;
@@ -20,7 +19,8 @@ pub use finetune::{FineTune, FineTuneSettings};
 #[cfg(not(target_arch = "wasm32"))]
 pub use fit::{FitSummary, Progress, fit};
 #[cfg(not(target_arch = "wasm32"))]
-pub use metrics::{MetricsLog, Record};
+pub use metrics::MetricsLog;
+pub use metrics::Record;
 pub use program::TrainingProgram;
 pub use schedule::{Decay, Schedule};
 pub use task::{EvalSet, Task};

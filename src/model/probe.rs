@@ -1,0 +1,176 @@
+//! What a model attends to: every layer's attention probabilities for one token sequence, from a
+//! graph built by [`Model::build_probed`] (the visualizer's attention view reads them).
+
+use super::{Model, ModelKind};
+use crate::data::IGNORE_INDEX;
+use crate::error::{Error, Result};
+use crate::graph::{Executor, Graph};
+use crate::params::ParamStore;
+
+/// The attention probabilities of one sequence: per layer `[heads, len, len]`, row `i` the
+/// distribution of query `i` over the keys (zero where the causal mask hides a key).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttentionMaps {
+    pub heads: usize,
+    pub len: usize,
+    pub layers: Vec<Vec<f32>>,
+}
+
+impl AttentionMaps {
+    /// The probability that query `query` of head `head` in layer `layer` gives key `key`.
+    pub fn get(&self, layer: usize, head: usize, query: usize, key: usize) -> f32 {
+        self.layers[layer][(head * self.len + query) * self.len + key]
+    }
+
+    /// Head `head` of layer `layer` as a row-major `[len, len]` slice.
+    pub fn head(&self, layer: usize, head: usize) -> &[f32] {
+        let size = self.len * self.len;
+        &self.layers[layer][head * size..(head + 1) * size]
+    }
+}
+
+/// Runs `model` with `params` on `tokens` (one sequence; an encoder's starts with BOS) and returns
+/// every layer's attention probabilities.
+pub async fn attention_maps(model: &Model, params: &ParamStore, tokens: &[i32]) -> Result<AttentionMaps> {
+    if tokens.is_empty() {
+        return Err(Error::Input(
+            "attention needs at least one token: the text is empty".into(),
+        ));
+    }
+    let len = tokens.len();
+    let mut g = Graph::new();
+    let graph = model.build_probed(&mut g, 1, len)?;
+    let exec = Executor::new(&g, &graph.outputs(&graph.attention_probs), params)?;
+    // No loss is read: the targets only have to be valid.
+    let targets = match model.config().kind {
+        ModelKind::CausalLm { .. } => vec![IGNORE_INDEX; len],
+        ModelKind::Encoder { .. } => vec![0],
+    };
+    graph.feed(&exec, tokens, &targets, None)?;
+    exec.run()?;
+    graph.check(&exec).await?;
+    let mut layers = Vec::with_capacity(graph.attention_probs.len());
+    for &probs in &graph.attention_probs {
+        layers.push(exec.read(probs).await?);
+    }
+    Ok(AttentionMaps {
+        heads: model.config().heads,
+        len,
+        layers,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+
+    use super::*;
+    use crate::backend::CpuBackend;
+    use crate::model::{Block, EmbedScale, LN_EPS, ModelConfig, PosEnc};
+
+    fn config(layers: usize, block: Block) -> ModelConfig {
+        ModelConfig {
+            vocab: 11,
+            d_model: 8,
+            heads: 2,
+            layers,
+            ffn: 16,
+            dropout: 0.0,
+            max_len: 16,
+            kind: ModelKind::CausalLm { tied_head: true },
+            posenc: PosEnc::None,
+            embed_scale: EmbedScale::None,
+            block,
+        }
+    }
+
+    fn store(model: &Model) -> ParamStore {
+        let mut g = Graph::new();
+        model.build(&mut g, 1, 1).unwrap();
+        ParamStore::init(Rc::new(CpuBackend::new()), &g, 7).unwrap()
+    }
+
+    fn read(params: &ParamStore, name: &str) -> Vec<f32> {
+        pollster::block_on(params.read(name)).unwrap()
+    }
+
+    /// Layer 0's probabilities computed on the host from the parameters: LN1 of the token
+    /// embeddings, the q and k columns of `attn.qkv`, a causal softmax of q·k/√Dh.
+    fn direct_first_layer(c: &ModelConfig, params: &ParamStore, tokens: &[i32]) -> Vec<f32> {
+        let (d, heads, dh, len) = (c.d_model, c.heads, c.head_dim(), tokens.len());
+        let emb = read(params, "tok_emb.weight");
+        let (gain, bias) = (
+            read(params, "blocks.0.ln1.gain"),
+            read(params, "blocks.0.ln1.bias"),
+        );
+        let (w, b) = (
+            read(params, "blocks.0.attn.qkv.weight"),
+            read(params, "blocks.0.attn.qkv.bias"),
+        );
+        let normed: Vec<Vec<f32>> = tokens
+            .iter()
+            .map(|&t| {
+                let x = &emb[t as usize * d..(t as usize + 1) * d];
+                let mean = x.iter().sum::<f32>() / d as f32;
+                let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / d as f32;
+                let rstd = 1.0 / (var + LN_EPS).sqrt();
+                (0..d).map(|i| (x[i] - mean) * rstd * gain[i] + bias[i]).collect()
+            })
+            .collect();
+        let project = |x: &[f32], column: usize| -> f32 {
+            b[column] + (0..d).map(|i| x[i] * w[i * 3 * d + column]).sum::<f32>()
+        };
+        let mut out = vec![0.0; heads * len * len];
+        for h in 0..heads {
+            for i in 0..len {
+                let q: Vec<f32> = (0..dh).map(|e| project(&normed[i], h * dh + e)).collect();
+                let scores: Vec<f32> = (0..=i)
+                    .map(|j| {
+                        let k = (0..dh).map(|e| project(&normed[j], d + h * dh + e));
+                        q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() / (dh as f32).sqrt()
+                    })
+                    .collect();
+                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let total: f32 = scores.iter().map(|s| (s - max).exp()).sum();
+                for (j, s) in scores.iter().enumerate() {
+                    out[(h * len + i) * len + j] = (s - max).exp() / total;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn rows_sum_to_one_and_the_first_layer_matches_a_direct_computation() {
+        let tokens = [3, 4, 5, 6, 7, 3, 10];
+        for block in [Block::Residual, Block::Rk2 { gamma: [0.5, 0.5] }] {
+            let c = config(3, block);
+            let model = Model::new(c.clone()).unwrap();
+            let params = store(&model);
+            let maps = pollster::block_on(attention_maps(&model, &params, &tokens)).unwrap();
+            assert_eq!((maps.heads, maps.len, maps.layers.len()), (2, 7, 3), "{block:?}");
+            for layer in 0..3 {
+                for head in 0..2 {
+                    for row in maps.head(layer, head).chunks(7) {
+                        let total: f32 = row.iter().sum();
+                        assert!((total - 1.0).abs() < 1e-5, "{block:?} layer {layer}: {row:?}");
+                    }
+                }
+            }
+            // Causal: query 2 gives nothing to key 5.
+            assert_eq!(maps.get(1, 1, 2, 5), 0.0);
+            let direct = direct_first_layer(&c, &params, &tokens);
+            for (i, (a, b)) in maps.layers[0].iter().zip(&direct).enumerate() {
+                assert!((a - b).abs() < 1e-5, "{block:?} entry {i}: probe {a}, direct {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_sequence_is_an_error() {
+        let model = Model::new(config(1, Block::Residual)).unwrap();
+        let params = store(&model);
+        let err = pollster::block_on(attention_maps(&model, &params, &[])).unwrap_err();
+        assert!(err.to_string().contains("empty"), "{err}");
+    }
+}

@@ -1,0 +1,64 @@
+//! Headless rendering of every view to a PNG file (`posflow viz --export DIR`), through
+//! egui_kittest's wgpu renderer: the same UI code as the window, no display needed.
+
+use std::path::{Path, PathBuf};
+
+use eframe::egui;
+use egui_kittest::Harness;
+use image::ImageEncoder;
+use image::codecs::png::{CompressionType, FilterType, PngEncoder};
+
+use super::{View, Viewer};
+use crate::error::{Error, Result};
+
+/// The size of every exported picture, in points (one pixel each).
+pub const SIZE: egui::Vec2 = egui::vec2(1280.0, 860.0);
+
+/// Renders each view alone (with its title) to `dir/<view slug>.png` and returns the paths.
+/// Jobs run as the frames do ([`super::Spawner::blocking`] finishes them within a frame), so
+/// every picture shows computed results.
+pub fn export_views(viewer: &Viewer, dir: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::Input(format!("{}: {e}", dir.display())))?;
+    View::ALL
+        .into_iter()
+        .map(|view| {
+            let image = render(viewer, view)?;
+            let path = dir.join(format!("{}.png", view.slug()));
+            let bytes = png(&image).map_err(|e| Error::Input(format!("encoding {}: {e}", path.display())))?;
+            std::fs::write(&path, bytes)
+                .map_err(|e| Error::Input(format!("writing {}: {e}", path.display())))?;
+            Ok(path)
+        })
+        .collect()
+}
+
+/// The image as a PNG at the best compression: the pictures go into the repository's docs.
+fn png(image: &image::RgbaImage) -> image::ImageResult<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let encoder = PngEncoder::new_with_quality(&mut bytes, CompressionType::Best, FilterType::Adaptive);
+    encoder.write_image(
+        image,
+        image.width(),
+        image.height(),
+        image::ExtendedColorType::Rgba8,
+    )?;
+    Ok(bytes)
+}
+
+/// One view as an RGBA image of [`SIZE`].
+pub fn render(viewer: &Viewer, view: View) -> Result<image::RgbaImage> {
+    let mut harness = Harness::builder()
+        .with_size(SIZE)
+        .with_pixels_per_point(1.0)
+        // A model's vocabulary may hold characters the built-in fonts lack: draw a box for
+        // those, as the window does, instead of kittest's default panic.
+        .allow_missing_glyphs()
+        .wgpu()
+        .build_ui(|ui| viewer.show_view(ui, view));
+    // A few frames: the first requests the view's jobs, the next show their results (and the
+    // textures they upload).
+    harness.run_steps(4);
+    harness
+        .render()
+        .map_err(|e| Error::Device(format!("rendering the {} view: {e}", view.title())))
+}

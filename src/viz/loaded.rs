@@ -1,0 +1,126 @@
+//! A checkpoint as the viewer holds it: the saved model, a greedy text generator for a language
+//! model, and what its run config says about its data.
+
+use std::rc::Rc;
+
+use crate::backend::Backend;
+use crate::checkpoint::Checkpoint;
+use crate::data::{BOS, SPECIAL_TOKENS};
+use crate::error::{Error, Result};
+use crate::inference::{Generator, SavedModel};
+use crate::model::{ModelKind, PosEnc};
+use crate::train::saved_run;
+
+pub struct LoadedCheckpoint {
+    /// What the user called it (a file name).
+    pub name: String,
+    pub saved: SavedModel,
+    /// For a causal LM; an encoder does not generate text.
+    pub generator: Option<Generator>,
+    /// Its training sequences begin with <bos> (the prompted tasks, and every encoder).
+    pub starts_with_bos: bool,
+    /// The length it was trained on, where its run config says.
+    pub train_len: Option<usize>,
+}
+
+impl LoadedCheckpoint {
+    /// Parses and checks `bytes` (a safetensors checkpoint from `posflow train`); anything else
+    /// is an error saying what is wrong, never a panic.
+    pub fn from_bytes(backend: Rc<dyn Backend>, name: &str, bytes: &[u8]) -> Result<Self> {
+        let checkpoint = Checkpoint::from_bytes(bytes, name)?;
+        let saved = SavedModel::from_checkpoint(backend, &checkpoint)?;
+        let run = saved_run(&saved.metadata).ok();
+        let config = saved.model.config();
+        let is_encoder = matches!(config.kind, ModelKind::Encoder { .. });
+        let starts_with_bos = is_encoder || run.as_ref().is_some_and(|r| r.data.starts_with_bos());
+        let generator = if is_encoder {
+            None
+        } else {
+            let generator = saved.generator()?;
+            Some(if starts_with_bos {
+                generator.starting_with_bos()
+            } else {
+                generator
+            })
+        };
+        Ok(Self {
+            name: name.to_string(),
+            train_len: run.and_then(|r| r.data.train_len()),
+            saved,
+            generator,
+            starts_with_bos,
+        })
+    }
+
+    /// One line: the model's shape and position encoding.
+    pub fn describe(&self) -> String {
+        let c = self.saved.model.config();
+        format!(
+            "{}, {} layers, d {}, {} heads, step {}",
+            posenc_name(&c.posenc),
+            c.layers,
+            c.d_model,
+            c.heads,
+            self.saved.metadata.training.step
+        )
+    }
+
+    /// The longest sequence its position encoding takes (a table's length), if it has a limit.
+    pub fn length_limit(&self) -> Option<usize> {
+        let c = self.saved.model.config();
+        matches!(
+            c.posenc,
+            PosEnc::Learned | PosEnc::TupeA { .. } | PosEnc::TupeR { .. }
+        )
+        .then_some(c.max_len)
+    }
+
+    /// `text` as token ids, after <bos> where the model expects one. A character the model never
+    /// saw is an error naming it.
+    pub fn encode(&self, text: &str) -> Result<Vec<i32>> {
+        let mut ids = if self.starts_with_bos {
+            vec![BOS]
+        } else {
+            Vec::new()
+        };
+        ids.extend(
+            self.saved
+                .tokenizer
+                .encode(text)
+                .map_err(|e| Error::Input(format!("the text has a character the model never saw: {e}")))?,
+        );
+        Ok(ids)
+    }
+
+    /// A token as an axis label: its character (space and newline made visible) or its special
+    /// name.
+    pub fn token_label(&self, id: i32) -> String {
+        match usize::try_from(id) {
+            Ok(i) if i < SPECIAL_TOKENS.len() => SPECIAL_TOKENS[i].to_string(),
+            _ => match self.saved.tokenizer.decode(&[id]).as_deref() {
+                Ok(" ") => "·".into(),
+                Ok("\n") => "\\n".into(),
+                Ok(s) => s.to_string(),
+                Err(_) => format!("#{id}"),
+            },
+        }
+    }
+}
+
+/// The position encoding's short name, as in the configs.
+pub fn posenc_name(posenc: &PosEnc) -> String {
+    match posenc {
+        PosEnc::None => "no position encoding".into(),
+        PosEnc::Sinusoidal { every_block: false } => "sinusoidal".into(),
+        PosEnc::Sinusoidal { every_block: true } => "sinusoidal (every block)".into(),
+        PosEnc::Learned => "learned table".into(),
+        PosEnc::Relative { .. } => "T5 relative".into(),
+        PosEnc::TupeA { .. } => "TUPE-A".into(),
+        PosEnc::TupeR { .. } => "TUPE-R".into(),
+        PosEnc::Floater(f) => match f.form {
+            crate::model::FloaterForm::Additive if f.every_block => "FLOATER (every block)".into(),
+            crate::model::FloaterForm::Additive => "FLOATER".into(),
+            crate::model::FloaterForm::Bias => "FLOATER (q/k/v biases)".into(),
+        },
+    }
+}
