@@ -249,6 +249,14 @@ impl Checkpoint {
         &self.metadata
     }
 
+    /// The checkpoint without AdamW's state (its moments are two thirds of the file): what
+    /// inference, the browser demo and a warm start need. `--resume` refuses the result.
+    pub fn without_optimizer(mut self) -> Self {
+        self.optimizer = None;
+        self.tensors.retain(|name, _| !name.starts_with(OPTIMIZER_PREFIX));
+        self
+    }
+
     /// The optimizer's step and hyperparameters, if the checkpoint holds optimizer state.
     pub fn optimizer_state(&self) -> Option<&OptimizerState> {
         self.optimizer.as_ref()

@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use posflow::backend::{Backend, DeviceChoice, gpu::list_adapters, select_backend};
 use posflow::mlp::{MlpConfig, train_mlp};
 
-use cli::inspect::{EvalArgs, SampleArgs, eval, sample};
+use cli::inspect::{EvalArgs, ExportArgs, SampleArgs, eval, export, sample};
 use cli::train::{TrainArgs, train};
 #[cfg(feature = "viz")]
 use cli::viz::{VizArgs, viz};
@@ -46,6 +46,8 @@ enum Command {
     Eval(EvalArgs),
     /// Continue a prompt with a checkpoint's language model.
     Sample(SampleArgs),
+    /// Copy a checkpoint without its optimizer state (a third of the size), for inference.
+    Export(ExportArgs),
     /// Train a two-layer MLP on an XOR-like regression task: the engine in miniature.
     Mlp(MlpArgs),
     /// Measure the engine's speed.
@@ -95,7 +97,7 @@ enum Bench {
         #[arg(long, default_value_t = posflow::bench::TrainBench::default().warmup)]
         warmup: usize,
         /// Models to time, each the peers' step with one change: learned (the peers' step),
-        /// floater, floater_adjoint, tupe_a, rk2, rk2_gated, rk4.
+        /// floater, floater_adjoint, floater_cached, tupe_a, rk2, rk2_gated, rk4.
         #[arg(long, value_delimiter = ',', default_values_t = ["learned".to_string()])]
         variants: Vec<String>,
     },
@@ -121,6 +123,7 @@ fn run(cli: Cli) -> posflow::Result<()> {
         Command::Train(args) => train(backend(choice)?, args),
         Command::Eval(args) => eval(backend(choice)?, args),
         Command::Sample(args) => sample(backend(choice)?, args),
+        Command::Export(args) => export(args),
         Command::Devices => devices(),
         #[cfg(feature = "viz")]
         Command::Viz(args) => viz(backend(choice)?, args),

@@ -329,3 +329,72 @@ fn warm_start_loads_the_shared_parameters() {
         stderr(&o)
     );
 }
+
+/// `posflow export` drops AdamW's state: a smaller file with the same model (same next-character
+/// distribution), which `--resume` refuses; a file that is no checkpoint writes nothing.
+#[test]
+fn export_writes_the_model_without_its_optimizer_state() {
+    let dir = scratch("export");
+    train_run(&dir, "tiny", TINY_RUN, "2");
+    let o = posflow_in(
+        &dir,
+        &[
+            "export",
+            "--checkpoint",
+            "tiny.safetensors",
+            "--output",
+            "weights.safetensors",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let size = |name: &str| std::fs::metadata(dir.join(name)).unwrap().len();
+    assert!(
+        size("weights.safetensors") * 2 < size("tiny.safetensors"),
+        "{} vs {}",
+        size("weights.safetensors"),
+        size("tiny.safetensors")
+    );
+    let probabilities = |checkpoint: &str| {
+        let o = posflow_in(
+            &dir,
+            &[
+                "sample",
+                "--checkpoint",
+                checkpoint,
+                "--prompt",
+                "Call me",
+                "--probabilities",
+                "--device",
+                "cpu",
+            ],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o).lines().last().unwrap().to_owned()
+    };
+    assert_eq!(
+        probabilities("weights.safetensors"),
+        probabilities("tiny.safetensors")
+    );
+
+    let o = posflow_in(
+        &dir,
+        &["train", "--resume", "weights.safetensors", "--device", "cpu"],
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("optimizer"), "{}", stderr(&o));
+
+    std::fs::write(dir.join("junk.safetensors"), b"not a checkpoint").unwrap();
+    let o = posflow_in(
+        &dir,
+        &[
+            "export",
+            "--checkpoint",
+            "junk.safetensors",
+            "--output",
+            "out.safetensors",
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("junk.safetensors"), "{}", stderr(&o));
+    assert!(!dir.join("out.safetensors").exists());
+}
