@@ -12,6 +12,8 @@ use posflow::model::Model;
 use posflow::params::ParamStore;
 use posflow::train::{FineTune, FineTuneSettings, RunConfig, Trainer};
 
+mod common;
+
 fn cpu() -> Rc<dyn Backend> {
     Rc::new(CpuBackend::new())
 }
@@ -24,30 +26,10 @@ fn values(params: &ParamStore) -> BTreeMap<String, Vec<f32>> {
 }
 
 fn run(posenc: &str, trainable: &str) -> RunConfig {
-    let toml = format!(
-        r#"
-[data]
-task = "moby_dick"
-seq_len = 16
-
-[model]
-d_model = 16
-heads = 2
-layers = 2
-ffn = 32
-max_len = 16
-embed_scale = "sqrt_d"
-kind = {{ type = "causal_lm" }}
-posenc = {posenc}
-
-[train]
-steps = 3
-batch = 2
-lr = 1e-2
-trainable = {trainable}
-"#
-    );
-    RunConfig::from_toml(&toml, "partial run").unwrap()
+    common::moby_run(
+        posenc,
+        &format!("steps = 3\nbatch = 2\nlr = 1e-2\ntrainable = {trainable}"),
+    )
 }
 
 /// Only the parameters under the given prefixes change; a prefix no parameter has is an error

@@ -11,7 +11,10 @@ use posflow::model::{
     Nonlinearity, PosEnc, SolverMethod,
 };
 use posflow::params::ParamStore;
-use posflow::train::{RunConfig, Trainer};
+use posflow::train::Trainer;
+
+mod common;
+use common::moby_run;
 
 fn cpu() -> Rc<dyn Backend> {
     Rc::new(CpuBackend::new())
@@ -323,31 +326,6 @@ fn the_compatible_form_with_zero_dynamics_is_the_sinusoidal_model() {
         norms.iter().any(|(n, norm)| n.ends_with(".b2") && *norm > 0.0),
         "{norms:?}"
     );
-}
-
-/// A small Moby Dick run with `posenc` and the `[train]` lines `train`.
-fn moby_run(posenc: &str, train: &str) -> RunConfig {
-    let toml = format!(
-        r#"
-[data]
-task = "moby_dick"
-seq_len = 16
-
-[model]
-d_model = 16
-heads = 2
-layers = 2
-ffn = 32
-max_len = 16
-embed_scale = "sqrt_d"
-kind = {{ type = "causal_lm" }}
-posenc = {posenc}
-
-[train]
-{train}
-"#
-    );
-    RunConfig::from_toml(&toml, "floater run").unwrap()
 }
 
 /// Three steps.

@@ -11,6 +11,8 @@ use posflow::model::{Block, EmbedScale, Model, ModelConfig, ModelKind, PosEnc, e
 use posflow::params::ParamStore;
 use posflow::train::{RunConfig, Trainer};
 
+mod common;
+
 fn cpu() -> Rc<dyn Backend> {
     Rc::new(CpuBackend::new())
 }
@@ -186,29 +188,10 @@ fn the_generator_reuses_one_solve_and_matches_the_solving_graph() {
 }
 
 fn moby_run(resolve_every: usize) -> RunConfig {
-    let toml = format!(
-        r#"
-[data]
-task = "moby_dick"
-seq_len = 16
-
-[model]
-d_model = 16
-heads = 2
-layers = 2
-ffn = 32
-max_len = 16
-embed_scale = "sqrt_d"
-kind = {{ type = "causal_lm" }}
-posenc = {{ type = "floater", resolve_every = {resolve_every} }}
-
-[train]
-steps = 7
-batch = 2
-lr = 1e-2
-"#
-    );
-    RunConfig::from_toml(&toml, "cached floater run").unwrap()
+    common::moby_run(
+        &format!("{{ type = \"floater\", resolve_every = {resolve_every} }}"),
+        "steps = 7\nbatch = 2\nlr = 1e-2",
+    )
 }
 
 fn read(trainer: &Trainer, name: &str) -> Vec<f32> {

@@ -1,0 +1,29 @@
+//! What several test files share: a small Moby Dick run.
+
+use posflow::train::RunConfig;
+
+/// A 2-layer, d_model 16 character LM on Moby Dick windows of 16, with the given `posenc` (TOML
+/// inline table) and `[train]` lines.
+pub fn moby_run(posenc: &str, train: &str) -> RunConfig {
+    let toml = format!(
+        r#"
+[data]
+task = "moby_dick"
+seq_len = 16
+
+[model]
+d_model = 16
+heads = 2
+layers = 2
+ffn = 32
+max_len = 16
+embed_scale = "sqrt_d"
+kind = {{ type = "causal_lm" }}
+posenc = {posenc}
+
+[train]
+{train}
+"#
+    );
+    RunConfig::from_toml(&toml, "test run").unwrap()
+}
