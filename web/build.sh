@@ -38,6 +38,6 @@ before=$(stat -c %s "$bound")
 mv "$bound.opt" "$bound"
 after=$(stat -c %s "$bound")
 
-cp "$web/index.html" "$web/main.js" "$web/heatmap.js" "$web/style.css" "$dist/"
+cp "$web/index.html" "$web/main.js" "$web/style.css" "$dist/"
 cp "$web/assets/web_demo.safetensors" "$dist/assets/"
 echo "built $dist: wasm $before bytes from wasm-bindgen, $after after wasm-opt -O"

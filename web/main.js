@@ -1,19 +1,23 @@
-// The demo page: starts posflow (WebGPU, or the CPU in wasm), loads the shipped checkpoint,
-// wires the prompt, the file input and the heatmap, and exposes `window.posflow`:
+// The demo page: starts posflow (WebGPU, or the CPU in wasm), mounts posflow's egui viewer (the
+// views of native `posflow viz`) on the canvas #viewer with the same backend, loads the shipped
+// checkpoint into both, wires the file input, and exposes `window.posflow`:
 //
 //   posflow.status()                 → {ready, backend: "webgpu"|"cpu", device, fallback,
 //                                       model, error, timings}
 //   posflow.complete(prompt, chars)  → Promise<string>  prompt + greedy continuation
 //   posflow.probabilities(prompt)    → Promise<{char: p}> the next character's distribution
 //   posflow.loadCheckpoint(bytes, name?) → Promise<model info>; rejects on a bad file
-//   posflow.positionEncodings()      → Promise<{positions, panels: [{label, dims, values}]}>
+//   posflow.selectView(name)         → selects the viewer's tab: position_encodings, attention,
+//                                       tupe, metrics or prompt
+//   posflow.setPrompt(prompt)        → sets the viewer's prompt and completes it
+//   posflow.viewerStatus()           → {status, view, checkpoints, errors, prompt,
+//                                       completedPrompt, promptField}
+//   posflow.lastCompletion()         → the viewer's latest completion (prompt included) or null
 
 import init, * as wasm from './pkg/posflow_web.js';
-import { drawHeatmap } from './heatmap.js';
 
 const CHECKPOINT = 'assets/web_demo.safetensors';
 const COMPLETION_CHARS = 80;
-const SHOWN_PROBABILITIES = 10;
 
 const $ = (id) => document.getElementById(id);
 
@@ -28,7 +32,7 @@ const state = {
   timings: { ready: null, firstCompletion: null },
 };
 
-// The wasm side feeds, runs and reads one executor per call: calls must not overlap.
+// The session feeds, runs and reads one executor per call: calls must not overlap.
 let queue = Promise.resolve();
 function serial(task) {
   const run = queue.then(task);
@@ -53,42 +57,24 @@ function showStatus() {
   $('status').textContent = `Running on ${backend}${model}`;
 }
 
-function showCompletion(prompt, text) {
-  const out = $('completion');
-  out.replaceChildren();
-  const bold = document.createElement('b');
-  bold.textContent = prompt;
-  out.append(bold, text.slice(prompt.length));
-}
-
-function showProbabilities(probs) {
-  const top = Object.entries(probs)
-    .sort((a, b) => b[1] - a[1])
-    .slice(0, SHOWN_PROBABILITIES);
-  const items = top.map(([char, p]) => {
-    const li = document.createElement('li');
-    const name = document.createElement('span');
-    name.textContent = JSON.stringify(char);
-    const bar = document.createElement('span');
-    bar.className = 'bar';
-    bar.style.width = `${(100 * p).toFixed(1)}%`;
-    const value = document.createElement('span');
-    value.className = 'p';
-    value.textContent = p.toFixed(3);
-    li.append(name, bar, value);
-    return li;
+// Resolves with the viewer's completion once it has one (the viewer computes it in the background).
+function viewerCompletion() {
+  return new Promise((resolve) => {
+    const poll = () => {
+      const text = wasm.lastCompletion();
+      if (text !== undefined && text !== null) resolve(text);
+      else setTimeout(poll, 20);
+    };
+    poll();
   });
-  $('probabilities').replaceChildren(...items);
 }
 
 const api = {
   status() {
     return structuredClone(state);
   },
-  async complete(prompt, chars = COMPLETION_CHARS) {
-    const text = await serial(() => wasm.complete(prompt, chars));
-    state.timings.firstCompletion ??= performance.now();
-    return text;
+  complete(prompt, chars = COMPLETION_CHARS) {
+    return serial(() => wasm.complete(prompt, chars));
   },
   probabilities(prompt) {
     return serial(() => wasm.probabilities(prompt));
@@ -98,41 +84,27 @@ const api = {
     const info = await serial(() => wasm.loadCheckpoint(data, name));
     state.model = info;
     showStatus();
-    await redrawPositions();
     return info;
   },
-  positionEncodings() {
-    return serial(() => wasm.positionEncodings());
+  selectView(name) {
+    wasm.selectView(name);
+  },
+  setPrompt(prompt) {
+    wasm.setPrompt(prompt);
+  },
+  viewerStatus() {
+    return wasm.viewerStatus();
+  },
+  lastCompletion() {
+    return wasm.lastCompletion() ?? null;
   },
 };
 window.posflow = api;
-
-async function redrawPositions() {
-  const encodings = await api.positionEncodings();
-  const scale = drawHeatmap($('positions'), encodings);
-  $('positions-caption').textContent = encodings.panels.length
-    ? `(what each block adds to its input; colour ends at ±${scale.toFixed(2)})`
-    : '';
-}
-
-// Completes the prompt box's text and shows the next-character distribution.
-async function run() {
-  const prompt = $('prompt').value;
-  try {
-    const [text, probs] = await Promise.all([api.complete(prompt), api.probabilities(prompt)]);
-    showCompletion(prompt, text);
-    showProbabilities(probs);
-    showError(null);
-  } catch (e) {
-    showError(e);
-  }
-}
 
 async function loadFile(file) {
   try {
     await api.loadCheckpoint(new Uint8Array(await file.arrayBuffer()), file.name);
     showError(null);
-    await run();
   } catch (e) {
     showError(`Could not load ${file.name}: ${e.message ?? e}`);
   }
@@ -150,20 +122,19 @@ async function boot() {
       '(slower, same results).';
     $('backend-warning').title = started.fallback;
   }
+  await wasm.mountViewer($('viewer'));
   const response = await fetch(CHECKPOINT);
   if (!response.ok) throw new Error(`${CHECKPOINT}: HTTP ${response.status}`);
+  api.selectView('prompt');
   await api.loadCheckpoint(await response.arrayBuffer(), 'web_demo.safetensors');
-  $('prompt-form').addEventListener('submit', (event) => {
-    event.preventDefault();
-    run();
-  });
   $('checkpoint-file').addEventListener('change', (event) => {
     const [file] = event.target.files;
     if (file) loadFile(file);
     event.target.value = '';
   });
-  await run();
-  for (const id of ['prompt', 'complete-button', 'checkpoint-file']) $(id).disabled = false;
+  await viewerCompletion();
+  state.timings.firstCompletion = performance.now();
+  $('checkpoint-file').disabled = false;
   state.timings.ready = performance.now();
   state.ready = true;
 }

@@ -177,6 +177,8 @@ pub(crate) struct State {
     pub(crate) tupe: HashMap<usize, Computed<(), tupe::TupeCorrelation>>,
     pub(crate) prompt: prompt::Settings,
     pub(crate) completion: Computed<(usize, String, usize), prompt::Completion>,
+    /// Where the prompt view drew its text field in the last frame (egui points), if it did.
+    pub(crate) prompt_field: Option<egui::Rect>,
     /// Jobs started and not finished.
     pending: usize,
     /// Set by the first frame, so that jobs finishing later can ask for a repaint.
@@ -264,6 +266,22 @@ impl ViewerHandle {
         self.state.borrow_mut().view = view;
     }
 
+    /// The selected tab.
+    pub fn view(&self) -> View {
+        self.state.borrow().view
+    }
+
+    /// Where the prompt view's text field was in the last frame (egui points from the window's
+    /// top left), or `None` when the prompt view was not shown: a page's test clicks there to type.
+    pub fn prompt_field(&self) -> Option<egui::Rect> {
+        self.state.borrow().prompt_field
+    }
+
+    /// The prompt view's text, as typed so far.
+    pub fn prompt(&self) -> String {
+        self.state.borrow().prompt.text.clone()
+    }
+
     /// Sets the prompt and completes it with the active checkpoint (shown in the prompt view);
     /// [`ViewerHandle::last_completion`] has the text once the job is done.
     pub fn set_prompt(&self, prompt: &str) {
@@ -280,6 +298,15 @@ impl ViewerHandle {
         let s = self.state.borrow();
         match s.completion.result() {
             Some(Ok(c)) => Some(c.text.clone()),
+            _ => None,
+        }
+    }
+
+    /// The prompt that [`ViewerHandle::last_completion`] continues, or `None` while none is ready.
+    pub fn completed_prompt(&self) -> Option<String> {
+        let s = self.state.borrow();
+        match (&s.completion.key, s.completion.result()) {
+            (Some((_, prompt, _)), Some(Ok(_))) => Some(prompt.clone()),
             _ => None,
         }
     }
@@ -370,6 +397,7 @@ impl Viewer {
             tupe: HashMap::new(),
             prompt: prompt::Settings::default(),
             completion: Computed::default(),
+            prompt_field: None,
             pending: 0,
             ctx: None,
         };
@@ -390,6 +418,7 @@ impl Viewer {
         let jobs = {
             let mut s = self.handle.state.borrow_mut();
             s.ctx = Some(ui.ctx().clone());
+            s.prompt_field = None;
             let mut jobs = Vec::new();
             egui::Panel::left("posflow.checkpoints")
                 .default_size(250.0)
@@ -413,6 +442,7 @@ impl Viewer {
         let jobs = {
             let mut s = self.handle.state.borrow_mut();
             s.ctx = Some(ui.ctx().clone());
+            s.prompt_field = None;
             let mut jobs = Vec::new();
             egui::CentralPanel::default().show(ui, |ui| {
                 ui.heading(view.title());

@@ -92,6 +92,7 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State, jobs: &mut Vec<Job>) {
         let edit = ui
             .add(egui::TextEdit::singleline(&mut s.prompt.text).desired_width(420.0))
             .labelled_by(label.id);
+        s.prompt_field = Some(edit.rect);
         submit |= edit.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
         ui.add(egui::Slider::new(&mut s.prompt.chars, 1..=400).text("characters"));
         submit |= ui.button("Complete").clicked();

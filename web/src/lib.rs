@@ -1,25 +1,31 @@
 //! posflow in the browser: the wasm side of the demo page (`web/index.html`, `web/main.js`).
 //!
 //! The page starts one backend — WebGPU when the browser has it, the CPU backend in wasm
-//! otherwise — loads a checkpoint, and asks for greedy completions, next-character
-//! distributions and the position encodings to draw. Everything that touches the GPU is async:
-//! the browser cannot block on it. Calls must not overlap (one executor is fed, run and read
-//! back per call): `main.js` queues them.
+//! otherwise —, mounts posflow's egui viewer (the views of `posflow viz`) on a canvas with that
+//! backend, loads a checkpoint into both, and asks for greedy completions and next-character
+//! distributions. Everything that touches the GPU is async: the browser cannot block on it.
+//! Session calls must not overlap (one executor is fed, run and read back per call): `main.js`
+//! queues them. The viewer runs its own jobs on its own copy of the model.
+// Only the browser runs this crate.
+#![cfg(target_arch = "wasm32")]
 
-mod positions;
 mod session;
+mod viewer;
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use js_sys::{Array, Float32Array, JSON, Object, Reflect};
+use js_sys::JSON;
 use serde_json::{Value, json};
 use wasm_bindgen::prelude::*;
+use web_sys::HtmlCanvasElement;
 
 use session::Session;
+use viewer::MountedViewer;
 
 thread_local! {
     static SESSION: RefCell<Option<Rc<Session>>> = const { RefCell::new(None) };
+    static VIEWER: RefCell<Option<Rc<MountedViewer>>> = const { RefCell::new(None) };
 }
 
 #[wasm_bindgen]
@@ -38,6 +44,12 @@ fn session() -> Result<Rc<Session>, JsError> {
     SESSION
         .with(|s| s.borrow().clone())
         .ok_or_else(|| JsError::new("posflow has not started: call start() first"))
+}
+
+fn viewer() -> Result<Rc<MountedViewer>, JsError> {
+    VIEWER
+        .with(|v| v.borrow().clone())
+        .ok_or_else(|| JsError::new("the viewer is not mounted: call mountViewer(canvas) first"))
 }
 
 fn js_error(e: posflow::Error) -> JsError {
@@ -64,13 +76,58 @@ pub async fn start(webgpu: bool) -> Result<JsValue, JsError> {
     to_js(&status)
 }
 
+/// Mounts the viewer on `canvas`, running its models on the backend `start` picked.
+#[wasm_bindgen(js_name = mountViewer)]
+pub async fn mount_viewer(canvas: HtmlCanvasElement) -> Result<(), JsError> {
+    let backend = session()?.backend.clone();
+    let mounted = MountedViewer::mount(canvas, backend)
+        .await
+        .map_err(|e| JsError::new(&e))?;
+    VIEWER.with(|v| *v.borrow_mut() = Some(Rc::new(mounted)));
+    Ok(())
+}
+
 /// Loads a checkpoint (the bytes of a posflow `.safetensors` file; `name` labels it in
-/// messages) and returns its model's description. A file that is not a checkpoint, or one of a
-/// model that cannot generate text, is an error and leaves the previous model loaded.
+/// messages) into the session and the viewer (where it becomes the active one, its prompt
+/// completed again), and returns its model's description. A file that is not a checkpoint, or
+/// one of a model that cannot generate text, is an error and leaves the previous model loaded.
 #[wasm_bindgen(js_name = loadCheckpoint)]
 pub async fn load_checkpoint(bytes: Vec<u8>, name: String) -> Result<JsValue, JsError> {
     let info = session()?.load(&bytes, &name).map_err(js_error)?;
+    let handle = &viewer()?.handle;
+    handle.load_checkpoint_bytes(&name, &bytes).map_err(js_error)?;
+    handle.set_prompt(&handle.prompt());
     to_js(&info)
+}
+
+/// Selects the viewer's tab by its name: `position_encodings`, `attention`, `tupe`, `metrics`
+/// or `prompt`.
+#[wasm_bindgen(js_name = selectView)]
+pub fn select_view(name: &str) -> Result<(), JsError> {
+    let view = viewer::view_named(name).map_err(|e| JsError::new(&e))?;
+    viewer()?.handle.select_view(view);
+    Ok(())
+}
+
+/// Sets the viewer's prompt and completes it (as typing it and pressing Enter would).
+#[wasm_bindgen(js_name = setPrompt)]
+pub fn set_prompt(prompt: &str) -> Result<(), JsError> {
+    viewer()?.handle.set_prompt(prompt);
+    Ok(())
+}
+
+/// What the viewer shows: `{status: "empty" | "busy" | "ready", view, checkpoints, errors,
+/// prompt, completedPrompt, promptField: {x, y, width, height} | null}` (CSS pixels from the
+/// canvas's corner).
+#[wasm_bindgen(js_name = viewerStatus)]
+pub fn viewer_status() -> Result<JsValue, JsError> {
+    to_js(&viewer()?.status())
+}
+
+/// The viewer's latest finished completion, prompt included, or null while it computes.
+#[wasm_bindgen(js_name = lastCompletion)]
+pub fn last_completion() -> Result<Option<String>, JsError> {
+    Ok(viewer()?.last_completion())
 }
 
 /// `prompt` followed by its greedy continuation of up to `chars` characters.
@@ -86,27 +143,4 @@ pub async fn probabilities(prompt: String) -> Result<JsValue, JsError> {
     let model = session()?.model().map_err(js_error)?;
     let probs = model.probabilities(&prompt).await.map_err(js_error)?;
     to_js(&Value::Object(probs))
-}
-
-/// The loaded model's additive position terms over its `max_len` positions:
-/// `{positions, panels: [{label, dims, values: Float32Array (positions × dims, row-major)}]}`.
-#[wasm_bindgen(js_name = positionEncodings)]
-pub async fn position_encodings() -> Result<JsValue, JsError> {
-    let model = session()?.model().map_err(js_error)?;
-    let (len, panels) = positions::panels(&model).await.map_err(js_error)?;
-    let list = Array::new();
-    for panel in panels {
-        let object = Object::new();
-        let set = |key: &str, value: &JsValue| Reflect::set(&object, &key.into(), value).map(drop);
-        set("label", &panel.label.into())
-            .and_then(|()| set("dims", &(panel.dims as u32).into()))
-            .and_then(|()| set("values", &Float32Array::from(panel.values.as_slice()).into()))
-            .map_err(|_| JsError::new("could not build the position panels"))?;
-        list.push(&object);
-    }
-    let result = Object::new();
-    Reflect::set(&result, &"positions".into(), &(len as u32).into())
-        .and_then(|_| Reflect::set(&result, &"panels".into(), &list))
-        .map_err(|_| JsError::new("could not build the position panels"))?;
-    Ok(result.into())
 }

@@ -3,11 +3,12 @@
 //   node web/tests/e2e.mjs      (after web/build.sh; .ci/web.sh does both)
 //
 // Serves web/dist on 127.0.0.1 and runs the page twice: with WebGPU (SwiftShader) and with
-// WebGPU disabled (the CPU backend in wasm). Each run types a prompt with real key presses,
-// checks the greedy completion and the next-character distribution against `posflow sample`
-// (native, CPU backend), checks the heatmap, the `window.posflow` hook, and that a broken and an
-// unrelated checkpoint file give an error while the page keeps working. Any failed check exits
-// non-zero.
+// WebGPU disabled (the CPU backend in wasm, the viewer drawn with WebGL2). Each run checks that
+// the egui viewer's canvas shows the position-encoding heatmaps (pixels of a screenshot), types a
+// prompt with real key presses into the viewer's prompt field and checks its greedy completion
+// against `posflow sample` (native, CPU backend), checks the `window.posflow` hook's completion
+// and next-character distribution, and that a broken and an unrelated checkpoint file give an
+// error while the page keeps working. Any failed check exits non-zero.
 //
 // Environment: POSFLOW_BIN (the native CLI; default target/debug/posflow or
 // $CARGO_TARGET_DIR/debug/posflow), CHROMIUM (default /usr/bin/chromium), SCREENSHOTS (a folder
@@ -21,6 +22,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { chromium } from 'playwright-core';
+
+import { decodePng } from './png.mjs';
 
 const web = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
 const root = path.dirname(web);
@@ -36,12 +39,18 @@ const CHARS = 80; // what the page's prompt box completes (main.js COMPLETION_CH
 const SHORT = 10; // characters, where a check only needs the page to still work
 const TOLERANCE = 1e-4;
 const TIMEOUT = 240_000; // SwiftShader compiles every pipeline on the first run
+// Polling by timer, not Playwright's default requestAnimationFrame: a predicate run in every
+// frame next to the viewer's own frames starved the WebGPU readbacks (the page never got ready).
+const POLL = { polling: 200 };
+// Red or blue pixels in a screenshot of the viewer's canvas that only its heatmaps give (the
+// prompt view has about 1,200, the position-encoding view of the shipped model 13,000).
+const MIN_COLOURED = 5000;
 
 const COMMON_FLAGS = [
   '--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking',
   '--disable-component-update', '--disable-sync',
 ];
-// All four, so that a WebGPU canvas (the egui viewer, later) renders too.
+// All four, so that the viewer's WebGPU canvas renders too.
 const WEBGPU_FLAGS = [
   '--enable-unsafe-webgpu', '--use-vulkan=swiftshader', '--enable-features=Vulkan', '--use-angle=vulkan',
 ];
@@ -58,6 +67,21 @@ function nativeSample(extra) {
   // The first line names the device ("device: cpu (2 threads)"); the rest ends with a newline.
   assert.match(out, /^device: /, `unexpected output of posflow sample: ${out}`);
   return out.slice(out.indexOf('\n') + 1).replace(/\n$/, '');
+}
+
+// Pixels of a PNG screenshot that differ from its commonest colour (the background), and those
+// clearly red or blue (a diverging colormap's ends).
+function canvasPixels(png) {
+  const { width, height, rgba } = decodePng(png);
+  const counts = new Map();
+  let coloured = 0;
+  for (let i = 0; i < rgba.length; i += 4) {
+    const colour = rgba.readUInt32BE(i);
+    counts.set(colour, (counts.get(colour) ?? 0) + 1);
+    if (Math.abs(rgba[i] - rgba[i + 2]) > 40) coloured++;
+  }
+  const background = Math.max(...counts.values());
+  return { drawn: width * height - background, total: width * height, coloured };
 }
 
 // ---- a static file server for web/dist ----
@@ -95,7 +119,7 @@ async function checkPage({ name, flags, backend, url, expected, files }) {
   });
   const problems = [];
   try {
-    const page = await browser.newPage();
+    const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
     page.setDefaultTimeout(TIMEOUT);
     page.on('console', (m) => {
       if (m.type() === 'error') problems.push(`console: ${m.text()}`);
@@ -107,7 +131,7 @@ async function checkPage({ name, flags, backend, url, expected, files }) {
     await page.waitForFunction(() => {
       const s = window.posflow?.status();
       return s && (s.ready || s.error);
-    });
+    }, undefined, POLL);
     const status = await page.evaluate(() => window.posflow.status());
     assert.equal(status.error, null, `the page reported an error while starting: ${status.error}`);
     assert.equal(status.ready, true);
@@ -126,45 +150,47 @@ async function checkPage({ name, flags, backend, url, expected, files }) {
       assert.ok(!(await warning.isVisible()), 'a WebGPU page shows the CPU warning');
     }
 
-    // The prompt box, typed key by key, then Enter.
-    const input = page.locator('#prompt');
-    await input.click();
+    // The viewer renders: the position-encoding view's heatmaps cover much of the canvas, in
+    // red and blue (a canvas with only text and widgets is mostly its panel colour and grey).
+    // Screenshots only once the viewer is idle, and seldom: frequent ones starve its readbacks.
+    await page.evaluate(() => window.posflow.selectView('position_encodings'));
+    const canvas = page.locator('#viewer');
+    let drawn;
+    for (let attempt = 1; ; attempt++) {
+      await page.waitForTimeout(2000);
+      await page.waitForFunction(() => window.posflow.viewerStatus().status === 'ready', undefined, POLL);
+      drawn = canvasPixels(await canvas.screenshot());
+      if (drawn.drawn >= 0.25 * drawn.total && drawn.coloured >= MIN_COLOURED) break;
+      assert.ok(attempt < 10, `the viewer's canvas shows no heatmap: ${JSON.stringify(drawn)}`);
+    }
+    const viewer = await page.evaluate(() => window.posflow.viewerStatus());
+    assert.equal(viewer.view, 'position_encodings');
+    assert.deepEqual(viewer.checkpoints, ['web_demo.safetensors']);
+    console.log(
+      `viewer (position encodings): ${drawn.drawn} of ${drawn.total} pixels off the background, ` +
+        `${drawn.coloured} red or blue`,
+    );
+
+    // The viewer's prompt field, clicked and typed into key by key, then Enter.
+    await page.evaluate(() => window.posflow.selectView('prompt'));
+    await page.waitForFunction(() => window.posflow.viewerStatus().promptField !== null, undefined, POLL);
+    const field = await page.evaluate(() => window.posflow.viewerStatus().promptField);
+    await canvas.scrollIntoViewIfNeeded();
+    const box = await canvas.boundingBox();
+    await page.mouse.click(box.x + field.x + field.width / 2, box.y + field.y + field.height / 2);
     await page.keyboard.press('Control+A');
     await page.keyboard.press('Backspace');
     await page.keyboard.type(PROMPT, { delay: 5 });
     await page.keyboard.press('Enter');
     await page.waitForFunction(
-      (prompt) => document.getElementById('completion').textContent.startsWith(prompt),
+      (prompt) => window.posflow.viewerStatus().completedPrompt === prompt,
       PROMPT,
+      POLL,
     );
-    const shown = await page.locator('#completion').textContent();
+    const shown = await page.evaluate(() => window.posflow.lastCompletion());
     assert.ok(shown.length > PROMPT.length, `the completion is empty: ${JSON.stringify(shown)}`);
-    assert.equal(shown, expected.completion, 'the page\'s completion differs from native posflow\'s');
-    console.log(`typed prompt → ${JSON.stringify(shown)} (= native)`);
-    assert.equal(await page.locator('#probabilities li').count(), 10, 'the probability list');
-
-    // The heatmap: most of the canvas is drawn.
-    const pixels = await page.evaluate(() => {
-      const canvas = document.getElementById('positions');
-      const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
-      let drawn = 0;
-      for (let i = 0; i < data.length; i += 4) {
-        if (data[i] !== data[0] || data[i + 1] !== data[1] || data[i + 2] !== data[2]) drawn++;
-      }
-      return { drawn, total: data.length / 4 };
-    });
-    console.log(`heatmap: ${pixels.drawn} of ${pixels.total} pixels drawn`);
-    assert.ok(pixels.drawn > 0.4 * pixels.total, `the heatmap is mostly empty: ${JSON.stringify(pixels)}`);
-    const encodings = await page.evaluate(async () => {
-      const e = await window.posflow.positionEncodings();
-      return e.panels.map((p) => ({ label: p.label, dims: p.dims, values: p.values.length }));
-    });
-    console.log(`position panels: ${JSON.stringify(encodings)}`);
-    assert.deepEqual(
-      encodings.map((p) => p.label),
-      ['block 0', 'block 1'],
-      'FLOATER adds one table per block',
-    );
+    assert.equal(shown, expected.completion, 'the viewer\'s completion differs from native posflow\'s');
+    console.log(`typed into the viewer's prompt → ${JSON.stringify(shown)} (= native)`);
 
     // The hook.
     const timed = await page.evaluate(async ([p, n]) => {
@@ -185,7 +211,8 @@ async function checkPage({ name, flags, backend, url, expected, files }) {
     const sum = Object.values(probs).reduce((a, b) => a + b, 0);
     assert.ok(Math.abs(sum - 1) < 1e-4, `probabilities sum to ${sum}`);
 
-    // Bad files through the file input: an error shows, the model stays, completion still works.
+    // Bad files through the file input: an error shows, the model stays in the session and the
+    // viewer, completion still works.
     for (const file of files.bad) {
       await page.setInputFiles('#checkpoint-file', file);
       const error = page.locator('#error');
@@ -195,30 +222,34 @@ async function checkPage({ name, flags, backend, url, expected, files }) {
       console.log(`${file.name} → error: ${message}`);
       const after = await page.evaluate(() => window.posflow.status());
       assert.equal(after.model.name, 'web_demo.safetensors', 'a bad file replaced the model');
+      const viewerAfter = await page.evaluate(() => window.posflow.viewerStatus());
+      assert.deepEqual(viewerAfter.checkpoints, ['web_demo.safetensors'], 'a bad file reached the viewer');
       // Greedy: a shorter completion is a prefix of the longer one.
       const again = await page.evaluate(([p, n]) => window.posflow.complete(p, n), [PROMPT, SHORT]);
       assert.equal(again, expected.completion.slice(0, PROMPT.length + SHORT), `completion after ${file.name}`);
     }
-    // The UI works too, and clears the error once a completion succeeds.
-    await input.press('Enter');
-    await page.locator('#error').waitFor({ state: 'hidden' });
     await assert.rejects(
       page.evaluate(() => window.posflow.loadCheckpoint(new Uint8Array([1, 2, 3]), 'three bytes')),
       /three bytes/,
       'posflow.loadCheckpoint of garbage rejects with a message naming it',
     );
 
-    // A good file of the user's own: it replaces the model, and the page completes again.
-    await page.evaluate(() => document.getElementById('completion').replaceChildren());
+    // A good file of the user's own: it replaces the session's model, becomes the viewer's active
+    // checkpoint, the error goes, and the viewer completes the typed prompt again with it.
     await page.setInputFiles('#checkpoint-file', files.good);
-    await page.waitForFunction((name) => window.posflow.status().model.name === name, files.good.name);
     await page.waitForFunction(
-      (prompt) => document.getElementById('completion').textContent.startsWith(prompt),
-      PROMPT,
+      (name) => window.posflow.status().model.name === name,
+      files.good.name,
+      POLL,
     );
-    assert.ok(!(await page.locator('#error').isVisible()), 'an error shows after loading a good file');
-    assert.equal(await page.locator('#completion').textContent(), expected.completion);
-    console.log(`${files.good.name} loaded through the file input and completes the same`);
+    await page.locator('#error').waitFor({ state: 'hidden' });
+    assert.deepEqual(
+      (await page.evaluate(() => window.posflow.viewerStatus())).checkpoints,
+      ['web_demo.safetensors', files.good.name],
+    );
+    await page.waitForFunction(() => window.posflow.lastCompletion() !== null, undefined, POLL);
+    assert.equal(await page.evaluate(() => window.posflow.lastCompletion()), expected.completion);
+    console.log(`${files.good.name} loaded through the file input; the viewer completes the same`);
 
     if (process.env.SCREENSHOTS) {
       fs.mkdirSync(process.env.SCREENSHOTS, { recursive: true });
