@@ -2,6 +2,7 @@
 //! completions), its errors, and its pictures (`posflow viz --export`).
 #![cfg(feature = "viz")]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::rc::Rc;
@@ -18,7 +19,11 @@ use posflow::viz::colormap::Colormap;
 use posflow::viz::metrics::parse_metrics;
 use posflow::viz::posenc::position_encodings;
 use posflow::viz::tupe::tupe_correlation;
-use posflow::viz::{LoadedCheckpoint, Spawner, Viewer};
+use posflow::viz::{LoadedCheckpoint, Spawner, Viewer, ViewerHandle};
+
+use eframe::egui;
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
 
 fn cpu() -> Rc<dyn Backend> {
     Rc::new(CpuBackend::new())
@@ -291,6 +296,114 @@ fn the_handle_completes_a_prompt() {
     handle.set_prompt("Q");
     assert_eq!(handle.last_completion(), None);
     assert_eq!(handle.status(), "ready");
+}
+
+/// Every parameter's bits, by name.
+fn bits(loaded: &LoadedCheckpoint) -> BTreeMap<String, Vec<u32>> {
+    let params = &loaded.saved.params;
+    params
+        .iter()
+        .map(|(name, _)| {
+            let values = pollster::block_on(params.read(name)).unwrap();
+            (name.to_string(), values.iter().map(|v| v.to_bits()).collect())
+        })
+        .collect()
+}
+
+fn floater() -> ModelConfig {
+    lm(PosEnc::Floater(toml::from_str("").unwrap()))
+}
+
+/// The whole window, tall enough that the fine-tuning section is on screen.
+fn window(viewer: &Viewer) -> Harness<'_> {
+    Harness::builder()
+        .with_size(egui::vec2(1280.0, 1400.0))
+        .build_ui(|ui| viewer.show(ui))
+}
+
+/// Frames until fine-tuning stops: each runs one step.
+fn frames_until_fine_tuned(harness: &mut Harness, handle: &ViewerHandle) {
+    for _ in 0..50 {
+        harness.step();
+        if !handle.fine_tune_status().running {
+            return;
+        }
+    }
+    panic!("still fine-tuning: {:?}", handle.fine_tune_status());
+}
+
+/// A few steps through the handle move FLOATER's parameters alone and the encodings with them;
+/// Reset puts them back bit for bit.
+#[test]
+fn fine_tuning_moves_only_the_position_encoder_and_reset_restores_it() {
+    let viewer = Viewer::new(cpu(), Spawner::blocking());
+    let handle = viewer.handle();
+    handle
+        .load_checkpoint_bytes("floater", &checkpoint_bytes(&floater(), |_| {}))
+        .unwrap();
+    let loaded = handle.loaded_checkpoint(0).unwrap();
+    let before = bits(&loaded);
+    let encodings_before = pollster::block_on(position_encodings(&loaded, 20)).unwrap();
+    let mut harness = window(&viewer);
+    harness.step();
+    harness.get_by_label("Start");
+
+    handle.start_fine_tune(&"call me ishmael. ".repeat(4), 6).unwrap();
+    frames_until_fine_tuned(&mut harness, &handle);
+    let status = handle.fine_tune_status();
+    assert_eq!(
+        (status.steps_done, status.steps_total, status.error),
+        (6, 6, None)
+    );
+    assert_eq!(status.losses.len(), 6);
+    assert!(status.losses.iter().all(|l| l.is_finite()), "{:?}", status.losses);
+    harness.step();
+    harness.get_by_label_contains("step 6 / 6");
+    for (name, after) in bits(&loaded) {
+        assert_eq!(after != before[&name], name.starts_with("posenc."), "{name}");
+    }
+    let encodings_after = pollster::block_on(position_encodings(&loaded, 20)).unwrap();
+    assert_ne!(encodings_after.maps[0].values, encodings_before.maps[0].values);
+
+    handle.reset_fine_tune();
+    assert_eq!(bits(&loaded), before);
+    assert_eq!(handle.fine_tune_status().steps_done, 0);
+}
+
+/// Bad texts, no checkpoint and a sinusoidal model are errors that say why, also in the view.
+#[test]
+fn fine_tuning_errors_are_explained() {
+    let viewer = Viewer::new(cpu(), Spawner::blocking());
+    let handle = viewer.handle();
+    let err = handle.start_fine_tune("call me", 5).unwrap_err().to_string();
+    assert!(err.contains("load a checkpoint"), "{err}");
+
+    handle
+        .load_checkpoint_bytes("floater", &checkpoint_bytes(&floater(), |_| {}))
+        .unwrap();
+    let err = handle
+        .start_fine_tune(&"call me Ishmael. ".repeat(4), 5)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("never saw") && err.contains('I'), "{err}");
+    assert_eq!(handle.fine_tune_status().error, Some(err));
+    let err = handle.start_fine_tune("call me", 5).unwrap_err().to_string();
+    assert!(err.contains("at least 13"), "{err}");
+    let mut harness = window(&viewer);
+    harness.step();
+    harness.get_by_label_contains("at least 13");
+
+    let sinusoidal = checkpoint_bytes(&lm(PosEnc::Sinusoidal { every_block: false }), |_| {});
+    handle.load_checkpoint_bytes("sinusoidal", &sinusoidal).unwrap();
+    let err = handle
+        .start_fine_tune(&"call me ishmael. ".repeat(4), 5)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("sinusoidal cannot be fine-tuned"), "{err}");
+    harness.step();
+    harness.get_by_label_contains("has no trained parameters");
+    assert!(harness.query_by_label("Start").is_none());
+    assert!(!handle.fine_tune_status().running);
 }
 
 fn scratch(test: &str) -> PathBuf {

@@ -16,6 +16,7 @@ pub mod attention;
 pub mod colormap;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod export;
+pub mod finetune;
 mod heatmap;
 mod loaded;
 pub mod metrics;
@@ -31,6 +32,7 @@ use std::rc::Rc;
 
 use eframe::egui;
 
+pub use finetune::FineTuneStatus;
 pub use loaded::{LoadedCheckpoint, posenc_name};
 
 use crate::backend::Backend;
@@ -133,6 +135,16 @@ impl<K: PartialEq, T> Computed<K, T> {
         }
     }
 
+    /// Like [`Computed::request`], but the last value stays until the new one is stored: for a
+    /// value that changes as it is watched (encodings while they train), so that it does not blink.
+    pub fn refresh(&mut self, key: K) -> bool {
+        if self.key.as_ref() == Some(&key) {
+            return false;
+        }
+        self.key = Some(key);
+        true
+    }
+
     /// `None` while the job runs.
     pub fn result(&self) -> Option<&std::result::Result<T, String>> {
         self.value.as_ref()
@@ -144,6 +156,8 @@ pub(crate) enum Job {
     Encodings {
         checkpoint: usize,
         len: usize,
+        /// [`finetune::FineTuning::version`]: which values of the parameters.
+        version: u64,
     },
     Attention {
         checkpoint: usize,
@@ -157,6 +171,7 @@ pub(crate) enum Job {
         prompt: String,
         chars: usize,
     },
+    FineTuneStep(finetune::Step),
 }
 
 /// Everything the views show and the page can read (through [`ViewerHandle`]).
@@ -171,12 +186,14 @@ pub(crate) struct State {
     pub(crate) errors: Vec<String>,
     pub(crate) view: View,
     pub(crate) posenc: posenc::Settings,
-    pub(crate) encodings: HashMap<usize, Computed<usize, posenc::PositionEncodings>>,
+    /// By checkpoint, for (length, parameter version).
+    pub(crate) encodings: HashMap<usize, Computed<(usize, u64), posenc::PositionEncodings>>,
     pub(crate) attention: attention::Settings,
     pub(crate) attention_maps: Computed<(usize, String), attention::AttentionView>,
     pub(crate) tupe: HashMap<usize, Computed<(), tupe::TupeCorrelation>>,
     pub(crate) prompt: prompt::Settings,
     pub(crate) completion: Computed<(usize, String, usize), prompt::Completion>,
+    pub(crate) fine_tune: finetune::FineTuning,
     /// Where the prompt view drew its text field in the last frame (egui points), if it did.
     pub(crate) prompt_field: Option<egui::Rect>,
     /// Jobs started and not finished.
@@ -321,6 +338,33 @@ impl ViewerHandle {
         self.state.borrow_mut().attention.text = text.to_string();
     }
 
+    /// Fine-tunes the active checkpoint's position encoder on `text` for `steps` steps, one per
+    /// frame (shown in the position-encoding view). A text with a character the model never saw or
+    /// shorter than a window, a model whose position encoding has nothing trained, and no
+    /// checkpoint are errors.
+    pub fn start_fine_tune(&self, text: &str, steps: usize) -> Result<()> {
+        finetune::start(&mut self.state.borrow_mut(), text, steps)
+    }
+
+    /// Stops fine-tuning after the running step.
+    pub fn stop_fine_tune(&self) {
+        finetune::stop(&mut self.state.borrow_mut());
+    }
+
+    /// Stops fine-tuning and puts every fine-tuned position encoder back as it was loaded.
+    pub fn reset_fine_tune(&self) {
+        finetune::reset(&mut self.state.borrow_mut());
+    }
+
+    pub fn fine_tune_status(&self) -> FineTuneStatus {
+        self.state.borrow().fine_tune.status()
+    }
+
+    /// The checkpoint loaded `index`-th; its parameters are the ones the views and fine-tuning use.
+    pub fn loaded_checkpoint(&self, index: usize) -> Option<Rc<LoadedCheckpoint>> {
+        self.state.borrow().checkpoints.get(index).cloned()
+    }
+
     fn spawn_all(&self, jobs: impl IntoIterator<Item = Job>) {
         for job in jobs {
             self.state.borrow_mut().pending += 1;
@@ -340,14 +384,18 @@ impl LoadedCheckpoint {
 async fn run_job(state: Rc<RefCell<State>>, job: Job) {
     let checkpoint = |i: usize| state.borrow().checkpoints[i].clone();
     match job {
-        Job::Encodings { checkpoint: i, len } => {
+        Job::Encodings {
+            checkpoint: i,
+            len,
+            version,
+        } => {
             let result = posenc::position_encodings(&checkpoint(i), len).await;
             state
                 .borrow_mut()
                 .encodings
                 .entry(i)
                 .or_default()
-                .store(&len, result);
+                .store(&(len, version), result);
         }
         Job::Attention { checkpoint: i, text } => {
             let result = attention::attention_view(&checkpoint(i), &text).await;
@@ -365,6 +413,7 @@ async fn run_job(state: Rc<RefCell<State>>, job: Job) {
             let result = prompt::complete(&checkpoint(i), &prompt, chars).await;
             state.borrow_mut().completion.store(&(i, prompt, chars), result);
         }
+        Job::FineTuneStep(step) => finetune::run_step(&state, step).await,
     }
     let mut s = state.borrow_mut();
     s.pending -= 1;
@@ -397,6 +446,7 @@ impl Viewer {
             tupe: HashMap::new(),
             prompt: prompt::Settings::default(),
             completion: Computed::default(),
+            fine_tune: finetune::FineTuning::default(),
             prompt_field: None,
             pending: 0,
             ctx: None,
@@ -432,6 +482,7 @@ impl Viewer {
             });
             let view = s.view;
             egui::CentralPanel::default().show(ui, |ui| view_contents(ui, &mut s, view, &mut jobs));
+            jobs.extend(finetune::next_step(&mut s));
             jobs
         };
         self.handle.spawn_all(jobs);
@@ -448,6 +499,7 @@ impl Viewer {
                 ui.heading(view.title());
                 view_contents(ui, &mut s, view, &mut jobs);
             });
+            jobs.extend(finetune::next_step(&mut s));
             jobs
         };
         self.handle.spawn_all(jobs);

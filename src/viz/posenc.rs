@@ -236,13 +236,25 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State, jobs: &mut Vec<Job>) {
     s.posenc.map.resize(s.checkpoints.len(), 0);
     let len = s.posenc.length;
     let width = (ui.available_width() / compared.len() as f32 - 12.0).max(220.0);
-    let height = (ui.available_height() - 120.0).clamp(260.0, 640.0);
+    // Room below for the fine-tuning section.
+    let height = (ui.available_height() - 420.0).clamp(260.0, 640.0);
     ui.horizontal_top(|ui| {
         for &i in &compared {
             let checkpoint = s.checkpoints[i].clone();
+            let version = s.fine_tune.version(i);
             let computed = s.encodings.entry(i).or_default();
-            if computed.request(len) {
-                jobs.push(Job::Encodings { checkpoint: i, len });
+            // While the encoder trains, the last picture stays up until the next is ready.
+            let requested = if computed.key.is_some_and(|(l, _)| l == len) {
+                computed.refresh((len, version))
+            } else {
+                computed.request((len, version))
+            };
+            if requested {
+                jobs.push(Job::Encodings {
+                    checkpoint: i,
+                    len,
+                    version,
+                });
             }
             let selected = &mut s.posenc.map[i];
             ui.vertical(|ui| {
@@ -255,6 +267,7 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State, jobs: &mut Vec<Job>) {
             });
         }
     });
+    super::finetune::show(ui, s);
 }
 
 fn show_encodings(
