@@ -474,6 +474,7 @@ fn export_writes_one_picture_per_view_with_content() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let expected = [
         ("position_encodings", 60_000),
+        ("position_encodings_finetuned", 60_000),
         ("attention", 20_000),
         ("tupe", 2_000),
         ("metrics", 10_000),

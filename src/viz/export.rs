@@ -8,28 +8,43 @@ use egui_kittest::Harness;
 use image::ImageEncoder;
 use image::codecs::png::{CompressionType, FilterType, PngEncoder};
 
+use super::finetune::DEFAULT_TEXT;
 use super::{View, Viewer};
 use crate::error::{Error, Result};
 
 /// The size of every exported picture, in points (one pixel each).
 pub const SIZE: egui::Vec2 = egui::vec2(1280.0, 860.0);
 
+/// Fine-tuning steps before `position_encodings_finetuned.png`.
+const FINE_TUNE_STEPS: usize = 30;
+
 /// Renders each view alone (with its title) to `dir/<view slug>.png` and returns the paths.
 /// Jobs run as the frames do ([`super::Spawner::blocking`] finishes them within a frame), so
-/// every picture shows computed results.
+/// every picture shows computed results. When the active checkpoint's position encoder can
+/// learn the fine-tuning section's default text (a Moby Dick model's can), one more picture
+/// shows the encodings after a few steps on it; the parameters are put back afterwards.
 pub fn export_views(viewer: &Viewer, dir: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(|e| Error::Input(format!("{}: {e}", dir.display())))?;
-    View::ALL
+    let mut paths = View::ALL
         .into_iter()
-        .map(|view| {
-            let image = render(viewer, view)?;
-            let path = dir.join(format!("{}.png", view.slug()));
-            let bytes = png(&image).map_err(|e| Error::Input(format!("encoding {}: {e}", path.display())))?;
-            std::fs::write(&path, bytes)
-                .map_err(|e| Error::Input(format!("writing {}: {e}", path.display())))?;
-            Ok(path)
-        })
-        .collect()
+        .map(|view| write_png(&render(viewer, view)?, dir, view.slug()))
+        .collect::<Result<Vec<_>>>()?;
+    let handle = viewer.handle();
+    if handle.start_fine_tune(DEFAULT_TEXT, FINE_TUNE_STEPS).is_ok() {
+        // One step per frame, then the frames that draw the last heatmap.
+        let image = render_frames(viewer, View::PositionEncodings, FINE_TUNE_STEPS + 4);
+        handle.reset_fine_tune();
+        let name = format!("{}_finetuned", View::PositionEncodings.slug());
+        paths.push(write_png(&image?, dir, &name)?);
+    }
+    Ok(paths)
+}
+
+fn write_png(image: &image::RgbaImage, dir: &Path, name: &str) -> Result<PathBuf> {
+    let path = dir.join(format!("{name}.png"));
+    let bytes = png(image).map_err(|e| Error::Input(format!("encoding {}: {e}", path.display())))?;
+    std::fs::write(&path, bytes).map_err(|e| Error::Input(format!("writing {}: {e}", path.display())))?;
+    Ok(path)
 }
 
 /// The image as a PNG at the best compression: the pictures go into the repository's docs.
@@ -47,6 +62,12 @@ fn png(image: &image::RgbaImage) -> image::ImageResult<Vec<u8>> {
 
 /// One view as an RGBA image of [`SIZE`].
 pub fn render(viewer: &Viewer, view: View) -> Result<image::RgbaImage> {
+    // A few frames: the first requests the view's jobs, the next show their results (and the
+    // textures they upload).
+    render_frames(viewer, view, 4)
+}
+
+fn render_frames(viewer: &Viewer, view: View, frames: usize) -> Result<image::RgbaImage> {
     let mut harness = Harness::builder()
         .with_size(SIZE)
         .with_pixels_per_point(1.0)
@@ -55,9 +76,7 @@ pub fn render(viewer: &Viewer, view: View) -> Result<image::RgbaImage> {
         .allow_missing_glyphs()
         .wgpu()
         .build_ui(|ui| viewer.show_view(ui, view));
-    // A few frames: the first requests the view's jobs, the next show their results (and the
-    // textures they upload).
-    harness.run_steps(4);
+    harness.run_steps(frames);
     harness
         .render()
         .map_err(|e| Error::Device(format!("rendering the {} view: {e}", view.title())))

@@ -328,7 +328,11 @@ fn params_changed(s: &mut State, checkpoint: usize) {
     }
 }
 
-/// The section under the heatmaps, for the active checkpoint.
+/// About how tall [`show`] is, so that the heatmaps above leave it room on screen.
+pub(crate) const SECTION_HEIGHT: f32 = 240.0;
+
+/// The section under the heatmaps, for the active checkpoint: the text and controls on the left,
+/// the loss curve on the right.
 pub(crate) fn show(ui: &mut egui::Ui, s: &mut State) {
     ui.separator();
     ui.strong("Fine-tune the position encoder");
@@ -346,46 +350,63 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State) {
     ));
     let fine = &mut s.fine_tune;
     let (running, stepping) = (fine.running(), fine.stepping());
-    let label = ui.label("training text");
-    ui.add_enabled(
-        !running,
-        egui::TextEdit::multiline(&mut fine.text)
-            .desired_rows(4)
-            .desired_width(f32::INFINITY)
-            .font(egui::TextStyle::Monospace),
-    )
-    .labelled_by(label.id);
+    let run_name = fine
+        .run
+        .as_ref()
+        .map(|r| s.checkpoints[r.checkpoint].name.clone());
     let (mut start_clicked, mut stop_clicked, mut reset_clicked) = (false, false, false);
-    ui.horizontal(|ui| {
-        ui.add_enabled(
-            !running,
-            egui::Slider::new(&mut fine.steps, 10..=500).text("steps"),
-        );
-        ui.add_enabled(
-            !running,
-            egui::Slider::new(&mut fine.lr, 1e-4..=3e-2)
-                .logarithmic(true)
-                .text("learning rate"),
-        );
-        if running {
-            stop_clicked = ui.button("Stop").clicked();
-        } else {
-            start_clicked = ui.add_enabled(!stepping, egui::Button::new("Start")).clicked();
-        }
-        reset_clicked = ui
-            .add_enabled(!fine.originals.is_empty(), egui::Button::new("Reset"))
-            .on_hover_text("put the position encoder back as loaded")
-            .clicked();
+    let controls_width = (ui.available_width() * 0.6).max(360.0);
+    ui.horizontal_top(|ui| {
+        ui.vertical(|ui| {
+            ui.set_width(controls_width);
+            let label = ui.label("training text");
+            // A long text scrolls in its box rather than pushing the rest out of sight.
+            egui::ScrollArea::vertical()
+                .id_salt("posflow.finetune.text")
+                .max_height(SECTION_HEIGHT - 120.0)
+                .show(ui, |ui| {
+                    ui.add_enabled(
+                        !running,
+                        egui::TextEdit::multiline(&mut fine.text)
+                            .desired_rows(5)
+                            .desired_width(f32::INFINITY)
+                            .font(egui::TextStyle::Monospace),
+                    )
+                    .labelled_by(label.id);
+                });
+            ui.horizontal(|ui| {
+                ui.add_enabled(
+                    !running,
+                    egui::Slider::new(&mut fine.steps, 10..=500).text("steps"),
+                );
+                ui.add_enabled(
+                    !running,
+                    egui::Slider::new(&mut fine.lr, 1e-4..=3e-2)
+                        .logarithmic(true)
+                        .text("learning rate"),
+                );
+                if running {
+                    stop_clicked = ui.button("Stop").clicked();
+                } else {
+                    start_clicked = ui.add_enabled(!stepping, egui::Button::new("Start")).clicked();
+                }
+                reset_clicked = ui
+                    .add_enabled(!fine.originals.is_empty(), egui::Button::new("Reset"))
+                    .on_hover_text("put the position encoder back as loaded")
+                    .clicked();
+            });
+            if let Some(e) = &fine.error {
+                ui.colored_label(ui.visuals().error_fg_color, e);
+            }
+            if let (Some(run), Some(name)) = (&fine.run, &run_name) {
+                progress_bar(ui, run, name);
+            }
+        });
+        loss_curve(ui, fine.run.as_ref().map_or(&[], |r| &r.losses));
     });
-    if let Some(e) = &fine.error {
-        ui.colored_label(ui.visuals().error_fg_color, e);
-    }
-    if let Some(run) = &fine.run {
-        progress(ui, run, &s.checkpoints[run.checkpoint].name);
-    }
     if start_clicked {
         let (text, steps) = (s.fine_tune.text.clone(), s.fine_tune.steps);
-        // The error is shown above from the next frame on.
+        // The error shows in the section from the next frame on.
         let _ = start(s, &text, steps);
     }
     if stop_clicked {
@@ -396,8 +417,7 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State) {
     }
 }
 
-/// The run's progress bar and loss curve.
-fn progress(ui: &mut egui::Ui, run: &Run, name: &str) {
+fn progress_bar(ui: &mut egui::Ui, run: &Run, name: &str) {
     let done = run.losses.len();
     let loss = run
         .losses
@@ -408,19 +428,19 @@ fn progress(ui: &mut egui::Ui, run: &Run, name: &str) {
             .text(format!("{name}: step {done} / {}{loss}", run.steps_total))
             .animate(run.running),
     );
-    let points: Vec<[f64; 2]> = run
-        .losses
+}
+
+fn loss_curve(ui: &mut egui::Ui, losses: &[f32]) {
+    let points: Vec<[f64; 2]> = losses
         .iter()
         .enumerate()
         .map(|(i, &l)| [(i + 1) as f64, f64::from(l)])
         .collect();
     Plot::new("posflow.finetune.loss")
-        .height(140.0)
+        .height(SECTION_HEIGHT - 60.0)
         .x_axis_label("step")
-        .y_axis_label("loss")
-        .show(ui, |plot| {
-            plot.line(Line::new("fine-tuning loss", PlotPoints::from(points)))
-        });
+        .y_axis_label("fine-tuning loss")
+        .show(ui, |plot| plot.line(Line::new("loss", PlotPoints::from(points))));
 }
 
 #[cfg(test)]

@@ -236,8 +236,8 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State, jobs: &mut Vec<Job>) {
     s.posenc.map.resize(s.checkpoints.len(), 0);
     let len = s.posenc.length;
     let width = (ui.available_width() / compared.len() as f32 - 12.0).max(220.0);
-    // Room below for the fine-tuning section.
-    let height = (ui.available_height() - 420.0).clamp(260.0, 640.0);
+    // Room below for the fine-tuning section, so that the heatmap is in sight while it trains.
+    let height = (ui.available_height() - 120.0 - super::finetune::SECTION_HEIGHT).clamp(260.0, 640.0);
     ui.horizontal_top(|ui| {
         for &i in &compared {
             let checkpoint = s.checkpoints[i].clone();
