@@ -343,10 +343,12 @@ fn fine_tuning_moves_only_the_position_encoder_and_reset_restores_it() {
         .unwrap();
     let loaded = handle.loaded_checkpoint(0).unwrap();
     let before = bits(&loaded);
+    handle.set_length(20);
     let encodings_before = pollster::block_on(position_encodings(&loaded, 20)).unwrap();
     let mut harness = window(&viewer);
     harness.step();
     harness.get_by_label("Start");
+    assert_eq!(handle.shown_encodings(0).as_ref(), Some(&encodings_before));
 
     handle.start_fine_tune(&"call me ishmael. ".repeat(4), 6).unwrap();
     frames_until_fine_tuned(&mut harness, &handle);
@@ -362,12 +364,16 @@ fn fine_tuning_moves_only_the_position_encoder_and_reset_restores_it() {
     for (name, after) in bits(&loaded) {
         assert_eq!(after != before[&name], name.starts_with("posenc."), "{name}");
     }
+    // The heatmap shows the fine-tuned encodings.
     let encodings_after = pollster::block_on(position_encodings(&loaded, 20)).unwrap();
     assert_ne!(encodings_after.maps[0].values, encodings_before.maps[0].values);
+    assert_eq!(handle.shown_encodings(0), Some(encodings_after));
 
     handle.reset_fine_tune();
     assert_eq!(bits(&loaded), before);
     assert_eq!(handle.fine_tune_status().steps_done, 0);
+    harness.run_steps(2);
+    assert_eq!(handle.shown_encodings(0), Some(encodings_before));
 }
 
 /// Bad texts, no checkpoint and a sinusoidal model are errors that say why, also in the view.

@@ -360,6 +360,16 @@ impl ViewerHandle {
         self.state.borrow().fine_tune.status()
     }
 
+    /// The position encodings the view last computed for the checkpoint loaded `index`-th (kept
+    /// on screen while newer ones are computed), if any.
+    pub fn shown_encodings(&self, index: usize) -> Option<posenc::PositionEncodings> {
+        let s = self.state.borrow();
+        match s.encodings.get(&index)?.result() {
+            Some(Ok(encodings)) => Some(encodings.clone()),
+            _ => None,
+        }
+    }
+
     /// The checkpoint loaded `index`-th; its parameters are the ones the views and fine-tuning use.
     pub fn loaded_checkpoint(&self, index: usize) -> Option<Rc<LoadedCheckpoint>> {
         self.state.borrow().checkpoints.get(index).cloned()
