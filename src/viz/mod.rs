@@ -1,7 +1,8 @@
 //! The visualizer: egui views of trained checkpoints, shared by the native window (`posflow viz`)
 //! and the web page (the `web/` crate mounts [`Viewer`] as an eframe app).
 //!
-//! Views, one module each: position encodings as heatmaps at any length ([`posenc`]), attention
+//! Views, one module each: position encodings as heatmaps at any length ([`posenc`]), with the
+//! position encoder fine-tuned live on a typed text beneath them ([`finetune`]), attention
 //! patterns of a typed text ([`attention`]), TUPE's positional correlation ([`tupe`]), loss
 //! curves from a metrics log ([`metrics`]), and greedy completions with next-character
 //! probabilities ([`prompt`]). Several checkpoints load side by side.
