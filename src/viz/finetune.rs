@@ -3,7 +3,7 @@
 //! T5's biases) train on a text typed into the view while everything else stays as loaded, and
 //! the heatmap follows the live values.
 //!
-//! Each step is one job, and the next is spawned by the frame after it finished ([`next_step`]):
+//! Each step is one job, and the next is spawned by the frame after it finished (`next_step`):
 //! natively a job runs within its frame, on the web beside the frames, so the window stays alive
 //! either way. A step's job owns the [`FineTune`] while it runs, so no borrow of the state is held
 //! across its awaits.
