@@ -11,8 +11,12 @@
 //                                       tupe, metrics or prompt
 //   posflow.setPrompt(prompt)        → sets the viewer's prompt and completes it
 //   posflow.viewerStatus()           → {status, view, checkpoints, errors, prompt,
-//                                       completedPrompt, promptField}
+//                                       completedPrompt, promptField, encodingsSums}
 //   posflow.lastCompletion()         → the viewer's latest completion (prompt included) or null
+//   posflow.fineTune(text, steps)    → starts fine-tuning the viewer's position encoder (its
+//                                       heatmap follows); throws on a text the model cannot learn
+//   posflow.fineTuneStatus()         → {stepsDone, stepsTotal, running, losses, error}
+//   posflow.stopFineTune(), posflow.resetFineTune() → stop; stop and restore the loaded values
 
 import init, * as wasm from './pkg/posflow_web.js';
 
@@ -97,6 +101,18 @@ const api = {
   },
   lastCompletion() {
     return wasm.lastCompletion() ?? null;
+  },
+  fineTune(text, steps) {
+    wasm.fineTune(text, steps);
+  },
+  fineTuneStatus() {
+    return wasm.fineTuneStatus();
+  },
+  stopFineTune() {
+    wasm.stopFineTune();
+  },
+  resetFineTune() {
+    wasm.resetFineTune();
   },
 };
 window.posflow = api;

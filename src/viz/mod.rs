@@ -230,11 +230,12 @@ impl ViewerHandle {
         let backend = self.state.borrow().backend.clone();
         match LoadedCheckpoint::from_bytes(backend, name, bytes) {
             Ok(loaded) => {
-                let mut s = self.state.borrow_mut();
-                s.checkpoints.push(Rc::new(loaded));
-                s.compared.push(true);
-                s.active = s.checkpoints.len() - 1;
-                s.posenc.length = s.posenc.length.max(s.checkpoints[s.active].default_length());
+                self.update(|s| {
+                    s.checkpoints.push(Rc::new(loaded));
+                    s.compared.push(true);
+                    s.active = s.checkpoints.len() - 1;
+                    s.posenc.length = s.posenc.length.max(s.checkpoints[s.active].default_length());
+                });
                 Ok(())
             }
             Err(e) => {
@@ -252,14 +253,14 @@ impl ViewerHandle {
         } else {
             format!("{name}: {message}")
         };
-        self.state.borrow_mut().errors.push(message);
+        self.update(|s| s.errors.push(message));
     }
 
     /// Loads a metrics log (JSON lines from `posflow train`) under `name`.
     pub fn load_metrics_text(&self, name: &str, text: &str) -> Result<()> {
         match metrics::parse_metrics(text) {
             Ok(records) => {
-                self.state.borrow_mut().logs.push((name.to_string(), records));
+                self.update(|s| s.logs.push((name.to_string(), records)));
                 Ok(())
             }
             Err(e) => {
@@ -280,8 +281,9 @@ impl ViewerHandle {
         self.state.borrow().errors.clone()
     }
 
+    /// Selects the tab.
     pub fn select_view(&self, view: View) {
-        self.state.borrow_mut().view = view;
+        self.update(|s| s.view = view);
     }
 
     /// The selected tab.
@@ -303,11 +305,10 @@ impl ViewerHandle {
     /// Sets the prompt and completes it with the active checkpoint (shown in the prompt view);
     /// [`ViewerHandle::last_completion`] has the text once the job is done.
     pub fn set_prompt(&self, prompt: &str) {
-        let job = {
-            let mut s = self.state.borrow_mut();
+        let job = self.update(|s| {
             s.prompt.text = prompt.to_string();
-            prompt::request(&mut s)
-        };
+            prompt::request(s)
+        });
         self.spawn_all(job);
     }
 
@@ -331,12 +332,12 @@ impl ViewerHandle {
 
     /// Sets the number of positions of the position-encoding view.
     pub fn set_length(&self, len: usize) {
-        self.state.borrow_mut().posenc.length = len.clamp(1, posenc::MAX_LENGTH);
+        self.update(|s| s.posenc.length = len.clamp(1, posenc::MAX_LENGTH));
     }
 
     /// Sets the attention view's text.
     pub fn set_attention_text(&self, text: &str) {
-        self.state.borrow_mut().attention.text = text.to_string();
+        self.update(|s| s.attention.text = text.to_string());
     }
 
     /// Fine-tunes the active checkpoint's position encoder on `text` for `steps` steps, one per
@@ -344,17 +345,17 @@ impl ViewerHandle {
     /// shorter than a window, a model whose position encoding has nothing trained, and no
     /// checkpoint are errors.
     pub fn start_fine_tune(&self, text: &str, steps: usize) -> Result<()> {
-        finetune::start(&mut self.state.borrow_mut(), text, steps)
+        self.update(|s| finetune::start(s, text, steps))
     }
 
     /// Stops fine-tuning after the running step.
     pub fn stop_fine_tune(&self) {
-        finetune::stop(&mut self.state.borrow_mut());
+        self.update(finetune::stop);
     }
 
     /// Stops fine-tuning and puts every fine-tuned position encoder back as it was loaded.
     pub fn reset_fine_tune(&self) {
-        finetune::reset(&mut self.state.borrow_mut());
+        self.update(finetune::reset);
     }
 
     pub fn fine_tune_status(&self) -> FineTuneStatus {
@@ -374,6 +375,17 @@ impl ViewerHandle {
     /// The checkpoint loaded `index`-th; its parameters are the ones the views and fine-tuning use.
     pub fn loaded_checkpoint(&self, index: usize) -> Option<Rc<LoadedCheckpoint>> {
         self.state.borrow().checkpoints.get(index).cloned()
+    }
+
+    /// Changes the state and asks for a frame: a page's call is no input event, so the viewer
+    /// (which only draws on events and requests) would otherwise not show the change.
+    fn update<R>(&self, change: impl FnOnce(&mut State) -> R) -> R {
+        let mut s = self.state.borrow_mut();
+        let result = change(&mut s);
+        if let Some(ctx) = &s.ctx {
+            ctx.request_repaint();
+        }
+        result
     }
 
     fn spawn_all(&self, jobs: impl IntoIterator<Item = Job>) {

@@ -130,6 +130,41 @@ pub fn last_completion() -> Result<Option<String>, JsError> {
     Ok(viewer()?.last_completion())
 }
 
+/// Starts fine-tuning the viewer's active checkpoint's position encoder on `text` for `steps`
+/// steps, one per frame, the position-encoding heatmap following (the fine-tuning section of
+/// that view does the same). The session's model (`complete`, `probabilities`) is not changed.
+#[wasm_bindgen(js_name = fineTune)]
+pub fn fine_tune(text: &str, steps: usize) -> Result<(), JsError> {
+    viewer()?.handle.start_fine_tune(text, steps).map_err(js_error)
+}
+
+/// Stops fine-tuning after the running step.
+#[wasm_bindgen(js_name = stopFineTune)]
+pub fn stop_fine_tune() -> Result<(), JsError> {
+    viewer()?.handle.stop_fine_tune();
+    Ok(())
+}
+
+/// Stops fine-tuning and restores the position encoders as loaded.
+#[wasm_bindgen(js_name = resetFineTune)]
+pub fn reset_fine_tune() -> Result<(), JsError> {
+    viewer()?.handle.reset_fine_tune();
+    Ok(())
+}
+
+/// `{stepsDone, stepsTotal, running, losses, error}`: where fine-tuning stands.
+#[wasm_bindgen(js_name = fineTuneStatus)]
+pub fn fine_tune_status() -> Result<JsValue, JsError> {
+    let s = viewer()?.handle.fine_tune_status();
+    to_js(&json!({
+        "stepsDone": s.steps_done,
+        "stepsTotal": s.steps_total,
+        "running": s.running,
+        "losses": s.losses,
+        "error": s.error,
+    }))
+}
+
 /// `prompt` followed by its greedy continuation of up to `chars` characters.
 #[wasm_bindgen]
 pub async fn complete(prompt: String, chars: usize) -> Result<String, JsError> {

@@ -36,12 +36,20 @@ impl MountedViewer {
         })
     }
 
-    /// `{status, view, checkpoints, errors, prompt, completedPrompt, promptField}`: what the
-    /// viewer shows. `completedPrompt` is the prompt of the finished completion (or null);
-    /// `promptField` the prompt view's text field in CSS pixels from the canvas's top left
-    /// (`{x, y, width, height}`), or null when that view is not shown.
+    /// `{status, view, checkpoints, errors, prompt, completedPrompt, promptField, encodingsSums}`:
+    /// what the viewer shows. `completedPrompt` is the prompt of the finished completion (or
+    /// null); `promptField` the prompt view's text field in CSS pixels from the canvas's top left
+    /// (`{x, y, width, height}`), or null when that view is not shown; `encodingsSums[i]` the sum
+    /// of |value| over the heatmaps shown for the i-th checkpoint (null before they are computed),
+    /// a fingerprint by which a test sees them follow fine-tuning.
     pub fn status(&self) -> Value {
         let h = &self.handle;
+        let sums: Vec<Option<f64>> = (0..h.checkpoints().len())
+            .map(|i| {
+                let shown = h.shown_encodings(i)?;
+                Some(shown.maps.iter().flat_map(|m| &m.values).map(|v| f64::from(v.abs())).sum())
+            })
+            .collect();
         json!({
             "status": h.status(),
             "view": h.view().slug(),
@@ -50,6 +58,7 @@ impl MountedViewer {
             "prompt": h.prompt(),
             "completedPrompt": h.completed_prompt(),
             "promptField": h.prompt_field().map(css_rect),
+            "encodingsSums": sums,
         })
     }
 

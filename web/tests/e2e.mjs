@@ -6,7 +6,8 @@
 // WebGPU disabled (the CPU backend in wasm, the viewer drawn with WebGL2). Each run checks that
 // the egui viewer's canvas shows the position-encoding heatmaps (pixels of a screenshot), types a
 // prompt with real key presses into the viewer's prompt field and checks its greedy completion
-// against `posflow sample` (native, CPU backend), checks the `window.posflow` hook's completion
+// against `posflow sample` (native, CPU backend), fine-tunes the position encoder in the viewer
+// (the heatmap must change, and come back on reset), checks the `window.posflow` hook's completion
 // and next-character distribution, and that a broken and an unrelated checkpoint file give an
 // error while the page keeps working. Any failed check exits non-zero.
 //
@@ -45,6 +46,13 @@ const POLL = { polling: 200 };
 // Red or blue pixels in a screenshot of the viewer's canvas that only its heatmaps give (the
 // prompt view has about 1,200, the position-encoding view of the shipped model 13,000).
 const MIN_COLOURED = 5000;
+// Fine-tuning the position encoder: a text of the model's own characters, a few steps, and how
+// many of the canvas's pixels must change (the heatmaps, beside the progress bar and loss curve).
+const FINE_TUNE_TEXT =
+  'Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my ' +
+  'purse, and nothing particular to interest me on shore, I thought I would sail about a little.';
+const FINE_TUNE_STEPS = 5;
+const MIN_CHANGED = 2000;
 
 const COMMON_FLAGS = [
   '--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking',
@@ -82,6 +90,17 @@ function canvasPixels(png) {
   }
   const background = Math.max(...counts.values());
   return { drawn: width * height - background, total: width * height, coloured };
+}
+
+// Pixels that differ between two screenshots of the same size.
+function pixelsChanged(a, b) {
+  const [x, y] = [decodePng(a), decodePng(b)];
+  assert.equal(x.rgba.length, y.rgba.length, 'screenshots of different sizes');
+  let changed = 0;
+  for (let i = 0; i < x.rgba.length; i += 4) {
+    if (x.rgba.readUInt32BE(i) !== y.rgba.readUInt32BE(i)) changed++;
+  }
+  return changed;
 }
 
 // ---- a static file server for web/dist ----
@@ -170,6 +189,53 @@ async function checkPage({ name, flags, backend, url, expected, files }) {
       `viewer (position encodings): ${drawn.drawn} of ${drawn.total} pixels off the background, ` +
         `${drawn.coloured} red or blue`,
     );
+
+    // Fine-tuning the position encoder in the viewer: a text the model cannot learn is refused
+    // with a reason; a few steps change the heatmaps (their values and the canvas's pixels), and
+    // Reset brings back exactly the loaded encodings (the typed completion below checks the model).
+    await assert.rejects(
+      page.evaluate(() => window.posflow.fineTune('\u{1F600}'.repeat(100), 3)),
+      /never saw/,
+      'fine-tuning on characters the model never saw is refused with a reason',
+    );
+    const before = await page.evaluate(() => window.posflow.viewerStatus().encodingsSums[0]);
+    assert.ok(before > 0, `no encodings shown before fine-tuning: ${before}`);
+    const beforePng = await canvas.screenshot();
+    const tuneStart = Date.now();
+    await page.evaluate(([text, n]) => window.posflow.fineTune(text, n), [FINE_TUNE_TEXT, FINE_TUNE_STEPS]);
+    await page.waitForFunction(
+      (n) => {
+        const f = window.posflow.fineTuneStatus();
+        return f.error !== null || (f.stepsDone === n && !f.running);
+      },
+      FINE_TUNE_STEPS,
+      POLL,
+    );
+    const tuned = await page.evaluate(() => window.posflow.fineTuneStatus());
+    assert.equal(tuned.error, null, `fine-tuning failed: ${tuned.error}`);
+    assert.equal(tuned.losses.length, FINE_TUNE_STEPS);
+    assert.ok(tuned.losses.every(Number.isFinite), `losses: ${tuned.losses}`);
+    await page.waitForFunction(
+      (b) => window.posflow.viewerStatus().status === 'ready' && window.posflow.viewerStatus().encodingsSums[0] !== b,
+      before,
+      POLL,
+    );
+    await page.waitForTimeout(1000);
+    const changedPixels = pixelsChanged(beforePng, await canvas.screenshot());
+    assert.ok(changedPixels >= MIN_CHANGED, `fine-tuning changed only ${changedPixels} pixels of the canvas`);
+    const after = await page.evaluate(() => window.posflow.viewerStatus().encodingsSums[0]);
+    console.log(
+      `fine-tuned ${FINE_TUNE_STEPS} steps in ${Date.now() - tuneStart} ms: loss ` +
+        `${tuned.losses[0].toFixed(3)} → ${tuned.losses.at(-1).toFixed(3)}, Σ|encodings| ` +
+        `${before.toFixed(3)} → ${after.toFixed(3)}, ${changedPixels} pixels changed`,
+    );
+    await page.evaluate(() => window.posflow.resetFineTune());
+    await page.waitForFunction(
+      (b) => window.posflow.viewerStatus().status === 'ready' && window.posflow.viewerStatus().encodingsSums[0] === b,
+      before,
+      POLL,
+    );
+    console.log('reset: the heatmaps show the loaded encodings again');
 
     // The viewer's prompt field, clicked and typed into key by key, then Enter.
     await page.evaluate(() => window.posflow.selectView('prompt'));
