@@ -128,15 +128,14 @@ async function loadFile(file) {
 
 async function boot() {
   await init();
-  const webgpu = Boolean(navigator.gpu);
-  const started = await wasm.start(webgpu);
+  // ?backend=auto (default: a hardware WebGPU adapter, else the CPU), webgpu or cpu.
+  const choice = new URLSearchParams(location.search).get('backend') ?? 'auto';
+  const started = await wasm.start(choice, Boolean(navigator.gpu));
   Object.assign(state, started);
   if (started.fallback) {
     $('backend-warning').hidden = false;
     $('backend-warning').textContent =
-      'WebGPU is not available in this browser: running on the CPU in WebAssembly instead ' +
-      '(slower, same results).';
-    $('backend-warning').title = started.fallback;
+      `Running on the CPU in WebAssembly (same results): ${started.fallback}.`;
   }
   await wasm.mountViewer($('viewer'));
   const response = await fetch(CHECKPOINT);

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use wasm_bindgen::prelude::*;
 use web_sys::HtmlCanvasElement;
 
-use session::Session;
+use session::{BackendChoice, Session};
 use viewer::MountedViewer;
 
 thread_local! {
@@ -61,12 +61,14 @@ fn to_js(value: &Value) -> Result<JsValue, JsError> {
     JSON::parse(&value.to_string()).map_err(|_| JsError::new("could not convert a result to JS"))
 }
 
-/// Starts the backend (WebGPU if `webgpu` and the browser gives an adapter, else the CPU) and
-/// returns `{backend: "webgpu" | "cpu", device, fallback}`; `fallback` says why WebGPU is not
-/// used, or is null.
+/// Starts the backend that `backend` (`auto`, `webgpu` or `cpu`; the page's `?backend=`) asks
+/// for, where `has_webgpu` says whether the browser has the WebGPU API, and returns `{backend:
+/// "webgpu" | "cpu", device, fallback}`; `fallback` says why the page runs on the CPU, or is null.
+/// `auto` takes a hardware WebGPU adapter and otherwise the CPU backend.
 #[wasm_bindgen]
-pub async fn start(webgpu: bool) -> Result<JsValue, JsError> {
-    let session = Rc::new(Session::start(webgpu).await);
+pub async fn start(backend: &str, has_webgpu: bool) -> Result<JsValue, JsError> {
+    let choice = BackendChoice::parse(backend).map_err(|e| JsError::new(&e))?;
+    let session = Rc::new(Session::start(choice, has_webgpu).await);
     let status = json!({
         "backend": session.backend_name(),
         "device": session.device,

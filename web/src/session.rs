@@ -12,6 +12,7 @@ use posflow::{Error, Result};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 use serde_json::{Map, Value, json};
+use wasm_bindgen::prelude::*;
 
 pub struct Session {
     pub backend: Rc<dyn Backend>,
@@ -30,26 +31,54 @@ pub struct Loaded {
     starts_with_bos: bool,
 }
 
+/// Which backend the page asked for (`?backend=` in its address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// A hardware WebGPU adapter, else the CPU: a software adapter (SwiftShader) is far slower
+    /// than the CPU backend in wasm, as natively `--device auto` refuses lavapipe.
+    Auto,
+    /// WebGPU, software adapters too.
+    WebGpu,
+    Cpu,
+}
+
+impl BackendChoice {
+    pub fn parse(name: &str) -> std::result::Result<Self, String> {
+        match name {
+            "" | "auto" => Ok(Self::Auto),
+            "webgpu" => Ok(Self::WebGpu),
+            "cpu" => Ok(Self::Cpu),
+            other => Err(format!(
+                "?backend={other} is not a backend: use auto, webgpu or cpu"
+            )),
+        }
+    }
+}
+
 impl Session {
-    /// The WebGPU backend when `webgpu` and the browser gives an adapter (software ones too:
-    /// the page has no faster GPU to wait for), the CPU backend otherwise.
-    pub async fn start(webgpu: bool) -> Self {
-        let gpu = if webgpu {
-            GpuBackend::new(SoftwareAdapters::Allow).await
-        } else {
-            Err(Error::Device(
-                "this browser has no WebGPU (navigator.gpu is missing)".into(),
-            ))
+    /// The backend `choice` asks for, where `has_webgpu` says whether the browser has the API;
+    /// the CPU backend when WebGPU is not there or not wanted (`fallback` says why).
+    pub async fn start(choice: BackendChoice, has_webgpu: bool) -> Self {
+        let gpu = match (choice, has_webgpu) {
+            (BackendChoice::Cpu, _) => Err("the page was asked for the CPU backend (?backend=cpu)".into()),
+            (_, false) => Err("this browser has no WebGPU (navigator.gpu is missing)".into()),
+            (BackendChoice::WebGpu, true) => {
+                GpuBackend::new(SoftwareAdapters::Allow).await.map_err(no_adapter)
+            }
+            (BackendChoice::Auto, true) => GpuBackend::new(SoftwareAdapters::Allow)
+                .await
+                .map_err(no_adapter)
+                .and_then(software_refused),
         };
         let (backend, device, fallback): (Rc<dyn Backend>, _, _) = match gpu {
             Ok(gpu) => {
                 let device = describe_adapter(gpu.adapter_info());
                 (Rc::new(gpu), device, None)
             }
-            Err(e) => {
+            Err(why) => {
                 let cpu = CpuBackend::new();
                 let device = cpu.describe();
-                (Rc::new(cpu), device, Some(e.to_string()))
+                (Rc::new(cpu), device, Some(why))
             }
         };
         Self {
@@ -108,6 +137,31 @@ impl Session {
 }
 
 /// The adapter's name (browsers may hide it) and whether it is a software one (SwiftShader).
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_namespace = console, js_name = warn)]
+    fn console_warn(message: &str);
+}
+
+/// The page's line for a browser whose WebGPU gives no adapter; wgpu's details (which backends
+/// it tried) go to the console.
+fn no_adapter(e: Error) -> String {
+    console_warn(&format!("posflow: {e}"));
+    "this browser's WebGPU offers no adapter".into()
+}
+
+/// The GPU backend unless its adapter is a software one; the reason, in words, otherwise.
+fn software_refused(gpu: GpuBackend) -> std::result::Result<GpuBackend, String> {
+    if gpu.adapter_info().device_type == wgpu::DeviceType::Cpu {
+        return Err(
+            "this browser's WebGPU adapter is a software renderer, slower than the CPU \
+                    backend (open the page with ?backend=webgpu to use it anyway)"
+                .into(),
+        );
+    }
+    Ok(gpu)
+}
+
 fn describe_adapter(info: &wgpu::AdapterInfo) -> String {
     let name = if info.name.is_empty() {
         "WebGPU adapter"

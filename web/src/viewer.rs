@@ -47,7 +47,14 @@ impl MountedViewer {
         let sums: Vec<Option<f64>> = (0..h.checkpoints().len())
             .map(|i| {
                 let shown = h.shown_encodings(i)?;
-                Some(shown.maps.iter().flat_map(|m| &m.values).map(|v| f64::from(v.abs())).sum())
+                Some(
+                    shown
+                        .maps
+                        .iter()
+                        .flat_map(|m| &m.values)
+                        .map(|v| f64::from(v.abs()))
+                        .sum(),
+                )
             })
             .collect();
         json!({

@@ -2,7 +2,8 @@
 //
 //   node web/tests/e2e.mjs      (after web/build.sh; .ci/web.sh does both)
 //
-// Serves web/dist on 127.0.0.1 and runs the page twice: with WebGPU (SwiftShader) and with
+// Serves web/dist on 127.0.0.1 and runs the page twice: with WebGPU (SwiftShader, forced with
+// ?backend=webgpu: by default the page passes a software adapter over, checked too) and with
 // WebGPU disabled (the CPU backend in wasm, the viewer drawn with WebGL2). Each run checks that
 // the egui viewer's canvas shows the position-encoding heatmaps (pixels of a screenshot), types a
 // prompt with real key presses into the viewer's prompt field and checks its greedy completion
@@ -39,7 +40,7 @@ const PROMPT = 'Call me Ishmael. Some years ago';
 const CHARS = 80; // what the page's prompt box completes (main.js COMPLETION_CHARS)
 const SHORT = 10; // characters, where a check only needs the page to still work
 const TOLERANCE = 1e-4;
-const TIMEOUT = 240_000; // SwiftShader compiles every pipeline on the first run
+const TIMEOUT = 360_000; // SwiftShader compiles every pipeline on the first run, slowly
 // Polling by timer, not Playwright's default requestAnimationFrame: a predicate run in every
 // frame next to the viewer's own frames starved the WebGPU readbacks (the page never got ready).
 const POLL = { polling: 200 };
@@ -229,6 +230,10 @@ async function checkPage({ name, flags, backend, url, expected, files }) {
         `${tuned.losses[0].toFixed(3)} → ${tuned.losses.at(-1).toFixed(3)}, Σ|encodings| ` +
         `${before.toFixed(3)} → ${after.toFixed(3)}, ${changedPixels} pixels changed`,
     );
+    if (process.env.SCREENSHOTS) {
+      fs.mkdirSync(process.env.SCREENSHOTS, { recursive: true });
+      await page.screenshot({ path: path.join(process.env.SCREENSHOTS, `${name}-finetuned.png`), fullPage: true });
+    }
     await page.evaluate(() => window.posflow.resetFineTune());
     await page.waitForFunction(
       (b) => window.posflow.viewerStatus().status === 'ready' && window.posflow.viewerStatus().encodingsSums[0] === b,
@@ -329,6 +334,42 @@ async function checkPage({ name, flags, backend, url, expected, files }) {
   }
 }
 
+// Without ?backend=, a software WebGPU adapter (SwiftShader) is passed over for the CPU backend,
+// and the page says why; an unknown ?backend= is an error on the page.
+async function checkBackendChoice(url, expected) {
+  console.log('\n== auto on a software WebGPU adapter: expecting backend cpu');
+  const browser = await chromium.launch({
+    executablePath: chromiumPath,
+    headless: true,
+    args: [...COMMON_FLAGS, ...WEBGPU_FLAGS],
+  });
+  try {
+    const page = await browser.newPage();
+    page.setDefaultTimeout(TIMEOUT);
+    await page.goto(url);
+    await page.waitForFunction(() => {
+      const s = window.posflow?.status();
+      return s && (s.ready || s.error);
+    }, undefined, POLL);
+    const status = await page.evaluate(() => window.posflow.status());
+    assert.equal(status.error, null, `the page reported an error: ${status.error}`);
+    assert.equal(status.backend, 'cpu', `auto took ${status.backend} on a software adapter`);
+    const warning = await page.locator('#backend-warning').textContent();
+    assert.match(warning, /software renderer/, `the page does not say why: ${warning}`);
+    console.log(`warning shown: ${warning}`);
+    const text = await page.evaluate(([p, n]) => window.posflow.complete(p, n), [PROMPT, SHORT]);
+    assert.equal(text, expected.completion.slice(0, PROMPT.length + SHORT));
+
+    await page.goto(`${url}?backend=metal`);
+    await page.waitForFunction(() => window.posflow?.status().error, undefined, POLL);
+    const error = (await page.evaluate(() => window.posflow.status())).error;
+    assert.match(error, /\?backend=metal is not a backend/);
+    console.log(`?backend=metal → ${error}`);
+  } finally {
+    await browser.close();
+  }
+}
+
 async function main() {
   for (const file of [path.join(dist, 'index.html'), path.join(dist, 'pkg', 'posflow_web_bg.wasm')]) {
     assert.ok(fs.existsSync(file), `${file} is missing: run web/build.sh first`);
@@ -355,7 +396,10 @@ async function main() {
   const server = await serve(dist);
   const url = `http://127.0.0.1:${server.address().port}/`;
   try {
-    await checkPage({ name: 'webgpu', flags: WEBGPU_FLAGS, backend: 'webgpu', url, expected, files });
+    await checkPage({
+      name: 'webgpu', flags: WEBGPU_FLAGS, backend: 'webgpu', url: `${url}?backend=webgpu`, expected, files,
+    });
+    await checkBackendChoice(url, expected);
     await checkPage({ name: 'cpu', flags: NO_WEBGPU_FLAGS, backend: 'cpu', url, expected, files });
   } finally {
     server.close();
