@@ -298,6 +298,34 @@ fn the_handle_completes_a_prompt() {
     assert_eq!(handle.status(), "ready");
 }
 
+#[test]
+fn jobs_run_one_at_a_time_in_order() {
+    // A page's spawner: tasks run later, beside the frames (here: when the test says so).
+    let tasks: Rc<std::cell::RefCell<Vec<posflow::viz::Task>>> = Rc::default();
+    let queued = tasks.clone();
+    let viewer = Viewer::new(cpu(), Spawner::new(move |task| queued.borrow_mut().push(task)));
+    let handle = viewer.handle();
+    let bytes = checkpoint_bytes(&lm(PosEnc::Learned), |_| {});
+    handle.load_checkpoint_bytes("lm", &bytes).unwrap();
+    handle.set_prompt("call ");
+    handle.set_prompt("me ");
+    // Two completions share one generator: one task runs both, the second after the first.
+    assert_eq!(tasks.borrow().len(), 1);
+    assert_eq!(handle.status(), "busy");
+    let runner = tasks.borrow_mut().pop().unwrap();
+    pollster::block_on(runner);
+    assert_eq!(handle.status(), "ready");
+    assert_eq!(handle.completed_prompt().as_deref(), Some("me "));
+
+    let reference = Viewer::new(cpu(), Spawner::blocking());
+    reference.handle().load_checkpoint_bytes("lm", &bytes).unwrap();
+    reference.handle().set_prompt("me ");
+    assert_eq!(handle.last_completion(), reference.handle().last_completion());
+    // The queue is empty again: the next job gets a new runner.
+    handle.set_prompt("call ");
+    assert_eq!(tasks.borrow().len(), 1);
+}
+
 /// Every parameter's bits, by name.
 fn bits(loaded: &LoadedCheckpoint) -> BTreeMap<String, Vec<u32>> {
     let params = &loaded.saved.params;

@@ -26,7 +26,7 @@ pub mod prompt;
 pub mod tupe;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -197,8 +197,12 @@ pub(crate) struct State {
     pub(crate) fine_tune: finetune::FineTuning,
     /// Where the prompt view drew its text field in the last frame (egui points), if it did.
     pub(crate) prompt_field: Option<egui::Rect>,
-    /// Jobs started and not finished.
+    /// Jobs queued or running, not finished.
     pending: usize,
+    /// Jobs waiting for the one running.
+    queue: VecDeque<Job>,
+    /// Whether a task is running the queue.
+    running_queue: bool,
     /// Set by the first frame, so that jobs finishing later can ask for a repaint.
     ctx: Option<egui::Context>,
 }
@@ -388,10 +392,21 @@ impl ViewerHandle {
         result
     }
 
+    /// Queues `jobs` and, unless a runner is at work already, spawns one that runs the queue. Jobs
+    /// run one at a time, in order: on the web they would otherwise interleave at their awaits,
+    /// and two completions feeding one generator's executor read each other's results.
     fn spawn_all(&self, jobs: impl IntoIterator<Item = Job>) {
-        for job in jobs {
-            self.state.borrow_mut().pending += 1;
-            (self.spawner.0)(Box::pin(run_job(self.state.clone(), job)));
+        let start = {
+            let mut s = self.state.borrow_mut();
+            let before = s.queue.len();
+            s.queue.extend(jobs);
+            s.pending += s.queue.len() - before;
+            let start = !s.running_queue && !s.queue.is_empty();
+            s.running_queue |= start;
+            start
+        };
+        if start {
+            (self.spawner.0)(Box::pin(run_queue(self.state.clone())));
         }
     }
 }
@@ -400,6 +415,18 @@ impl LoadedCheckpoint {
     /// Where the length slider starts: the training length, else the table's length.
     fn default_length(&self) -> usize {
         self.train_len.unwrap_or(self.saved.model.config().max_len)
+    }
+}
+
+/// Runs the queued jobs until none is left.
+async fn run_queue(state: Rc<RefCell<State>>) {
+    loop {
+        let next = state.borrow_mut().queue.pop_front();
+        let Some(job) = next else {
+            state.borrow_mut().running_queue = false;
+            return;
+        };
+        run_job(state.clone(), job).await;
     }
 }
 
@@ -472,6 +499,8 @@ impl Viewer {
             fine_tune: finetune::FineTuning::default(),
             prompt_field: None,
             pending: 0,
+            queue: VecDeque::new(),
+            running_queue: false,
             ctx: None,
         };
         Self {
