@@ -2,8 +2,12 @@
 //! error for every bad file with the model left untouched, and saves that never destroy the
 //! previous checkpoint. `tests/reference/read_checkpoint.py` opens the round trip's file in PyTorch.
 
+#[path = "common/scratch.rs"]
+mod scratch_dir;
+
+use scratch_dir::scratch;
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
 
 use posflow::TensorMeta;
@@ -121,20 +125,9 @@ fn metadata(step: u64) -> Metadata {
     }
 }
 
-/// A fresh directory for one test under Cargo's scratch space for integration tests, left in place
-/// afterwards so that the Python reader can open what the round trip wrote.
-fn scratch(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("checkpoint")
-        .join(test);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 #[test]
 fn round_trip_restores_parameters_moments_and_step_bit_exactly() {
-    let dir = scratch("round_trip");
+    let dir = scratch("checkpoint", "round_trip");
     let path = dir.join("mlp.safetensors");
     let mut trained = Run::cpu(0);
     trained.train(5);
@@ -164,7 +157,7 @@ fn round_trip_restores_parameters_moments_and_step_bit_exactly() {
 
 #[test]
 fn parameters_alone_restore_without_touching_the_optimizer() {
-    let dir = scratch("params_only");
+    let dir = scratch("checkpoint", "params_only");
     let path = dir.join("weights.safetensors");
     let mut trained = Run::cpu(0);
     trained.train(3);
@@ -193,7 +186,7 @@ fn resumed_training_matches_an_uninterrupted_run_exactly() {
     let (first, then) = (8, 7);
     let uninterrupted = Run::cpu(0).train(first + then);
 
-    let dir = scratch("resume");
+    let dir = scratch("checkpoint", "resume");
     let path = dir.join("run.safetensors");
     let mut before = Run::cpu(0);
     let mut curve = before.train(first);
@@ -211,7 +204,7 @@ fn resumed_training_matches_an_uninterrupted_run_exactly() {
 #[test]
 fn a_checkpoint_saved_on_the_gpu_loads_on_the_cpu() {
     let Some(gpu) = gpu_for_tests() else { return };
-    let dir = scratch("gpu_to_cpu");
+    let dir = scratch("checkpoint", "gpu_to_cpu");
     let path = dir.join("gpu.safetensors");
     let mut on_gpu = mlp_run(gpu, 8, 0, None);
     on_gpu.train(3);
@@ -275,7 +268,7 @@ fn saved_bytes(run: &Run, dir: &Path, with_optimizer: bool) -> Vec<u8> {
 
 #[test]
 fn bad_files_are_rejected_with_the_reason_and_leave_the_model_unchanged() {
-    let dir = scratch("bad_files");
+    let dir = scratch("checkpoint", "bad_files");
     let valid = saved_bytes(&Run::cpu(0), &dir, true);
     let not_safetensors = "is not a valid safetensors file";
 
@@ -400,7 +393,7 @@ fn bad_files_are_rejected_with_the_reason_and_leave_the_model_unchanged() {
 
 #[test]
 fn a_shape_mismatch_names_the_tensor_and_both_shapes() {
-    let dir = scratch("shape_mismatch");
+    let dir = scratch("checkpoint", "shape_mismatch");
     let wider = mlp_run(Rc::new(CpuBackend::new()), 16, 0, None);
     let path = dir.join("run.safetensors");
     wider.save(&path, false).unwrap();
@@ -422,7 +415,7 @@ fn a_shape_mismatch_names_the_tensor_and_both_shapes() {
 
 #[test]
 fn a_failed_save_leaves_the_previous_checkpoint_intact() {
-    let dir = scratch("failed_save");
+    let dir = scratch("checkpoint", "failed_save");
     let path = dir.join("run.safetensors");
     let mut run = Run::cpu(0);
     run.train(2);

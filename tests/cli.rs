@@ -1,27 +1,17 @@
 //! The `posflow` binary as a user runs it: commands, the global --device flag, errors.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+#[path = "common/binary.rs"]
+mod binary;
+#[path = "common/scratch.rs"]
+mod scratch_dir;
+
+use binary::posflow_in;
+use scratch_dir::scratch;
+use std::path::Path;
+use std::process::Output;
 
 fn posflow(args: &[&str]) -> Output {
     posflow_in(Path::new("."), args)
-}
-
-/// Runs the binary in `dir`, where relative output paths (`runs/`) land.
-fn posflow_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_posflow"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("POSFLOW_DEVICE")
-        .output()
-        .expect("the binary runs")
-}
-
-fn scratch(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli").join(test);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 fn stdout(o: &Output) -> String {
@@ -75,7 +65,7 @@ fn the_mlp_demo_runs() {
 /// which still evaluates at every length, saves under runs/ and prints a sample.
 #[test]
 fn no_command_trains_the_default_moby_dick_run() {
-    let dir = scratch("default_run");
+    let dir = scratch("cli", "default_run");
     let o = posflow_in(&dir, &["--device", "cpu", "--steps", "2", "--sample-chars", "20"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
@@ -135,7 +125,7 @@ fn train_run(dir: &Path, name: &str, toml: &str, steps: &str) -> Output {
 
 #[test]
 fn train_resume_eval_and_sample_a_checkpoint() {
-    let dir = scratch("train_eval_sample");
+    let dir = scratch("cli", "train_eval_sample");
     let o = train_run(&dir, "tiny", TINY_RUN, "3");
     assert!(
         stdout(&o).contains("saved step 3 to tiny.safetensors"),
@@ -257,7 +247,7 @@ fn bad_arguments_are_explained() {
 /// FLOATER runs at any length: trained on 32 characters, `posflow eval` prints every bin up to 128.
 #[test]
 fn eval_prints_every_bin_for_a_floater_checkpoint() {
-    let dir = scratch("floater_eval");
+    let dir = scratch("cli", "floater_eval");
     let run = TINY_RUN
         .replace(
             r#"posenc = { type = "learned" }"#,
@@ -292,7 +282,7 @@ fn eval_prints_every_bin_for_a_floater_checkpoint() {
 /// says which are new.
 #[test]
 fn warm_start_loads_the_shared_parameters() {
-    let dir = scratch("warm_start");
+    let dir = scratch("cli", "warm_start");
     train_run(&dir, "tiny", TINY_RUN, "1");
     let bias_form = TINY_RUN
         .replace(
@@ -334,7 +324,7 @@ fn warm_start_loads_the_shared_parameters() {
 /// distribution), which `--resume` refuses; a file that is no checkpoint writes nothing.
 #[test]
 fn export_writes_the_model_without_its_optimizer_state() {
-    let dir = scratch("export");
+    let dir = scratch("cli", "export");
     train_run(&dir, "tiny", TINY_RUN, "2");
     let o = posflow_in(
         &dir,

@@ -3,7 +3,11 @@
 //! diverging run stops with a clear error and leaves the last checkpoint intact, and bad run
 //! configs are explained.
 
-use std::path::{Path, PathBuf};
+#[path = "common/scratch.rs"]
+mod scratch_dir;
+
+use scratch_dir::scratch;
+use std::path::Path;
 use std::rc::Rc;
 
 use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
@@ -122,13 +126,6 @@ impl Progress for Recorder {
     }
 }
 
-fn scratch(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("train").join(test);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 fn outputs(dir: &Path) -> String {
     format!(
         "checkpoint = {:?}\nmetrics = {:?}\neval_every = 6\neval_lengths = [16, 32, 64]\neval_batches = 2",
@@ -139,7 +136,7 @@ fn outputs(dir: &Path) -> String {
 
 #[test]
 fn fit_evaluates_logs_and_checkpoints_on_schedule() {
-    let dir = scratch("fit");
+    let dir = scratch("train", "fit");
     let run = tiny_run(r#"{ type = "sinusoidal" }"#, &outputs(&dir));
     let mut trainer = Trainer::new(cpu(), run).unwrap();
     let mut recorder = Recorder::default();
@@ -200,7 +197,7 @@ fn fit_evaluates_logs_and_checkpoints_on_schedule() {
 
 #[test]
 fn a_learned_table_reports_lengths_past_its_end_instead_of_failing() {
-    let dir = scratch("learned");
+    let dir = scratch("train", "learned");
     let run = tiny_run(r#"{ type = "learned" }"#, &outputs(&dir));
     let mut trainer = Trainer::new(cpu(), run).unwrap();
     let report = pollster::block_on(trainer.evaluate());
@@ -213,7 +210,7 @@ fn a_learned_table_reports_lengths_past_its_end_instead_of_failing() {
 
 #[test]
 fn a_diverging_run_stops_with_a_clear_error_and_keeps_the_last_checkpoint() {
-    let dir = scratch("diverge");
+    let dir = scratch("train", "diverge");
     let mut run = tiny_run(r#"{ type = "none" }"#, &outputs(&dir));
     run.train.clip_grad_norm = 0.0;
     run.train.steps = 6;

@@ -2,9 +2,14 @@
 //! completions), its errors, and its pictures (`posflow viz --export`).
 #![cfg(feature = "viz")]
 
+#[path = "common/binary.rs"]
+mod binary;
+#[path = "common/scratch.rs"]
+mod scratch_dir;
+
+use binary::posflow_in;
+use scratch_dir::scratch;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::rc::Rc;
 
 use posflow::backend::{Backend, CpuBackend};
@@ -440,22 +445,6 @@ fn fine_tuning_errors_are_explained() {
     assert!(!handle.fine_tune_status().running);
 }
 
-fn scratch(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("viz").join(test);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn posflow_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_posflow"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("POSFLOW_DEVICE")
-        .output()
-        .expect("the binary runs")
-}
-
 const TINY_RUN: &str = r#"
 [data]
 task = "moby_dick"
@@ -485,7 +474,7 @@ sample_prompt = "Call me "
 /// pixels that are not the background (the most common colour).
 #[test]
 fn export_writes_one_picture_per_view_with_content() {
-    let dir = scratch("export");
+    let dir = scratch("viz", "export");
     std::fs::write(dir.join("tiny.toml"), TINY_RUN).unwrap();
     let o = posflow_in(&dir, &["train", "--config", "tiny.toml", "--device", "cpu"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -121,12 +121,11 @@ impl<K, T> Default for Computed<K, T> {
 impl<K: PartialEq, T> Computed<K, T> {
     /// Marks `key` as wanted; true when it was not already (the caller then starts a job).
     pub fn request(&mut self, key: K) -> bool {
-        if self.key.as_ref() == Some(&key) {
-            return false;
+        let new = self.refresh(key);
+        if new {
+            self.value = None;
         }
-        self.key = Some(key);
-        self.value = None;
-        true
+        new
     }
 
     /// A job's result, kept only if its input is still the wanted one.
