@@ -117,13 +117,18 @@ fn cases() -> Vec<Case> {
             ),
             lengths: [LEN, 5, 2],
         },
-        // FLOATER, solved by torchdiffeq in the reference: per-block initial values with shared
-        // dynamics; at the input only with RK4; the compatible form's q/k/v biases.
+        // FLOATER, solved by torchdiffeq in the reference. The additive form: per-block initial
+        // values with shared dynamics; at the input only with RK4.
         Case {
             name: "lm_floater_every_block_midpoint",
             config: ModelConfig {
                 embed_scale: EmbedScale::SqrtD,
-                ..config(tied, floater(r#"{"method": "midpoint", "substeps": 2}"#))
+                ..config(
+                    tied,
+                    floater(
+                        r#"{"form": "additive", "delta": 0.1, "method": "midpoint", "substeps": 2, "gradient": "backprop"}"#,
+                    ),
+                )
             },
             lengths: full,
         },
@@ -131,13 +136,32 @@ fn cases() -> Vec<Case> {
             name: "lm_floater_input_rk4_tanh",
             config: config(
                 tied,
-                floater(r#"{"every_block": false, "method": "rk4", "activation": "tanh"}"#),
+                floater(
+                    r#"{"form": "additive", "every_block": false, "delta": 0.1, "method": "rk4", "substeps": 1, "gradient": "backprop", "activation": "tanh"}"#,
+                ),
             ),
             lengths: full,
         },
+        // The compatible form as the authors ran it (every default: one shared flow over the
+        // learned q/k/v biases, Δ 0.01, rk4 at Δ/5, adjoint; torchdiffeq's odeint_adjoint), and
+        // at Δ 0.1 with backprop through midpoint steps, where the biases move further.
         Case {
-            name: "lm_floater_bias_euler",
-            config: config(tied, floater(r#"{"form": "bias", "method": "euler"}"#)),
+            name: "lm_floater_compatible",
+            config: ModelConfig {
+                embed_scale: EmbedScale::SqrtD,
+                ..config(tied, floater("{}"))
+            },
+            lengths: full,
+        },
+        Case {
+            name: "lm_floater_compatible_midpoint_delta_0_1",
+            config: ModelConfig {
+                embed_scale: EmbedScale::SqrtD,
+                ..config(
+                    tied,
+                    floater(r#"{"delta": 0.1, "method": "midpoint", "substeps": 2, "gradient": "backprop"}"#),
+                )
+            },
             lengths: full,
         },
     ]

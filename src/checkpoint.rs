@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::Buffer;
 use crate::error::{Error, Result};
+use crate::model::posenc::old_layout;
 use crate::optim::{AdamW, Optimizer};
 use crate::params::ParamStore;
 use crate::tensor::{DType, TensorMeta};
@@ -267,6 +268,7 @@ impl Checkpoint {
     /// run). Every tensor is checked against the store first, so on error nothing has changed.
     pub fn restore(&self, params: &ParamStore, optimizer: Option<&mut Optimizer>) -> Result<()> {
         let err = |detail: String| checkpoint_err(&self.origin, detail);
+        self.refuse_old_layouts()?;
         for (name, t) in self
             .tensors
             .iter()
@@ -314,6 +316,7 @@ impl Checkpoint {
     /// names of the parameters it does not hold, which keep their values. Optimizer state is
     /// ignored: the new run starts its own.
     pub fn restore_shared(&self, params: &ParamStore) -> Result<Vec<String>> {
+        self.refuse_old_layouts()?;
         let mut writes = Vec::new();
         let mut missing = Vec::new();
         for (name, p) in params.iter() {
@@ -333,6 +336,24 @@ impl Checkpoint {
             params.backend().write(buffer, words)?;
         }
         Ok(missing)
+    }
+
+    /// The shape and values of the f32 tensor `name`, if the checkpoint holds one.
+    pub fn f32_tensor(&self, name: &str) -> Option<(&[usize], Vec<f32>)> {
+        let t = self.tensors.get(name).filter(|t| t.meta.dtype == DType::F32)?;
+        Some((
+            &t.meta.shape,
+            t.words.iter().map(|&w| f32::from_bits(w)).collect(),
+        ))
+    }
+
+    /// A checkpoint in a layout this build no longer reads is refused with what changed, rather
+    /// than with the first tensor name that does not fit.
+    fn refuse_old_layouts(&self) -> Result<()> {
+        match self.tensors.keys().find_map(|name| old_layout(name)) {
+            Some(why) => Err(checkpoint_err(&self.origin, why)),
+            None => Ok(()),
+        }
     }
 
     /// The words of tensor `name`, which the model expects to be `meta`.

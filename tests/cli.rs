@@ -306,7 +306,9 @@ fn warm_start_loads_the_shared_parameters() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(
-        out.contains("warm start from tiny.safetensors") && out.contains("12 new"),
+        out.contains("warm start from tiny.safetensors")
+            && out.contains("4 new")
+            && out.contains("posenc.floater.qkv_initial from the checkpoint's q/k/v biases"),
         "{out}"
     );
     let o = posflow_in(

@@ -49,3 +49,34 @@ fn the_built_in_default_is_configs_moby_dick() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/moby_dick.toml");
     assert_eq!(std::fs::read_to_string(path).unwrap(), DEFAULT_RUN);
 }
+
+/// The Moby Dick FLOATER configs use the authors' Δ = 0.01, and `moby_floater` is their form:
+/// the compatible form, rk4 at Δ/5, adjoint gradients.
+#[test]
+fn the_floater_configs_use_the_authors_delta() {
+    use posflow::model::{FloaterForm, GradientMethod, PosEnc, SolverMethod};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("moby_floater") {
+            continue;
+        }
+        let run = RunConfig::load(&path).unwrap();
+        let PosEnc::Floater(floater) = run.model.posenc else {
+            panic!("{name}: not FLOATER")
+        };
+        assert_eq!(floater.delta, 0.01, "{name}");
+        if name == "moby_floater" {
+            assert_eq!(floater.form, FloaterForm::Bias);
+            assert_eq!((floater.method, floater.substeps), (SolverMethod::Rk4, 5));
+            assert_eq!(floater.gradient, GradientMethod::Adjoint);
+        }
+        seen += 1;
+    }
+    assert_eq!(
+        seen, 3,
+        "moby_floater, moby_floater_additive, moby_floater_cached"
+    );
+}

@@ -6,6 +6,7 @@ use std::rc::Rc;
 use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::data::BOS;
 use posflow::graph::{Executor, Graph};
+use posflow::model::posenc::{QKV_INITIAL_NAME, qkv_initial_from_static_biases};
 use posflow::model::{
     Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, Model, ModelConfig, ModelKind,
     Nonlinearity, PosEnc, SolverMethod,
@@ -256,14 +257,14 @@ struct NoProgress;
 
 impl posflow::train::Progress for NoProgress {}
 
-/// The compatible form with zero dynamics is exactly the sinusoidal Transformer with the same
-/// weights: its q/k/v biases stay at their initial 0. With dynamics it differs, and every block's
-/// q, k and v dynamics get gradients.
+/// The compatible form with zero dynamics is exactly the sinusoidal Transformer whose q/k/v
+/// biases are the form's b(0), bit for bit. With dynamics it differs, and the one shared flow and
+/// b(0) get gradients.
 #[test]
 fn the_compatible_form_with_zero_dynamics_is_the_sinusoidal_model() {
     let bias_form = FloaterConfig {
         form: FloaterForm::Bias,
-        ..floater(true, SolverMethod::Midpoint, GradientMethod::Backprop)
+        ..floater(true, SolverMethod::Rk4, GradientMethod::Adjoint)
     };
     let floater_config = ModelConfig {
         embed_scale: EmbedScale::SqrtD,
@@ -273,20 +274,23 @@ fn the_compatible_form_with_zero_dynamics_is_the_sinusoidal_model() {
         posenc: PosEnc::Sinusoidal { every_block: false },
         ..floater_config.clone()
     };
-    let run = |config: &ModelConfig, zero_dynamics: bool| -> (Vec<f32>, Vec<(String, f32)>) {
+    let (d, layers) = (floater_config.d_model, floater_config.layers);
+    // Static q/k/v biases of every layer, far from 0 so that a wrong row would show.
+    let biases: Vec<Vec<f32>> = (0..layers)
+        .map(|n| {
+            (0..3 * d)
+                .map(|j| ((n * 31 + j * 7) % 23) as f32 * 0.05 - 0.5)
+                .collect()
+        })
+        .collect();
+    let run = |config: &ModelConfig, prepare: &dyn Fn(&ParamStore)| -> (Vec<f32>, Vec<(String, f32)>) {
         let model = Model::new(config.clone()).unwrap();
         let mut g = Graph::new();
         let built = model.build(&mut g, 2, 7).unwrap();
         let grads = g.backward(built.loss).unwrap();
         // The same seed gives every shared parameter the same values in both models.
         let params = ParamStore::init(cpu(), &g, 3).unwrap();
-        if zero_dynamics {
-            for (name, p) in params.iter() {
-                if name.starts_with("posenc.floater.") {
-                    params.set(name, &vec![0.0; p.meta.numel()]).unwrap();
-                }
-            }
-        }
+        prepare(&params);
         let mut wanted = vec![built.logits, built.loss];
         wanted.extend(grads.iter().map(|(_, grad)| grad));
         let exec = Executor::new(&g, &built.outputs(&wanted), &params).unwrap();
@@ -307,25 +311,55 @@ fn the_compatible_form_with_zero_dynamics_is_the_sinusoidal_model() {
             .collect();
         (exec.read_blocking(built.logits).unwrap(), norms)
     };
-    let (want, _) = run(&sinusoidal, false);
-    let (got, norms) = run(&floater_config, true);
+    let static_biases = |params: &ParamStore| {
+        for (n, bias) in biases.iter().enumerate() {
+            params.set(&format!("blocks.{n}.attn.qkv.bias"), bias).unwrap();
+        }
+    };
+    let initial_biases = |params: &ParamStore| {
+        params
+            .set(QKV_INITIAL_NAME, &qkv_initial_from_static_biases(&biases, d))
+            .unwrap();
+    };
+    let (want, _) = run(&sinusoidal, &static_biases);
+    let (got, norms) = run(&floater_config, &|params| {
+        initial_biases(params);
+        for (name, p) in params.iter() {
+            if name != QKV_INITIAL_NAME && name.starts_with("posenc.floater.") {
+                params.set(name, &vec![0.0; p.meta.numel()]).unwrap();
+            }
+        }
+    });
     assert_eq!(
         got, want,
         "zero dynamics must give the sinusoidal model's logits exactly"
     );
-    let (moved, norms_moving) = run(&floater_config, false);
+    let (moved, norms_moving) = run(&floater_config, &initial_biases);
     assert_ne!(moved, want);
-    // 3 blocks × q, k, v × (w1, b1, w2, b2); with zero dynamics only the biases' paths are open.
-    let dynamics: Vec<_> = norms_moving
+    // One shared flow (w1, b1, w2, b2) and b(0); no static q/k/v biases.
+    let mut floater_params: Vec<_> = norms_moving
         .iter()
-        .filter(|(n, _)| n.starts_with("posenc.floater.blocks."))
+        .filter(|(n, _)| n.starts_with("posenc.floater.") || n.ends_with("attn.qkv.bias"))
         .collect();
-    assert_eq!(dynamics.len(), 3 * 3 * 4);
-    assert!(dynamics.iter().all(|(_, norm)| *norm > 0.0), "{dynamics:?}");
-    assert!(
-        norms.iter().any(|(n, norm)| n.ends_with(".b2") && *norm > 0.0),
-        "{norms:?}"
+    floater_params.sort_by(|a, b| a.0.cmp(&b.0));
+    let names: Vec<&str> = floater_params.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "posenc.floater.b1",
+            "posenc.floater.b2",
+            "posenc.floater.qkv_initial",
+            "posenc.floater.w1",
+            "posenc.floater.w2"
+        ]
     );
+    assert!(
+        floater_params.iter().all(|(_, norm)| *norm > 0.0),
+        "{floater_params:?}"
+    );
+    // With zero dynamics only b(0)'s and h's output bias's paths are open.
+    let open = |name: &str| norms.iter().any(|(n, norm)| n == name && *norm > 0.0);
+    assert!(open(QKV_INITIAL_NAME) && open("posenc.floater.b2"), "{norms:?}");
 }
 
 /// Three steps.
@@ -341,7 +375,8 @@ fn logits_of(model: &Model, params: &ParamStore, text: &[i32]) -> Vec<f32> {
 }
 
 /// A trained sinusoidal model warm-starts FLOATER's compatible form: every shared parameter is
-/// loaded, only the q/k/v dynamics are new, and with those at zero the model is the sinusoidal one.
+/// loaded, b(0) is the sinusoidal model's q/k/v biases, only the flow is new, and with the flow at
+/// zero the model is the sinusoidal one.
 #[test]
 fn a_sinusoidal_checkpoint_warm_starts_the_compatible_form() {
     let mut sinusoidal = Trainer::new(cpu(), moby_run(r#"{ type = "sinusoidal" }"#, SHORT)).unwrap();
@@ -349,17 +384,33 @@ fn a_sinusoidal_checkpoint_warm_starts_the_compatible_form() {
         pollster::block_on(sinusoidal.train_step()).unwrap();
     }
     let checkpoint = pollster::block_on(sinusoidal.checkpoint()).unwrap();
-    let (floater, fresh) = Trainer::warm_start(
-        cpu(),
-        moby_run(r#"{ type = "floater", form = "bias" }"#, SHORT),
-        &checkpoint,
-    )
-    .unwrap();
-    assert_eq!(fresh.len(), 2 * 3 * 4, "{fresh:?}");
-    assert!(
-        fresh.iter().all(|n| n.starts_with("posenc.floater.blocks.")),
-        "{fresh:?}"
+    let (floater, fresh) =
+        Trainer::warm_start(cpu(), moby_run(r#"{ type = "floater" }"#, SHORT), &checkpoint).unwrap();
+    assert_eq!(
+        fresh,
+        [
+            "posenc.floater.b1",
+            "posenc.floater.b2",
+            "posenc.floater.w1",
+            "posenc.floater.w2"
+        ]
     );
+    // Trained biases (three steps moved them from 0) in b(0), row [part, layer].
+    let (d, layers) = (16, 2);
+    let initial = pollster::block_on(floater.params().read(QKV_INITIAL_NAME)).unwrap();
+    for n in 0..layers {
+        let bias =
+            pollster::block_on(sinusoidal.params().read(&format!("blocks.{n}.attn.qkv.bias"))).unwrap();
+        assert!(bias.iter().any(|&b| b != 0.0));
+        for part in 0..3 {
+            let row = (part * layers + n) * d;
+            assert_eq!(
+                initial[row..row + d],
+                bias[part * d..(part + 1) * d],
+                "layer {n} part {part}"
+            );
+        }
+    }
     for name in &fresh {
         let n = floater.params().get(name).unwrap().meta.numel();
         floater.params().set(name, &vec![0.0; n]).unwrap();
@@ -371,11 +422,54 @@ fn a_sinusoidal_checkpoint_warm_starts_the_compatible_form() {
     );
 
     // A checkpoint of another width shares names but not shapes: an error naming the tensor.
-    let mut wide = moby_run(r#"{ type = "floater", form = "bias" }"#, SHORT);
+    let mut wide = moby_run(r#"{ type = "floater" }"#, SHORT);
     wide.model.d_model = 32;
     let err = Trainer::warm_start(cpu(), wide, &checkpoint)
         .err()
         .unwrap()
         .to_string();
     assert!(err.contains("has shape") && err.contains("expects"), "{err}");
+}
+
+/// A checkpoint of the compatible form in posflow's old layout (a flow per block and projection,
+/// `posenc.floater.blocks.*`) is refused, by loading and by a warm start, with what changed.
+#[test]
+fn a_checkpoint_in_the_old_compatible_layout_is_refused_with_what_changed() {
+    let trainer = Trainer::new(cpu(), moby_run(r#"{ type = "floater" }"#, SHORT)).unwrap();
+    let bytes = pollster::block_on(trainer.checkpoint())
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    // The same file with the shared flow's w1 under an old per-block name.
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let (_, metadata) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let views: Vec<(String, safetensors::tensor::TensorView)> = file
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            (
+                name.replace("posenc.floater.w1", "posenc.floater.blocks.0.q.w1"),
+                view,
+            )
+        })
+        .collect();
+    let old = safetensors::serialize(views, metadata.metadata().clone()).unwrap();
+    let checkpoint = posflow::checkpoint::Checkpoint::from_bytes(&old, "old.safetensors").unwrap();
+    let load = posflow::inference::SavedModel::from_checkpoint(cpu(), &checkpoint)
+        .err()
+        .unwrap()
+        .to_string();
+    let warm = Trainer::warm_start(cpu(), moby_run(r#"{ type = "floater" }"#, SHORT), &checkpoint)
+        .err()
+        .unwrap()
+        .to_string();
+    for err in [load, warm] {
+        assert!(
+            err.contains("old.safetensors")
+                && err.contains("posenc.floater.blocks.0.q.w1")
+                && err.contains("old layout")
+                && err.contains("posenc.floater.qkv_initial"),
+            "{err}"
+        );
+    }
 }

@@ -33,12 +33,14 @@ fn config(posenc: &str) -> ModelConfig {
     }
 }
 
-/// The three ways FLOATER enters the model: every block, the input only, q/k/v biases. The
-/// dynamics get a larger spread than their init so the encodings are far from 0.
-const FORMS: [&str; 3] = [
-    r#"{"type": "floater", "activation": "tanh"}"#,
-    r#"{"type": "floater", "every_block": false, "method": "rk4"}"#,
+/// The ways FLOATER enters the model: every block, the input only, q/k/v biases (with Euler, and
+/// with the authors' defaults). The dynamics get a larger spread than their init so the encodings
+/// are far from 0.
+const FORMS: [&str; 4] = [
+    r#"{"type": "floater", "form": "additive", "activation": "tanh"}"#,
+    r#"{"type": "floater", "form": "additive", "every_block": false, "method": "rk4"}"#,
     r#"{"type": "floater", "form": "bias", "method": "euler"}"#,
+    r#"{"type": "floater"}"#,
 ];
 
 fn params_with_live_dynamics(model: &Model, backend: Rc<dyn Backend>) -> ParamStore {

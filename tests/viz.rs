@@ -127,7 +127,7 @@ fn a_learned_table_ends_at_its_length() {
 /// FLOATER solves one map per block for lengths past training; T5 has no table and says why.
 #[test]
 fn floater_encodings_run_past_the_table_and_relative_is_described() {
-    let floater: FloaterConfig = toml::from_str("").unwrap();
+    let floater: FloaterConfig = toml::from_str(r#"form = "additive""#).unwrap();
     let loaded = load(&lm(PosEnc::Floater(floater)));
     let encodings = pollster::block_on(position_encodings(&loaded, 40)).unwrap();
     let labels: Vec<&str> = encodings.maps.iter().map(|m| m.label.as_str()).collect();
@@ -139,6 +139,39 @@ fn floater_encodings_run_past_the_table_and_relative_is_described() {
     // Each block starts from its own initial value.
     let initial = read(&loaded, "posenc.floater.initial");
     assert_eq!(&encodings.maps[1].values[..16], &initial[16..32]);
+
+    // The compatible form: the sinusoidal table at the input, then every block's q, k and v
+    // biases, each starting at its row of b(0) = `qkv_initial` [3, layers, D].
+    let compatible = load(&lm(PosEnc::Floater(toml::from_str("").unwrap())));
+    let encodings = pollster::block_on(position_encodings(&compatible, 40)).unwrap();
+    let labels: Vec<&str> = encodings.maps.iter().map(|m| m.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "input",
+            "block 0: q bias",
+            "block 0: k bias",
+            "block 0: v bias",
+            "block 1: q bias",
+            "block 1: k bias",
+            "block 1: v bias"
+        ]
+    );
+    assert_eq!(encodings.maps[0].values, sinusoidal_table(40, 16));
+    let initial = read(&compatible, "posenc.floater.qkv_initial");
+    let layers = 2;
+    for (k, map) in encodings.maps[1..].iter().enumerate() {
+        let (layer, part) = (k / 3, k % 3);
+        let row = (part * layers + layer) * 16;
+        assert_eq!(&map.values[..16], &initial[row..row + 16], "{}", map.label);
+        assert!(map.values.iter().all(|v| v.is_finite()));
+        assert_ne!(
+            map.values[..16],
+            map.values[39 * 16..],
+            "{}: no drift along the positions",
+            map.label
+        );
+    }
 
     let relative = load(&lm(PosEnc::Relative {
         buckets: 8,
@@ -399,7 +432,7 @@ fn fine_tuning_moves_only_the_position_encoder_and_reset_restores_it() {
     }
     // The heatmap shows the fine-tuned encodings.
     let encodings_after = pollster::block_on(position_encodings(&loaded, 20)).unwrap();
-    assert_ne!(encodings_after.maps[0].values, encodings_before.maps[0].values);
+    assert_ne!(encodings_after, encodings_before);
     assert_eq!(handle.shown_encodings(0), Some(encodings_after));
 
     handle.reset_fine_tune();

@@ -32,7 +32,8 @@ pub(super) struct BlockInputs {
     pub attention_scale: f32,
     /// The step's seed input and the drop probability, in training graphs of a model with dropout.
     pub dropout: Option<(TensorId, f32)>,
-    /// `[L, 3D]` per block, added to its q|k|v projection (FLOATER's compatible form); empty when none.
+    /// `[L, 3D]` per block: its q|k|v biases (FLOATER's compatible form), in place of the
+    /// projection's static bias; empty when none.
     pub qkv_bias: Vec<TensorId>,
     /// In probed graphs ([`super::Model::build_probed`]): each layer's attention probabilities
     /// `[B, H, L, L]` are appended here, from the first stage of a Runge-Kutta block (the one
@@ -40,10 +41,11 @@ pub(super) struct BlockInputs {
     pub attention_probs: Option<RefCell<Vec<TensorId>>>,
 }
 
-/// `x · W + b` with `W [inputs, outputs]` (PyTorch's `nn.Linear.weight` is its transpose).
+/// `x · W + b` with `W [inputs, outputs]` (PyTorch's `nn.Linear.weight` is its transpose), or
+/// `x · W` without a bias.
 pub(super) struct Linear {
     weight: TensorId,
-    bias: TensorId,
+    bias: Option<TensorId>,
 }
 
 impl Linear {
@@ -57,13 +59,30 @@ impl Linear {
     ) -> Result<Self> {
         Ok(Self {
             weight: g.param(&format!("{prefix}.weight"), &[inputs, outputs], weight_init)?,
-            bias: g.param(&format!("{prefix}.bias"), &[outputs], Init::Zeros)?,
+            bias: Some(g.param(&format!("{prefix}.bias"), &[outputs], Init::Zeros)?),
+        })
+    }
+
+    /// Declares `{prefix}.weight` only.
+    pub fn declare_without_bias(
+        g: &mut Graph,
+        prefix: &str,
+        inputs: usize,
+        outputs: usize,
+        weight_init: Init,
+    ) -> Result<Self> {
+        Ok(Self {
+            weight: g.param(&format!("{prefix}.weight"), &[inputs, outputs], weight_init)?,
+            bias: None,
         })
     }
 
     pub fn apply(&self, g: &mut Graph, x: TensorId) -> Result<TensorId> {
         let y = g.matmul(x, self.weight)?;
-        g.add(y, self.bias)
+        match self.bias {
+            Some(bias) => g.add(y, bias),
+            None => Ok(y),
+        }
     }
 }
 
@@ -98,7 +117,8 @@ struct BlockParams {
 }
 
 impl BlockParams {
-    fn declare(g: &mut Graph, c: &ModelConfig, layer: usize) -> Result<Self> {
+    /// `qkv_bias_given`: the position encoding supplies the q|k|v biases, so the projection has none.
+    fn declare(g: &mut Graph, c: &ModelConfig, layer: usize, qkv_bias_given: bool) -> Result<Self> {
         let prefix = format!("blocks.{layer}");
         let d = c.d_model;
         let normal = Init::Normal(INIT_STD);
@@ -108,7 +128,11 @@ impl BlockParams {
         Ok(Self {
             layer,
             ln1: LayerNorm::declare(g, &format!("{prefix}.ln1"), d)?,
-            qkv: Linear::declare(g, &format!("{prefix}.attn.qkv"), d, 3 * d, normal)?,
+            qkv: if qkv_bias_given {
+                Linear::declare_without_bias(g, &format!("{prefix}.attn.qkv"), d, 3 * d, normal)?
+            } else {
+                Linear::declare(g, &format!("{prefix}.attn.qkv"), d, 3 * d, normal)?
+            },
             out: Linear::declare(g, &format!("{prefix}.attn.out"), d, d, residual)?,
             ln2: LayerNorm::declare(g, &format!("{prefix}.ln2"), d)?,
             up: Linear::declare(g, &format!("{prefix}.ffn.up"), d, c.ffn, normal)?,
@@ -134,7 +158,7 @@ pub(super) fn block(
     layer: usize,
     shared: &BlockInputs,
 ) -> Result<TensorId> {
-    let p = BlockParams::declare(g, c, layer)?;
+    let p = BlockParams::declare(g, c, layer, !shared.qkv_bias.is_empty())?;
     let f = |g: &mut Graph, y: TensorId, stage: usize| -> Result<TensorId> {
         let s = sub_block(g, c, &p, y, stage, shared)?;
         g.add(s.a, s.h)

@@ -436,8 +436,12 @@ mod tests {
         let PosEnc::Floater(floater) = config.posenc else {
             panic!("{:?}", config.posenc)
         };
-        assert!(floater.every_block && floater.delta == 0.1 && floater.substeps == 1);
-        assert_eq!(floater.method, crate::model::SolverMethod::Midpoint);
+        // The authors' form and solver: compatible form, Δ 0.01, rk4 at Δ/5, adjoint, ReLU.
+        assert_eq!(floater.form, crate::model::FloaterForm::Bias);
+        assert!(floater.delta == 0.01 && floater.substeps == 5 && floater.resolve_every == 1);
+        assert_eq!(floater.method, crate::model::SolverMethod::Rk4);
+        assert_eq!(floater.gradient, crate::model::GradientMethod::Adjoint);
+        assert_eq!(floater.activation, crate::model::Nonlinearity::Relu);
         let err = error_of(r#""sinusoidal""#, r#""floater", "delta": -1"#);
         assert_eq!(err, "model config: FLOATER's delta must be positive, got -1");
         let err = error_of(r#""sinusoidal""#, r#""floater", "method": "dopri5", "rtol": 0"#);

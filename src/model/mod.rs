@@ -41,14 +41,14 @@
 //! | `posenc.tupe.key.weight`     | [D, D]         | N(0, 0.02)                 | `tupe_a`, `tupe_r`      |
 //! | `posenc.tupe.cls_to_others`  | [H]            | 0                          | TUPE with `untie_cls`   |
 //! | `posenc.tupe.others_to_cls`  | [H]            | 0                          | TUPE with `untie_cls`   |
-//! | `posenc.floater.w1`, `.w2`   | [D, D + 1]     | N(0, 0.02)                 | posenc `floater`        |
+//! | `posenc.floater.w1`, `.w2`   | [D, D + 1]     | Xavier-normal (additive: N(0, 0.02)) | posenc `floater` |
 //! | `posenc.floater.b1`, `.b2`   | [D]            | 0                          | posenc `floater`        |
-//! | `posenc.floater.initial`     | [blocks, D]    | N(0, 0.02)                 | posenc `floater`        |
-//! | `posenc.floater.blocks.i.{q,k,v}.{w1,b1,w2,b2}` | as above | as above | `floater`, `form = "bias"` |
+//! | `posenc.floater.qkv_initial` | [3, layers, D] | Xavier-uniform             | `floater` (compatible)  |
+//! | `posenc.floater.initial`     | [blocks, D]    | N(0, 0.02)                 | `floater`, `form = "additive"` |
 //! | `blocks.i.ln1.gain`          | [D]            | 1                          | always                  |
 //! | `blocks.i.ln1.bias`          | [D]            | 0                          | always                  |
 //! | `blocks.i.attn.qkv.weight`   | [D, 3D]        | N(0, 0.02)                 | always                  |
-//! | `blocks.i.attn.qkv.bias`     | [3D]           | 0                          | always                  |
+//! | `blocks.i.attn.qkv.bias`     | [3D]           | 0                          | not FLOATER compatible  |
 //! | `blocks.i.attn.out.weight`   | [D, D]         | N(0, 0.02/√(2·layers))     | always                  |
 //! | `blocks.i.attn.out.bias`     | [D]            | 0                          | always                  |
 //! | `blocks.i.ln2.gain`          | [D]            | 1                          | always                  |
@@ -65,8 +65,9 @@
 //! | `cls_head.weight`            | [D, C]         | N(0, 0.02)                 | encoder                 |
 //! | `cls_head.bias`              | [C]            | 0                          | encoder                 |
 //!
-//! FLOATER's `blocks` is `layers` with `every_block`, 1 otherwise; its layout and solver settings
-//! are in `posenc/floater.rs`.
+//! FLOATER's `blocks` is `layers` with `every_block`, 1 otherwise; its layout, inits and solver
+//! settings are in `posenc/floater.rs`. In its compatible form (the default) the q/k/v biases are
+//! the flow's solution, so `attn.qkv` has no static bias.
 //!
 //! `tok_emb.weight` is N(0, D^-½) when `embed_scale` is `sqrt_d` ([`EmbedScale`]): the lookup is
 //! then multiplied by √D, so the embeddings start with std 1; a tied head reads the table

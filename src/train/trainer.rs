@@ -13,6 +13,7 @@ use crate::checkpoint::{Checkpoint, Metadata, TrainingState};
 use crate::data::CharTokenizer;
 use crate::error::{Error, Result};
 use crate::model::Model;
+use crate::model::posenc::{QKV_INITIAL_NAME, qkv_initial_from_static_biases};
 use crate::params::ParamStore;
 
 /// The key of the run config in a checkpoint's training state.
@@ -107,14 +108,32 @@ impl Trainer {
 
     /// A fresh run whose parameters start from those of `checkpoint` with the same names (e.g. a
     /// trained sinusoidal model for FLOATER's compatible form); the others keep their
-    /// initialisation. Returns the trainer and the names of the parameters not in the checkpoint.
+    /// initialisation. FLOATER's initial q/k/v biases, when the checkpoint has none but has every
+    /// layer's static `attn.qkv.bias`, start from those (as the authors warm-start). Returns the
+    /// trainer and the names of the parameters that came from neither.
     pub fn warm_start(
         backend: Rc<dyn Backend>,
         run: RunConfig,
         checkpoint: &Checkpoint,
     ) -> Result<(Self, Vec<String>)> {
         let trainer = Self::new(backend, run)?;
-        let fresh = checkpoint.restore_shared(trainer.program.params())?;
+        let params = trainer.program.params();
+        let mut fresh = checkpoint.restore_shared(params)?;
+        if fresh.iter().any(|name| name == QKV_INITIAL_NAME) {
+            let (d, layers) = (trainer.run.model.d_model, trainer.run.model.layers);
+            let biases: Option<Vec<Vec<f32>>> = (0..layers)
+                .map(|n| {
+                    checkpoint
+                        .f32_tensor(&format!("blocks.{n}.attn.qkv.bias"))
+                        .filter(|(shape, _)| *shape == [3 * d])
+                        .map(|(_, values)| values)
+                })
+                .collect();
+            if let Some(biases) = biases {
+                params.set(QKV_INITIAL_NAME, &qkv_initial_from_static_biases(&biases, d))?;
+                fresh.retain(|name| name != QKV_INITIAL_NAME);
+            }
+        }
         Ok((trainer, fresh))
     }
 

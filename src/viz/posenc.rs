@@ -116,8 +116,8 @@ pub async fn position_encodings(loaded: &LoadedCheckpoint, len: usize) -> Result
                     f.delta
                 ),
                 FloaterForm::Bias => format!(
-                    "{name}: the sinusoidal table at the input plus ODE-generated biases of every block's q, k and v \
-                     (t = i·{}); solved live for any length.",
+                    "{name}: the sinusoidal table at the input; every block's q, k and v biases are one shared \
+                     ODE's solution from learned b(0) at t = i·{}; solved live for any length.",
                     f.delta
                 ),
             },

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from torchdiffeq import odeint
+from torchdiffeq import odeint, odeint_adjoint
 
 # The ODE solvers' grid, as the ODE reference (gen_ode.py) gives torchdiffeq.
 from gen_ode import grid as ode_grid
@@ -69,15 +69,16 @@ def load(path):
 class PositionTerms:
     """What an encoding adds: `at_input` / `at_every_block` [L, D] added to the embeddings / to each
     block's input (`at_block`: block i's own [L, D], FLOATER); `qkv_bias`: block i's [L, 3D] added to
-    its q|k|v projection (FLOATER's compatible form); `attention_bias` [H, L, L] added to every
+    its q|k|v projection, which then has no static bias (FLOATER's compatible form); `attention_bias` [H, L, L] added to every
     layer's attention logits; `attention_scale`, the factor on q·k when it is not 1/√Dh (TUPE)."""
 
     def __init__(self, at_input=None, at_every_block=None, attention_bias=None, attention_scale=None,
-                 at_block=None, qkv_bias=None):
+                 at_block=None, qkv_bias=None, qkv_static_bias=True):
         self.at_input = at_input
         self.at_every_block = at_every_block
         self.at_block = at_block
         self.qkv_bias = qkv_bias
+        self.qkv_static_bias = qkv_static_bias
         self.attention_bias = attention_bias
         self.attention_scale = attention_scale
 
@@ -181,10 +182,11 @@ def posenc_tupe_r(cfg, p, length):
 
 
 def floater_solve(enc, p, prefix, p0, length):
-    """FLOATER's encodings [L, blocks, D]: dp/dt = h(t, p) = W2·[σ(W1·[p; t] + b1); t] + b2 (the
+    """FLOATER's solution [L, rows, D]: dp/dt = h(t, p) = W2·[σ(W1·[p; t] + b1); t] + b2 (the
     reference code's flow_func_linear; W1, W2 in nn.Linear's [out, in] layout) from p(0) = p0
-    [blocks, D], solved by torchdiffeq's odeint at t_i = i·Δ, through its autograd (posflow's
-    `gradient = "backprop"`); fixed-step methods take the same grid of `substeps` steps per interval."""
+    [rows, D], solved by torchdiffeq at t_i = i·Δ: `odeint` through its autograd for
+    `gradient = "backprop"`, `odeint_adjoint` (the authors' call) for `"adjoint"`; fixed-step
+    methods take the same grid of `substeps` steps per interval."""
     act = {"relu": F.relu, "tanh": torch.tanh}[enc.get("activation", "relu")]
     w1, b1 = p[f"{prefix}.w1"], p[f"{prefix}.b1"]
     w2, b2 = p[f"{prefix}.w2"], p[f"{prefix}.b2"]
@@ -193,25 +195,28 @@ def floater_solve(enc, p, prefix, p0, length):
         tt = t.to(y).expand(y.shape[0], 1)
         return F.linear(torch.cat([act(F.linear(torch.cat([y, tt], 1), w1, b1)), tt], 1), w2, b2)
 
-    t = torch.arange(length, dtype=torch.float64) * enc.get("delta", 0.1)
-    method = enc.get("method", "midpoint")
+    t = torch.arange(length, dtype=torch.float64) * enc["delta"]
+    method = enc["method"]
+    if enc["gradient"] == "adjoint":
+        solve = lambda *args, **kw: odeint_adjoint(*args, adjoint_params=(w1, b1, w2, b2), **kw)
+    else:
+        solve = odeint
     if method == "dopri5":
-        return odeint(h, p0, t, method=method, rtol=enc.get("rtol", 1e-5), atol=enc.get("atol", 1e-7))
-    options = dict(grid_constructor=ode_grid(enc.get("substeps", 1)))
-    return odeint(h, p0, t, method=method, options=options)
+        return solve(h, p0, t, method=method, rtol=enc["rtol"], atol=enc["atol"])
+    options = dict(grid_constructor=ode_grid(enc["substeps"]))
+    return solve(h, p0, t, method=method, options=options)
 
 
 def posenc_floater(cfg, p, length):
     enc, d, layers = cfg["posenc"], cfg["d_model"], cfg["layers"]
-    if enc.get("form", "additive") == "bias":
-        # The sinusoidal model plus q/k/v biases, each from its own dynamics, starting at 0.
-        zero = torch.zeros(1, d, dtype=torch.float64)
-        biases = [
-            torch.cat([floater_solve(enc, p, f"posenc.floater.blocks.{i}.{part}", zero, length)[:, 0]
-                       for part in "qkv"], dim=-1)
-            for i in range(layers)
-        ]
-        return PositionTerms(at_input=sinusoidal_table(length, d), qkv_bias=biases)
+    if enc["form"] == "bias":
+        # The compatible form as the authors ran it: the sinusoidal model whose q/k/v biases
+        # (none static) are one flow's solution over [3, layers, D] from the learned b(0).
+        b0 = p["posenc.floater.qkv_initial"]
+        b = floater_solve(enc, p, "posenc.floater", b0.reshape(3 * layers, d), length)
+        b = b.reshape(length, 3, layers, d)
+        biases = [torch.cat([b[:, 0, i], b[:, 1, i], b[:, 2, i]], dim=-1) for i in range(layers)]
+        return PositionTerms(at_input=sinusoidal_table(length, d), qkv_bias=biases, qkv_static_bias=False)
     trajectory = floater_solve(enc, p, "posenc.floater", p["posenc.floater.initial"], length)
     if enc.get("every_block", True):
         return PositionTerms(at_block=[trajectory[:, i] for i in range(layers)])
@@ -244,7 +249,10 @@ def self_attention(cfg, p, prefix, x, terms, key_mask, qkv_bias=None):
     b, length, d = x.shape
     h = cfg["heads"]
     dh = d // h
-    qkv = linear(p, f"{prefix}.qkv", x)
+    if terms.qkv_static_bias:
+        qkv = linear(p, f"{prefix}.qkv", x)
+    else:
+        qkv = x @ p[f"{prefix}.qkv.weight"]
     if qkv_bias is not None:
         qkv = qkv + qkv_bias
     q, k, v = qkv.split(d, dim=-1)

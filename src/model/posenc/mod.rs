@@ -12,8 +12,8 @@ mod sinusoidal;
 mod tupe;
 
 pub use floater::{
-    ENCODINGS_INPUT, EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, SolverMethod,
-    encodings_shape,
+    ENCODINGS_INPUT, EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Nonlinearity,
+    QKV_INITIAL_NAME, SolverMethod, encodings_shape, old_layout, qkv_initial_from_static_biases,
 };
 pub use relative::{bucket_matrix, relative_bucket};
 pub use sinusoidal::sinusoidal_table;
