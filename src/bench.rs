@@ -10,7 +10,9 @@ use rand_chacha::ChaCha8Rng;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::graph::{Executor, Graph};
-use crate::model::{Block, EmbedScale, FloaterConfig, GradientMethod, Model, ModelConfig, ModelKind, PosEnc};
+use crate::model::{
+    Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, Model, ModelConfig, ModelKind, PosEnc,
+};
 use crate::optim::AdamW;
 use crate::params::ParamStore;
 use crate::tensor::TensorMeta;
@@ -108,12 +110,16 @@ impl Default for TrainBench {
 pub const CACHED_RESOLVE_EVERY: usize = 10;
 
 /// The model variants `bench train` compares with the peers' step: the same sizes with another
-/// position encoding or block.
-pub const TRAIN_VARIANTS: [&str; 8] = [
+/// position encoding or block. `floater*` are FLOATER as its authors ran it (the compatible form:
+/// the sinusoidal model whose q/k/v biases one ODE generates; Δ 0.01, rk4 at Δ/5), so its
+/// overhead is against `sinusoidal`; `floater_additive` is the additive ablation.
+pub const TRAIN_VARIANTS: [&str; 10] = [
     "learned",
+    "sinusoidal",
     "floater",
-    "floater_adjoint",
+    "floater_backprop",
     "floater_cached",
+    "floater_additive",
     "tupe_a",
     "rk2",
     "rk2_gated",
@@ -124,19 +130,30 @@ impl TrainBench {
     /// The peers' step with one thing changed, by name (see [`TRAIN_VARIANTS`]).
     pub fn variant(name: &str) -> Result<Self> {
         let mut bench = Self::default();
-        let floater = |gradient, resolve_every| {
-            PosEnc::Floater(FloaterConfig {
-                gradient,
-                resolve_every,
-                ..serde_json::from_str(r#"{}"#).expect("every FLOATER setting has a default")
-            })
-        };
+        let authors: FloaterConfig = serde_json::from_str("{}").expect("every FLOATER setting has a default");
         let m = &mut bench.model;
         match name {
             "learned" => {}
-            "floater" => m.posenc = floater(GradientMethod::Backprop, 1),
-            "floater_adjoint" => m.posenc = floater(GradientMethod::Adjoint, 1),
-            "floater_cached" => m.posenc = floater(GradientMethod::Backprop, CACHED_RESOLVE_EVERY),
+            "sinusoidal" => m.posenc = PosEnc::Sinusoidal { every_block: false },
+            "floater" => m.posenc = PosEnc::Floater(authors),
+            "floater_backprop" => {
+                m.posenc = PosEnc::Floater(FloaterConfig {
+                    gradient: GradientMethod::Backprop,
+                    ..authors
+                })
+            }
+            "floater_cached" => {
+                m.posenc = PosEnc::Floater(FloaterConfig {
+                    resolve_every: CACHED_RESOLVE_EVERY,
+                    ..authors
+                })
+            }
+            "floater_additive" => {
+                m.posenc = PosEnc::Floater(FloaterConfig {
+                    form: FloaterForm::Additive,
+                    ..authors
+                })
+            }
             "tupe_a" => m.posenc = PosEnc::TupeA { untie_cls: false },
             "rk2" => m.block = Block::Rk2 { gamma: [0.5, 0.5] },
             "rk2_gated" => m.block = Block::Rk2Gated,
@@ -147,6 +164,10 @@ impl TrainBench {
                     TRAIN_VARIANTS.join(", ")
                 )));
             }
+        }
+        if matches!(m.posenc, PosEnc::Sinusoidal { .. } | PosEnc::Floater(_)) {
+            // The sinusoidal table needs scaled embeddings to be heard, as in every config.
+            m.embed_scale = EmbedScale::SqrtD;
         }
         Ok(bench)
     }
@@ -246,6 +267,9 @@ mod tests {
             );
         }
         let err = TrainBench::variant("rope").unwrap_err().to_string();
-        assert!(err.contains("`rope`") && err.contains("floater_adjoint"), "{err}");
+        assert!(
+            err.contains("`rope`") && err.contains("floater_additive"),
+            "{err}"
+        );
     }
 }

@@ -97,7 +97,8 @@ enum Bench {
         #[arg(long, default_value_t = posflow::bench::TrainBench::default().warmup)]
         warmup: usize,
         /// Models to time, each the peers' step with one change: learned (the peers' step),
-        /// floater, floater_adjoint, floater_cached, tupe_a, rk2, rk2_gated, rk4.
+        /// sinusoidal, floater (the authors' compatible form, adjoint), floater_backprop,
+        /// floater_cached (re-solved every 10 steps), floater_additive, tupe_a, rk2, rk2_gated, rk4.
         #[arg(long, value_delimiter = ',', default_values_t = ["learned".to_string()])]
         variants: Vec<String>,
     },

@@ -200,8 +200,9 @@ fn read(trainer: &Trainer, name: &str) -> Vec<f32> {
     pollster::block_on(trainer.params().read(name)).unwrap()
 }
 
-/// With resolve_every = 3 the dynamics and initial values change only at steps 0, 3 and 6 (the
-/// solving steps), everything else every step; the first step is the uncached run's.
+/// With resolve_every = 3 the dynamics and initial biases change only at steps 0, 3 and 6 (the
+/// solving steps), everything else every step; the first step is the uncached run's. (The
+/// authors' form, which their code caches.)
 #[test]
 fn training_re_solves_and_trains_the_dynamics_every_n_steps() {
     let mut cached = Trainer::new(cpu(), moby_run(3)).unwrap();
@@ -211,7 +212,7 @@ fn training_re_solves_and_trains_the_dynamics_every_n_steps() {
     for step in 1..7 {
         let (dynamics, initial, embedding) = (
             read(&cached, "posenc.floater.w1"),
-            read(&cached, "posenc.floater.initial"),
+            read(&cached, "posenc.floater.qkv_initial"),
             read(&cached, "tok_emb.weight"),
         );
         let stats = pollster::block_on(cached.train_step()).unwrap();
@@ -223,7 +224,7 @@ fn training_re_solves_and_trains_the_dynamics_every_n_steps() {
             "step {step}"
         );
         assert_eq!(
-            read(&cached, "posenc.floater.initial") != initial,
+            read(&cached, "posenc.floater.qkv_initial") != initial,
             solving,
             "step {step}"
         );

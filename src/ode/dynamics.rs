@@ -54,6 +54,28 @@ impl Activation {
     }
 }
 
+/// Σ aᵢ·bᵢ in eight interleaved partial sums (lane i % 8, added pairwise at the end): a fixed
+/// order, so every run gives the same bits, that the compiler can keep in one SIMD register. A
+/// plain `.sum()` adds one product at a time and ran the CPU solve ~5× slower.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 8;
+    let mut partial = [0.0f32; LANES];
+    let (a_chunks, b_chunks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = a_chunks
+        .remainder()
+        .iter()
+        .zip(b_chunks.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in a_chunks.zip(b_chunks) {
+        for lane in 0..LANES {
+            partial[lane] += x[lane] * y[lane];
+        }
+    }
+    let [p0, p1, p2, p3, p4, p5, p6, p7] = partial;
+    ((p0 + p4) + (p1 + p5)) + ((p2 + p6) + (p3 + p7)) + tail
+}
+
 /// FLOATER's flow network in the reference code's `flow_func_linear` form: time is appended to the
 /// input of each linear layer,
 ///
@@ -102,8 +124,7 @@ impl FloaterDynamics {
         let cols = self.dim + 1;
         for j in 0..self.hidden {
             let w = &w1[j * cols..(j + 1) * cols];
-            let dot: f32 = w[..self.dim].iter().zip(p).map(|(w, p)| w * p).sum();
-            z[j] = dot + w[self.dim] * t + b1[j];
+            z[j] = dot(&w[..self.dim], p) + w[self.dim] * t + b1[j];
             y[j] = self.activation.apply(z[j]);
         }
     }
@@ -131,8 +152,7 @@ impl Dynamics for FloaterDynamics {
             self.hidden_layer(theta, t, p, &mut z, &mut y);
             for (i, out) in out.iter_mut().enumerate() {
                 let w = &w2[i * (k + 1)..(i + 1) * (k + 1)];
-                let dot: f32 = w[..k].iter().zip(&y).map(|(w, y)| w * y).sum();
-                *out = dot + w[k] * t + b2[i];
+                *out = dot(&w[..k], &y) + w[k] * t + b2[i];
             }
         }
     }
@@ -155,9 +175,11 @@ impl Dynamics for FloaterDynamics {
             for (i, &ai) in a.iter().enumerate() {
                 let row = i * (k + 1);
                 let gw2 = &mut dtheta[r_w2.start + row..r_w2.start + row + k + 1];
-                for j in 0..k {
-                    gw2[j] += ai * y[j];
-                    dz[j] += w2[row + j] * ai;
+                // Zipped slices, no indexing: the compiler vectorises both updates.
+                for ((g, &yj), (dzj, &w)) in gw2.iter_mut().zip(&y).zip(dz.iter_mut().zip(&w2[row..row + k]))
+                {
+                    *g += ai * yj;
+                    *dzj += w * ai;
                 }
                 gw2[k] += ai * t;
                 dtheta[r_b2.start + i] += ai;
@@ -170,9 +192,9 @@ impl Dynamics for FloaterDynamics {
             for (j, &dzj) in dz.iter().enumerate() {
                 let row = j * (d + 1);
                 let gw1 = &mut dtheta[r_w1.start + row..r_w1.start + row + d + 1];
-                for c in 0..d {
-                    gw1[c] += dzj * p[c];
-                    dp[c] += w1[row + c] * dzj;
+                for ((g, &pc), (dpc, &w)) in gw1.iter_mut().zip(p).zip(dp.iter_mut().zip(&w1[row..row + d])) {
+                    *g += dzj * pc;
+                    *dpc += w * dzj;
                 }
                 gw1[d] += dzj * t;
                 dtheta[r_b1.start + j] += dzj;
