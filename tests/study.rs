@@ -15,6 +15,11 @@ use scratch_dir::scratch;
 
 /// Two variants × two seeds of a 1-layer, d_model 16 copy model, `steps` steps each.
 fn tiny_study(steps: usize) -> String {
+    tiny_study_with(steps, "")
+}
+
+/// The tiny study with more `[[variant]]`s listed `first`.
+fn tiny_study_with(steps: usize, first: &str) -> String {
     format!(
         r#"
 [study]
@@ -39,7 +44,7 @@ lr = 1e-2
 eval_every = 5
 eval_lengths = [10, 34]
 eval_batches = 1
-
+{first}
 [[variant]]
 name = "relative"
 label = "T5 relative"
@@ -76,30 +81,37 @@ fn text(bytes: &[u8]) -> String {
 #[test]
 fn a_study_runs_every_variant_and_seed_and_reports() {
     let dir = scratch("study", "full");
-    std::fs::write(dir.join("tiny.toml"), tiny_study(10)).unwrap();
+    // Listed first, the warm start still runs after its source, on either of the two threads.
+    let warm = "[[variant]]\nname = \"warm\"\nset = { \"train.lr\" = 1e-3 }\nwarm_start = \"learned\"\n";
+    std::fs::write(dir.join("tiny.toml"), tiny_study_with(10, warm)).unwrap();
     let o = posflow_in(&dir, &["--device", "cpu", "study", "tiny.toml", "--jobs", "2"]);
     let out = text(&o.stdout);
     assert!(o.status.success(), "{out}\n{}", text(&o.stderr));
     assert!(
-        out.contains("study tiny: 2 variants × 2 seeds = 4 runs, 40 steps in all"),
+        out.contains("study tiny: 3 variants × 2 seeds = 6 runs, 60 steps in all"),
         "{out}"
     );
-    assert!(out.contains("0 of 4 runs already done, 4 to run"), "{out}");
+    assert!(out.contains("0 of 6 runs already done, 6 to run"), "{out}");
     // Not a terminal: a progress line every 5% of the steps.
-    assert!(out.contains("study: 50% (20/40 steps)"), "{out}");
+    assert!(out.contains("study: 50% (30/60 steps)"), "{out}");
+    for seed in [0, 1] {
+        let source = out.find(&format!("run learned/seed{seed}: done")).unwrap();
+        let warm = out.find(&format!("run warm/seed{seed}: started, warm")).unwrap();
+        assert!(source < warm, "{out}");
+    }
 
     let root = dir.join("runs/studies/tiny");
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(root.join("study.json")).unwrap()).unwrap();
     let runs = json["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 4);
+    assert_eq!(runs.len(), 6);
     let variants: Vec<&str> = json["variants"]
         .as_array()
         .unwrap()
         .iter()
         .map(|v| v["name"].as_str().unwrap())
         .collect();
-    assert_eq!(variants, ["relative", "learned"]);
+    assert_eq!(variants, ["relative", "learned", "warm"]);
     assert_eq!(json["summary"]["bins"], serde_json::json!(["1-32", "33-64"]));
     assert_eq!(json["summary"]["train_len"], 10);
 
@@ -151,6 +163,7 @@ fn a_study_runs_every_variant_and_seed_and_reports() {
         "# Study: tiny",
         "Does a relative bias copy longer strings",
         "| learned | learned table | `model.posenc = { type = \"learned\" }` | — |",
+        "| warm | warm | `train.lr = 0.001` | learned |",
         "| variant | 1-32 | 33-64 ‡ |",
         "| T5 relative | ",
         "- **extrapolates** — relative > learned",
@@ -186,7 +199,7 @@ fn a_study_runs_every_variant_and_seed_and_reports() {
 #[test]
 fn a_killed_study_runs_only_what_is_missing() {
     let dir = scratch("study", "resume");
-    std::fs::write(dir.join("tiny.toml"), tiny_study(60)).unwrap();
+    std::fs::write(dir.join("tiny.toml"), tiny_study(150)).unwrap();
     let log = std::fs::File::create(dir.join("first.log")).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_posflow"))
         .args(["--device", "cpu", "study", "tiny.toml"])

@@ -72,6 +72,21 @@
 //!   names and cycles, and every claim checked against the variants, the metrics and the length
 //!   bins the variants' evaluations produce, before anything runs.
 //!
+//! # Running, resuming, outputs
+//!
+//! Runs go in variant order (a warm start after its source), seeds in the order given; `--jobs N`
+//! trains N at once, each thread with its own backend. A run whose `result.json` exists and was
+//! made with the run config planned now is skipped; a run killed halfway resumes from its last
+//! checkpoint (written at every evaluation) with the trainer's own resume, so it ends as if never
+//! interrupted; a checkpoint from another config is ignored and the run starts over. The first run
+//! that fails stops the study (runs already going finish).
+//!
+//! `OUT` gets `study.md` and `study.json` (settings, mean ± sd per variant and length bin, time per
+//! run, each claim's measurement and verdict, per-run values) and three SVG pictures:
+//! `training_loss.svg` (moving average of the training loss, mean over seeds, band min–max),
+//! `length_accuracy.svg` and `length_loss.svg` (final values per length bin, error bars ± 1 sd,
+//! bins that start past the training length shaded).
+//!
 //! # Verdicts
 //!
 //! Spreads are the sample standard deviation over seeds (0 with one seed).

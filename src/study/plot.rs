@@ -14,6 +14,9 @@ use crate::error::{Error, Result};
 
 type Drawn = std::result::Result<(), Box<dyn std::error::Error>>;
 
+/// One variant's training curve: (step, mean, min, max) over its seeds.
+type Band = Vec<(f64, f64, f64, f64)>;
+
 /// Tableau's ten colours: distinct, and readable by most colour-blind readers.
 const PALETTE: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
@@ -30,6 +33,13 @@ const PALETTE: [RGBColor; 10] = [
 
 const SIZE: (u32, u32) = (900, 560);
 const FONT: &str = "sans-serif";
+
+fn seeds(study: &Study) -> String {
+    match study.seeds.len() {
+        1 => "1 seed".into(),
+        n => format!("{n} seeds"),
+    }
+}
 
 fn colour(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
@@ -86,7 +96,7 @@ fn smoothed(losses: &[f32], window: usize) -> Vec<Option<f64>> {
 }
 
 /// Per step of one variant: (step, mean, min, max) over its seeds' smoothed curves.
-fn band(runs: &[&RunResult], steps: usize) -> Vec<(f64, f64, f64, f64)> {
+fn band(runs: &[&RunResult], steps: usize) -> Band {
     let window = (steps / 25).max(1);
     let curves: Vec<Vec<Option<f64>>> = runs.iter().map(|r| smoothed(&r.train_loss, window)).collect();
     (0..steps)
@@ -107,7 +117,7 @@ fn band(runs: &[&RunResult], steps: usize) -> Vec<(f64, f64, f64, f64)> {
 }
 
 fn training_loss(path: &Path, study: &Study, results: &[RunResult]) -> Drawn {
-    let bands: Vec<(usize, &str, Vec<(f64, f64, f64, f64)>)> = study
+    let bands: Vec<(usize, &str, Band)> = study
         .variants
         .iter()
         .enumerate()
@@ -141,9 +151,9 @@ fn training_loss(path: &Path, study: &Study, results: &[RunResult]) -> Drawn {
     let mut chart = ChartBuilder::on(&root)
         .caption(
             format!(
-                "{}: training loss (mean of {} seeds, band min–max)",
+                "{}: training loss (mean of {}, band min–max)",
                 study.name,
-                study.seeds.len()
+                seeds(study)
             ),
             (FONT, 22),
         )
@@ -153,7 +163,9 @@ fn training_loss(path: &Path, study: &Study, results: &[RunResult]) -> Drawn {
         .build_cartesian_2d(0f64..steps, y(lo)..y(hi))?;
     let loss_label = |v: &f64| {
         let loss = if log { 10f64.powf(*v) } else { *v };
-        format!("{loss:.3}")
+        // Three significant digits, however small the loss gets.
+        let decimals = (2.0 - loss.abs().log10().floor()).clamp(0.0, 8.0) as usize;
+        format!("{loss:.decimals$}")
     };
     chart
         .configure_mesh()
@@ -201,7 +213,8 @@ fn per_length(path: &Path, study: &Study, summary: &StudySummary, metric: Metric
         Metric::Accuracy => b.accuracy.clone(),
     };
     let top = match metric {
-        Metric::Accuracy => 1.0,
+        // A little room above 100%, so that points there are not cut by the frame.
+        Metric::Accuracy => 1.04,
         Metric::Loss => {
             let hi = summary
                 .variants
@@ -217,10 +230,10 @@ fn per_length(path: &Path, study: &Study, summary: &StudySummary, metric: Metric
     let mut chart = ChartBuilder::on(&root)
         .caption(
             format!(
-                "{}: final {} per sequence length (mean ± 1 sd, {} seeds)",
+                "{}: final {} per sequence length (mean ± 1 sd over {})",
                 study.name,
                 metric.name(),
-                study.seeds.len()
+                seeds(study)
             ),
             (FONT, 22),
         )

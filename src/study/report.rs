@@ -187,7 +187,9 @@ fn markdown(r: &Report, study: &Study) -> String {
     );
     for v in &s.variants {
         let time = v.seconds.as_ref().map_or("—".into(), |t| {
-            format!("{} ± {}", seconds(t.mean), seconds(t.sd))
+            // Both to the precision the mean needs.
+            let decimals = if t.mean < 10.0 { 2 } else { 0 };
+            format!("{:.decimals$} ± {:.decimals$}", t.mean, t.sd)
         });
         let resumed = if v.resumed_runs > 0 {
             format!(
@@ -306,15 +308,6 @@ fn show(metric: Metric, v: &Spread) -> String {
     match metric {
         Metric::Loss => format!("{:.3} ± {:.3}", v.mean, v.sd),
         Metric::Accuracy => format!("{:.1} ± {:.1}%", 100.0 * v.mean, 100.0 * v.sd),
-    }
-}
-
-/// Seconds with two significant digits below 10, whole seconds above.
-fn seconds(s: f64) -> String {
-    if s < 10.0 {
-        format!("{s:.2}")
-    } else {
-        format!("{s:.0}")
     }
 }
 
