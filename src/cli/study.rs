@@ -59,11 +59,11 @@ pub fn study(choice: DeviceChoice, args: StudyArgs) -> posflow::Result<()> {
 fn describe(study: &Study, plans: &[RunPlan], out: &std::path::Path) {
     let steps: usize = plans.iter().map(RunPlan::steps).sum();
     println!(
-        "study {}: {} variants × {} seeds = {} runs, {steps} steps in all, into {}",
+        "study {}: {} × {} = {}, {steps} steps in all, into {}",
         study.name,
-        study.variants.len(),
-        study.seeds.len(),
-        plans.len(),
+        count(study.variants.len(), "variant"),
+        count(study.seeds.len(), "seed"),
+        count(plans.len(), "run"),
         out.display()
     );
     for v in &study.variants {
@@ -99,6 +99,14 @@ fn describe(study: &Study, plans: &[RunPlan], out: &std::path::Path) {
         plans.len(),
         plans.len() - done
     );
+}
+
+fn count(n: usize, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
 }
 
 /// One bar for the whole study, counted in training steps (runs differ in length), with the ETA.
