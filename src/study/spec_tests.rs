@@ -171,6 +171,10 @@ fn bad_claims_are_refused_naming_what_is_wrong() {
             "order needs at least two variants",
         ),
         ("kind = \"better\"\nmetric = \"loss\"", "unknown variant `better`"),
+        (
+            "kind = \"order\"\nmetric = \"loss\"\nbin = \"1-32\"\norder = [\"relative\", \"learned\"]\nwhy = 1",
+            "unknown field `why`",
+        ),
     ] {
         let err = refused(&claim(body));
         assert!(err.contains(says), "{body}: {err}");
