@@ -22,6 +22,8 @@ pub mod ops;
 pub mod optim;
 pub mod params;
 pub mod shaders;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod study;
 pub mod tensor;
 #[cfg(test)]
 pub(crate) mod testing;

@@ -12,6 +12,7 @@ use posflow::backend::{Backend, DeviceChoice, gpu::list_adapters, select_backend
 use posflow::mlp::{MlpConfig, train_mlp};
 
 use cli::inspect::{EvalArgs, ExportArgs, SampleArgs, eval, export, sample};
+use cli::study::{StudyArgs, study};
 use cli::train::{TrainArgs, train};
 #[cfg(feature = "viz")]
 use cli::viz::{VizArgs, viz};
@@ -42,6 +43,9 @@ struct Cli {
 enum Command {
     /// Train a Transformer from a TOML config, or resume a run (the default command).
     Train(TrainArgs),
+    /// Run a study: every variant × seed of a study file (resumable), then a report with the
+    /// claims' verdicts and pictures.
+    Study(StudyArgs),
     /// Loss and accuracy of a checkpoint per sequence-length bin, on its run's validation data.
     Eval(EvalArgs),
     /// Continue a prompt with a checkpoint's language model.
@@ -122,6 +126,7 @@ fn run(cli: Cli) -> posflow::Result<()> {
     };
     match cli.command.unwrap_or(Command::Train(cli.train)) {
         Command::Train(args) => train(backend(choice)?, args),
+        Command::Study(args) => study(choice, args),
         Command::Eval(args) => eval(backend(choice)?, args),
         Command::Sample(args) => sample(backend(choice)?, args),
         Command::Export(args) => export(args),

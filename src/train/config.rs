@@ -179,6 +179,18 @@ impl RunConfig {
     /// `vocab` in `[model]` may be left out: the data's tokenizer sets it.
     pub fn from_toml(text: &str, origin: &str) -> Result<Self> {
         let file: RunFile = toml::from_str(text).map_err(|e| Error::Input(format!("{origin}: {e}")))?;
+        Self::from_file(file, origin)
+    }
+
+    /// As [`RunConfig::from_toml`], from a table already parsed (a study's base with its
+    /// variant's overrides); errors carry no line numbers, so `origin` should say where it is.
+    pub fn from_table(table: toml::Table, origin: &str) -> Result<Self> {
+        let file = RunFile::deserialize(toml::Value::Table(table))
+            .map_err(|e| Error::Input(format!("{origin}: {e}")))?;
+        Self::from_file(file, origin)
+    }
+
+    fn from_file(file: RunFile, origin: &str) -> Result<Self> {
         let vocab = file.data.tokenizer()?.vocab_size();
         let mut model = file.model;
         match model.get("vocab").map(toml::Value::as_integer) {

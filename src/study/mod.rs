@@ -1,0 +1,119 @@
+//! Studies: one base run, several variants of it, each trained with several seeds, and the claims
+//! the runs are meant to test — what `posflow study FILE` reads, runs (resumably) and reports.
+//!
+//! # The study file
+//!
+//! TOML; unknown keys are errors everywhere, as in run configs.
+//!
+//! ```toml
+//! [study]
+//! name = "copy_s2l"                  # also the default output directory, runs/studies/<name>
+//! description = "What the study asks; which paper figure it mirrors."
+//! seeds = [0, 1, 2]
+//!
+//! [base]                             # a complete run config (the schema of `RunConfig`)
+//! data = { task = "copy", min_len = 1, max_len = 16 }
+//! [base.model]
+//! d_model = 32
+//! heads = 2
+//! layers = 2
+//! ffn = 64
+//! max_len = 256
+//! kind = { type = "causal_lm" }
+//! posenc = { type = "sinusoidal" }
+//! [base.train]
+//! steps = 400
+//! batch = 32
+//! lr = 3e-3
+//! eval_every = 100
+//! eval_lengths = [34, 68, 136]
+//!
+//! [[variant]]
+//! name = "sinusoidal"                # unique; the run directory's name
+//! label = "sinusoidal table"         # optional: tables and pictures use it
+//! # set: nothing, the base as it is
+//!
+//! [[variant]]
+//! name = "learned"
+//! set = { "model.posenc" = { type = "learned" } }
+//!
+//! [[variant]]
+//! name = "learned_longer"
+//! set = { "train.steps" = 800, "train.lr" = 1e-3 }
+//! warm_start = "learned"             # optional: start from that variant's final checkpoint
+//!
+//! [[claim]]
+//! name = "extrapolation"
+//! text = "sinusoidal > learned in accuracy at 2x the training length"
+//! kind = "order"
+//! metric = "accuracy"                # loss | accuracy, of the final evaluation
+//! bin = "65-128"                     # a length bin as the metrics log writes it
+//! order = ["sinusoidal", "learned"]  # best first
+//!
+//! [[claim]]
+//! name = "faster"
+//! text = "warm-started learned reaches learned's final loss in half the steps"
+//! kind = "reaches"
+//! metric = "loss"
+//! bin = "33-64"
+//! variant = "learned_longer"
+//! baseline = "learned"
+//! ```
+//!
+//! - `set` maps *quoted* dotted paths into the run config to values; each replaces the value at
+//!   its path wholesale (an inline table replaces the whole `posenc`). The path's parent must
+//!   exist in the base; a path of one component (a whole section) is refused, because TOML reads
+//!   an unquoted `model.posenc = ...` as a nested table and that would silently replace all of
+//!   `[model]`.
+//! - Outputs belong to the study: `train.checkpoint`, `train.metrics` and `train.seed` are
+//!   refused in `[base]` and in `set` (the seeds come from `[study] seeds`); each run writes
+//!   `OUT/runs/<variant>/seed<k>/{model.safetensors, metrics.jsonl, result.json}`.
+//! - Every variant's run config is built and validated, the warm-start graph checked for unknown
+//!   names and cycles, and every claim checked against the variants, the metrics and the length
+//!   bins the variants' evaluations produce, before anything runs.
+//!
+//! # Running, resuming, outputs
+//!
+//! Runs go in variant order (a warm start after its source), seeds in the order given; `--jobs N`
+//! trains N at once, each thread with its own backend. A run whose `result.json` exists and was
+//! made with the run config planned now is skipped; a run killed halfway resumes from its last
+//! checkpoint (written at every evaluation) with the trainer's own resume, so it ends as if never
+//! interrupted; a checkpoint from another config is ignored and the run starts over. The first run
+//! that fails stops the study (runs already going finish).
+//!
+//! `OUT` gets `study.md` and `study.json` (settings, mean ± sd per variant and length bin, time per
+//! run, each claim's measurement and verdict, per-run values) and three SVG pictures:
+//! `training_loss.svg` (moving average of the training loss, mean over seeds, band min–max),
+//! `length_accuracy.svg` and `length_loss.svg` (final values per length bin, error bars ± 1 sd,
+//! bins that start past the training length shaded).
+//!
+//! # Verdicts
+//!
+//! Spreads are the sample standard deviation over seeds (0 with one seed).
+//!
+//! - `order` holds when every adjacent pair of `order` has its means in the stated order (lower
+//!   loss, higher accuracy is better) and the mean ± 1 sd ranges of the two do not overlap;
+//!   otherwise it is *not shown*. A variant without a value in the bin (a learned table that
+//!   cannot reach the length) makes its pairs not shown.
+//! - `reaches`: the target is the baseline's final value, averaged over seeds. For each seed of
+//!   `variant`, the first evaluation step whose value is at least as good as the target, as a
+//!   fraction of the baseline's `train.steps`. It holds when every seed reaches the target and the
+//!   fractions' mean + sd is below 1; a seed that never reaches it is reported as such and makes
+//!   the claim not shown.
+
+mod claims;
+mod overrides;
+mod plot;
+mod report;
+mod results;
+mod runner;
+mod spec;
+mod summary;
+
+pub use claims::{ClaimOutcome, ClaimSpec, Measured, Metric, PairOutcome, SeedReach, Verdict, judge};
+pub use plot::write_pictures;
+pub use report::{Report, inline_toml, write_reports};
+pub use results::{BinValue, EvalPoint, RunResult};
+pub use runner::{BackendFactory, RunPlan, StudyProgress, plan_runs, run_study};
+pub use spec::{Study, Variant};
+pub use summary::{BinSummary, Spread, StudySummary, VariantSummary, summarize};

@@ -1,0 +1,340 @@
+//! The study's pictures, as SVG (no fonts needed; they render on GitHub): training curves per
+//! variant with a band over the seeds, and loss and accuracy per length bin with error bars and
+//! the lengths past training shaded.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use super::claims::Metric;
+use super::results::RunResult;
+use super::spec::Study;
+use super::summary::{StudySummary, bin_start};
+use crate::error::{Error, Result};
+
+type Drawn = std::result::Result<(), Box<dyn std::error::Error>>;
+
+/// One variant's training curve: (step, mean, min, max) over its seeds.
+type Band = Vec<(f64, f64, f64, f64)>;
+
+/// Tableau's ten colours: distinct, and readable by most colour-blind readers.
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+const SIZE: (u32, u32) = (900, 560);
+const FONT: &str = "sans-serif";
+
+fn seeds(study: &Study) -> String {
+    match study.seeds.len() {
+        1 => "1 seed".into(),
+        n => format!("{n} seeds"),
+    }
+}
+
+fn colour(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// Writes every picture into `out`; returns (file name, caption) of each.
+pub fn write_pictures(
+    out: &Path,
+    study: &Study,
+    summary: &StudySummary,
+    results: &[RunResult],
+) -> Result<Vec<(String, String)>> {
+    let mut pictures = Vec::new();
+    let mut draw = |file: &str, caption: String, drawn: Drawn| -> Result<()> {
+        drawn.map_err(|e| Error::Input(format!("picture {}: {e}", out.join(file).display())))?;
+        pictures.push((file.to_string(), caption));
+        Ok(())
+    };
+    let file = "training_loss.svg";
+    draw(
+        file,
+        "Training loss per step (moving average), mean over seeds with a min–max band".into(),
+        training_loss(&out.join(file), study, results),
+    )?;
+    if !summary.bins.is_empty() {
+        for metric in [Metric::Accuracy, Metric::Loss] {
+            let file = format!("length_{}.svg", metric.name());
+            draw(
+                &file,
+                format!(
+                    "Final {} per length bin, mean ± 1 sd over seeds; shaded: past the training length",
+                    metric.name()
+                ),
+                per_length(&out.join(&file), study, summary, metric),
+            )?;
+        }
+    }
+    Ok(pictures)
+}
+
+/// The trailing mean over `window` steps, skipping missing (NaN) steps.
+fn smoothed(losses: &[f32], window: usize) -> Vec<Option<f64>> {
+    (0..losses.len())
+        .map(|i| {
+            let from = (i + 1).saturating_sub(window);
+            let seen: Vec<f64> = losses[from..=i]
+                .iter()
+                .filter(|l| l.is_finite())
+                .map(|&l| l as f64)
+                .collect();
+            (!seen.is_empty()).then(|| seen.iter().sum::<f64>() / seen.len() as f64)
+        })
+        .collect()
+}
+
+/// Per step of one variant: (step, mean, min, max) over its seeds' smoothed curves.
+fn band(runs: &[&RunResult], steps: usize) -> Band {
+    let window = (steps / 25).max(1);
+    let curves: Vec<Vec<Option<f64>>> = runs.iter().map(|r| smoothed(&r.train_loss, window)).collect();
+    (0..steps)
+        .filter_map(|step| {
+            let values: Vec<f64> = curves
+                .iter()
+                .filter_map(|c| c.get(step).copied().flatten())
+                .collect();
+            if values.is_empty() {
+                return None;
+            }
+            let mean = values.iter().sum::<f64>() / values.len() as f64;
+            let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            Some(((step + 1) as f64, mean, min, max))
+        })
+        .collect()
+}
+
+fn training_loss(path: &Path, study: &Study, results: &[RunResult]) -> Drawn {
+    let bands: Vec<(usize, &str, Band)> = study
+        .variants
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let runs: Vec<&RunResult> = results.iter().filter(|r| r.variant == v.name).collect();
+            (i, v.label(), band(&runs, v.run.train.steps))
+        })
+        .collect();
+    let points = bands.iter().flat_map(|(_, _, b)| b.iter());
+    let (lo, hi) = points.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
+        (lo.min(p.2), hi.max(p.3))
+    });
+    let (lo, hi) = if lo.is_finite() && lo > 0.0 {
+        (lo * 0.9, hi * 1.1)
+    } else {
+        (1e-3, 10.0)
+    };
+    // Losses that fall by orders of magnitude (the copy task's) are drawn on a log axis: log10 of
+    // the loss on a linear axis, labelled with the loss itself.
+    let log = hi / lo > 20.0;
+    let y = |loss: f64| if log { loss.log10() } else { loss };
+    let steps = study
+        .variants
+        .iter()
+        .map(|v| v.run.train.steps)
+        .max()
+        .unwrap_or(1) as f64;
+
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "{}: training loss (mean of {}, band min–max)",
+                study.name,
+                seeds(study)
+            ),
+            (FONT, 22),
+        )
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0f64..steps, y(lo)..y(hi))?;
+    let loss_label = |v: &f64| {
+        let loss = if log { 10f64.powf(*v) } else { *v };
+        // Three significant digits, however small the loss gets.
+        let decimals = (2.0 - loss.abs().log10().floor()).clamp(0.0, 8.0) as usize;
+        format!("{loss:.decimals$}")
+    };
+    chart
+        .configure_mesh()
+        .x_desc("step")
+        .y_desc(if log {
+            "training loss, nats/token (log scale)"
+        } else {
+            "training loss, nats/token"
+        })
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&loss_label)
+        .light_line_style(BLACK.mix(0.03))
+        .axis_desc_style((FONT, 16))
+        .label_style((FONT, 13))
+        .draw()?;
+    for (i, label, band) in &bands {
+        let c = colour(*i);
+        let mut outline: Vec<(f64, f64)> = band.iter().map(|p| (p.0, y(p.3))).collect();
+        outline.extend(band.iter().rev().map(|p| (p.0, y(p.2))));
+        chart.draw_series(std::iter::once(Polygon::new(outline, c.mix(0.18).filled())))?;
+        chart
+            .draw_series(LineSeries::new(
+                band.iter().map(|p| (p.0, y(p.1))),
+                c.stroke_width(2),
+            ))?
+            .label(*label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(3)));
+    }
+    chart
+        .configure_series_labels()
+        .label_font((FONT, 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+fn per_length(path: &Path, study: &Study, summary: &StudySummary, metric: Metric) -> Drawn {
+    let bins = &summary.bins;
+    let n = bins.len() as f64;
+    let spread = |b: &super::summary::BinSummary| match metric {
+        Metric::Loss => b.loss.clone(),
+        Metric::Accuracy => b.accuracy.clone(),
+    };
+    let top = match metric {
+        // A little room above 100%, so that points there are not cut by the frame.
+        Metric::Accuracy => 1.04,
+        Metric::Loss => {
+            let hi = summary
+                .variants
+                .iter()
+                .flat_map(|v| v.bins.iter().filter_map(spread))
+                .map(|s| s.mean + s.sd)
+                .fold(0.0, f64::max);
+            if hi > 0.0 { hi * 1.15 } else { 1.0 }
+        }
+    };
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "{}: final {} per sequence length (mean ± 1 sd over {})",
+                study.name,
+                metric.name(),
+                seeds(study)
+            ),
+            (FONT, 22),
+        )
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(64)
+        .build_cartesian_2d(-0.5f64..n - 0.5, 0f64..top)?;
+
+    // Bins whose every length is longer than any training sequence.
+    if let Some(len) = summary.train_len
+        && let Some(first) = bins.iter().position(|b| bin_start(b) > len)
+    {
+        let from = first as f64 - 0.5;
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(from, 0.0), (n - 0.5, top)],
+            RGBColor(120, 120, 120).mix(0.15).filled(),
+        )))?;
+        chart.draw_series(std::iter::once(Text::new(
+            format!("past the training length ({len} tokens)"),
+            (from + 0.05, top * 0.97),
+            (FONT, 14).into_font().color(&BLACK.mix(0.7)),
+        )))?;
+    }
+    let label = |x: &f64| {
+        let i = x.round();
+        if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < bins.len() {
+            bins[i as usize].clone()
+        } else {
+            String::new()
+        }
+    };
+    let percent = |y: &f64| format!("{:.0}%", 100.0 * y);
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc("sequence length (tokens), by bin")
+        .x_labels(bins.len() + 1)
+        .x_label_formatter(&label)
+        .disable_x_mesh()
+        .light_line_style(BLACK.mix(0.03))
+        .axis_desc_style((FONT, 16))
+        .label_style((FONT, 13));
+    match metric {
+        Metric::Accuracy => mesh.y_desc("token accuracy").y_label_formatter(&percent),
+        Metric::Loss => mesh.y_desc("loss, nats/token"),
+    };
+    mesh.draw()?;
+
+    let count = summary.variants.len() as f64;
+    for (i, v) in summary.variants.iter().enumerate() {
+        let c = colour(i);
+        // Side by side within a bin, so that error bars do not hide each other.
+        let shift = (i as f64 - (count - 1.0) / 2.0) * (0.3 / count.max(2.0));
+        let points: Vec<(f64, f64, f64)> = v
+            .bins
+            .iter()
+            .enumerate()
+            .filter_map(|(x, b)| spread(b).map(|s| (x as f64 + shift, s.mean, s.sd)))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().map(|p| (p.0, p.1)),
+                c.stroke_width(2),
+            ))?
+            .label(v.label.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(3)));
+        chart.draw_series(points.iter().map(|&(x, mean, sd)| {
+            ErrorBar::new_vertical(
+                x,
+                (mean - sd).max(0.0),
+                mean,
+                (mean + sd).min(top),
+                c.stroke_width(2),
+                10,
+            )
+        }))?;
+        chart.draw_series(
+            points
+                .iter()
+                .map(|&(x, mean, _)| Circle::new((x, mean), 4, c.filled())),
+        )?;
+    }
+    chart
+        .configure_series_labels()
+        .label_font((FONT, 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .position(match metric {
+            Metric::Accuracy => SeriesLabelPosition::LowerLeft,
+            Metric::Loss => SeriesLabelPosition::UpperLeft,
+        })
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::smoothed;
+
+    #[test]
+    fn the_moving_average_trails_and_skips_missing_steps() {
+        let s = smoothed(&[4.0, 2.0, f32::NAN, 6.0], 2);
+        assert_eq!(s, vec![Some(4.0), Some(3.0), Some(2.0), Some(6.0)]);
+    }
+}

@@ -1,0 +1,363 @@
+//! `study.md` for people and `study.json` for programs: the settings, mean ± sd per variant and
+//! length bin, the time per run, each claim with what was measured and its verdict.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::claims::{ClaimOutcome, ClaimSpec, Measured, Metric};
+use super::results::{EvalPoint, RunResult};
+use super::spec::Study;
+use super::summary::{Spread, StudySummary, bin_start};
+use crate::error::Result;
+
+/// Everything `study.json` holds.
+#[derive(Serialize)]
+pub struct Report<'a> {
+    pub name: &'a str,
+    pub description: &'a str,
+    pub device: &'a str,
+    pub seeds: &'a [u64],
+    pub base: &'a crate::train::RunConfig,
+    pub variants: Vec<VariantEntry<'a>>,
+    pub summary: &'a StudySummary,
+    pub runs: Vec<RunEntry<'a>>,
+    /// The pictures, relative to the report.
+    pub pictures: &'a [(String, String)],
+}
+
+#[derive(Serialize)]
+pub struct VariantEntry<'a> {
+    pub name: &'a str,
+    pub label: &'a str,
+    pub set: &'a toml::Table,
+    pub warm_start: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+pub struct RunEntry<'a> {
+    pub variant: &'a str,
+    pub seed: u64,
+    pub seconds: f64,
+    pub resumed_at_step: Option<usize>,
+    pub evals: &'a [EvalPoint],
+}
+
+/// Writes `study.md` and `study.json` into `out`. `pictures` are (file, caption) pairs.
+pub fn write_reports(
+    out: &Path,
+    study: &Study,
+    summary: &StudySummary,
+    results: &[RunResult],
+    device: &str,
+    pictures: &[(String, String)],
+) -> Result<()> {
+    let report = Report {
+        name: &study.name,
+        description: &study.description,
+        device,
+        seeds: &study.seeds,
+        base: &study.base,
+        variants: study
+            .variants
+            .iter()
+            .map(|v| VariantEntry {
+                name: &v.name,
+                label: v.label(),
+                set: &v.set,
+                warm_start: v.warm_start.as_deref(),
+            })
+            .collect(),
+        summary,
+        runs: results
+            .iter()
+            .map(|r| RunEntry {
+                variant: &r.variant,
+                seed: r.seed,
+                seconds: r.seconds,
+                resumed_at_step: r.resumed_at_step,
+                evals: &r.evals,
+            })
+            .collect(),
+        pictures,
+    };
+    let json = serde_json::to_string_pretty(&report).expect("a report serializes");
+    crate::checkpoint::write_atomically(&out.join("study.json"), json.as_bytes())?;
+    crate::checkpoint::write_atomically(&out.join("study.md"), markdown(&report, study).as_bytes())
+}
+
+fn markdown(r: &Report, study: &Study) -> String {
+    let mut md = String::new();
+    let s = r.summary;
+    let b = r.base;
+    let _ = writeln!(md, "# Study: {}\n", r.name);
+    if !r.description.trim().is_empty() {
+        let _ = writeln!(md, "{}\n", r.description.trim());
+    }
+    let _ = writeln!(md, "## Settings\n");
+    let _ = writeln!(md, "- Data: `{}`", compact(&b.data));
+    let _ = writeln!(
+        md,
+        "- Model (base): {}, d_model {}, {}, ffn {}, max_len {}, position encoding `{}`",
+        plural(b.model.layers, "layer"),
+        b.model.d_model,
+        plural(b.model.heads, "head"),
+        b.model.ffn,
+        b.model.max_len,
+        compact(&b.model.posenc)
+    );
+    let t = &b.train;
+    let _ = writeln!(
+        md,
+        "- Training (base): {} steps of batch {}, lr {} ({:?} decay, {} warmup steps); evaluation every {} \
+         steps at lengths {:?}, {} each",
+        t.steps,
+        t.batch,
+        t.lr,
+        t.decay,
+        t.warmup,
+        t.eval_every,
+        t.eval_lengths,
+        if t.eval_batches == 1 {
+            "1 batch".to_string()
+        } else {
+            format!("{} batches", t.eval_batches)
+        }
+    );
+    if let Some(len) = s.train_len {
+        let _ = writeln!(
+            md,
+            "- Training sequences are at most {len} tokens long; bins marked ‡ start past that (extrapolation)"
+        );
+    }
+    let seeds: Vec<String> = r.seeds.iter().map(u64::to_string).collect();
+    let _ = writeln!(md, "- Seeds: {}", seeds.join(", "));
+    let _ = writeln!(md, "- Device: {}\n", r.device);
+    let _ = writeln!(
+        md,
+        "| variant | label | overrides of the base | warm start from |\n|---|---|---|---|"
+    );
+    for v in &r.variants {
+        let set = if v.set.is_empty() {
+            "— (the base)".to_string()
+        } else {
+            v.set
+                .iter()
+                .map(|(k, v)| format!("`{k} = {}`", inline_toml(v)))
+                .collect::<Vec<_>>()
+                .join("<br>")
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {set} | {} |",
+            v.name,
+            v.label,
+            v.warm_start.unwrap_or("—")
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\n## Final evaluation\n\nMean ± sample sd over the seeds; — where a variant could not evaluate a bin.\n"
+    );
+    for metric in [Metric::Accuracy, Metric::Loss] {
+        let _ = writeln!(md, "### {}\n", capitalize(metric.name()));
+        let header: Vec<String> = s.bins.iter().map(|bin| mark_bin(bin, s.train_len)).collect();
+        let _ = writeln!(md, "| variant | {} |", header.join(" | "));
+        let _ = writeln!(md, "|---|{}", "---|".repeat(s.bins.len()));
+        for v in &s.variants {
+            let cells: Vec<String> = v
+                .bins
+                .iter()
+                .map(|bin| {
+                    let value = match metric {
+                        Metric::Loss => &bin.loss,
+                        Metric::Accuracy => &bin.accuracy,
+                    };
+                    value.as_ref().map_or("—".into(), |v| show(metric, v))
+                })
+                .collect();
+            let _ = writeln!(md, "| {} | {} |", v.label, cells.join(" | "));
+        }
+        md.push('\n');
+    }
+    let _ = writeln!(
+        md,
+        "### Training time\n\n| variant | seconds per run | runs |\n|---|---|---|"
+    );
+    for v in &s.variants {
+        let time = v.seconds.as_ref().map_or("—".into(), |t| {
+            // Both to the precision the mean needs.
+            let decimals = if t.mean < 10.0 { 2 } else { 0 };
+            format!("{:.decimals$} ± {:.decimals$}", t.mean, t.sd)
+        });
+        let resumed = if v.resumed_runs > 0 {
+            format!(
+                " ({} resumed: their time counts the steps after resuming)",
+                v.resumed_runs
+            )
+        } else {
+            String::new()
+        };
+        let runs = v.seconds.as_ref().map_or(0, |t| t.n);
+        let _ = writeln!(md, "| {} | {time} | {runs}{resumed} |", v.label);
+    }
+    let _ = writeln!(md, "\n## Claims\n");
+    if s.claims.is_empty() {
+        let _ = writeln!(md, "The study states no claims.");
+    }
+    for c in &s.claims {
+        let _ = writeln!(md, "{}", claim_line(c, study));
+    }
+    if !r.pictures.is_empty() {
+        let _ = writeln!(md, "\n## Pictures\n");
+        for (file, caption) in r.pictures {
+            let _ = writeln!(md, "{caption}\n\n![{caption}]({file})\n");
+        }
+    }
+    md
+}
+
+/// One claim: what was expected, what was measured, the verdict.
+fn claim_line(c: &ClaimOutcome, study: &Study) -> String {
+    let label = |name: &str| study.variant(name).map_or(name, |v| v.label()).to_string();
+    let metric = c.claim.metric();
+    let head = format!("- **{}** — {}", c.claim.name(), c.claim.text());
+    let body = match (&c.claim, &c.measured) {
+        (ClaimSpec::Order { order, .. }, Measured::Order { pairs }) => {
+            let symbol = "better than";
+            let expected: Vec<String> = order.iter().map(|n| label(n)).collect();
+            let measured: Vec<String> = pairs
+                .iter()
+                .map(|p| {
+                    let value =
+                        |v: &Option<Spread>| v.as_ref().map_or("no value".into(), |v| show(metric, v));
+                    let how = match (p.in_order, p.separated) {
+                        (true, true) => "in order, ranges apart",
+                        (true, false) => "in order, but the mean ± sd ranges overlap",
+                        (false, _) => "not in order",
+                    };
+                    format!(
+                        "{} {} vs {} {}: {how}",
+                        label(&p.better),
+                        value(&p.better_value),
+                        label(&p.worse),
+                        value(&p.worse_value)
+                    )
+                })
+                .collect();
+            format!(
+                "  Expected, by final {} in bin {}: {} (each {symbol} the next). Measured: {}.",
+                metric.name(),
+                c.claim.bin(),
+                expected.join(" > "),
+                measured.join("; ")
+            )
+        }
+        (
+            ClaimSpec::Reaches {
+                variant, baseline, ..
+            },
+            Measured::Reaches {
+                target,
+                baseline_steps,
+                seeds,
+                fraction,
+            },
+        ) => {
+            let target = target.map_or("none (the baseline has no value)".into(), |t| format!("{t:.4}"));
+            let never: Vec<String> = seeds
+                .iter()
+                .filter(|s| s.step.is_none())
+                .map(|s| s.seed.to_string())
+                .collect();
+            let steps: Vec<String> = seeds
+                .iter()
+                .map(|s| match s.step {
+                    Some(step) => format!("seed {} at step {step}", s.seed),
+                    None => format!("seed {} never", s.seed),
+                })
+                .collect();
+            let fraction = fraction.as_ref().map_or("— (no seed reaches it)".into(), |f| {
+                format!("{:.2} ± {:.2} of the baseline's steps", f.mean, f.sd)
+            });
+            let never = if never.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " Seeds that never reach it ({}) are left out of the fraction and make the claim not shown.",
+                    never.join(", ")
+                )
+            };
+            format!(
+                "  Expected: {} reaches {}'s final {} in bin {} ({target}, mean over seeds) in fewer than \
+                 its {baseline_steps} steps. Measured: {}; {fraction}.{never}",
+                label(variant),
+                label(baseline),
+                metric.name(),
+                c.claim.bin(),
+                steps.join(", ")
+            )
+        }
+        _ => String::new(),
+    };
+    format!("{head}  \n{body} **Verdict: {}.**", c.verdict.word())
+}
+
+fn show(metric: Metric, v: &Spread) -> String {
+    match metric {
+        Metric::Loss => format!("{:.3} ± {:.3}", v.mean, v.sd),
+        Metric::Accuracy => format!("{:.1} ± {:.1}%", 100.0 * v.mean, 100.0 * v.sd),
+    }
+}
+
+fn plural(n: usize, one: &str) -> String {
+    if n == 1 {
+        format!("{n} {one}")
+    } else {
+        format!("{n} {one}s")
+    }
+}
+
+fn mark_bin(bin: &str, train_len: Option<usize>) -> String {
+    match train_len {
+        Some(len) if bin_start(bin) > len => format!("{bin} ‡"),
+        _ => bin.to_string(),
+    }
+}
+
+fn capitalize(s: &str) -> String {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .map_or(String::new(), |c| c.to_uppercase().chain(chars).collect())
+}
+
+/// Compact JSON of a config part, for one line of settings.
+fn compact<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("a config serializes")
+}
+
+/// A TOML value as it would be written inline, for the overrides table.
+pub fn inline_toml(value: &toml::Value) -> String {
+    match value {
+        toml::Value::String(s) => format!("{s:?}"),
+        toml::Value::Integer(i) => i.to_string(),
+        toml::Value::Float(f) => format!("{f:?}"),
+        toml::Value::Boolean(b) => b.to_string(),
+        toml::Value::Datetime(d) => d.to_string(),
+        toml::Value::Array(items) => {
+            format!(
+                "[{}]",
+                items.iter().map(inline_toml).collect::<Vec<_>>().join(", ")
+            )
+        }
+        toml::Value::Table(t) => {
+            let fields: Vec<String> = t
+                .iter()
+                .map(|(k, v)| format!("{k} = {}", inline_toml(v)))
+                .collect();
+            format!("{{ {} }}", fields.join(", "))
+        }
+    }
+}

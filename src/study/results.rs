@@ -1,0 +1,120 @@
+//! What one finished run leaves behind (`result.json`): its config, its time, and every number
+//! the report needs, read back from its metrics log so that a resumed run reads as one run.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::train::{Record, RunConfig};
+
+/// Loss and accuracy of one length bin at one evaluation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BinValue {
+    /// As the metrics log writes it, e.g. "33-64".
+    pub bin: String,
+    pub loss: f64,
+    pub accuracy: f64,
+}
+
+/// One evaluation: the steps completed and every bin evaluated.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EvalPoint {
+    pub step: usize,
+    pub bins: Vec<BinValue>,
+}
+
+/// A completed run; written (atomically) only once the run has finished.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    pub variant: String,
+    pub seed: u64,
+    /// The run exactly as trained: a result whose config differs from the plan's is stale.
+    pub run: RunConfig,
+    /// Wall-clock seconds of training and evaluation in the process that finished the run.
+    pub seconds: f64,
+    /// The step the run was resumed at from its checkpoint, if it was: `seconds` then covers only
+    /// the steps after it.
+    pub resumed_at_step: Option<usize>,
+    /// The training loss of every step, by step index.
+    pub train_loss: Vec<f32>,
+    /// Every evaluation, in step order; the last is the final one.
+    pub evals: Vec<EvalPoint>,
+}
+
+impl RunResult {
+    /// Builds a result from a finished run's metrics log.
+    pub fn from_log(
+        variant: &str,
+        run: RunConfig,
+        records: &[Record],
+        seconds: f64,
+        resumed_at_step: Option<usize>,
+    ) -> Self {
+        let mut train_loss = vec![f32::NAN; run.train.steps];
+        let mut evals: Vec<EvalPoint> = Vec::new();
+        for record in records {
+            match record {
+                Record::Train { step, loss, .. } => {
+                    if let Some(slot) = train_loss.get_mut(*step) {
+                        *slot = *loss;
+                    }
+                }
+                Record::Eval {
+                    step,
+                    bin,
+                    loss,
+                    accuracy,
+                    ..
+                } => {
+                    let value = BinValue {
+                        bin: bin.clone(),
+                        loss: *loss as f64,
+                        accuracy: *accuracy as f64,
+                    };
+                    match evals.last_mut() {
+                        Some(last) if last.step == *step => last.bins.push(value),
+                        _ => evals.push(EvalPoint {
+                            step: *step,
+                            bins: vec![value],
+                        }),
+                    }
+                }
+            }
+        }
+        Self {
+            variant: variant.to_string(),
+            seed: run.train.seed,
+            run,
+            seconds,
+            resumed_at_step,
+            train_loss,
+            evals,
+        }
+    }
+
+    /// The final evaluation's value of `bin`, if that bin was evaluated.
+    pub fn final_bin(&self, bin: &str) -> Option<&BinValue> {
+        self.evals.last()?.bins.iter().find(|b| b.bin == bin)
+    }
+
+    /// Writes the result atomically: a run killed while writing it leaves no result, so it is
+    /// run again rather than half-read.
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let text = serde_json::to_string_pretty(self).expect("a result serializes");
+        crate::checkpoint::write_atomically(path, text.as_bytes())
+    }
+
+    /// Reads a result; `None` when there is none or it does not parse (a run to do again).
+    pub fn read(path: &Path) -> Option<Self> {
+        let text = std::fs::read_to_string(path).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// Reads a result that must be there (for reports).
+    pub fn load(path: &Path) -> Result<Self> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
+        serde_json::from_str(&text).map_err(|e| Error::Input(format!("{}: {e}", path.display())))
+    }
+}

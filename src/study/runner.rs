@@ -1,0 +1,253 @@
+//! Running a study's runs: which are already done, in what order the rest go (a warm start after
+//! its source), how many at once, and how an interrupted run continues.
+//!
+//! A run is done when its `result.json` exists, parses, and was made with the run config planned
+//! now (outputs aside); it is then not run again. A run killed halfway continues from its last
+//! checkpoint (saved at every evaluation) with [`Trainer::resume`], which on the CPU backend
+//! reproduces the uninterrupted run exactly; a checkpoint made with another config is ignored and
+//! the run starts over. The first run that fails stops the study: runs already going finish, no
+//! new one starts, and the error names the run.
+
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::{Condvar, Mutex};
+use std::time::Instant;
+
+use super::results::RunResult;
+use super::spec::Study;
+use crate::backend::Backend;
+use crate::checkpoint::Checkpoint;
+use crate::error::{Error, Result};
+use crate::train::{MetricsLog, Progress, RunConfig, StepStats, Trainer, fit, saved_run};
+
+/// One variant × seed, where it writes, and whether it is already done.
+#[derive(Clone, Debug)]
+pub struct RunPlan {
+    pub variant: String,
+    pub seed: u64,
+    pub dir: PathBuf,
+    pub run: RunConfig,
+    /// The checkpoint to warm-start from: the source variant's run with the same seed.
+    pub warm_start: Option<PathBuf>,
+    /// Its finished result, when one with this plan's config exists.
+    pub done: Option<RunResult>,
+    /// A result exists but was made with another config; it will be replaced.
+    pub stale: bool,
+}
+
+impl RunPlan {
+    pub fn result_path(&self) -> PathBuf {
+        self.dir.join("result.json")
+    }
+
+    pub fn steps(&self) -> usize {
+        self.run.train.steps
+    }
+
+    /// Where the run's last checkpoint is.
+    pub fn checkpoint(&self) -> &Path {
+        self.run
+            .train
+            .checkpoint
+            .as_deref()
+            .expect("a study run has a checkpoint")
+    }
+}
+
+/// Every run of `study` with outputs under `out`: variants in dependency order, seeds in the
+/// study's order, each marked done when its result is there.
+pub fn plan_runs(study: &Study, out: &Path) -> Vec<RunPlan> {
+    let dir = |variant: &str, seed: u64| out.join("runs").join(variant).join(format!("seed{seed}"));
+    let mut plans = Vec::new();
+    for v in &study.variants {
+        for &seed in &study.seeds {
+            let run_dir = dir(&v.name, seed);
+            let run = v.run_for(seed, &run_dir);
+            let warm_start = v
+                .warm_start
+                .as_ref()
+                .map(|source| dir(source, seed).join("model.safetensors"));
+            let existing = RunResult::read(&run_dir.join("result.json"));
+            let stale = existing.as_ref().is_some_and(|r| !same_run(&r.run, &run));
+            let done = existing.filter(|r| same_run(&r.run, &run) && r.variant == v.name);
+            plans.push(RunPlan {
+                variant: v.name.clone(),
+                seed,
+                dir: run_dir,
+                run,
+                warm_start,
+                done,
+                stale,
+            });
+        }
+    }
+    plans
+}
+
+/// Whether two runs are the same but for where they write.
+fn same_run(a: &RunConfig, b: &RunConfig) -> bool {
+    let strip = |r: &RunConfig| {
+        let mut r = r.clone();
+        r.train.checkpoint = None;
+        r.train.metrics = None;
+        r
+    };
+    strip(a) == strip(b)
+}
+
+/// Hears about the study as it goes, from every worker thread.
+pub trait StudyProgress: Sync {
+    /// A run begins, at `step` (above 0 when resumed from its checkpoint).
+    fn started(&self, _plan: &RunPlan, _step: usize) {}
+    fn step(&self, _plan: &RunPlan, _stats: &StepStats) {}
+    fn finished(&self, _plan: &RunPlan, _result: &RunResult) {}
+}
+
+/// Makes a backend for one worker thread (a backend is `Rc`, so each thread needs its own).
+pub type BackendFactory<'a> = dyn Fn() -> Result<Rc<dyn Backend>> + Sync + 'a;
+
+struct Queue {
+    /// Indices into the plans of runs not yet started.
+    pending: Vec<usize>,
+    finished: Vec<Option<RunResult>>,
+    running: usize,
+    error: Option<Error>,
+}
+
+/// Runs every plan that is not done, `jobs` at a time, and returns every result in plan order.
+pub fn run_study(
+    plans: &[RunPlan],
+    jobs: usize,
+    backend: &BackendFactory,
+    progress: &dyn StudyProgress,
+) -> Result<Vec<RunResult>> {
+    let queue = Mutex::new(Queue {
+        pending: (0..plans.len()).filter(|&i| plans[i].done.is_none()).collect(),
+        finished: plans.iter().map(|p| p.done.clone()).collect(),
+        running: 0,
+        error: None,
+    });
+    let wake = Condvar::new();
+    let workers = jobs.clamp(1, plans.len().max(1));
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| work(plans, backend, progress, &queue, &wake));
+        }
+    });
+    let queue = queue.into_inner().expect("no worker panicked");
+    if let Some(e) = queue.error {
+        return Err(e);
+    }
+    Ok(queue.finished.into_iter().flatten().collect())
+}
+
+/// One worker: takes the first pending run whose warm-start source is finished, runs it, repeats.
+fn work(
+    plans: &[RunPlan],
+    backend: &BackendFactory,
+    progress: &dyn StudyProgress,
+    queue: &Mutex<Queue>,
+    wake: &Condvar,
+) {
+    let mut backend_here: Option<Rc<dyn Backend>> = None;
+    loop {
+        let index = {
+            let mut q = queue.lock().expect("no worker panicked");
+            loop {
+                if q.error.is_some() || q.pending.is_empty() {
+                    return;
+                }
+                let ready = q
+                    .pending
+                    .iter()
+                    .position(|&i| source_finished(plans, &q.finished, i));
+                if let Some(at) = ready {
+                    q.running += 1;
+                    break q.pending.remove(at);
+                }
+                if q.running == 0 {
+                    // Cannot happen for a checked study (its warm starts form no cycle).
+                    q.error = Some(Error::Input(
+                        "study: no run can start; its warm starts wait on each other".into(),
+                    ));
+                    wake.notify_all();
+                    return;
+                }
+                q = wake.wait(q).expect("no worker panicked");
+            }
+        };
+        let plan = &plans[index];
+        let outcome = match &backend_here {
+            Some(b) => Ok(b.clone()),
+            None => backend(),
+        }
+        .and_then(|b| {
+            backend_here = Some(b.clone());
+            run_one(plan, b, progress)
+        });
+        let mut q = queue.lock().expect("no worker panicked");
+        q.running -= 1;
+        match outcome {
+            Ok(result) => q.finished[index] = Some(result),
+            Err(e) => {
+                let e = Error::Input(format!("run {}/seed{}: {e}", plan.variant, plan.seed));
+                q.error.get_or_insert(e);
+            }
+        }
+        wake.notify_all();
+    }
+}
+
+fn source_finished(plans: &[RunPlan], finished: &[Option<RunResult>], index: usize) -> bool {
+    let plan = &plans[index];
+    let Some(source) = &plan.warm_start else {
+        return true;
+    };
+    plans
+        .iter()
+        .zip(finished)
+        .any(|(p, f)| p.checkpoint() == source && f.is_some())
+}
+
+/// Forwards a run's steps to the study's progress.
+struct Forward<'a> {
+    plan: &'a RunPlan,
+    progress: &'a dyn StudyProgress,
+}
+
+impl Progress for Forward<'_> {
+    fn step(&mut self, stats: &StepStats, _tokens_per_s: f64) {
+        self.progress.step(self.plan, stats);
+    }
+}
+
+/// Runs one plan to its end (resuming its checkpoint where it fits) and writes its result.
+fn run_one(plan: &RunPlan, backend: Rc<dyn Backend>, progress: &dyn StudyProgress) -> Result<RunResult> {
+    std::fs::create_dir_all(&plan.dir)
+        .map_err(|e| Error::Input(format!("cannot create {}: {e}", plan.dir.display())))?;
+    let resumable = Checkpoint::load(plan.checkpoint()).ok().filter(|c| {
+        saved_run(c.metadata()).is_ok_and(|saved| same_run(&saved, &plan.run))
+            && c.metadata().training.step as usize <= plan.steps()
+    });
+    let mut trainer = match (resumable, &plan.warm_start) {
+        (Some(checkpoint), _) => Trainer::resume(backend, plan.run.clone(), &checkpoint)?,
+        (None, Some(source)) => Trainer::warm_start(backend, plan.run.clone(), &Checkpoint::load(source)?)?.0,
+        (None, None) => Trainer::new(backend, plan.run.clone())?,
+    };
+    let resumed_at = (trainer.step() > 0).then_some(trainer.step());
+    progress.started(plan, trainer.step());
+    let start = Instant::now();
+    fit(&mut trainer, &mut Forward { plan, progress })?;
+    let seconds = start.elapsed().as_secs_f64();
+    let metrics = plan
+        .run
+        .train
+        .metrics
+        .as_deref()
+        .expect("a study run has a metrics log");
+    let records = MetricsLog::read(metrics)?;
+    let result = RunResult::from_log(&plan.variant, plan.run.clone(), &records, seconds, resumed_at);
+    result.write(&plan.result_path())?;
+    progress.finished(plan, &result);
+    Ok(result)
+}

@@ -1,0 +1,286 @@
+//! A study file read and checked in full: every variant's run config built and validated, the
+//! warm-start order found, every claim checked, before a single step runs.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::claims::ClaimSpec;
+use super::overrides::{self, STUDY_OWNED};
+use crate::data::LengthBins;
+use crate::error::{Error, Result};
+use crate::train::{RunConfig, Task};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StudyFile {
+    study: Header,
+    base: toml::Table,
+    #[serde(default, rename = "variant")]
+    variants: Vec<VariantFile>,
+    #[serde(default, rename = "claim")]
+    claims: Vec<ClaimSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Header {
+    name: String,
+    #[serde(default)]
+    description: String,
+    seeds: Vec<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VariantFile {
+    name: String,
+    label: Option<String>,
+    #[serde(default)]
+    set: toml::Table,
+    warm_start: Option<String>,
+}
+
+/// One variant, ready to run with any seed.
+#[derive(Clone, Debug)]
+pub struct Variant {
+    pub name: String,
+    pub label: Option<String>,
+    /// The overrides as written, for the report.
+    pub set: toml::Table,
+    pub warm_start: Option<String>,
+    /// The base with the overrides; seed 0 and no outputs until [`Variant::run_for`].
+    pub run: RunConfig,
+    /// The length bins its evaluations will report, shortest first.
+    pub bins: Vec<String>,
+}
+
+impl Variant {
+    /// Its label, or its name where it has none.
+    pub fn label(&self) -> &str {
+        self.label.as_deref().unwrap_or(&self.name)
+    }
+
+    /// The run for `seed`, writing its checkpoint and metrics into `dir`.
+    pub fn run_for(&self, seed: u64, dir: &Path) -> RunConfig {
+        let mut run = self.run.clone();
+        run.train.seed = seed;
+        run.train.checkpoint = Some(dir.join("model.safetensors"));
+        run.train.metrics = Some(dir.join("metrics.jsonl"));
+        run
+    }
+}
+
+/// A whole study, checked.
+#[derive(Clone, Debug)]
+pub struct Study {
+    pub name: String,
+    pub description: String,
+    pub seeds: Vec<u64>,
+    pub base: RunConfig,
+    /// In an order that runs every warm start's source before it.
+    pub variants: Vec<Variant>,
+    pub claims: Vec<ClaimSpec>,
+}
+
+impl Study {
+    /// Reads a study file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Input(format!("study {}: cannot be read ({e})", path.display())))?;
+        Self::from_toml(&text, &path.display().to_string())
+    }
+
+    /// Parses and checks a study; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Self> {
+        let file: StudyFile = toml::from_str(text).map_err(|e| Error::Input(format!("{origin}: {e}")))?;
+        let err = |msg: String| Error::Input(format!("{origin}: {msg}"));
+        let header = file.study;
+        check_identifier(&header.name).map_err(|why| err(format!("[study] name: {why}")))?;
+        if header.seeds.is_empty() {
+            return Err(err(
+                "[study] seeds is empty; give at least one, e.g. seeds = [0, 1, 2]".into(),
+            ));
+        }
+        if let Some(seed) = duplicate(&header.seeds) {
+            return Err(err(format!("[study] seeds: {seed} is listed twice")));
+        }
+        for key in STUDY_OWNED {
+            let (section, leaf) = key.split_once('.').expect("a dotted key");
+            if file.base.get(section).and_then(|s| s.get(leaf)).is_some() {
+                return Err(err(format!(
+                    "[base.{section}] {leaf}: the study sets each run's {leaf} itself (outputs under \
+                     OUT/runs/<variant>/seed<k>/, seeds from [study] seeds); remove it"
+                )));
+            }
+        }
+        let base = RunConfig::from_table(file.base.clone(), &format!("{origin}: [base]"))?;
+        if file.variants.is_empty() {
+            return Err(err("no [[variant]]; a study needs at least one".into()));
+        }
+        let mut variants = Vec::with_capacity(file.variants.len());
+        for v in file.variants {
+            check_identifier(&v.name)
+                .map_err(|why| err(format!("[[variant]] name \"{}\": {why}", v.name)))?;
+            if variants.iter().any(|o: &Variant| o.name == v.name) {
+                return Err(err(format!("two variants are named `{}`", v.name)));
+            }
+            let run = variant_run(&file.base, &v.set, &v.name).map_err(|e| err(e.to_string()))?;
+            let bins = eval_bins(&run).map_err(|e| err(format!("variant `{}`: {e}", v.name)))?;
+            variants.push(Variant {
+                name: v.name,
+                label: v.label,
+                set: v.set,
+                warm_start: v.warm_start,
+                run,
+                bins,
+            });
+        }
+        let variants = dependency_order(variants).map_err(err)?;
+        for claim in &file.claims {
+            check_claim(claim, &variants).map_err(|why| err(format!("claim `{}`: {why}", claim.name())))?;
+        }
+        Ok(Self {
+            name: header.name,
+            description: header.description,
+            seeds: header.seeds,
+            base,
+            variants,
+            claims: file.claims,
+        })
+    }
+
+    pub fn variant(&self, name: &str) -> Option<&Variant> {
+        self.variants.iter().find(|v| v.name == name)
+    }
+}
+
+/// The base with `set` applied, as a validated run. When the whole fails, the first override that
+/// fails on its own is named; otherwise the variant and every key it sets.
+fn variant_run(base: &toml::Table, set: &toml::Table, name: &str) -> Result<RunConfig> {
+    let table = overrides::apply(base, set, name)?;
+    let keys: Vec<&str> = set.keys().map(String::as_str).collect();
+    RunConfig::from_table(table, &format!("variant `{name}`")).map_err(|whole| {
+        for (key, value) in set {
+            let one: toml::Table = [(key.clone(), value.clone())].into_iter().collect();
+            let alone = overrides::apply(base, &one, name).and_then(|t| RunConfig::from_table(t, ""));
+            if let Err(e) = alone {
+                let why = e.to_string();
+                let why = why.strip_prefix(": ").unwrap_or(&why);
+                return Error::Input(format!("variant `{name}`: set \"{key}\": {why}"));
+            }
+        }
+        Error::Input(format!("{whole} (the variant sets {})", keys.join(", ")))
+    })
+}
+
+/// The bins a run's evaluation reports: the length bins of the rows its evaluation sets hold.
+fn eval_bins(run: &RunConfig) -> Result<Vec<String>> {
+    let t = &run.train;
+    let task = Task::load(&run.data)?;
+    let mut bins = BTreeSet::new();
+    for set in task.eval_sets(&t.eval_lengths, t.batch, t.eval_batches) {
+        for batch in set.batches.iter().flatten() {
+            for &len in batch.lengths() {
+                bins.insert(LengthBins::bin_of(len));
+            }
+        }
+    }
+    Ok(bins
+        .into_iter()
+        .map(|bin| {
+            let lengths = LengthBins::bin_lengths(bin);
+            format!("{}-{}", lengths.start(), lengths.end())
+        })
+        .collect())
+}
+
+/// Orders variants so that each comes after the one it warm-starts from (otherwise keeping the
+/// file's order); an unknown name or a cycle is an error.
+fn dependency_order(mut pending: Vec<Variant>) -> std::result::Result<Vec<Variant>, String> {
+    for v in &pending {
+        if let Some(source) = &v.warm_start
+            && !pending.iter().any(|o| &o.name == source)
+        {
+            return Err(format!(
+                "variant `{}`: warm_start \"{source}\" is not a variant of this study",
+                v.name
+            ));
+        }
+    }
+    let mut ordered: Vec<Variant> = Vec::with_capacity(pending.len());
+    while !pending.is_empty() {
+        let ready = pending.iter().position(|v| {
+            v.warm_start
+                .as_ref()
+                .is_none_or(|source| ordered.iter().any(|o| &o.name == source))
+        });
+        match ready {
+            Some(i) => ordered.push(pending.remove(i)),
+            None => {
+                let names: Vec<&str> = pending.iter().map(|v| v.name.as_str()).collect();
+                return Err(format!(
+                    "the warm starts of variants {} form a cycle",
+                    names.join(", ")
+                ));
+            }
+        }
+    }
+    Ok(ordered)
+}
+
+fn check_claim(claim: &ClaimSpec, variants: &[Variant]) -> std::result::Result<(), String> {
+    if let ClaimSpec::Order { order, .. } = claim
+        && order.len() < 2
+    {
+        return Err("order needs at least two variants".into());
+    }
+    if let Some(dup) = duplicate(&claim.variants()) {
+        return Err(format!("names variant `{dup}` twice"));
+    }
+    for name in claim.variants() {
+        let Some(variant) = variants.iter().find(|v| v.name == name) else {
+            let known: Vec<&str> = variants.iter().map(|v| v.name.as_str()).collect();
+            return Err(format!(
+                "names variant `{name}`, which the study does not have (it has {})",
+                known.join(", ")
+            ));
+        };
+        if !variant.bins.iter().any(|b| b == claim.bin()) {
+            return Err(format!(
+                "bin \"{}\" is not among the length bins variant `{name}` evaluates ({}); bins are \
+                 labelled as in the metrics log",
+                claim.bin(),
+                variant.bins.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Names become directory names: letters, digits, `_` and `-` only.
+fn check_identifier(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() {
+        return Err("is empty".into());
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+    {
+        return Err(format!("`{c}` is not allowed; use letters, digits, _ and -"));
+    }
+    Ok(())
+}
+
+fn duplicate<T: PartialEq + Copy>(items: &[T]) -> Option<T> {
+    items
+        .iter()
+        .enumerate()
+        .find(|(i, a)| items[..*i].contains(a))
+        .map(|(_, a)| *a)
+}
+
+#[cfg(test)]
+#[path = "spec_tests.rs"]
+mod tests;

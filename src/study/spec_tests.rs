@@ -1,0 +1,182 @@
+use super::Study;
+use crate::model::PosEnc;
+
+/// A tiny copy-task study; `rest` adds variants and claims.
+fn study(rest: &str) -> String {
+    format!(
+        r#"
+[study]
+name = "tiny"
+seeds = [0, 1]
+
+[base]
+data = {{ task = "copy", min_len = 1, max_len = 4 }}
+[base.model]
+d_model = 16
+heads = 2
+layers = 1
+ffn = 32
+max_len = 64
+kind = {{ type = "causal_lm" }}
+posenc = {{ type = "relative", buckets = 8, max_distance = 16 }}
+[base.train]
+steps = 4
+batch = 4
+lr = 3e-3
+eval_lengths = [10, 34]
+
+{rest}
+"#
+    )
+}
+
+const TWO: &str = r#"
+[[variant]]
+name = "relative"
+
+[[variant]]
+name = "learned"
+label = "learned table"
+set = { "model.posenc" = { type = "learned" }, "train.steps" = 6 }
+"#;
+
+fn refused(rest: &str) -> String {
+    Study::from_toml(&study(rest), "tiny.toml")
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn variants_are_built_from_the_base_and_their_overrides() {
+    let s = Study::from_toml(
+        &study(&format!(
+            r#"{TWO}
+[[claim]]
+name = "c"
+text = "relative beats learned at 33-64"
+kind = "order"
+metric = "accuracy"
+bin = "33-64"
+order = ["relative", "learned"]
+"#
+        )),
+        "tiny.toml",
+    )
+    .unwrap();
+    assert_eq!(s.seeds, vec![0, 1]);
+    let [relative, learned] = &s.variants[..] else {
+        panic!()
+    };
+    assert_eq!(relative.run, s.base);
+    assert_eq!(learned.run.model.posenc, PosEnc::Learned);
+    assert_eq!((learned.run.train.steps, learned.run.model.d_model), (6, 16));
+    assert_eq!(learned.label(), "learned table");
+    assert_eq!(relative.bins, vec!["1-32", "33-64"]);
+    let run = learned.run_for(1, std::path::Path::new("out/runs/learned/seed1"));
+    assert_eq!(run.train.seed, 1);
+    assert_eq!(
+        run.train.checkpoint.unwrap(),
+        std::path::Path::new("out/runs/learned/seed1/model.safetensors")
+    );
+}
+
+#[test]
+fn warm_starts_run_after_their_source() {
+    let s = Study::from_toml(
+        &study(
+            r#"
+[[variant]]
+name = "second"
+warm_start = "first"
+[[variant]]
+name = "first"
+"#,
+        ),
+        "tiny.toml",
+    )
+    .unwrap();
+    let names: Vec<&str> = s.variants.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(names, ["first", "second"]);
+}
+
+#[test]
+fn bad_variants_are_refused_naming_the_variant_and_the_key() {
+    for (rest, says) in [
+        ("[[variant]]\nname = \"a\"\nsett = {}", "unknown field `sett`"),
+        (
+            "[[variant]]\nname = \"a\"\nset = { \"train.stepz\" = 3 }",
+            "variant `a`: set \"train.stepz\": unknown field `stepz`",
+        ),
+        (
+            "[[variant]]\nname = \"a\"\nset = { \"model.posenc\" = { type = \"wavy\" } }",
+            "variant `a`: set \"model.posenc\"",
+        ),
+        (
+            "[[variant]]\nname = \"a\"\nset = { \"data.nope.x\" = 1 }",
+            "variant `a`: set \"data.nope.x\": \"data.nope\" is not in [base]",
+        ),
+        (
+            "[[variant]]\nname = \"a\"\n[[variant]]\nname = \"a\"",
+            "two variants are named `a`",
+        ),
+        ("[[variant]]\nname = \"a b\"", "` ` is not allowed"),
+        (
+            "[[variant]]\nname = \"a\"\nwarm_start = \"b\"",
+            "warm_start \"b\" is not a variant",
+        ),
+        (
+            "[[variant]]\nname = \"a\"\nwarm_start = \"b\"\n[[variant]]\nname = \"b\"\nwarm_start = \"a\"",
+            "form a cycle",
+        ),
+        ("", "no [[variant]]"),
+    ] {
+        let err = refused(rest);
+        assert!(err.starts_with("tiny.toml: "), "{err}");
+        assert!(err.contains(says), "{rest}: {err}");
+    }
+}
+
+#[test]
+fn outputs_and_seeds_in_the_base_are_refused() {
+    let text = study(TWO).replace("steps = 4", "steps = 4\ncheckpoint = \"x.safetensors\"");
+    let err = Study::from_toml(&text, "tiny.toml").unwrap_err().to_string();
+    assert!(err.contains("[base.train] checkpoint: the study sets"), "{err}");
+    let text = study(TWO).replace("seeds = [0, 1]", "seeds = [1, 1]");
+    let err = Study::from_toml(&text, "tiny.toml").unwrap_err().to_string();
+    assert!(err.contains("seeds: 1 is listed twice"), "{err}");
+}
+
+#[test]
+fn bad_claims_are_refused_naming_what_is_wrong() {
+    let claim = |body: &str| format!("{TWO}\n[[claim]]\nname = \"c\"\ntext = \"t\"\n{body}");
+    for (body, says) in [
+        (
+            "kind = \"order\"\nmetric = \"accuracy\"\nbin = \"33-64\"\norder = [\"relative\", \"floater\"]",
+            "claim `c`: names variant `floater`, which the study does not have (it has relative, learned)",
+        ),
+        (
+            "kind = \"order\"\nmetric = \"perplexity\"\nbin = \"33-64\"\norder = [\"relative\", \"learned\"]",
+            "unknown variant `perplexity`, expected `loss` or `accuracy`",
+        ),
+        (
+            "kind = \"order\"\nmetric = \"loss\"\nbin = \"65-128\"\norder = [\"relative\", \"learned\"]",
+            "claim `c`: bin \"65-128\" is not among the length bins variant `relative` evaluates (1-32, 33-64)",
+        ),
+        (
+            "kind = \"reaches\"\nmetric = \"loss\"\nbin = \"1-32\"\nvariant = \"relative\"\nbaseline = \"nope\"",
+            "claim `c`: names variant `nope`",
+        ),
+        (
+            "kind = \"order\"\nmetric = \"loss\"\nbin = \"1-32\"\norder = [\"relative\"]",
+            "order needs at least two variants",
+        ),
+        ("kind = \"better\"\nmetric = \"loss\"", "unknown variant `better`"),
+        (
+            "kind = \"order\"\nmetric = \"loss\"\nbin = \"1-32\"\norder = [\"relative\", \"learned\"]\nwhy = 1",
+            "unknown field `why`",
+        ),
+    ] {
+        let err = refused(&claim(body));
+        assert!(err.contains(says), "{body}: {err}");
+    }
+}

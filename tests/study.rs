@@ -1,0 +1,328 @@
+//! `posflow study` as a user runs it: a tiny copy-task study to the end (report, JSON, pictures),
+//! a study killed after its first run and started again, and bad studies refused before training.
+
+#[path = "common/binary.rs"]
+mod binary;
+#[path = "common/scratch.rs"]
+mod scratch_dir;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use binary::posflow_in;
+use scratch_dir::scratch;
+
+/// Two variants × two seeds of a 1-layer, d_model 16 copy model, `steps` steps each.
+fn tiny_study(steps: usize) -> String {
+    tiny_study_with(steps, "")
+}
+
+/// The tiny study with more `[[variant]]`s listed `first`.
+fn tiny_study_with(steps: usize, first: &str) -> String {
+    format!(
+        r#"
+[study]
+name = "tiny"
+description = "Does a relative bias copy longer strings than a learned table?"
+seeds = [0, 1]
+
+[base]
+data = {{ task = "copy", min_len = 1, max_len = 4 }}
+[base.model]
+d_model = 16
+heads = 2
+layers = 1
+ffn = 32
+max_len = 64
+kind = {{ type = "causal_lm" }}
+posenc = {{ type = "relative", buckets = 8, max_distance = 16 }}
+[base.train]
+steps = {steps}
+batch = 8
+lr = 1e-2
+eval_every = 5
+eval_lengths = [10, 34]
+eval_batches = 1
+{first}
+[[variant]]
+name = "relative"
+label = "T5 relative"
+
+[[variant]]
+name = "learned"
+label = "learned table"
+set = {{ "model.posenc" = {{ type = "learned" }} }}
+
+[[claim]]
+name = "extrapolates"
+text = "relative > learned in accuracy past the training length"
+kind = "order"
+metric = "accuracy"
+bin = "33-64"
+order = ["relative", "learned"]
+
+[[claim]]
+name = "sooner"
+text = "relative reaches learned's final loss sooner"
+kind = "reaches"
+metric = "loss"
+bin = "1-32"
+variant = "relative"
+baseline = "learned"
+"#
+    )
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn a_study_runs_every_variant_and_seed_and_reports() {
+    let dir = scratch("study", "full");
+    // Listed first, the warm start still runs after its source, on either of the two threads.
+    let warm = "[[variant]]\nname = \"warm\"\nset = { \"train.lr\" = 1e-3 }\nwarm_start = \"learned\"\n";
+    std::fs::write(dir.join("tiny.toml"), tiny_study_with(10, warm)).unwrap();
+    let o = posflow_in(&dir, &["--device", "cpu", "study", "tiny.toml", "--jobs", "2"]);
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}", text(&o.stderr));
+    assert!(
+        out.contains("study tiny: 3 variants × 2 seeds = 6 runs, 60 steps in all"),
+        "{out}"
+    );
+    assert!(out.contains("0 of 6 runs already done, 6 to run"), "{out}");
+    // Not a terminal: a progress line every 5% of the steps.
+    assert!(out.contains("study: 50% (30/60 steps)"), "{out}");
+    for seed in [0, 1] {
+        let source = out.find(&format!("run learned/seed{seed}: done")).unwrap();
+        let warm = out.find(&format!("run warm/seed{seed}: started, warm")).unwrap();
+        assert!(source < warm, "{out}");
+    }
+
+    let root = dir.join("runs/studies/tiny");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("study.json")).unwrap()).unwrap();
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 6);
+    let variants: Vec<&str> = json["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(variants, ["relative", "learned", "warm"]);
+    assert_eq!(json["summary"]["bins"], serde_json::json!(["1-32", "33-64"]));
+    assert_eq!(json["summary"]["train_len"], 10);
+
+    // The summary's means are the means of the runs' final values.
+    for (i, variant) in ["relative", "learned"].iter().enumerate() {
+        let finals: Vec<f64> = runs
+            .iter()
+            .filter(|r| r["variant"] == *variant)
+            .map(|r| {
+                let last = r["evals"].as_array().unwrap().last().unwrap();
+                assert_eq!(last["step"], 10);
+                let bin = last["bins"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|b| b["bin"] == "33-64")
+                    .unwrap();
+                bin["accuracy"].as_f64().unwrap()
+            })
+            .collect();
+        assert_eq!(finals.len(), 2);
+        assert!(finals.iter().all(|a| (0.0..=1.0).contains(a)), "{finals:?}");
+        let summary = &json["summary"]["variants"][i]["bins"][1]["accuracy"];
+        let mean = (finals[0] + finals[1]) / 2.0;
+        assert!(
+            (summary["mean"].as_f64().unwrap() - mean).abs() < 1e-9,
+            "{summary} vs {finals:?}"
+        );
+        let sd = (finals[0] - finals[1]).abs() / 2f64.sqrt();
+        assert!(
+            (summary["sd"].as_f64().unwrap() - sd).abs() < 1e-9,
+            "{summary} vs {finals:?}"
+        );
+        assert_eq!(summary["n"], 2);
+    }
+    let claims = json["summary"]["claims"].as_array().unwrap();
+    assert_eq!(claims.len(), 2);
+    for claim in claims {
+        assert!(
+            ["holds", "not shown"].contains(&claim["verdict"].as_str().unwrap()),
+            "{claim}"
+        );
+    }
+    assert_eq!(claims[0]["measured"]["pairs"][0]["better"], "relative");
+    assert_eq!(claims[1]["measured"]["baseline_steps"], 10);
+
+    let md = std::fs::read_to_string(root.join("study.md")).unwrap();
+    for part in [
+        "# Study: tiny",
+        "Does a relative bias copy longer strings",
+        "| learned | learned table | `model.posenc = { type = \"learned\" }` | — |",
+        "| warm | warm | `train.lr = 0.001` | learned |",
+        "| variant | 1-32 | 33-64 ‡ |",
+        "| T5 relative | ",
+        "- **extrapolates** — relative > learned",
+        "Expected, by final accuracy in bin 33-64: T5 relative > learned table",
+        "- **sooner** — ",
+        "**Verdict: ",
+        "![",
+        "(training_loss.svg)",
+    ] {
+        assert!(md.contains(part), "{part:?} not in\n{md}");
+    }
+    for picture in ["training_loss.svg", "length_accuracy.svg", "length_loss.svg"] {
+        let svg = std::fs::read_to_string(root.join(picture)).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("T5 relative") && svg.contains("learned table"),
+            "{picture}"
+        );
+    }
+    let accuracy = std::fs::read_to_string(root.join("length_accuracy.svg")).unwrap();
+    assert!(accuracy.contains("past the training length (10 tokens)"));
+    for run in [
+        "relative/seed0",
+        "relative/seed1",
+        "learned/seed0",
+        "learned/seed1",
+    ] {
+        for file in ["result.json", "metrics.jsonl", "model.safetensors"] {
+            assert!(root.join("runs").join(run).join(file).is_file(), "{run}/{file}");
+        }
+    }
+}
+
+#[test]
+fn a_killed_study_runs_only_what_is_missing() {
+    let dir = scratch("study", "resume");
+    std::fs::write(dir.join("tiny.toml"), tiny_study(150)).unwrap();
+    let log = std::fs::File::create(dir.join("first.log")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_posflow"))
+        .args(["--device", "cpu", "study", "tiny.toml"])
+        .current_dir(&dir)
+        .env_remove("POSFLOW_DEVICE")
+        .stdout(log)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let runs = dir.join("runs/studies/tiny/runs");
+    let first = runs.join("relative/seed0/result.json");
+    let start = Instant::now();
+    while !first.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "the first run never finished"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "the study ended early");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let results = |dir: &Path| {
+        [
+            "relative/seed0",
+            "relative/seed1",
+            "learned/seed0",
+            "learned/seed1",
+        ]
+        .iter()
+        .filter(|run| dir.join(run).join("result.json").exists())
+        .count()
+    };
+    let done = results(&runs);
+    assert!((1..4).contains(&done), "{done} runs done when killed");
+    let bytes = std::fs::read(&first).unwrap();
+    let modified = std::fs::metadata(&first).unwrap().modified().unwrap();
+
+    let o = posflow_in(&dir, &["--device", "cpu", "study", "tiny.toml"]);
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}", text(&o.stderr));
+    assert!(
+        out.contains(&format!("{done} of 4 runs already done, {} to run", 4 - done)),
+        "{out}"
+    );
+    let ran = out
+        .lines()
+        .filter(|l| l.contains(": started") || l.contains(": resumed"))
+        .count();
+    assert_eq!(ran, 4 - done, "{out}");
+    assert!(!out.contains("run relative/seed0:"), "{out}");
+    assert_eq!(std::fs::read(&first).unwrap(), bytes);
+    assert_eq!(std::fs::metadata(&first).unwrap().modified().unwrap(), modified);
+    assert_eq!(results(&runs), 4);
+    let md = std::fs::read_to_string(dir.join("runs/studies/tiny/study.md")).unwrap();
+    assert!(md.contains("| T5 relative | "), "{md}");
+
+    // Done: a third start runs nothing and writes the same report.
+    let o = posflow_in(&dir, &["--device", "cpu", "study", "tiny.toml"]);
+    assert!(
+        text(&o.stdout).contains("4 of 4 runs already done, 0 to run"),
+        "{}",
+        text(&o.stdout)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("runs/studies/tiny/study.md")).unwrap(),
+        md
+    );
+}
+
+#[test]
+fn bad_studies_are_refused_before_anything_runs() {
+    let dir = scratch("study", "refused");
+    for (name, change, says) in [
+        (
+            "key",
+            (
+                "\"model.posenc\" = { type = \"learned\" }",
+                "\"model.posenk\" = { type = \"learned\" }",
+            ),
+            "variant `learned`: set \"model.posenk\"",
+        ),
+        (
+            "claim",
+            (
+                "order = [\"relative\", \"learned\"]",
+                "order = [\"relative\", \"floater\"]",
+            ),
+            "claim `extrapolates`: names variant `floater`",
+        ),
+        (
+            "metric",
+            ("metric = \"loss\"", "metric = \"perplexity\""),
+            "unknown variant `perplexity`",
+        ),
+        (
+            "bin",
+            ("bin = \"33-64\"", "bin = \"65-128\""),
+            "bin \"65-128\" is not among the length bins",
+        ),
+    ] {
+        let file = format!("{name}.toml");
+        std::fs::write(dir.join(&file), tiny_study(10).replace(change.0, change.1)).unwrap();
+        let o = posflow_in(&dir, &["--device", "cpu", "study", &file]);
+        assert!(!o.status.success());
+        let err = text(&o.stderr);
+        assert!(
+            err.contains(&format!("error: {file}: ")) && err.contains(says),
+            "{name}: {err}"
+        );
+        assert!(!dir.join("runs").exists(), "{name}: something ran");
+    }
+    // A dry run checks and lists, and trains nothing.
+    std::fs::write(dir.join("good.toml"), tiny_study(10)).unwrap();
+    let o = posflow_in(&dir, &["study", "good.toml", "--dry-run", "--out", "elsewhere"]);
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        out.contains("learned          10 steps: model.posenc = { type = \"learned\" }"),
+        "{out}"
+    );
+    assert!(
+        out.contains("into elsewhere") && !dir.join("elsewhere").exists(),
+        "{out}"
+    );
+}
