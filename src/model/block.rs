@@ -57,10 +57,9 @@ impl Linear {
         outputs: usize,
         weight_init: Init,
     ) -> Result<Self> {
-        Ok(Self {
-            weight: g.param(&format!("{prefix}.weight"), &[inputs, outputs], weight_init)?,
-            bias: Some(g.param(&format!("{prefix}.bias"), &[outputs], Init::Zeros)?),
-        })
+        let mut linear = Self::declare_without_bias(g, prefix, inputs, outputs, weight_init)?;
+        linear.bias = Some(g.param(&format!("{prefix}.bias"), &[outputs], Init::Zeros)?);
+        Ok(linear)
     }
 
     /// Declares `{prefix}.weight` only.
