@@ -175,7 +175,12 @@ fn a_study_runs_every_variant_and_seed_and_reports() {
     ] {
         assert!(md.contains(part), "{part:?} not in\n{md}");
     }
-    for picture in ["training_loss.svg", "length_accuracy.svg", "length_loss.svg"] {
+    for picture in [
+        "training_loss.svg",
+        "eval_loss.svg",
+        "length_accuracy.svg",
+        "length_loss.svg",
+    ] {
         let svg = std::fs::read_to_string(root.join(picture)).unwrap();
         assert!(
             svg.starts_with("<svg") && svg.contains("T5 relative") && svg.contains("learned table"),

@@ -1,6 +1,6 @@
-//! The study's pictures, as SVG (no fonts needed; they render on GitHub): training curves per
-//! variant with a band over the seeds, and loss and accuracy per length bin with error bars and
-//! the lengths past training shaded.
+//! The study's pictures, as SVG (no fonts needed; they render on GitHub): training curves and
+//! validation loss at every evaluation per variant with a band over the seeds, and loss and
+//! accuracy per length bin with error bars and the lengths past training shaded.
 
 use std::path::Path;
 
@@ -9,7 +9,7 @@ use plotters::prelude::*;
 use super::claims::Metric;
 use super::results::RunResult;
 use super::spec::Study;
-use super::summary::{StudySummary, bin_start};
+use super::summary::{Spread, StudySummary, bin_start};
 use crate::error::{Error, Result};
 
 type Drawn = std::result::Result<(), Box<dyn std::error::Error>>;
@@ -64,6 +64,16 @@ pub fn write_pictures(
         "Training loss per step (moving average), mean over seeds with a min–max band".into(),
         training_loss(&out.join(file), study, results),
     )?;
+    if let Some(bin) = summary.bins.first() {
+        let file = "eval_loss.svg";
+        draw(
+            file,
+            format!(
+                "Validation loss at {bin} tokens at every evaluation, mean over seeds with a min–max band"
+            ),
+            eval_loss(&out.join(file), study, results, bin),
+        )?;
+    }
     if !summary.bins.is_empty() {
         for metric in [Metric::Accuracy, Metric::Loss] {
             let file = format!("length_{}.svg", metric.name());
@@ -126,6 +136,57 @@ fn training_loss(path: &Path, study: &Study, results: &[RunResult]) -> Drawn {
             (i, v.label(), band(&runs, v.run.train.steps))
         })
         .collect();
+    let title = format!(
+        "{}: training loss (mean of {}, band min–max)",
+        study.name,
+        seeds(study)
+    );
+    curves(path, study, &title, "training loss, nats/token", &bands)
+}
+
+/// Per evaluation of one variant: (step, mean, min, max) over its seeds' loss in `bin`.
+fn eval_band(runs: &[&RunResult], bin: &str) -> Band {
+    let mut steps: Vec<usize> = runs.iter().flat_map(|r| r.evals.iter().map(|e| e.step)).collect();
+    steps.sort_unstable();
+    steps.dedup();
+    steps
+        .into_iter()
+        .filter_map(|step| {
+            let values: Vec<f64> = runs
+                .iter()
+                .filter_map(|r| r.evals.iter().find(|e| e.step == step))
+                .filter_map(|e| e.bins.iter().find(|b| b.bin == bin))
+                .map(|b| b.loss)
+                .filter(|l| l.is_finite())
+                .collect();
+            let spread = Spread::of(&values)?;
+            Some((step as f64, spread.mean, spread.min, spread.max))
+        })
+        .collect()
+}
+
+/// The validation loss in `bin` at every evaluation: how fast each variant gets where.
+fn eval_loss(path: &Path, study: &Study, results: &[RunResult], bin: &str) -> Drawn {
+    let bands: Vec<(usize, &str, Band)> = study
+        .variants
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let runs: Vec<&RunResult> = results.iter().filter(|r| r.variant == v.name).collect();
+            (i, v.label(), eval_band(&runs, bin))
+        })
+        .collect();
+    let title = format!(
+        "{}: validation loss at {bin} tokens (mean of {}, band min–max)",
+        study.name,
+        seeds(study)
+    );
+    curves(path, study, &title, "validation loss, nats/token", &bands)
+}
+
+/// Draws one line per variant over the steps with its band, on a log axis when the values fall
+/// by orders of magnitude.
+fn curves(path: &Path, study: &Study, title: &str, y_desc: &str, bands: &[(usize, &str, Band)]) -> Drawn {
     let points = bands.iter().flat_map(|(_, _, b)| b.iter());
     let (lo, hi) = points.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
         (lo.min(p.2), hi.max(p.3))
@@ -149,14 +210,7 @@ fn training_loss(path: &Path, study: &Study, results: &[RunResult]) -> Drawn {
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "{}: training loss (mean of {}, band min–max)",
-                study.name,
-                seeds(study)
-            ),
-            (FONT, 22),
-        )
+        .caption(title, (FONT, 22))
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(64)
@@ -167,21 +221,22 @@ fn training_loss(path: &Path, study: &Study, results: &[RunResult]) -> Drawn {
         let decimals = (2.0 - loss.abs().log10().floor()).clamp(0.0, 8.0) as usize;
         format!("{loss:.decimals$}")
     };
+    let y_desc = if log {
+        format!("{y_desc} (log scale)")
+    } else {
+        y_desc.to_string()
+    };
     chart
         .configure_mesh()
         .x_desc("step")
-        .y_desc(if log {
-            "training loss, nats/token (log scale)"
-        } else {
-            "training loss, nats/token"
-        })
+        .y_desc(y_desc)
         .x_label_formatter(&|x| format!("{x:.0}"))
         .y_label_formatter(&loss_label)
         .light_line_style(BLACK.mix(0.03))
         .axis_desc_style((FONT, 16))
         .label_style((FONT, 13))
         .draw()?;
-    for (i, label, band) in &bands {
+    for (i, label, band) in bands {
         let c = colour(*i);
         let mut outline: Vec<(f64, f64)> = band.iter().map(|p| (p.0, y(p.3))).collect();
         outline.extend(band.iter().rev().map(|p| (p.0, y(p.2))));
