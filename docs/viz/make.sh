@@ -11,7 +11,7 @@ posflow=${CARGO_TARGET_DIR:-target}/release/posflow
 
 declare -A posencs=(
     [sinusoidal]='{ type = "sinusoidal" }'
-    [floater]='{ type = "floater", every_block = true, delta = 0.1, method = "midpoint", gradient = "backprop" }'
+    [floater]='{ type = "floater", form = "additive", every_block = true, delta = 0.1, method = "midpoint", substeps = 1, gradient = "backprop" }'
     [tupe_a]='{ type = "tupe_a", untie_cls = false }'
 )
 for name in sinusoidal floater tupe_a; do
