@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::results::RunResult;
-use super::summary::Spread;
+use super::spread::Spread;
 
 /// What a claim compares, from an evaluation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -108,6 +108,7 @@ mod report;
 mod results;
 mod runner;
 mod spec;
+mod spread;
 mod summary;
 
 pub use claims::{ClaimOutcome, ClaimSpec, Measured, Metric, PairOutcome, SeedReach, Verdict, judge};
@@ -116,4 +117,5 @@ pub use report::{Report, inline_toml, write_reports};
 pub use results::{BinValue, EvalPoint, RunResult};
 pub use runner::{BackendFactory, RunPlan, StudyProgress, plan_runs, run_study};
 pub use spec::{Study, Variant};
-pub use summary::{BinSummary, Spread, StudySummary, VariantSummary, summarize};
+pub use spread::Spread;
+pub use summary::{BinSummary, StudySummary, VariantSummary, summarize};

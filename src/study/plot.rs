@@ -9,7 +9,8 @@ use plotters::prelude::*;
 use super::claims::Metric;
 use super::results::RunResult;
 use super::spec::Study;
-use super::summary::{Spread, StudySummary, bin_start};
+use super::spread::Spread;
+use super::summary::{StudySummary, bin_start};
 use crate::error::{Error, Result};
 
 type Drawn = std::result::Result<(), Box<dyn std::error::Error>>;

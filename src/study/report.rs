@@ -9,7 +9,8 @@ use serde::Serialize;
 use super::claims::{ClaimOutcome, ClaimSpec, Measured, Metric};
 use super::results::{EvalPoint, RunResult};
 use super::spec::Study;
-use super::summary::{Spread, StudySummary, bin_start};
+use super::spread::Spread;
+use super::summary::{StudySummary, bin_start};
 use crate::error::Result;
 
 /// Everything `study.json` holds.
