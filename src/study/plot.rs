@@ -8,7 +8,7 @@ use plotters::prelude::*;
 
 use super::claims::Metric;
 use super::results::RunResult;
-use super::spec::Study;
+use super::spec::{Study, Variant};
 use super::spread::Spread;
 use super::summary::{StudySummary, bin_start};
 use crate::error::{Error, Result};
@@ -116,27 +116,31 @@ fn band(runs: &[&RunResult], steps: usize) -> Band {
                 .iter()
                 .filter_map(|c| c.get(step).copied().flatten())
                 .collect();
-            if values.is_empty() {
-                return None;
-            }
-            let mean = values.iter().sum::<f64>() / values.len() as f64;
-            let min = values.iter().copied().fold(f64::INFINITY, f64::min);
-            let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            Some(((step + 1) as f64, mean, min, max))
+            let spread = Spread::of(&values)?;
+            Some(((step + 1) as f64, spread.mean, spread.min, spread.max))
         })
         .collect()
 }
 
-fn training_loss(path: &Path, study: &Study, results: &[RunResult]) -> Drawn {
-    let bands: Vec<(usize, &str, Band)> = study
+/// Each variant's index (its colour), label and the band `of` its runs.
+fn variant_bands<'a>(
+    study: &'a Study,
+    results: &[RunResult],
+    of: impl Fn(&[&RunResult], &Variant) -> Band,
+) -> Vec<(usize, &'a str, Band)> {
+    study
         .variants
         .iter()
         .enumerate()
         .map(|(i, v)| {
             let runs: Vec<&RunResult> = results.iter().filter(|r| r.variant == v.name).collect();
-            (i, v.label(), band(&runs, v.run.train.steps))
+            (i, v.label(), of(&runs, v))
         })
-        .collect();
+        .collect()
+}
+
+fn training_loss(path: &Path, study: &Study, results: &[RunResult]) -> Drawn {
+    let bands = variant_bands(study, results, |runs, v| band(runs, v.run.train.steps));
     let title = format!(
         "{}: training loss (mean of {}, band min–max)",
         study.name,
@@ -168,15 +172,7 @@ fn eval_band(runs: &[&RunResult], bin: &str) -> Band {
 
 /// The validation loss in `bin` at every evaluation: how fast each variant gets where.
 fn eval_loss(path: &Path, study: &Study, results: &[RunResult], bin: &str) -> Drawn {
-    let bands: Vec<(usize, &str, Band)> = study
-        .variants
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let runs: Vec<&RunResult> = results.iter().filter(|r| r.variant == v.name).collect();
-            (i, v.label(), eval_band(&runs, bin))
-        })
-        .collect();
+    let bands = variant_bands(study, results, |runs, _| eval_band(runs, bin));
     let title = format!(
         "{}: validation loss at {bin} tokens (mean of {}, band min–max)",
         study.name,
