@@ -384,8 +384,11 @@ fn a_sinusoidal_checkpoint_warm_starts_the_compatible_form() {
         pollster::block_on(sinusoidal.train_step()).unwrap();
     }
     let checkpoint = pollster::block_on(sinusoidal.checkpoint()).unwrap();
-    let (floater, fresh) =
+    let (floater, start) =
         Trainer::warm_start(cpu(), moby_run(r#"{ type = "floater" }"#, SHORT), &checkpoint).unwrap();
+    let fresh = start.fresh;
+    assert_eq!(start.derived.len(), 1, "{:?}", start.derived);
+    assert!(start.derived[0].starts_with(QKV_INITIAL_NAME));
     assert_eq!(
         fresh,
         [

@@ -9,7 +9,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 use posflow::backend::Backend;
 use posflow::checkpoint::Checkpoint;
 use posflow::inference::Generator;
-use posflow::model::posenc::QKV_INITIAL_NAME;
 use posflow::train::{DEFAULT_RUN, EvalReport, Progress, RunConfig, StepStats, Trainer, fit, saved_run};
 use rand::SeedableRng;
 
@@ -55,7 +54,8 @@ pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
         }
         (None, Some(path)) => {
             let checkpoint = Checkpoint::load(path)?;
-            let (trainer, fresh) = Trainer::warm_start(backend, run, &checkpoint)?;
+            let (trainer, start) = Trainer::warm_start(backend, run, &checkpoint)?;
+            let fresh = start.fresh;
             println!(
                 "warm start from {}: {} parameters loaded, {} new ({})",
                 path.display(),
@@ -63,11 +63,8 @@ pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
                 fresh.len(),
                 fresh.join(", ")
             );
-            if trainer.params().get(QKV_INITIAL_NAME).is_some()
-                && checkpoint.f32_tensor(QKV_INITIAL_NAME).is_none()
-                && !fresh.iter().any(|name| name == QKV_INITIAL_NAME)
-            {
-                println!("{QKV_INITIAL_NAME} from the checkpoint's q/k/v biases (FLOATER's b(0))");
+            for derived in start.derived {
+                println!("{derived}");
             }
             trainer
         }

@@ -24,4 +24,4 @@ pub use metrics::Record;
 pub use program::TrainingProgram;
 pub use schedule::{Decay, Schedule};
 pub use task::{EvalSet, Task};
-pub use trainer::{RUN_KEY, StepStats, Trainer, saved_run};
+pub use trainer::{RUN_KEY, StepStats, Trainer, WarmStart, saved_run};

@@ -30,6 +30,15 @@ pub struct StepStats {
     pub grad_norm: f32,
 }
 
+/// Where a warm start's parameters came from, beyond those loaded by name.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WarmStart {
+    /// Parameters the checkpoint does not hold: they keep their initialisation.
+    pub fresh: Vec<String>,
+    /// Parameters computed from other tensors of the checkpoint, each with where from.
+    pub derived: Vec<String>,
+}
+
 pub struct Trainer {
     run: RunConfig,
     task: Task,
@@ -109,16 +118,16 @@ impl Trainer {
     /// A fresh run whose parameters start from those of `checkpoint` with the same names (e.g. a
     /// trained sinusoidal model for FLOATER's compatible form); the others keep their
     /// initialisation. FLOATER's initial q/k/v biases, when the checkpoint has none but has every
-    /// layer's static `attn.qkv.bias`, start from those (as the authors warm-start). Returns the
-    /// trainer and the names of the parameters that came from neither.
+    /// layer's static `attn.qkv.bias`, start from those (as the authors warm-start).
     pub fn warm_start(
         backend: Rc<dyn Backend>,
         run: RunConfig,
         checkpoint: &Checkpoint,
-    ) -> Result<(Self, Vec<String>)> {
+    ) -> Result<(Self, WarmStart)> {
         let trainer = Self::new(backend, run)?;
         let params = trainer.program.params();
         let mut fresh = checkpoint.restore_shared(params)?;
+        let mut derived = Vec::new();
         if fresh.iter().any(|name| name == QKV_INITIAL_NAME) {
             let (d, layers) = (trainer.run.model.d_model, trainer.run.model.layers);
             let biases: Option<Vec<Vec<f32>>> = (0..layers)
@@ -132,9 +141,12 @@ impl Trainer {
             if let Some(biases) = biases {
                 params.set(QKV_INITIAL_NAME, &qkv_initial_from_static_biases(&biases, d))?;
                 fresh.retain(|name| name != QKV_INITIAL_NAME);
+                derived.push(format!(
+                    "{QKV_INITIAL_NAME} from the checkpoint's q/k/v biases (FLOATER's b(0))"
+                ));
             }
         }
-        Ok((trainer, fresh))
+        Ok((trainer, WarmStart { fresh, derived }))
     }
 
     pub fn run(&self) -> &RunConfig {
