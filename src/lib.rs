@@ -14,6 +14,7 @@ pub mod data;
 pub mod error;
 pub mod graph;
 pub mod inference;
+pub mod memory;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod mlp;
 pub mod model;

@@ -7,9 +7,10 @@ use std::rc::Rc;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::backend::{Backend, Buffer, f32_words, words_f32};
+use crate::backend::{Backend, BackendKind, Buffer, f32_words, words_f32};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, Source};
+use crate::memory::check_host_fits;
 use crate::tensor::TensorMeta;
 
 #[derive(Clone, Debug)]
@@ -40,6 +41,14 @@ impl ParamStore {
 
     /// Allocates the parameters of `graph` that the store does not hold yet.
     pub fn add_missing(&mut self, graph: &Graph, seed: u64) -> Result<()> {
+        if self.backend.kind() == BackendKind::Cpu {
+            let words: u64 = graph
+                .tensors()
+                .filter(|(_, info)| matches!(info.source, Source::Param(_)))
+                .map(|(_, info)| info.meta.numel() as u64)
+                .sum();
+            check_host_fits("the model's parameters", words * 4)?;
+        }
         for (_, info) in graph.tensors() {
             let Source::Param(init) = info.source else {
                 continue;

@@ -37,8 +37,17 @@ impl Backend for CpuBackend {
         format!("cpu ({} threads)", rayon::current_num_threads())
     }
 
-    fn alloc(&self, words: usize, _label: &str) -> Result<Buffer> {
-        Ok(Buffer::Cpu(Arc::new(RwLock::new(vec![0.0; words]))))
+    fn alloc(&self, words: usize, label: &str) -> Result<Buffer> {
+        // A failed allocation is an error naming the tensor, not an aborted process.
+        let mut data = Vec::new();
+        data.try_reserve_exact(words).map_err(|e| {
+            Error::Input(format!(
+                "cannot allocate {} for {label}: {e}",
+                crate::memory::gib(words as u64 * 4)
+            ))
+        })?;
+        data.resize(words, 0.0);
+        Ok(Buffer::Cpu(Arc::new(RwLock::new(data))))
     }
 
     fn write(&self, buffer: &Buffer, words: &[u32]) -> Result<()> {

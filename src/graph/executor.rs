@@ -5,8 +5,9 @@ use std::cell::OnceCell;
 use std::rc::Rc;
 
 use super::{Graph, Plan, Slot, Source, TensorId};
-use crate::backend::{Backend, Bound, Buffer, Compiled, Program, Step, f32_words, words_f32};
+use crate::backend::{Backend, BackendKind, Bound, Buffer, Compiled, Program, Step, f32_words, words_f32};
 use crate::error::{Error, Result};
+use crate::memory::check_host_fits;
 use crate::params::ParamStore;
 use crate::tensor::DType;
 
@@ -24,6 +25,13 @@ impl Executor {
     pub fn new(graph: &Graph, outputs: &[TensorId], params: &ParamStore) -> Result<Self> {
         let backend = params.backend().clone();
         let plan = Plan::new(graph, outputs)?;
+        if backend.kind() == BackendKind::Cpu {
+            let words: usize = plan.buffers.iter().sum();
+            check_host_fits(
+                &format!("running this graph ({} buffers of activations and gradients)", plan.buffers.len()),
+                words as u64 * 4,
+            )?;
+        }
         let buffers: Vec<Buffer> = plan
             .buffers
             .iter()

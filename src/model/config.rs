@@ -7,6 +7,26 @@ use super::posenc::FloaterConfig;
 use crate::error::{Error, Result};
 use crate::ops::attention::MAX_HEAD_DIM;
 
+/// The largest size each field may hold. A config or checkpoint may come from anyone: a size is
+/// checked against these before anything is built, so `ffn = 10¹⁰` is an error naming the field
+/// rather than a failed allocation, and `layers = 10⁶` is refused in microseconds rather than
+/// building a graph that grows with layers². Each is far above what posflow trains (the papers'
+/// largest model: 24 layers, d_model 1024, ffn 4096, 512 positions).
+pub const SIZE_LIMITS: [(&str, usize); 6] = [
+    ("vocab", 1 << 20),
+    ("d_model", 1 << 14),
+    ("heads", 1 << 10),
+    ("layers", 256),
+    ("ffn", 1 << 17),
+    ("max_len", 1 << 20),
+];
+
+/// At most this many parameters (16 GiB of f32 weights; AdamW triples it).
+pub const MAX_PARAMETERS: u64 = 1 << 32;
+
+/// The relative encodings' bucket count and distance stay within the positions posflow runs.
+const MAX_BUCKETS: usize = 1 << 12;
+
 /// A pre-norm Transformer's configuration. In JSON (TOML reads the same through serde):
 ///
 /// ```json
@@ -261,6 +281,22 @@ impl ModelConfig {
                 return config_err(format!("{field} must be positive, got 0"));
             }
         }
+        for (field, value) in positive {
+            let limit = size_limit(field);
+            if value > limit {
+                return config_err(format!(
+                    "{field} is {value}, over posflow's limit of {limit}"
+                ));
+            }
+        }
+        let parameters = self.estimated_parameters();
+        if parameters > MAX_PARAMETERS {
+            return config_err(format!(
+                "the model would have about {parameters} parameters ({:.1} GiB of weights), over \
+                 posflow's limit of {MAX_PARAMETERS}",
+                parameters as f64 * 4.0 / (1u64 << 30) as f64
+            ));
+        }
         if !self.d_model.is_multiple_of(self.heads) {
             return config_err(format!(
                 "d_model {} is not divisible by heads {}",
@@ -314,9 +350,16 @@ impl ModelConfig {
         if let Some((buckets, max_distance)) = self.posenc.relative_buckets() {
             // The encoder's half of the buckets must still split into exact and log-spaced ones,
             // and the log-spaced range must start below max_distance.
-            if buckets < 4 {
+            if !(4..=MAX_BUCKETS).contains(&buckets) {
                 return config_err(format!(
-                    "relative position encoding needs buckets ≥ 4, got {buckets}"
+                    "relative position encoding needs 4 ≤ buckets ≤ {MAX_BUCKETS}, got {buckets}"
+                ));
+            }
+            if max_distance > size_limit("max_len") {
+                return config_err(format!(
+                    "relative position encoding's max_distance is {max_distance}, over posflow's \
+                     limit of {}",
+                    size_limit("max_len")
                 ));
             }
             if max_distance <= buckets / 2 {
@@ -327,6 +370,23 @@ impl ModelConfig {
             }
         }
         Ok(())
+    }
+
+    /// The number of parameters, from the sizes alone (an upper estimate: every matrix and
+    /// table the largest variant of each part has), so that a model too large to hold is refused
+    /// before anything is built. Saturating: the sizes are untrusted.
+    pub fn estimated_parameters(&self) -> u64 {
+        let [vocab, d, layers, ffn, max_len] =
+            [self.vocab, self.d_model, self.layers, self.ffn, self.max_len].map(|v| v as u64);
+        let block = (4 * d).saturating_mul(d).saturating_add((2 * d).saturating_mul(ffn));
+        // Embedding, head, a position table of max_len rows, and FLOATER's or TUPE's own
+        // matrices (a few d × d) on top.
+        vocab
+            .saturating_mul(d)
+            .saturating_mul(2)
+            .saturating_add(max_len.saturating_mul(d))
+            .saturating_add(block.saturating_mul(layers))
+            .saturating_add(d.saturating_mul(d).saturating_mul(8))
     }
 
     pub fn head_dim(&self) -> usize {
@@ -340,6 +400,13 @@ impl ModelConfig {
         config.validate()?;
         Ok(config)
     }
+}
+
+fn size_limit(field: &str) -> usize {
+    SIZE_LIMITS
+        .iter()
+        .find_map(|&(name, limit)| (name == field).then_some(limit))
+        .unwrap_or(usize::MAX)
 }
 
 fn config_err<T>(detail: String) -> Result<T> {

@@ -45,6 +45,37 @@ impl Default for AdamW {
     }
 }
 
+impl AdamW {
+    /// Checks that every hyperparameter is one AdamW can use: a learning rate and decay that are
+    /// finite and not negative, betas in [0, 1), a positive ε and a positive clipping norm.
+    /// Errors name the key as a run config spells it.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |key: &str, want: &str, got: f32| {
+            Err(Error::Input(format!("AdamW {key} must be {want}, got {got}")))
+        };
+        if !(self.lr.is_finite() && self.lr >= 0.0) {
+            return bad("lr", "finite and not negative", self.lr);
+        }
+        for (key, beta) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+            if !(0.0..1.0).contains(&beta) {
+                return bad(key, "in [0, 1)", beta);
+            }
+        }
+        if !(self.eps.is_finite() && self.eps > 0.0) {
+            return bad("eps", "positive and finite", self.eps);
+        }
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            return bad("weight_decay", "finite and not negative", self.weight_decay);
+        }
+        match self.max_grad_norm {
+            Some(norm) if !(norm.is_finite() && norm > 0.0) => {
+                bad("clip_grad_norm", "positive and finite (or off)", norm)
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Squared L2 norm of one gradient, written into slot `slot` of a shared buffer.
 #[derive(Debug)]
 struct SumSquares {
@@ -182,6 +213,7 @@ pub struct Optimizer {
 
 impl Optimizer {
     pub fn new(config: AdamW, params: &ParamStore) -> Result<Self> {
+        config.validate()?;
         let backend = params.backend().clone();
         let moments = params
             .iter()

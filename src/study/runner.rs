@@ -90,6 +90,7 @@ fn same_run(a: &RunConfig, b: &RunConfig) -> bool {
         let mut r = r.clone();
         r.train.checkpoint = None;
         r.train.metrics = None;
+        r.data = r.data.without_file();
         r
     };
     strip(a) == strip(b)

@@ -31,6 +31,27 @@ use crate::error::{Error, Result};
 use crate::model::{ModelConfig, ModelKind};
 use crate::optim::AdamW;
 
+/// The most training steps a run may ask for (a run's schedule is one f32 per step away from
+/// these, and a typo of a few zeros should not start a run of centuries).
+const MAX_STEPS: usize = 1 << 32;
+/// The most rows in a batch: far above what fits anywhere posflow runs, low enough that the
+/// tokens of a batch are counted without overflow.
+const MAX_BATCH: usize = 1 << 16;
+const MAX_EVAL_BATCHES: usize = 1 << 16;
+/// The longest sequence posflow builds a graph for (a million tokens).
+pub const MAX_SEQUENCE: usize = 1 << 20;
+
+/// Evaluation lengths must be sequences posflow can build: at least 2 tokens (one target) and at
+/// most [`MAX_SEQUENCE`].
+pub fn check_eval_lengths(lengths: &[usize]) -> Result<()> {
+    match lengths.iter().find(|&&l| !(2..=MAX_SEQUENCE).contains(&l)) {
+        Some(bad) => Err(Error::Input(format!(
+            "evaluation length {bad} is out of range: use 2 to {MAX_SEQUENCE} tokens"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// A whole run: what `posflow train --config` reads and what a checkpoint keeps for `--resume`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -235,20 +256,30 @@ impl RunConfig {
                 t.steps, t.batch
             )));
         }
+        for (key, value, limit) in [
+            ("steps", t.steps, MAX_STEPS),
+            ("batch", t.batch, MAX_BATCH),
+            ("eval_batches", t.eval_batches, MAX_EVAL_BATCHES),
+        ] {
+            if value > limit {
+                return Err(Error::Input(format!(
+                    "[train] {key} is {value}, over posflow's limit of {limit}"
+                )));
+            }
+        }
         if t.eval_batches == 0 {
             return Err(Error::Input("[train] eval_batches must be at least 1".into()));
         }
-        if let Some(&bad) = t.eval_lengths.iter().find(|&&l| l < 2) {
-            return Err(Error::Input(format!(
-                "[train] eval_lengths: {bad} is too short; use 2 or more"
-            )));
-        }
+        check_eval_lengths(&t.eval_lengths)?;
         if !(t.clip_grad_norm.is_finite() && t.clip_grad_norm >= 0.0) {
             return Err(Error::Input(format!(
                 "[train] clip_grad_norm must be 0 (off) or positive, got {}",
                 t.clip_grad_norm
             )));
         }
+        self.adamw()
+            .validate()
+            .map_err(|e| Error::Input(format!("[train] {e}")))?;
         self.schedule().validate()?;
         self.data.validate()?;
         if let Some(len) = self.data.train_len()
@@ -300,10 +331,10 @@ impl DataConfig {
                 seq_len,
                 valid_fraction,
                 ..
-            } if seq_len == 0 || !fraction_ok(valid_fraction) => {
+            } if !(1..=MAX_SEQUENCE).contains(&seq_len) || !fraction_ok(valid_fraction) => {
                 return Err(Error::Input(format!(
-                    "[data] needs seq_len >= 1 and 0 < valid_fraction < 1, got {seq_len} and \
-                     {valid_fraction}"
+                    "[data] needs 1 <= seq_len <= {MAX_SEQUENCE} and 0 < valid_fraction < 1, got \
+                     {seq_len} and {valid_fraction}"
                 )));
             }
             Self::Cmudict { valid_fraction } if !fraction_ok(valid_fraction) => {
@@ -312,10 +343,11 @@ impl DataConfig {
                 )));
             }
             Self::Copy { min_len, max_len } | Self::Reverse { min_len, max_len }
-                if min_len == 0 || min_len > max_len =>
+                if min_len == 0 || min_len > max_len || max_len > MAX_SEQUENCE / 2 =>
             {
                 return Err(Error::Input(format!(
-                    "[data] needs 1 <= min_len <= max_len, got {min_len} and {max_len}"
+                    "[data] needs 1 <= min_len <= max_len <= {}, got {min_len} and {max_len}",
+                    MAX_SEQUENCE / 2
                 )));
             }
             _ => {}

@@ -1,6 +1,7 @@
 //! A run's data, loaded from its [`DataConfig`]: the tokenizer, seeded training batches of one
 //! fixed shape, and the evaluation sets at the lengths asked for.
 
+use std::io::Read;
 use std::ops::RangeInclusive;
 
 use rand::SeedableRng;
@@ -51,13 +52,35 @@ impl DataConfig {
 }
 
 fn read_text(path: &std::path::Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| {
+    if path.as_os_str().is_empty() {
+        return Err(Error::Input(
+            "[data] text_file: no file given (posflow never reads the data path stored in a \
+             checkpoint): name it with --data FILE"
+                .into(),
+        ));
+    }
+    let cannot = |e: &dyn std::fmt::Display| {
         Error::Input(format!(
             "[data] text file {}: cannot be read ({e})",
             path.display()
         ))
-    })
+    };
+    let mut text = String::new();
+    // Bounded, so that a device that never ends (/dev/zero) is an error, not a hang.
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_TEXT_BYTES + 1).read_to_string(&mut text))
+        .map_err(|e| cannot(&e))?;
+    if text.len() as u64 > MAX_TEXT_BYTES {
+        return Err(cannot(&format!(
+            "it is longer than posflow's limit of {} for a character-level corpus",
+            crate::memory::gib(MAX_TEXT_BYTES)
+        )));
+    }
+    Ok(text)
 }
+
+/// The largest text file a run reads: far beyond a character-level corpus (Moby Dick is 1.2 MB).
+const MAX_TEXT_BYTES: u64 = 1 << 30;
 
 impl Task {
     pub fn load(config: &DataConfig) -> Result<Self> {

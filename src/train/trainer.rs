@@ -7,6 +7,7 @@ use std::rc::Rc;
 use super::config::RunConfig;
 use super::eval::{EvalReport, Evaluator};
 use super::program::TrainingProgram;
+use super::saved::{RUN_KEY, check_same_tokenizer, saved_run};
 use super::task::Task;
 use crate::backend::Backend;
 use crate::checkpoint::{Checkpoint, Metadata, TrainingState};
@@ -15,9 +16,6 @@ use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::model::posenc::{QKV_INITIAL_NAME, qkv_initial_from_static_biases};
 use crate::params::ParamStore;
-
-/// The key of the run config in a checkpoint's training state.
-pub const RUN_KEY: &str = "run";
 
 /// What one step did.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -95,13 +93,14 @@ impl Trainer {
         if saved.model != run.model {
             return Err(differs("[model]"));
         }
-        if saved.data != run.data {
+        if saved.data != run.data.clone().without_file() {
             return Err(differs("[data]"));
         }
         if saved.train.seed != run.train.seed || saved.train.batch != run.train.batch {
             return Err(differs("seed or batch"));
         }
         let mut trainer = Self::new(backend, run)?;
+        check_same_tokenizer(checkpoint.metadata(), &trainer.tokenizer())?;
         let (params, optimizer) = trainer.program.state_mut();
         checkpoint.restore(params, Some(optimizer))?;
         let step = checkpoint.metadata().training.step as usize;
@@ -253,17 +252,4 @@ impl Trainer {
         };
         Checkpoint::gather(self.program.params(), Some(self.program.optimizer()), metadata).await
     }
-}
-
-/// The run config a trainer saved in a checkpoint's metadata.
-pub fn saved_run(metadata: &Metadata) -> Result<RunConfig> {
-    let value = metadata.training.extra.get(RUN_KEY).ok_or_else(|| {
-        Error::Input(
-            "the checkpoint holds no run config (it was not written by `posflow train`), so there is no \
-             data or schedule to continue with"
-                .into(),
-        )
-    })?;
-    serde_json::from_value(value.clone())
-        .map_err(|e| Error::Input(format!("the checkpoint's run config does not parse: {e}")))
 }

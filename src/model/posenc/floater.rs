@@ -76,6 +76,9 @@ use crate::ode::{Activation, Grid, Method, Scheme, Tolerance};
 use crate::ops::ode_flow::{FlowGradient, MAX_DIM, OdeFlow};
 use crate::tensor::TensorMeta;
 
+/// The most fixed-step substeps per position interval (the authors use a handful).
+const MAX_SUBSTEPS: usize = 1000;
+
 /// The additive form's initial values, `[blocks, D]`.
 pub const INITIAL_NAME: &str = "posenc.floater.initial";
 
@@ -256,7 +259,7 @@ fn default_activation() -> Nonlinearity {
 }
 
 impl FloaterConfig {
-    /// Checks the settings against the model width; errors name the key.
+    /// Checks the settings against the model width and what a run can afford; errors name the key.
     pub fn validate(&self, d_model: usize) -> std::result::Result<(), String> {
         if d_model > MAX_DIM {
             return Err(format!(
@@ -266,11 +269,22 @@ impl FloaterConfig {
         if !(self.delta.is_finite() && self.delta > 0.0) {
             return Err(format!("FLOATER's delta must be positive, got {}", self.delta));
         }
-        if self.substeps == 0 {
-            return Err("FLOATER's substeps must be at least 1".into());
+        // Bounded so that an untrusted config cannot ask for a solve that never ends.
+        if !(1..=MAX_SUBSTEPS).contains(&self.substeps) {
+            return Err(format!(
+                "FLOATER's substeps must be in 1..={MAX_SUBSTEPS}, got {}",
+                self.substeps
+            ));
         }
         if self.resolve_every == 0 {
             return Err("FLOATER's resolve_every must be at least 1 (1 solves every step)".into());
+        }
+        if self.max_steps > MAX_SUBSTEPS * 100 {
+            return Err(format!(
+                "dopri5's max_steps must be at most {}, got {}",
+                MAX_SUBSTEPS * 100,
+                self.max_steps
+            ));
         }
         if self.form == FloaterForm::Bias && !self.every_block {
             return Err(
