@@ -6,9 +6,22 @@
 //! - tensor `<name>`: each parameter of the [`ParamStore`] under its own name (F32, row-major);
 //! - tensors `optim.adam_m.<name>` and `optim.adam_v.<name>`: AdamW's first and second moments of
 //!   parameter `<name>`, when saved with the optimizer. A prefix, not a suffix, so the model's
-//!   tensors stay a plain state dict (`{k: v for k, v in sd.items() if not k.startswith("optim.")}`)
-//!   and a parameter can never be mistaken for optimizer state: parameter names must not start
-//!   with `optim.`;
+//!   tensors stay a plain state dict (without the `state.` tensors below:
+//!   `{k: v for k, v in sd.items() if not k.startswith(("optim.", "state."))}`) and a parameter can
+//!   never be mistaken for optimizer state: parameter names must not start with `optim.`;
+//! - tensors `state.<name>`: run state, neither parameters nor optimizer state, that a resumed run
+//!   needs to continue exactly where the uninterrupted run would. Only the names in
+//!   [`STATE_TENSORS`] are read (any other `state.*` tensor is refused when the file is parsed),
+//!   each F32; whoever restores one checks its shape against what the run keeps before anything
+//!   is written ([`Checkpoint::run_state`]). A run with no such state refuses a checkpoint that
+//!   holds some. Parameter names must not start with `state.` either. Today there is one:
+//!   - `state.posenc.floater.encodings` ([`FLOATER_ENCODINGS_STATE`]): FLOATER's encodings of the
+//!     last solve, `[len, rows, D]` (the cached graph's `posenc.floater.encodings` input), in
+//!     checkpoints of runs with `resolve_every = N > 1` saved at a step that is not a multiple of
+//!     N, i.e. whose next step takes that solve instead of solving. At a multiple of N the next step
+//!     solves, so the checkpoint carries none. A checkpoint without it at another step (written
+//!     before run state existed) still resumes, but its first step solves with the current
+//!     parameters: the run then differs from the uninterrupted one from that step on;
 //! - metadata (safetensors' string map): `format` = `posflow/1`; `config`, the model's config as
 //!   JSON (opaque here: the model layer owns it); `training`, a [`TrainingState`] as JSON;
 //!   `tokenizer`, the tokenizer's JSON, if the run has one; `optimizer`, an [`OptimizerState`] as
@@ -40,6 +53,13 @@ pub const FORMAT: &str = "posflow/1";
 pub const OPTIMIZER_PREFIX: &str = "optim.";
 const ADAM_M: &str = "optim.adam_m.";
 const ADAM_V: &str = "optim.adam_v.";
+
+/// Tensor names under this prefix hold run state (see the format above), never parameters.
+pub const STATE_PREFIX: &str = "state.";
+/// FLOATER's cached encodings: the last solve's, which the steps up to the next solve take.
+pub const FLOATER_ENCODINGS_STATE: &str = "state.posenc.floater.encodings";
+/// Every run-state tensor this build reads and writes.
+pub const STATE_TENSORS: [&str; 1] = [FLOATER_ENCODINGS_STATE];
 
 const FORMAT_KEY: &str = "format";
 const CONFIG_KEY: &str = "config";
@@ -169,6 +189,12 @@ impl Checkpoint {
                     ),
                 ));
             }
+            if name.starts_with(STATE_PREFIX) {
+                return Err(checkpoint_err(
+                    UNSAVED,
+                    format!("parameter `{name}` starts with `{STATE_PREFIX}`, which names run state"),
+                ));
+            }
             tensors.insert(name.to_string(), read(&p.buffer, &p.meta).await?);
             if let Some(opt) = optimizer {
                 let moments = opt.moments_of(name)?;
@@ -238,6 +264,7 @@ impl Checkpoint {
             tensors.insert(name, HostTensor { meta, words });
         }
         check_optimizer_tensors(&tensors, optimizer.is_some(), origin)?;
+        check_state_tensors(&tensors, origin)?;
         Ok(Self {
             origin: origin.into(),
             metadata,
@@ -250,12 +277,53 @@ impl Checkpoint {
         &self.metadata
     }
 
-    /// The checkpoint without AdamW's state (its moments are two thirds of the file): what
-    /// inference, the browser demo and a warm start need. `--resume` refuses the result.
+    /// The checkpoint without AdamW's state (its moments are two thirds of the file) and without
+    /// run state: the parameters, what inference, the browser demo and a warm start need.
+    /// `--resume` refuses the result.
     pub fn without_optimizer(mut self) -> Self {
         self.optimizer = None;
-        self.tensors.retain(|name, _| !name.starts_with(OPTIMIZER_PREFIX));
+        self.tensors.retain(|name, _| is_parameter(name));
         self
+    }
+
+    /// The checkpoint with run-state tensor `name` (one of [`STATE_TENSORS`]) of `shape`, as a
+    /// trainer adds what its next step needs besides parameters and optimizer state.
+    pub fn with_state(mut self, name: &str, shape: &[usize], values: &[f32]) -> Result<Self> {
+        let err = |detail: String| checkpoint_err(&self.origin, detail);
+        if !STATE_TENSORS.contains(&name) {
+            return Err(err(format!(
+                "{name} is not run state this build knows ({})",
+                STATE_TENSORS.join(", ")
+            )));
+        }
+        let meta = TensorMeta::f32(shape);
+        if meta.numel() != values.len() {
+            return Err(err(format!(
+                "run state {name} is {meta}, got {} values",
+                values.len()
+            )));
+        }
+        let words = values.iter().map(|v| v.to_bits()).collect();
+        self.tensors.insert(name.into(), HostTensor { meta, words });
+        Ok(self)
+    }
+
+    /// The values of run-state tensor `name` if the checkpoint holds it, checked against
+    /// `expected`, the tensor as the run keeps it (`None`: the run keeps no such state, so a
+    /// checkpoint that holds it is not the run's). Call it before [`Checkpoint::restore`], so that
+    /// a bad tensor leaves everything as it was.
+    pub fn run_state(&self, name: &str, expected: Option<&TensorMeta>) -> Result<Option<Vec<f32>>> {
+        if !self.tensors.contains_key(name) {
+            return Ok(None);
+        }
+        let Some(meta) = expected else {
+            return Err(checkpoint_err(
+                &self.origin,
+                format!("holds run state {name}, but this run keeps no such state"),
+            ));
+        };
+        let words = self.tensor_like(name, meta)?;
+        Ok(Some(words.iter().map(|&w| f32::from_bits(w)).collect()))
     }
 
     /// The optimizer's step and hyperparameters, if the checkpoint holds optimizer state.
@@ -269,11 +337,7 @@ impl Checkpoint {
     pub fn restore(&self, params: &ParamStore, optimizer: Option<&mut Optimizer>) -> Result<()> {
         let err = |detail: String| checkpoint_err(&self.origin, detail);
         self.refuse_old_layouts()?;
-        for (name, t) in self
-            .tensors
-            .iter()
-            .filter(|(n, _)| !n.starts_with(OPTIMIZER_PREFIX))
-        {
+        for (name, t) in self.tensors.iter().filter(|(n, _)| is_parameter(n)) {
             if params.get(name).is_none() {
                 return Err(err(format!(
                     "tensor {name} is not a parameter of the model (its shape in the checkpoint is {:?})",
@@ -472,6 +536,7 @@ fn check_optimizer_tensors(
             })?;
         let p = tensors
             .get(param)
+            .filter(|_| is_parameter(param))
             .ok_or_else(|| err(format!("has optimizer tensor {name} but no parameter {param}")))?;
         if t.meta != p.meta {
             return Err(err(format!(
@@ -481,12 +546,38 @@ fn check_optimizer_tensors(
         }
     }
     if has_state {
-        for name in tensors.keys().filter(|n| !n.starts_with(OPTIMIZER_PREFIX)) {
+        for name in tensors.keys().filter(|n| is_parameter(n)) {
             for moment in [adam_m_name(name), adam_v_name(name)] {
                 if !tensors.contains_key(&moment) {
                     return Err(err(format!("has optimizer state but no tensor {moment}")));
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// Whether tensor `name` of a checkpoint is a parameter: neither optimizer nor run state.
+fn is_parameter(name: &str) -> bool {
+    !name.starts_with(OPTIMIZER_PREFIX) && !name.starts_with(STATE_PREFIX)
+}
+
+/// Run-state tensors must have a name this build knows and be F32; their shapes depend on the
+/// run, so [`Checkpoint::run_state`] checks them against it.
+fn check_state_tensors(tensors: &BTreeMap<String, HostTensor>, origin: &str) -> Result<()> {
+    let err = |detail: String| checkpoint_err(origin, detail);
+    for (name, t) in tensors.iter().filter(|(n, _)| n.starts_with(STATE_PREFIX)) {
+        if !STATE_TENSORS.contains(&name.as_str()) {
+            return Err(err(format!(
+                "tensor {name} is not run state this build knows ({})",
+                STATE_TENSORS.join(", ")
+            )));
+        }
+        if t.meta.dtype != DType::F32 {
+            return Err(err(format!(
+                "run-state tensor {name} has dtype {:?}, run state is F32",
+                t.meta.dtype
+            )));
         }
     }
     Ok(())

@@ -6,16 +6,21 @@
 //! encodings; the steps between run the one that takes those encodings as an input, so they cost
 //! what a plain model's step does and leave the dynamics as they are (the paper's caching: "cache
 //! the positional bias vectors for some iterations … update the weights of flow models less
-//! frequently"). A resumed run has no encodings yet, so its first step solves.
+//! frequently"). The encodings are run state: a checkpoint taken between two solves carries them
+//! ([`crate::checkpoint::FLOATER_ENCODINGS_STATE`]) and a resumed run takes them back, so its
+//! next steps are the uninterrupted run's; resumed without them (a checkpoint from before run
+//! state), its first step solves.
 
 use std::rc::Rc;
 
 use crate::backend::Backend;
+use crate::checkpoint::{Checkpoint, FLOATER_ENCODINGS_STATE};
 use crate::error::{Error, Result};
 use crate::graph::{Executor, Graph, TensorId};
 use crate::model::{Model, ModelGraph, PosEnc};
 use crate::optim::{AdamW, Optimizer};
 use crate::params::ParamStore;
+use crate::tensor::TensorMeta;
 
 /// One compiled graph and its executor, with the AdamW update appended.
 struct Program {
@@ -50,7 +55,10 @@ impl Program {
 struct Cached {
     program: Program,
     every: usize,
-    /// The last solve's encodings; `None` until a solving step has run.
+    /// The encodings' shape (the cached graph's input).
+    meta: TensorMeta,
+    /// The last solve's encodings; `None` until a solving step has run or a checkpoint's are
+    /// restored.
     encodings: Option<Vec<f32>>,
 }
 
@@ -114,9 +122,14 @@ impl TrainingProgram {
         let cached = if every > 1 {
             let mut g = Graph::new();
             let graph = model.build_training_cached(&mut g, batch, len)?;
+            let input = graph
+                .encodings
+                .expect("a cached FLOATER graph takes its encodings");
+            let meta = g.info(input).meta.clone();
             Some(Cached {
                 program: Program::new(&mut g, graph, &params, &optimizer, None, trainable)?,
                 every,
+                meta,
                 encodings: None,
             })
         } else {
@@ -154,6 +167,36 @@ impl TrainingProgram {
         self.cached
             .as_ref()
             .is_none_or(|c| c.encodings.is_none() || step.is_multiple_of(c.every))
+    }
+
+    /// `checkpoint`, taken before step `step`, with the run state that step needs: the encodings
+    /// it takes instead of solving, if it does not solve, so that a resumed run takes them too.
+    pub fn with_run_state(&self, checkpoint: Checkpoint, step: usize) -> Result<Checkpoint> {
+        match &self.cached {
+            Some(Cached {
+                meta,
+                encodings: Some(encodings),
+                ..
+            }) if !self.solves_at(step) => {
+                checkpoint.with_state(FLOATER_ENCODINGS_STATE, &meta.shape, encodings)
+            }
+            _ => Ok(checkpoint),
+        }
+    }
+
+    /// Takes back the run state `checkpoint` carries ([`TrainingProgram::with_run_state`]), so the
+    /// steps up to the next solve use the encodings the uninterrupted run would. State this
+    /// program does not keep, or of another shape, is an error, and then nothing has changed.
+    pub fn restore_run_state(&mut self, checkpoint: &Checkpoint) -> Result<()> {
+        let expected = self.cached.as_ref().map(|c| &c.meta);
+        if let Some(values) = checkpoint.run_state(FLOATER_ENCODINGS_STATE, expected)? {
+            let cached = self
+                .cached
+                .as_mut()
+                .expect("a checkpoint's run state is returned only when the run keeps it");
+            cached.encodings = Some(values);
+        }
+        Ok(())
     }
 
     /// Queues step `step` at learning rate `lr`: `feed` writes the batch (and the dropout seed)

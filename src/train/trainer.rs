@@ -79,9 +79,12 @@ impl Trainer {
         })
     }
 
-    /// Continues the run saved in `checkpoint`: parameters, AdamW's moments and step count. The
-    /// run's data, model and seed must be the checkpoint's; its length, schedule and outputs may
-    /// change (e.g. more steps).
+    /// Continues the run saved in `checkpoint`: parameters, AdamW's moments and step count, and
+    /// FLOATER's cached encodings when the checkpoint was taken between two solves. The run's data,
+    /// model and seed must be the checkpoint's; its length, schedule and outputs may change (e.g.
+    /// more steps). With them unchanged, the run continues exactly as the uninterrupted one on the
+    /// CPU: the batch, learning rate and dropout mask of a step are functions of the seed and the
+    /// step alone, and AdamW's bias correction follows its restored step count.
     pub fn resume(backend: Rc<dyn Backend>, run: RunConfig, checkpoint: &Checkpoint) -> Result<Self> {
         let saved = saved_run(checkpoint.metadata())?;
         let differs = |what: &str| {
@@ -101,6 +104,7 @@ impl Trainer {
         }
         let mut trainer = Self::new(backend, run)?;
         check_same_tokenizer(checkpoint.metadata(), &trainer.tokenizer())?;
+        trainer.program.restore_run_state(checkpoint)?;
         let (params, optimizer) = trainer.program.state_mut();
         checkpoint.restore(params, Some(optimizer))?;
         let step = checkpoint.metadata().training.step as usize;
@@ -233,8 +237,8 @@ impl Trainer {
             .await
     }
 
-    /// The run as a checkpoint: parameters, optimizer state, model config, tokenizer and the whole
-    /// run config (for `--resume`).
+    /// The run as a checkpoint: parameters, optimizer state, model config, tokenizer, the whole run
+    /// config, and the run state the next step needs (FLOATER's cached encodings), for `--resume`.
     pub async fn checkpoint(&self) -> Result<Checkpoint> {
         let mut extra = serde_json::Map::new();
         extra.insert(
@@ -250,6 +254,8 @@ impl Trainer {
             },
             tokenizer: Some(self.tokenizer().to_json()),
         };
-        Checkpoint::gather(self.program.params(), Some(self.program.optimizer()), metadata).await
+        let checkpoint =
+            Checkpoint::gather(self.program.params(), Some(self.program.optimizer()), metadata).await?;
+        self.program.with_run_state(checkpoint, self.step)
     }
 }

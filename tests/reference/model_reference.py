@@ -53,13 +53,13 @@ ROOT = HERE.parent.parent
 
 def load(path):
     """(config dict, metadata dict, {name: float64 tensor}) of a posflow checkpoint; optimizer
-    moments (`optim.*`) are dropped."""
+    moments (`optim.*`) and run state (`state.*`) are dropped."""
     with safe_open(str(path), framework="pt") as f:
         metadata = f.metadata()
     if metadata.get("format") != "posflow/1":
         sys.exit(f"{path}: not a posflow/1 checkpoint (metadata {metadata})")
     tensors = load_file(str(path))
-    params = {k: v.double() for k, v in tensors.items() if not k.startswith("optim.")}
+    params = {k: v.double() for k, v in tensors.items() if not k.startswith(("optim.", "state."))}
     return json.loads(metadata["config"]), metadata, params
 
 

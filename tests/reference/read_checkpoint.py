@@ -22,9 +22,10 @@ def main(path):
         metadata = f.metadata()
     assert metadata.get("format") == "posflow/1", f"{path}: not a posflow/1 checkpoint: {metadata}"
 
-    model = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
+    model = {k: v for k, v in tensors.items() if not k.startswith(("optim.", "state."))}
     moments = {k: v for k, v in tensors.items() if k.startswith("optim.")}
-    print(f"{path}: {len(model)} parameters, {len(moments)} optimizer tensors")
+    state = {k: v for k, v in tensors.items() if k.startswith("state.")}
+    print(f"{path}: {len(model)} parameters, {len(moments)} optimizer tensors, {len(state)} run state")
     for name, t in sorted(tensors.items()):
         print(f"  {name:32} {str(t.dtype):14} {list(t.shape)}  mean {t.double().mean().item():+.6f}")
     for key in sorted(metadata):
