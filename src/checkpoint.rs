@@ -260,7 +260,8 @@ impl Checkpoint {
                 shape: info.shape.clone(),
                 dtype,
             };
-            let words = bytemuck::pod_collect_to_vec(bytes);
+            let words: Vec<u32> = bytemuck::pod_collect_to_vec(bytes);
+            check_finite(&name, &meta, &words, origin)?;
             tensors.insert(name, HostTensor { meta, words });
         }
         check_optimizer_tensors(&tensors, optimizer.is_some(), origin)?;
@@ -445,6 +446,26 @@ impl Checkpoint {
     }
 }
 
+/// A weight, moment or cached value that is NaN or infinite makes every output NaN: refused on
+/// load, naming the tensor and where, rather than evaluated into a table of NaN.
+fn check_finite(name: &str, meta: &TensorMeta, words: &[u32], origin: &str) -> Result<()> {
+    if meta.dtype != DType::F32 {
+        return Ok(());
+    }
+    match words.iter().position(|&w| !f32::from_bits(w).is_finite()) {
+        Some(i) => Err(checkpoint_err(
+            origin,
+            format!(
+                "tensor {name} holds {} at flat index {i} (of {}): a model with non-finite \
+                 weights computes nothing but NaN",
+                f32::from_bits(words[i]),
+                words.len()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 fn to_json(value: &impl Serialize, origin: &str) -> Result<String> {
     serde_json::to_string(value).map_err(|e| checkpoint_err(origin, e))
 }
@@ -584,7 +605,7 @@ fn check_state_tensors(tensors: &BTreeMap<String, HostTensor>, origin: &str) -> 
 }
 
 #[cfg(not(target_arch = "wasm32"))]
-pub use native::write_atomically;
+pub use native::{remove_interrupted_save, write_atomically};
 
 /// Files: blocking readback, atomic writes.
 #[cfg(not(target_arch = "wasm32"))]
@@ -637,13 +658,32 @@ mod native {
             .map_err(|e| checkpoint_err(&path.display().to_string(), format!("cannot be read ({e})")))
     }
 
+    /// `<path>.tmp`: where [`write_atomically`] writes before renaming.
+    fn temporary(path: &Path) -> PathBuf {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        PathBuf::from(tmp)
+    }
+
+    /// Removes `<path>.tmp` if a save was killed before its rename left it behind (`path` itself
+    /// is then the previous save, intact). Returns whether there was one.
+    pub fn remove_interrupted_save(path: &Path) -> Result<bool> {
+        let tmp = temporary(path);
+        match fs::remove_file(&tmp) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(Error::Input(format!(
+                "removing {} (left by an interrupted save): {e}",
+                tmp.display()
+            ))),
+        }
+    }
+
     /// Writes `bytes` to `<path>.tmp` in the same directory, flushes it to disk, and renames it over
     /// `path`. The rename is atomic, so readers see the old file or the new one, never half of one;
     /// on error the old file is untouched and the temporary file removed.
     pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let tmp = PathBuf::from(tmp);
+        let tmp = temporary(path);
         let written = File::create(&tmp)
             .and_then(|mut file| {
                 file.write_all(bytes)?;

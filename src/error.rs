@@ -42,3 +42,35 @@ pub fn shape_err<T>(op: &'static str, detail: impl Into<String>) -> Result<T> {
         detail: detail.into(),
     })
 }
+
+/// `text` with its control characters escaped (`\u{1b}` for ESC), newlines and tabs kept: what
+/// reaches a terminal from a file someone else wrote (a tensor name, a tokenizer's characters)
+/// is shown, never interpreted.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let escape = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(escape) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| {
+            if escape(c) {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect::<String>()
+        .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn control_characters_are_escaped_and_line_breaks_kept() {
+        assert_eq!(printable("plain\ttext\n"), "plain\ttext\n");
+        assert_eq!(printable("red \u{1b}[31mname\r"), "red \\u{1b}[31mname\\r");
+        assert_eq!(printable("bell\u{7}\u{9b}"), "bell\\u{7}\\u{9b}");
+    }
+}

@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use posflow::backend::{Backend, DeviceChoice, gpu::list_adapters, select_backend};
 use posflow::mlp::{MlpConfig, train_mlp};
 
+use cli::{at_least_one, positive};
 use cli::inspect::{EvalArgs, ExportArgs, SampleArgs, eval, export, sample};
 use cli::study::{StudyArgs, study};
 use cli::train::{TrainArgs, train};
@@ -71,9 +72,11 @@ struct MlpArgs {
     /// Training steps (at least 1).
     #[arg(long, default_value_t = MlpConfig::default().steps, value_parser = at_least_one)]
     steps: usize,
-    #[arg(long, default_value_t = MlpConfig::default().hidden)]
+    /// Hidden units (1 to 4096).
+    #[arg(long, default_value_t = MlpConfig::default().hidden,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
     hidden: usize,
-    #[arg(long, default_value_t = MlpConfig::default().lr)]
+    #[arg(long, default_value_t = MlpConfig::default().lr, value_parser = positive)]
     lr: f32,
     #[arg(long, default_value_t = MlpConfig::default().seed)]
     seed: u64,
@@ -86,9 +89,12 @@ struct MlpArgs {
 enum Bench {
     /// GFLOP/s of square matrix products.
     Matmul {
-        #[arg(long, value_delimiter = ',', default_values_t = [256, 512, 1024, 2048])]
+        /// Matrix sizes (1 to 8192).
+        #[arg(long, value_delimiter = ',', default_values_t = [256, 512, 1024, 2048],
+              value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=8192))]
         sizes: Vec<usize>,
-        #[arg(long, default_value_t = 5)]
+        /// Timed products per size (at least 1).
+        #[arg(long, default_value_t = 5, value_parser = at_least_one)]
         repeats: usize,
     },
     /// ms/step and tokens/s of one training step (forward, backward, AdamW) of a 4-layer
@@ -113,7 +119,8 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            // Messages quote files from anyone (tensor names, configs): escape, never interpret.
+            eprintln!("error: {}", posflow::error::printable(&e.to_string()));
             ExitCode::FAILURE
         }
     }
@@ -257,12 +264,4 @@ fn bench_train(
         );
     }
     Ok(())
-}
-
-fn at_least_one(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(e.to_string()),
-    }
 }

@@ -9,7 +9,9 @@ use posflow::backend::{Backend, CpuBackend};
 use posflow::checkpoint::Checkpoint;
 use posflow::data::{BOS, SPECIAL_TOKENS};
 use posflow::inference::SavedModel;
-use posflow::train::{Evaluator, Task, saved_run};
+use posflow::train::{Evaluator, RunConfig, Task, check_eval_lengths, check_same_tokenizer, saved_run};
+
+use super::{at_least_one, non_negative, sequence_length};
 use rand::SeedableRng;
 
 #[derive(Args)]
@@ -17,11 +19,18 @@ pub struct EvalArgs {
     #[arg(long)]
     checkpoint: PathBuf,
     /// Sequence lengths to evaluate at; longer than training measures extrapolation.
-    #[arg(long, value_delimiter = ',', default_values_t = [64, 128, 256, 512])]
+    #[arg(long, value_delimiter = ',', default_values_t = [64, 128, 256, 512], value_parser = sequence_length)]
     lengths: Vec<usize>,
     /// At most this many batches per length (default: the run's eval_batches).
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one)]
     batches: Option<usize>,
+    /// The text file of a `text_file` run: a checkpoint never chooses what posflow reads.
+    #[arg(long, conflicts_with = "config")]
+    data: Option<PathBuf>,
+    /// Take the data (a `text_file` run's file included) from this run config; its [data] must
+    /// be the checkpoint's.
+    #[arg(long)]
+    config: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -58,11 +67,12 @@ pub struct SampleArgs {
     /// The text to continue; every character must be in the model's vocabulary.
     #[arg(long)]
     prompt: String,
-    /// How many characters to generate.
-    #[arg(long, default_value_t = 200)]
+    /// How many characters to generate (at most 2²⁰).
+    #[arg(long, default_value_t = 200,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1 << 20))]
     chars: usize,
     /// 0 always takes the most likely character; higher is more varied.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = 0.8, value_parser = non_negative)]
     temperature: f32,
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -73,9 +83,24 @@ pub struct SampleArgs {
 }
 
 pub fn eval(backend: Rc<dyn Backend>, args: EvalArgs) -> posflow::Result<()> {
+    check_eval_lengths(&args.lengths)?;
     let saved = SavedModel::load(backend, &args.checkpoint)?;
-    let run = saved_run(&saved.metadata)?;
+    let mut run = saved_run(&saved.metadata)?;
+    if let Some(path) = &args.config {
+        let config = RunConfig::load(path)?;
+        if config.data.clone().without_file() != run.data {
+            return Err(posflow::Error::Input(format!(
+                "{}: its [data] is not the checkpoint's run's",
+                path.display()
+            )));
+        }
+        run.data = config.data;
+    }
+    if let Some(data) = args.data {
+        run.data = run.data.with_file(data)?;
+    }
     let task = Task::load(&run.data)?;
+    check_same_tokenizer(&saved.metadata, &task.tokenizer())?;
     let batches = args.batches.unwrap_or(run.train.eval_batches);
     let sets = task.eval_sets(&args.lengths, run.train.batch, batches);
     let mut evaluator = Evaluator::new(saved.model.clone());
@@ -117,6 +142,7 @@ pub fn sample(backend: Rc<dyn Backend>, args: SampleArgs) -> posflow::Result<()>
     }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.seed);
     let text = pollster::block_on(generator.complete(&args.prompt, args.chars, args.temperature, &mut rng))?;
-    println!("{}{text}", args.prompt);
+    // The characters come from the checkpoint's tokenizer: shown, never interpreted.
+    println!("{}{}", args.prompt, posflow::error::printable(&text));
     Ok(())
 }

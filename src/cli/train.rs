@@ -7,7 +7,7 @@ use std::rc::Rc;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use posflow::backend::Backend;
-use posflow::checkpoint::Checkpoint;
+use posflow::checkpoint::{Checkpoint, remove_interrupted_save};
 use posflow::inference::Generator;
 use posflow::train::{DEFAULT_RUN, EvalReport, Progress, RunConfig, StepStats, Trainer, fit, saved_run};
 use rand::SeedableRng;
@@ -17,9 +17,21 @@ pub struct TrainArgs {
     /// The run's TOML config (see configs/). Defaults to configs/moby_dick.toml, built in.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Continue the run saved in this checkpoint. Without --config, the checkpoint's own config.
+    /// Continue the run saved in this checkpoint. Without --config, the checkpoint's own run,
+    /// saved back to this file (and its metrics beside it, as .jsonl) unless --out and --metrics
+    /// say otherwise: a path stored in a checkpoint is never used.
     #[arg(long)]
     resume: Option<PathBuf>,
+    /// The text file of a `text_file` run: needed to resume one without --config (a checkpoint
+    /// never chooses what posflow reads); with --config, replaces [data] path.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Save the checkpoint here (overrides [train] checkpoint).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Append the metrics log here (overrides [train] metrics).
+    #[arg(long)]
+    metrics: Option<PathBuf>,
     /// Start a new run (needs --config) from the parameters of this checkpoint that the model
     /// shares by name, e.g. a trained sinusoidal model for FLOATER's compatible form.
     #[arg(long, conflicts_with = "resume", requires = "config")]
@@ -27,8 +39,9 @@ pub struct TrainArgs {
     /// Override [train] steps: the total, counting the steps a resumed run already made.
     #[arg(long)]
     steps: Option<usize>,
-    /// Characters to generate after training from [train] sample_prompt (0: none).
-    #[arg(long, default_value_t = 200)]
+    /// Characters to generate after training from [train] sample_prompt (0: none; at most 2²⁰).
+    #[arg(long, default_value_t = 200,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1 << 20))]
     sample_chars: usize,
 }
 
@@ -39,6 +52,19 @@ pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
         (None, Some(checkpoint)) => saved_run(checkpoint.metadata())?,
         (None, None) => RunConfig::from_toml(DEFAULT_RUN, "configs/moby_dick.toml (built in)")?,
     };
+    if let (None, Some(resumed)) = (&args.config, &args.resume) {
+        run.train.checkpoint = Some(resumed.clone());
+        run.train.metrics = Some(resumed.with_extension("jsonl"));
+    }
+    if let Some(data) = args.data {
+        run.data = run.data.with_file(data)?;
+    }
+    if let Some(out) = args.out {
+        run.train.checkpoint = Some(out);
+    }
+    if let Some(metrics) = args.metrics {
+        run.train.metrics = Some(metrics);
+    }
     if let Some(steps) = args.steps {
         run.train.steps = steps;
         // A short run still warms up, over all of its steps at most.
@@ -46,6 +72,15 @@ pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
         run.validate()?;
     }
     describe(&run);
+    if let Some(path) = &run.train.checkpoint
+        && remove_interrupted_save(path)?
+    {
+        println!(
+            "removed {}.tmp, left by a save that was interrupted ({} itself is intact)",
+            path.display(),
+            path.display()
+        );
+    }
     let mut trainer = match (&checkpoint, &args.warm_start) {
         (Some(checkpoint), _) => {
             let trainer = Trainer::resume(backend, run, checkpoint)?;
@@ -70,6 +105,15 @@ pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
         }
         (None, None) => Trainer::new(backend, run)?,
     };
+    if let Some(prompt) = &trainer.run().train.sample_prompt
+        && args.sample_chars > 0
+    {
+        // Refused now rather than after the run: the sample is the last thing it does.
+        trainer
+            .tokenizer()
+            .encode(prompt)
+            .map_err(|e| posflow::Error::Input(format!("[train] sample_prompt: {e}")))?;
+    }
     let mut bar = Bar::new(&trainer);
     let summary = fit(&mut trainer, &mut bar)?;
     bar.finish();
@@ -91,7 +135,10 @@ pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
         }
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(trainer.run().train.seed);
         let text = pollster::block_on(generator.complete(prompt, args.sample_chars, 0.8, &mut rng))?;
-        println!("sample (temperature 0.8):\n{prompt}{text}");
+        println!(
+            "sample (temperature 0.8):\n{prompt}{}",
+            posflow::error::printable(&text)
+        );
     }
     Ok(())
 }

@@ -22,7 +22,7 @@ pub struct VizArgs {
     #[arg(long, value_name = "DIR")]
     export: Option<PathBuf>,
     /// Positions in the position-encoding view (default: the training length).
-    #[arg(long)]
+    #[arg(long, value_parser = super::sequence_length)]
     length: Option<usize>,
     /// The text of the attention and prompt views.
     #[arg(long)]

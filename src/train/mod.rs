@@ -14,7 +14,7 @@ mod schedule;
 mod task;
 mod trainer;
 
-pub use config::{DEFAULT_RUN, DataConfig, RunConfig, TrainConfig};
+pub use config::{DEFAULT_RUN, DataConfig, MAX_SEQUENCE, RunConfig, TrainConfig, check_eval_lengths};
 pub use eval::{EvalReport, Evaluator};
 pub use finetune::{FineTune, FineTuneSettings};
 #[cfg(not(target_arch = "wasm32"))]
