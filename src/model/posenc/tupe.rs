@@ -130,7 +130,7 @@ impl Tupe {
         let mut constants = Vec::new();
         if let Some((bidirectional, buckets, max_distance)) = self.relative {
             let (relative, ids, values) =
-                relative::build(g, len, heads, bidirectional, buckets, max_distance)?;
+                relative::build_dense(g, len, heads, bidirectional, buckets, max_distance)?;
             term = g.add(term, relative)?;
             constants.push((ids, Constant::I32(values)));
         }
