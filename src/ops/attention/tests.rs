@@ -468,6 +468,21 @@ fn relative_bias_matches_the_dense_bias_of_its_table() {
     }
 }
 
+/// `tests/reference/attention_relative.safetensors` (from `gen_attention_relative.py`): the
+/// bias built densely from T5's bucket function in float64 PyTorch, with offsets past
+/// `max_distance`.
+#[test]
+fn relative_bias_matches_pytorch() {
+    let base = Case::new([2, 2, 9, 6]).scale(0.4);
+    let cases = [
+        ("bidirectional_mask", base.clone().relative(8, 6).lengths(&[9, 5])),
+        ("causal", base.causal().relative(8, 6)),
+    ];
+    for (name, case) in cases {
+        check_reference("attention_relative", name, &case.attention(), 1e-5, 1e-4);
+    }
+}
+
 #[test]
 fn relative_bias_probabilities_gpu_match_cpu() {
     let Some(gpu) = gpu() else { return };
