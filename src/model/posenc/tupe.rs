@@ -13,6 +13,9 @@
 //! position-only term (everything but the word term) is computed once per graph and added to every
 //! layer's attention logits as the `[H, L, L]` bias; `U_Q`, `U_K` and the table are shared by all
 //! layers, as the paper does. The projections have no bias: the paper writes `p_i U^Q`.
+//! Unlike T5's relative bias on its own, which the attention kernels look up per (i, j), this term
+//! stays a dense tensor, quadratic in L: the learned table bounds L by `max_len`, and the [CLS]
+//! reset and TUPE-R's sum act on the whole term.
 //!
 //! # Untying [CLS]
 //!
