@@ -1,5 +1,9 @@
 // Fused multi-head softmax attention, out = softmax(q kᵀ · scale + bias) v, and its gradient.
-// q, k, v, out are [B, H, L, Dh] with Dh ≤ 128; bias is [H, L, L]; the key mask is i32 [B, L].
+// q, k, v, out are [B, H, L, Dh] with Dh ≤ 128; the key mask is i32 [B, L]. The bias is dense,
+// [H, L, L], or T5's relative bias: `bias` then holds the table [buckets, H], and the bias of query
+// i and key j in head h is bias[bucket(j − i) · H + h], with the bucket of each offset j − i given
+// by the host (i32 [2L − 1], entry j − i + L − 1) so that it is T5's function bit for bit. It is
+// looked up per (i, j) like the causal mask, so nothing [L, L] is ever stored.
 //
 // Forward (FlashAttention-2): a 64-thread workgroup owns ROWS = 16 query rows of one (b, h), four
 // threads ("lanes") per row. It walks the keys in blocks of BLOCK = 8, staging K and V in workgroup
@@ -19,10 +23,13 @@
 // workgroup 16 keys and walks the query blocks (dv = Pᵀ dout, dk = dSᵀ q · scale),
 // `attention_backward_dq` gives each workgroup 16 queries and walks the key blocks
 // (dq = dS k · scale), and `attention_backward_dbias` gives each thread one (h, i, j) and sums
-// dS over the batch. Every output element is written by one thread: deterministic, no atomics.
+// dS over the batch. For the relative bias, the dq pass also sums each query row's dS per bucket
+// into that row's slice of [B, H, L, buckets], which the graph sums over B and L. Every output
+// element is written by one thread: deterministic, no atomics (WGSL has no float atomics).
 //
-// Optional inputs: the op binds q in the slot of an absent bias or mask (and in v's slot for the
-// probabilities kernel); the flags in the uniform say what is present, so those are never read.
+// Optional inputs: the op binds q in the slot of an absent bias, mask or bucket list (and in v's
+// slot for the probabilities kernel), and a one-word scratch in the dq pass's slot for the
+// relative bias's sums; the flags in the uniform say what is present, so those are never touched.
 
 struct Attn {
     batch: u32,
@@ -31,13 +38,19 @@ struct Attn {
     dh: u32,
     scale: f32,
     causal: u32,
-    has_bias: u32,
+    // What `bias` holds: nothing (0), DENSE_BIAS or RELATIVE_BIAS.
+    bias_kind: u32,
     has_mask: u32,
+    // Rows of the relative bias's table; 0 without one.
+    buckets: u32,
 }
+
+const DENSE_BIAS: u32 = 1u;
+const RELATIVE_BIAS: u32 = 2u;
 
 @group(0) @binding(0) var<uniform> p: Attn;
 
-// attention_forward and attention_probs: q, k, v, bias, key_mask -> out, lse.
+// attention_forward and attention_probs: q, k, v, bias, key_mask, rel_buckets -> out, lse.
 // attention_probs writes the probabilities [B, H, L, L] to `out`; v is a placeholder there.
 // The backward passes dkdv, dq and dbias share q, k, v and bias.
 @group(0) @binding(1) var<storage, read> q: array<f32>;
@@ -45,18 +58,22 @@ struct Attn {
 @group(0) @binding(3) var<storage, read> v: array<f32>;
 @group(0) @binding(4) var<storage, read> bias: array<f32>;
 @group(0) @binding(5) var<storage, read> key_mask: array<i32>;
-@group(0) @binding(6) var<storage, read_write> out: array<f32>;
-@group(0) @binding(7) var<storage, read_write> lse_out: array<f32>;
+@group(0) @binding(6) var<storage, read> rel_buckets: array<i32>;
+@group(0) @binding(7) var<storage, read_write> out: array<f32>;
+@group(0) @binding(8) var<storage, read_write> lse_out: array<f32>;
 
-// attention_backward_stats: out, lse, dout, key_mask -> stats.
+// attention_backward_stats: out, lse, dout, key_mask, rel_buckets -> stats.
 @group(0) @binding(1) var<storage, read> st_out: array<f32>;
 @group(0) @binding(2) var<storage, read> st_lse: array<f32>;
 @group(0) @binding(3) var<storage, read> st_dout: array<f32>;
 @group(0) @binding(4) var<storage, read> st_mask: array<i32>;
-@group(0) @binding(5) var<storage, read_write> stats_out: array<f32>;
+@group(0) @binding(5) var<storage, read> st_buckets: array<i32>;
+@group(0) @binding(6) var<storage, read_write> stats_out: array<f32>;
 
 // attention_backward_dkdv / _dq / _dbias: q, k, v, bias, stats, dout -> grad_a (dk, dq or dbias)
-// and, for dkdv, grad_b (dv). stats = [lse (rows) | D (rows) | key visible (B·L)].
+// and grad_b (dkdv: dv; dq: the relative bias's per-row sums [B, H, L, buckets]).
+// stats = [lse (rows) | D (rows) | key visible (B·L) | relative bias: bucket of each offset
+// (2L − 1), as f32, so that these passes bind eight storage buffers at most, WebGPU's default].
 @group(0) @binding(5) var<storage, read_write> stats: array<f32>;
 @group(0) @binding(6) var<storage, read> dout: array<f32>;
 @group(0) @binding(7) var<storage, read_write> grad_a: array<f32>;
@@ -101,11 +118,36 @@ fn visible_bwd(b: u32, i: u32, j: u32) -> bool {
     return !causal_hides(i, j) && stats[2u * rows_total() + b * p.len + j] != 0.0;
 }
 
-// The score of query i and key j in head h from their dot product.
-fn score(h: u32, i: u32, j: u32, qk: f32) -> f32 {
+// Where stats holds the bucket of each offset.
+fn buckets_at() -> u32 {
+    return 2u * rows_total() + p.batch * p.len;
+}
+
+// The relative bias's bucket of offset j − i, for the forward kernels (which read the input
+// itself); 0 without a relative bias, whose slot then holds a placeholder.
+fn bucket_fwd(i: u32, j: u32) -> u32 {
+    if (p.bias_kind != RELATIVE_BIAS) {
+        return 0u;
+    }
+    return u32(rel_buckets[j + p.len - 1u - i]);
+}
+
+// The same for the backward kernels, which read the copy cached in stats.
+fn bucket_bwd(i: u32, j: u32) -> u32 {
+    if (p.bias_kind != RELATIVE_BIAS) {
+        return 0u;
+    }
+    return u32(stats[buckets_at() + j + p.len - 1u - i]);
+}
+
+// The score of query i and key j in head h from their dot product, and the bucket of j − i
+// (read only for a relative bias).
+fn score(h: u32, i: u32, j: u32, qk: f32, bucket: u32) -> f32 {
     var s = qk * p.scale;
-    if (p.has_bias != 0u) {
+    if (p.bias_kind == DENSE_BIAS) {
         s += bias[(h * p.len + i) * p.len + j];
+    } else if (p.bias_kind == RELATIVE_BIAS) {
+        s += bias[bucket * p.heads + h];
     }
     return s;
 }
@@ -319,7 +361,7 @@ fn attention_forward(
             let j = k0 + pair % BLOCK;
             var s = HIDDEN;
             if (qi < p.len && j < p.len && visible_fwd(b, qi, j)) {
-                s = score(h, qi, j, q_dot_a(base + qi * p.dh, pair % BLOCK));
+                s = score(h, qi, j, q_dot_a(base + qi * p.dh, pair % BLOCK), bucket_fwd(qi, j));
             }
             s_tile[pair] = s;
         }
@@ -398,7 +440,7 @@ fn attention_probs(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
             for (var c = 0u; c < vec4s(); c++) {
                 qk += dot(q4(qa, c), k4(kbase + j * p.dh, c));
             }
-            let s = score(h, i, j, qk);
+            let s = score(h, i, j, qk, bucket_fwd(i, j));
             let m_new = max(m, s);
             l = l * exp(m - m_new) + exp(s - m_new);
             m = m_new;
@@ -412,13 +454,14 @@ fn attention_probs(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
             for (var c = 0u; c < vec4s(); c++) {
                 qk += dot(q4(qa, c), k4(kbase + j * p.dh, c));
             }
-            prob = exp(score(h, i, j, qk) - m) * inv;
+            prob = exp(score(h, i, j, qk, bucket_fwd(i, j)) - m) * inv;
         }
         out[row * p.len + j] = prob;
     }
 }
 
-// One thread per row and per key: stats = [lse | D = rowsum(dout · out) | key visible].
+// One thread per row, per key and per offset: stats = [lse | D = rowsum(dout · out) |
+// key visible | bucket of each offset].
 @compute @workgroup_size(64)
 fn attention_backward_stats(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let t = gid.x + gid.y * groups.x * WG;
@@ -438,13 +481,16 @@ fn attention_backward_stats(@builtin(global_invocation_id) gid: vec3<u32>, @buil
         }
         stats_out[2u * rows + t] = seen;
     }
+    if (p.bias_kind == RELATIVE_BIAS && t + 1u < 2u * p.len) {
+        stats_out[buckets_at() + t] = f32(st_buckets[t]);
+    }
 }
 
 // P and dS of query i and key j (in batch b, head h, slice bh), with the query's and the key's
 // dot products already taken: qk = q_i · k_j and dv = dout_i · v_j.
 fn p_and_ds(bh: u32, h: u32, i: u32, j: u32, qk: f32, dov: f32) -> vec2<f32> {
     let row = bh * p.len + i;
-    let prob = exp(score(h, i, j, qk) - stats[row]);
+    let prob = exp(score(h, i, j, qk, bucket_bwd(i, j)) - stats[row]);
     return vec2<f32>(prob, prob * (dov - stats[rows_total() + row]));
 }
 
@@ -593,6 +639,19 @@ fn attention_backward_dq(
     var d5 = vec4<f32>(0.0);
     var d6 = vec4<f32>(0.0);
     var d7 = vec4<f32>(0.0);
+    // The relative bias's table gradient: lane 0 of each row adds the row's dS up per bucket, in
+    // key order, into the row's own slice of grad_b. Long runs of keys share a bucket (every key
+    // past max_distance shares the last), so a running sum is written out only when the bucket
+    // changes; buckets in any order still come out right.
+    let sums_buckets = p.bias_kind == RELATIVE_BIAS && lane == 0u && i < p.len;
+    let sums_at = (bh * p.len + i) * p.buckets;
+    if (sums_buckets) {
+        for (var c = 0u; c < p.buckets; c++) {
+            grad_b[sums_at + c] = 0.0;
+        }
+    }
+    var run_bucket = 0u;
+    var run_sum = 0.0;
     for (var k0 = 0u; k0 < key_end; k0 += BLOCK) {
         stage_kv(lid, base, k0);
         workgroupBarrier();
@@ -631,7 +690,22 @@ fn attention_backward_dq(
         if (lane + 28u < n4) {
             d7 += mix_a(lane + 28u, da, db);
         }
+        if (sums_buckets) {
+            // Hidden keys have dS = 0 in ds_tile.
+            for (var jj = 0u; jj < BLOCK && k0 + jj < p.len; jj++) {
+                let bucket = bucket_bwd(i, k0 + jj);
+                if (bucket != run_bucket) {
+                    grad_b[sums_at + run_bucket] += run_sum;
+                    run_bucket = bucket;
+                    run_sum = 0.0;
+                }
+                run_sum += ds_tile[r * BLOCK + jj];
+            }
+        }
         workgroupBarrier();
+    }
+    if (sums_buckets) {
+        grad_b[sums_at + run_bucket] += run_sum;
     }
     if (i >= p.len) {
         return;

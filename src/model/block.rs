@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use super::config::{Block, ModelConfig};
 use crate::error::Result;
 use crate::graph::{Graph, Init, TensorId};
-use crate::ops::attention::AttentionOpts;
+use crate::ops::attention::{AttentionBias, AttentionOpts};
 
 /// GPT-2's standard deviation for every weight matrix and embedding table.
 pub(super) const INIT_STD: f32 = 0.02;
@@ -26,8 +26,8 @@ pub(super) struct BlockInputs {
     /// Each position attends only to itself and earlier ones (the causal LM).
     pub causal: bool,
     pub key_mask: Option<TensorId>,
-    /// `[H, L, L]`, added to every layer's attention logits.
-    pub attention_bias: Option<TensorId>,
+    /// Added to every layer's attention logits.
+    pub attention_bias: Option<AttentionBias>,
     /// The factor on q·k.
     pub attention_scale: f32,
     /// The step's seed input and the drop probability, in training graphs of a model with dropout.

@@ -8,6 +8,7 @@ use super::posenc::{self, Constant, EncodingSource};
 use crate::data::{BOS, Batch, IGNORE_INDEX};
 use crate::error::{Error, Result};
 use crate::graph::{Executor, Graph, Init, TensorId};
+use crate::ops::attention::AttentionBias;
 use crate::ops::ode_flow::check_status;
 use crate::tensor::TensorMeta;
 
@@ -185,7 +186,11 @@ impl Model {
             len,
             causal: matches!(c.kind, ModelKind::CausalLm { .. }),
             key_mask,
-            attention_bias: positions.attention_bias,
+            // At most one is set: TUPE's dense term or T5's relative bias.
+            attention_bias: positions
+                .attention_bias
+                .map(AttentionBias::Dense)
+                .or(positions.relative_bias.map(AttentionBias::Relative)),
             attention_scale: positions
                 .attention_scale
                 .unwrap_or(1.0 / (c.head_dim() as f32).sqrt()),

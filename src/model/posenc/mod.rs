@@ -2,8 +2,9 @@
 //!
 //! An encoding contributes terms at fixed places in the Transformer: an additive `[L, d_model]`
 //! term at the input or at each block's input (the same for every block, or FLOATER's own per
-//! block), or an additive `[H, L, L]` attention bias shared by every layer (T5, TUPE). TUPE also
-//! changes the attention op's scale; FLOATER's solve reports a status to check after each run.
+//! block), or an additive attention bias shared by every layer: TUPE's `[H, L, L]` tensor, or
+//! T5's table and buckets, which the attention op looks up in its kernels. TUPE also changes the
+//! attention op's scale; FLOATER's solve reports a status to check after each run.
 
 mod floater;
 mod learned;
@@ -15,12 +16,13 @@ pub use floater::{
     ENCODINGS_INPUT, EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Nonlinearity,
     QKV_INITIAL_NAME, SolverMethod, encodings_shape, old_layout, qkv_initial_from_static_biases,
 };
-pub use relative::{bucket_matrix, relative_bucket};
+pub use relative::{bucket_matrix, buckets_by_offset, relative_bucket};
 pub use sinusoidal::sinusoidal_table;
 
 use super::config::{ModelConfig, ModelKind, PosEnc};
 use crate::error::Result;
 use crate::graph::{Graph, TensorId};
+use crate::ops::attention::RelativeBias;
 
 /// The position terms of one graph.
 #[derive(Clone, Debug, Default)]
@@ -31,8 +33,12 @@ pub struct PositionTerms {
     pub at_block: Vec<TensorId>,
     /// `[L, 3·d_model]` per block, added to its q|k|v projection (FLOATER's compatible form).
     pub qkv_bias: Vec<TensorId>,
-    /// `[heads, L, L]`, added to every layer's attention logits (shared by the batch).
+    /// `[heads, L, L]`, added to every layer's attention logits (shared by the batch): TUPE's
+    /// positional term, whose length is bounded by its table's `max_len`.
     pub attention_bias: Option<TensorId>,
+    /// T5's relative bias, added to every layer's attention logits inside the attention kernels,
+    /// so that no `[heads, L, L]` tensor exists at any length.
+    pub relative_bias: Option<RelativeBias>,
     /// The attention op's factor on q·k when it is not the usual `1/√Dh` (TUPE: `1/√(2·Dh)`).
     pub attention_scale: Option<f32>,
     /// Constant inputs and their values, written before each run.
@@ -87,11 +93,10 @@ pub fn build_from(
             max_distance,
         } => {
             let bidirectional = matches!(config.kind, ModelKind::Encoder { .. });
-            let (bias, ids, values) =
-                relative::build(g, len, config.heads, bidirectional, buckets, max_distance)?;
+            let (bias, values) = relative::build(g, len, config.heads, bidirectional, buckets, max_distance)?;
             Ok(PositionTerms {
-                attention_bias: Some(bias),
-                constants: vec![(ids, Constant::I32(values))],
+                relative_bias: Some(bias),
+                constants: vec![(bias.buckets, Constant::I32(values))],
                 ..PositionTerms::default()
             })
         }
@@ -184,8 +189,9 @@ mod tests {
         }
     }
 
-    /// The encoder's buckets are bidirectional, the causal LM's look only back; the bias is
-    /// `[heads, L, L]` and nothing is added to the input.
+    /// The encoder's buckets are bidirectional, the causal LM's look only back; the bias is the
+    /// table `[buckets, heads]` and the bucket of each offset `[2L − 1]`, nothing is `[L, L]`, and
+    /// nothing is added to the input.
     #[test]
     fn relative_terms_use_the_kind_s_bucket_layout() {
         let cases = [
@@ -196,11 +202,15 @@ mod tests {
             let mut g = Graph::new();
             let terms = build(&mut g, &config(kind), 6).unwrap();
             assert!(terms.at_input.is_none() && terms.at_block.is_empty());
-            assert_eq!(g.info(terms.attention_bias.unwrap()).meta.shape, [2, 6, 6]);
-            let [(_, Constant::I32(buckets))] = terms.constants.as_slice() else {
+            assert!(terms.attention_bias.is_none());
+            let bias = terms.relative_bias.unwrap();
+            assert_eq!(g.info(bias.table).meta.shape, [8, 2]);
+            assert_eq!(g.info(bias.buckets).meta.shape, [11]);
+            let [(input, Constant::I32(buckets))] = terms.constants.as_slice() else {
                 panic!("{kind:?}: expected one i32 constant, got {:?}", terms.constants);
             };
-            assert_eq!(buckets, &bucket_matrix(6, bidirectional, 8, 20), "{kind:?}");
+            assert_eq!(*input, bias.buckets);
+            assert_eq!(buckets, &buckets_by_offset(6, bidirectional, 8, 20), "{kind:?}");
         }
     }
 

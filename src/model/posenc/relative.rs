@@ -1,18 +1,24 @@
 //! T5's relative position bias (Raffel et al., 2020): a learned scalar per head and per bucket of
 //! the offset j − i between key j and query i, added to every layer's attention logits.
 //!
-//! The bucket indices depend only on the length, so the host computes them once per graph as an
-//! i32 `[L, L]` constant input; any length works, offsets beyond `max_distance` share the last
-//! bucket.
+//! The bucket indices depend only on the length, so the host computes them once per graph, as a
+//! constant input: the bucket of each offset, i32 `[2L − 1]`, which the attention op looks up in
+//! its kernels with the table ([`crate::ops::attention::RelativeBias`]), so that nothing is
+//! `[L, L]`. Any length works; offsets beyond `max_distance` share the last bucket. TUPE-R adds
+//! the bias to its dense positional term instead ([`build_dense`]), at lengths up to `max_len`.
 
 use crate::error::Result;
 use crate::graph::{Graph, Init, TensorId};
+use crate::ops::attention::RelativeBias;
 use crate::tensor::TensorMeta;
 
 pub const PARAM_NAME: &str = "posenc.relative.weight";
 
-/// The graph input that holds the bucket indices.
-pub const INPUT_NAME: &str = "posenc.relative.buckets";
+/// The graph input that holds the bucket of each offset (the relative encoding).
+pub const INPUT_NAME: &str = "posenc.relative.buckets_by_offset";
+
+/// The graph input that holds the bucket of each (query, key) pair (TUPE-R).
+pub const MATRIX_INPUT_NAME: &str = "posenc.relative.buckets";
 
 /// The table starts small, so training starts close to no position information (T5 itself uses
 /// N(0, 1/√d_model)); 0.02 is the std of every other table here.
@@ -48,18 +54,44 @@ pub fn relative_bucket(relative: i64, bidirectional: bool, buckets: usize, max_d
     (base + bucket) as i32
 }
 
-/// The `[len, len]` row-major bucket of (query i, key j), from the offset j − i.
-pub fn bucket_matrix(len: usize, bidirectional: bool, buckets: usize, max_distance: usize) -> Vec<i32> {
-    (0..len)
-        .flat_map(|i| {
-            (0..len).map(move |j| relative_bucket(j as i64 - i as i64, bidirectional, buckets, max_distance))
-        })
+/// The `[2·len − 1]` bucket of each offset j − i between a query and a key of a length-`len`
+/// sequence, at index `j − i + len − 1` (offsets −(len − 1) ..= len − 1 in order).
+pub fn buckets_by_offset(len: usize, bidirectional: bool, buckets: usize, max_distance: usize) -> Vec<i32> {
+    let reach = len as i64 - 1;
+    (-reach..=reach)
+        .map(|offset| relative_bucket(offset, bidirectional, buckets, max_distance))
         .collect()
 }
 
-/// The `[heads, len, len]` bias: the table `[buckets, heads]` looked up at each (i, j)'s bucket,
-/// heads moved first. Returns the bias, the bucket input and its values.
+/// The `[len, len]` row-major bucket of (query i, key j), from the offset j − i.
+pub fn bucket_matrix(len: usize, bidirectional: bool, buckets: usize, max_distance: usize) -> Vec<i32> {
+    let by_offset = buckets_by_offset(len, bidirectional, buckets, max_distance);
+    (0..len)
+        .flat_map(|i| by_offset[len - 1 - i..][..len].iter().copied())
+        .collect()
+}
+
+/// The table `[buckets, heads]` and the bucket-of-each-offset input, for the attention op to add
+/// to every layer's logits; and that input's values.
 pub(super) fn build(
+    g: &mut Graph,
+    len: usize,
+    heads: usize,
+    bidirectional: bool,
+    buckets: usize,
+    max_distance: usize,
+) -> Result<(RelativeBias, Vec<i32>)> {
+    let bias = RelativeBias {
+        table: g.param(PARAM_NAME, &[buckets, heads], Init::Normal(INIT_STD))?,
+        buckets: g.input(INPUT_NAME, TensorMeta::i32(&[2 * len - 1])),
+    };
+    Ok((bias, buckets_by_offset(len, bidirectional, buckets, max_distance)))
+}
+
+/// The bias as a `[heads, len, len]` tensor (TUPE-R, which adds it to its positional term before
+/// the [CLS] reset): the table looked up at each (i, j)'s bucket, heads moved first. Quadratic
+/// in `len`, which TUPE bounds by `max_len`. Returns the bias, the bucket input and its values.
+pub(super) fn build_dense(
     g: &mut Graph,
     len: usize,
     heads: usize,
@@ -68,7 +100,7 @@ pub(super) fn build(
     max_distance: usize,
 ) -> Result<(TensorId, TensorId, Vec<i32>)> {
     let table = g.param(PARAM_NAME, &[buckets, heads], Init::Normal(INIT_STD))?;
-    let ids = g.input(INPUT_NAME, TensorMeta::i32(&[len, len]));
+    let ids = g.input(MATRIX_INPUT_NAME, TensorMeta::i32(&[len, len]));
     let per_pair = g.embedding(table, ids)?;
     let bias = g.permute(per_pair, &[2, 0, 1])?;
     Ok((
@@ -80,7 +112,7 @@ pub(super) fn build(
 
 #[cfg(test)]
 mod tests {
-    use super::bucket_matrix;
+    use super::{bucket_matrix, buckets_by_offset};
 
     /// `tests/reference/relative.safetensors` (from `gen_relative.py`): HF transformers' T5
     /// bucket function on every offset of length 300 and on a `[20, 20]` matrix.
@@ -112,6 +144,11 @@ mod tests {
                 let by_offset = ints(&format!("{case}/by_offset"));
                 let len = 300;
                 assert_eq!(by_offset.len(), 2 * len - 1);
+                assert_eq!(
+                    buckets_by_offset(len, bidirectional, buckets, max_distance),
+                    by_offset,
+                    "{case}"
+                );
                 let ours = bucket_matrix(len, bidirectional, buckets, max_distance);
                 for (k, bucket) in ours.iter().enumerate() {
                     let (i, j) = (k / len, k % len);

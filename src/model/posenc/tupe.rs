@@ -13,6 +13,9 @@
 //! position-only term (everything but the word term) is computed once per graph and added to every
 //! layer's attention logits as the `[H, L, L]` bias; `U_Q`, `U_K` and the table are shared by all
 //! layers, as the paper does. The projections have no bias: the paper writes `p_i U^Q`.
+//! Unlike T5's relative bias on its own, which the attention kernels look up per (i, j), this term
+//! stays a dense tensor, quadratic in L: the learned table bounds L by `max_len`, and the [CLS]
+//! reset and TUPE-R's sum act on the whole term.
 //!
 //! # Untying [CLS]
 //!
@@ -130,7 +133,7 @@ impl Tupe {
         let mut constants = Vec::new();
         if let Some((bidirectional, buckets, max_distance)) = self.relative {
             let (relative, ids, values) =
-                relative::build(g, len, heads, bidirectional, buckets, max_distance)?;
+                relative::build_dense(g, len, heads, bidirectional, buckets, max_distance)?;
             term = g.add(term, relative)?;
             constants.push((ids, Constant::I32(values)));
         }

@@ -1,0 +1,398 @@
+//! Fused multi-head softmax attention, its gradient, and its probabilities for inspection.
+//!
+//! `out = softmax(q·kᵀ·scale + bias + hidden)·v` per batch entry and head, where
+//! - q, k, v and out are `[B, H, L, Dh]` (batch, heads, length, head dimension, `Dh ≤ 128`);
+//! - the bias (optional, [`AttentionBias`]) is shared by the batch and added to the score of
+//!   query i and key j in head h. Either a dense `[H, L, L]` tensor that the caller built, or
+//!   T5's relative bias `table[bucket(j − i), h]`, which the kernels look up themselves from the
+//!   `[buckets, H]` table and the bucket of each offset, so that it costs memory linear in L;
+//! - `key_mask` (optional) is i32 `[B, L]`: 1 for a real token, 0 for padding. A padded key is
+//!   hidden from every query of its batch entry, as is every key after the query when `causal`.
+//!
+//! The forward also outputs `lse [B, H, L]`, each query row's log Σ exp(score) over its visible
+//! keys, which the backward reads to recompute the probabilities instead of storing them. A row
+//! with no visible key at all (every key padded) outputs 0, has lse = −∞ (the log of an empty
+//! sum) and gets zero gradients; it never produces a NaN.
+//!
+//! On the GPU the forward is one FlashAttention-2 kernel with an online softmax, and the backward
+//! is four deterministic passes; see `shaders/attention.wgsl`. Here: the op and its shape rule;
+//! `cpu.rs` the CPU reference; `backward.rs` the gradient op; `probs.rs` the probabilities;
+//! `relative.rs` T5's relative bias and its gradient.
+
+mod backward;
+mod cpu;
+mod probs;
+mod relative;
+#[cfg(test)]
+mod tests;
+
+pub use backward::AttentionBackward;
+pub use probs::AttentionProbs;
+pub use relative::RelativeBias;
+
+use rayon::prelude::*;
+
+use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
+use crate::error::{Error, Result, shape_err};
+use crate::graph::{Graph, TensorId};
+use crate::shaders;
+use crate::tensor::{DType, TensorMeta};
+use cpu::{Problem, forward_head};
+
+/// The largest head dimension the GPU kernels hold (eight vec4 registers per thread, four
+/// threads per row).
+pub const MAX_HEAD_DIM: usize = 128;
+
+/// Query rows (and key rows, in the backward) per GPU workgroup; `ROWS` in the shader.
+const ROWS: usize = 16;
+
+/// What an [`Attention`] adds to the scores, and so which inputs follow q, k, v.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BiasKind {
+    None,
+    /// One input: the bias f32 `[H, L, L]`.
+    Dense,
+    /// Two inputs: the table f32 `[buckets, H]` and the bucket of each offset ([`RelativeBias`]).
+    Relative,
+}
+
+impl BiasKind {
+    fn inputs(self) -> usize {
+        match self {
+            Self::None => 0,
+            Self::Dense => 1,
+            Self::Relative => 2,
+        }
+    }
+
+    /// `bias_kind` in the shader's uniform.
+    fn code(self) -> usize {
+        match self {
+            Self::None => 0,
+            Self::Dense => 1,
+            Self::Relative => 2,
+        }
+    }
+}
+
+/// Attention as a graph op. Inputs: q, k, v, then the bias inputs of `bias` ([`BiasKind`]), then
+/// `key_mask` if `has_key_mask` (see the module doc for shapes and meaning). Outputs: out
+/// `[B, H, L, Dh]` and lse `[B, H, L]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Attention {
+    /// Query i sees keys 0..=i only.
+    pub causal: bool,
+    /// Multiplies q·kᵀ before the bias is added; usually 1/√Dh.
+    pub scale: f32,
+    pub bias: BiasKind,
+    pub has_key_mask: bool,
+}
+
+/// The additive bias of [`AttentionOpts`].
+#[derive(Clone, Copy, Debug)]
+pub enum AttentionBias {
+    /// f32 `[H, L, L]`, built by the caller: memory quadratic in L. TUPE's positional term uses
+    /// it; TUPE's lengths are bounded by its learned position table's `max_len`, so that is
+    /// bounded too.
+    Dense(TensorId),
+    /// T5's relative bias, looked up inside the kernels: memory linear in L.
+    Relative(RelativeBias),
+}
+
+/// The options of [`Graph::attention`].
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionOpts {
+    pub causal: bool,
+    pub scale: f32,
+    /// An additive bias shared by the batch.
+    pub bias: Option<AttentionBias>,
+    /// i32 `[B, L]`, 1 for real tokens and 0 for padded keys.
+    pub key_mask: Option<TensorId>,
+}
+
+/// (batch, heads, length, head dimension), and the rows of the relative bias's table (0 without
+/// one).
+#[derive(Clone, Copy, Debug)]
+struct Dims {
+    b: usize,
+    h: usize,
+    l: usize,
+    dh: usize,
+    buckets: usize,
+}
+
+impl Dims {
+    fn rows(&self) -> usize {
+        self.b * self.h * self.l
+    }
+}
+
+/// Where the optional inputs sit among an op's inputs.
+#[derive(Clone, Copy, Debug)]
+struct Slots {
+    /// The dense bias, or the relative bias's table.
+    bias: Option<usize>,
+    /// The relative bias's bucket of each offset.
+    buckets: Option<usize>,
+    mask: Option<usize>,
+}
+
+impl Attention {
+    fn optional_count(&self) -> usize {
+        self.bias.inputs() + self.has_key_mask as usize
+    }
+
+    /// The optional inputs' indices, given where they start (after q, k and, if present, v).
+    fn slots(&self, first: usize) -> Slots {
+        let n = self.bias.inputs();
+        Slots {
+            bias: (n >= 1).then_some(first),
+            buckets: (self.bias == BiasKind::Relative).then_some(first + 1),
+            mask: self.has_key_mask.then_some(first + n),
+        }
+    }
+
+    /// The bias, mask and bucket slots of a dispatch: the inputs, or q (input 0) as a placeholder
+    /// that the kernels never read because the uniform says the input is absent.
+    fn optional_args(&self, first: usize) -> [Arg; 3] {
+        let s = self.slots(first);
+        [s.bias, s.mask, s.buckets].map(|i| Arg::In(i.unwrap_or(0)))
+    }
+
+    /// The dimensions of checked inputs (q first, the optional ones from `first`).
+    fn dims(&self, inputs: &[&TensorMeta], first: usize) -> Dims {
+        let s = &inputs[0].shape;
+        Dims {
+            b: s[0],
+            h: s[1],
+            l: s[2],
+            dh: s[3],
+            // The table `[buckets, H]` is the first optional input.
+            buckets: match self.bias {
+                BiasKind::Relative => inputs[first].shape[0],
+                _ => 0,
+            },
+        }
+    }
+
+    fn params(&self, d: Dims) -> Vec<u32> {
+        Params::new()
+            .u(d.b)
+            .u(d.h)
+            .u(d.l)
+            .u(d.dh)
+            .f(self.scale)
+            .u(self.causal as usize)
+            .u(self.bias.code())
+            .u(self.has_key_mask as usize)
+            .u(d.buckets)
+            .words()
+    }
+
+    /// Checks q and k (and v when given) and the optional inputs that start after them; returns
+    /// the dimensions, or an error that names the op and every shape.
+    fn check(&self, op: &'static str, inputs: &[&TensorMeta], with_v: bool) -> Result<Dims> {
+        let first = if with_v { 3 } else { 2 };
+        let expected = first + self.optional_count();
+        let slots = self.slots(first);
+        let listed = |inputs: &[&TensorMeta]| {
+            let bias = match self.bias {
+                BiasKind::Relative => "table",
+                _ => "bias",
+            };
+            let named = [("q", Some(0)), ("k", Some(1)), ("v", with_v.then_some(2))]
+                .into_iter()
+                .chain([
+                    (bias, slots.bias),
+                    ("buckets", slots.buckets),
+                    ("key_mask", slots.mask),
+                ]);
+            let parts: Vec<String> = named
+                .filter_map(|(name, i)| Some(format!("{name} {}", inputs.get(i?)?)))
+                .collect();
+            parts.join(", ")
+        };
+        if inputs.len() != expected {
+            return shape_err(
+                op,
+                format!(
+                    "needs {expected} inputs, got {}: {}",
+                    inputs.len(),
+                    listed(inputs)
+                ),
+            );
+        }
+        let q = inputs[0];
+        let same = inputs[..first].iter().all(|m| *m == q);
+        let fits = q.dtype == DType::F32
+            && q.rank() == 4
+            && same
+            && q.shape.iter().all(|&d| d > 0)
+            && q.shape[3] <= MAX_HEAD_DIM;
+        if !fits {
+            return shape_err(
+                op,
+                format!(
+                    "needs q, k{} as f32 [B, H, L, Dh] of one shape, non-empty, with Dh ≤ {MAX_HEAD_DIM}; got {}",
+                    if with_v { ", v" } else { "" },
+                    listed(inputs)
+                ),
+            );
+        }
+        let (h, l) = (q.shape[1], q.shape[2]);
+        match self.bias {
+            BiasKind::None => {}
+            BiasKind::Dense => {
+                if *inputs[first] != TensorMeta::f32(&[h, l, l]) {
+                    return shape_err(
+                        op,
+                        format!(
+                            "needs bias f32 [H, L, L] = [{h}, {l}, {l}]; got {}",
+                            listed(inputs)
+                        ),
+                    );
+                }
+            }
+            BiasKind::Relative => relative::check(inputs[first], inputs[first + 1], h, l)
+                .or_else(|e| shape_err(op, format!("{e}; got {}", listed(inputs))))?,
+        }
+        if let Some(i) = slots.mask
+            && *inputs[i] != TensorMeta::i32(&[q.shape[0], l])
+        {
+            return shape_err(
+                op,
+                format!(
+                    "needs key_mask i32 [B, L] = [{}, {l}]; got {}",
+                    q.shape[0],
+                    listed(inputs)
+                ),
+            );
+        }
+        if !self.scale.is_finite() {
+            return shape_err(op, format!("needs a finite scale, got {}", self.scale));
+        }
+        Ok(self.dims(inputs, first))
+    }
+}
+
+impl Op for Attention {
+    fn name(&self) -> &'static str {
+        "attention"
+    }
+
+    fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let d = self.check(self.name(), inputs, true)?;
+        Ok(vec![inputs[0].clone(), TensorMeta::f32(&[d.b, d.h, d.l])])
+    }
+
+    fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
+        let pr = Problem::new(*self, inputs, true);
+        let Dims { l, dh, .. } = pr.d;
+        let [out, lse] = outputs else {
+            unreachable!("attention has two outputs")
+        };
+        // One task per (b, h): its keys are transposed once for all its queries.
+        out.data
+            .par_chunks_mut(l * dh)
+            .zip(lse.data.par_chunks_mut(l))
+            .enumerate()
+            .for_each_init(
+                || (vec![0.0; l * dh], vec![0.0; l]),
+                |(k_t, p), (bh, (out, lse))| forward_head(&pr, bh, k_t, p, out, lse),
+            );
+    }
+
+    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+        let d = self.dims(inputs, 3);
+        let [bias, mask, buckets] = self.optional_args(3);
+        GpuKernels::single(Dispatch {
+            shader: &shaders::ATTENTION,
+            entry: "attention_forward",
+            params: self.params(d),
+            args: vec![
+                Arg::In(0),
+                Arg::In(1),
+                Arg::In(2),
+                bias,
+                mask,
+                buckets,
+                Arg::Out(0),
+                Arg::Out(1),
+            ],
+            workgroups: grid(d.b * d.h * d.l.div_ceil(ROWS), 1),
+        })
+    }
+
+    fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
+        if args.grads[1].is_some() {
+            return Err(Error::Graph(
+                "attention: lse is a cache for the backward and has no gradient".into(),
+            ));
+        }
+        let Some(dout) = args.grads[0] else {
+            return Ok(vec![None; args.inputs.len()]);
+        };
+        let mut inputs = args.inputs.to_vec();
+        inputs.extend([args.outputs[0], args.outputs[1], dout]);
+        let grads = g.apply(AttentionBackward(*self), &inputs)?;
+        let mut result: Vec<Option<TensorId>> = grads[..3].iter().copied().map(Some).collect();
+        match self.bias {
+            BiasKind::None => {}
+            BiasKind::Dense => result.push(Some(grads[3])),
+            BiasKind::Relative => {
+                // The bucket ids are integers: no gradient.
+                result.extend([Some(relative::table_gradient(g, grads[3])?), None]);
+            }
+        }
+        if self.has_key_mask {
+            result.push(None);
+        }
+        Ok(result)
+    }
+}
+
+impl AttentionOpts {
+    fn op(&self) -> Attention {
+        Attention {
+            causal: self.causal,
+            scale: self.scale,
+            bias: match self.bias {
+                None => BiasKind::None,
+                Some(AttentionBias::Dense(_)) => BiasKind::Dense,
+                Some(AttentionBias::Relative(_)) => BiasKind::Relative,
+            },
+            has_key_mask: self.key_mask.is_some(),
+        }
+    }
+
+    fn optional_inputs(&self) -> Vec<TensorId> {
+        let bias = match self.bias {
+            None => vec![],
+            Some(AttentionBias::Dense(bias)) => vec![bias],
+            Some(AttentionBias::Relative(r)) => vec![r.table, r.buckets],
+        };
+        bias.into_iter().chain(self.key_mask).collect()
+    }
+}
+
+impl Graph {
+    /// Multi-head attention of q, k, v `[B, H, L, Dh]`; returns out `[B, H, L, Dh]`. See
+    /// [`Attention`] and the module doc for the options.
+    pub fn attention(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        opts: AttentionOpts,
+    ) -> Result<TensorId> {
+        let inputs: Vec<TensorId> = [q, k, v].into_iter().chain(opts.optional_inputs()).collect();
+        Ok(self.apply(opts.op(), &inputs)?[0])
+    }
+
+    /// The probabilities `[B, H, L, L]` that [`Graph::attention`] with the same options would
+    /// use; for inspection, with no gradient.
+    pub fn attention_probs(&mut self, q: TensorId, k: TensorId, opts: AttentionOpts) -> Result<TensorId> {
+        let inputs: Vec<TensorId> = [q, k].into_iter().chain(opts.optional_inputs()).collect();
+        self.apply1(AttentionProbs(opts.op()), &inputs)
+    }
+}

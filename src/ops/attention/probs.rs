@@ -1,0 +1,61 @@
+//! The attention probabilities, for inspection.
+
+use rayon::prelude::*;
+
+use super::cpu::Problem;
+use super::{Arg, Attention, Dims, Dispatch, GpuKernels, In, Op, Out, grid};
+use crate::error::Result;
+use crate::shaders;
+use crate::tensor::TensorMeta;
+
+/// The attention probabilities `[B, H, L, L]` for inspection (the visualizer): the same
+/// softmax as [`Attention`], 0 for hidden keys and for rows with no visible key. Inputs: q, k,
+/// then the bias's inputs and key_mask as the wrapped [`Attention`] says (no v). No gradient.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionProbs(pub Attention);
+
+impl Op for AttentionProbs {
+    fn name(&self) -> &'static str {
+        "attention_probs"
+    }
+
+    fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let d = self.0.check(self.name(), inputs, false)?;
+        Ok(vec![TensorMeta::f32(&[d.b, d.h, d.l, d.l])])
+    }
+
+    fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
+        let pr = Problem::new(self.0, inputs, false);
+        let Dims { l, dh, .. } = pr.d;
+        outputs[0].data.par_chunks_mut(l * l).enumerate().for_each_init(
+            || vec![0.0; l * dh],
+            |k_t, (bh, probs)| {
+                pr.transposed(pr.k, bh, k_t);
+                for (i, p) in probs.chunks_exact_mut(l).enumerate() {
+                    pr.probs(bh * l + i, k_t, p);
+                }
+            },
+        );
+    }
+
+    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+        let d = self.0.dims(inputs, 2);
+        let [bias, mask, buckets] = self.0.optional_args(2);
+        GpuKernels::single(Dispatch {
+            shader: &shaders::ATTENTION,
+            entry: "attention_probs",
+            params: self.0.params(d),
+            // q stands in for v, which the probabilities do not need.
+            args: vec![
+                Arg::In(0),
+                Arg::In(1),
+                Arg::In(0),
+                bias,
+                mask,
+                buckets,
+                Arg::Out(0),
+            ],
+            workgroups: grid(d.rows(), 64),
+        })
+    }
+}

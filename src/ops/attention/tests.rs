@@ -1,0 +1,501 @@
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use super::{AttentionBias, AttentionOpts, RelativeBias};
+use crate::backend::Backend;
+use crate::graph::{Executor, Graph, TensorId};
+use crate::model::posenc::buckets_by_offset;
+use crate::params::ParamStore;
+use crate::testing::*;
+
+/// The bias of a [`Case`].
+#[derive(Clone)]
+enum Bias {
+    None,
+    /// The parameter `bias` `[H, L, L]`.
+    Dense,
+    /// The parameter `table` `[buckets, H]` and the input `buckets` `[2L − 1]` with these values.
+    Relative {
+        buckets: usize,
+        ids: Vec<i32>,
+    },
+}
+
+/// One attention problem: q, k, v (and the bias's table) are parameters, the key mask (and the
+/// relative bias's buckets) inputs.
+#[derive(Clone)]
+struct Case {
+    shape: [usize; 4],
+    causal: bool,
+    bias: Bias,
+    /// Real tokens per batch entry; the rest of each row of the key mask is padding.
+    lengths: Option<Vec<usize>>,
+    scale: f32,
+}
+
+impl Case {
+    fn new(shape: [usize; 4]) -> Self {
+        Self {
+            shape,
+            causal: false,
+            bias: Bias::None,
+            lengths: None,
+            scale: 1.0 / (shape[3] as f32).sqrt(),
+        }
+    }
+
+    fn causal(self) -> Self {
+        Self { causal: true, ..self }
+    }
+
+    fn bias(self) -> Self {
+        Self {
+            bias: Bias::Dense,
+            ..self
+        }
+    }
+
+    /// T5's relative bias with `buckets` buckets up to `max_distance`, bidirectional unless
+    /// causal (as the models use it).
+    fn relative(self, buckets: usize, max_distance: usize) -> Self {
+        let ids = buckets_by_offset(self.shape[2], !self.causal, buckets, max_distance);
+        Self {
+            bias: Bias::Relative { buckets, ids },
+            ..self
+        }
+    }
+
+    /// A relative bias whose offsets fall in random buckets: the kernels must not rely on T5's
+    /// buckets being monotone in the offset.
+    fn scrambled(self, buckets: usize) -> Self {
+        let ids = random_ints(2 * self.shape[2] - 1, buckets as i32, 5);
+        Self {
+            bias: Bias::Relative { buckets, ids },
+            ..self
+        }
+    }
+
+    fn lengths(self, lengths: &[usize]) -> Self {
+        Self {
+            lengths: Some(lengths.to_vec()),
+            ..self
+        }
+    }
+
+    fn scale(self, scale: f32) -> Self {
+        Self { scale, ..self }
+    }
+
+    fn key_mask(&self) -> Option<Vec<i32>> {
+        let l = self.shape[2];
+        let lengths = self.lengths.as_ref()?;
+        Some(
+            lengths
+                .iter()
+                .flat_map(|&n| (0..l).map(move |j| (j < n) as i32))
+                .collect(),
+        )
+    }
+
+    /// The optional inputs, and the options that name them.
+    fn opts(&self, g: &mut Graph, feeds: &mut Vec<(TensorId, Feed)>) -> AttentionOpts {
+        let [b, h, l, _] = self.shape;
+        let bias = match &self.bias {
+            Bias::None => None,
+            Bias::Dense => Some(AttentionBias::Dense(param(g, "bias", &[h, l, l]))),
+            Bias::Relative { buckets, ids } => {
+                let table = param(g, "table", &[*buckets, h]);
+                let (buckets, feed) = int_input(g, "buckets", &[2 * l - 1], ids.clone());
+                feeds.push(feed);
+                Some(AttentionBias::Relative(RelativeBias { table, buckets }))
+            }
+        };
+        let key_mask = self.key_mask().map(|values| {
+            let (t, feed) = int_input(g, "key_mask", &[b, l], values);
+            feeds.push(feed);
+            t
+        });
+        AttentionOpts {
+            causal: self.causal,
+            scale: self.scale,
+            bias,
+            key_mask,
+        }
+    }
+
+    fn attention(&self) -> impl Fn(&mut Graph) -> Built + 'static {
+        let case = self.clone();
+        move |g| {
+            let [q, k, v] = ["q", "k", "v"].map(|n| param(g, n, &case.shape));
+            let mut feeds = vec![];
+            let opts = case.opts(g, &mut feeds);
+            Built {
+                out: g.attention(q, k, v, opts).unwrap(),
+                feeds,
+            }
+        }
+    }
+
+    fn probs(&self) -> impl Fn(&mut Graph) -> Built + 'static {
+        let case = self.clone();
+        move |g| {
+            let [q, k] = ["q", "k"].map(|n| param(g, n, &case.shape));
+            let mut feeds = vec![];
+            let opts = case.opts(g, &mut feeds);
+            Built {
+                out: g.attention_probs(q, k, opts).unwrap(),
+                feeds,
+            }
+        }
+    }
+}
+
+/// Runs a graph forward only (the probabilities have no gradient), with parameters from
+/// seed 7 unless `params` names them.
+fn forward(backend: Rc<dyn Backend>, build: &dyn Fn(&mut Graph) -> Built, over: &Overrides) -> Vec<f32> {
+    let mut g = Graph::new();
+    let built = build(&mut g);
+    let store = ParamStore::init(backend, &g, 7).unwrap();
+    for (name, v) in &over.params {
+        store.set(name, v).unwrap();
+    }
+    let exec = Executor::new(&g, &[built.out], &store).unwrap();
+    for (t, f) in &built.feeds {
+        match over.inputs.get(&g.info(*t).name).unwrap_or(f) {
+            Feed::F32(v) => exec.set_f32(*t, v),
+            Feed::I32(v) => exec.set_i32(*t, v),
+        }
+        .unwrap();
+    }
+    exec.run().unwrap();
+    exec.read_blocking(built.out).unwrap()
+}
+
+#[test]
+fn gpu_matches_cpu_on_odd_shapes() {
+    let cases = [
+        Case::new([2, 3, 37, 16]),
+        Case::new([2, 3, 37, 16]).causal().bias(),
+        // Some padded keys, and a batch entry whose every key is padded.
+        Case::new([3, 2, 37, 16]).bias().lengths(&[37, 20, 0]),
+        Case::new([3, 2, 37, 16]).causal().lengths(&[5, 37, 0]),
+        // Longer than one workgroup's 16 rows and one block of 8 keys.
+        Case::new([1, 2, 130, 16]).causal().bias(),
+        Case::new([1, 2, 130, 8]).lengths(&[77]),
+        Case::new([2, 1, 1, 8]),
+        Case::new([2, 1, 1, 8]).causal().bias(),
+        // Head dimensions that are not a multiple of 4.
+        Case::new([1, 2, 19, 5]).causal().bias().lengths(&[11]),
+    ];
+    for case in cases {
+        check_gpu_matches_cpu(&case.attention(), 1e-5, 1e-4);
+    }
+}
+
+#[test]
+fn gpu_matches_cpu_on_wide_heads() {
+    for dh in [64, 128] {
+        check_gpu_matches_cpu(
+            &Case::new([1, 2, 29, dh]).bias().lengths(&[23]).attention(),
+            1e-5,
+            1e-4,
+        );
+        check_gpu_matches_cpu(&Case::new([1, 1, 41, dh]).causal().attention(), 1e-5, 1e-4);
+    }
+}
+
+#[test]
+fn fully_padded_rows_give_zeros_and_no_nan() {
+    let case = Case::new([2, 2, 9, 4]).bias().lengths(&[6, 0]);
+    let mut backends = vec![cpu()];
+    backends.extend(gpu());
+    for backend in backends {
+        let on = backend.describe();
+        let r = run(backend, &case.attention(), 3, &Overrides::default());
+        let half = r.out.len() / 2;
+        assert!(r.out.iter().all(|v| v.is_finite()), "{on}");
+        assert!(r.out[..half].iter().any(|&v| v != 0.0), "{on}");
+        assert!(r.out[half..].iter().all(|&v| v == 0.0), "{on}: padded entry");
+        for (name, grad) in &r.grads {
+            assert!(grad.iter().all(|v| v.is_finite()), "{on}: grad {name}");
+            if name != "bias" {
+                assert!(grad[half..].iter().all(|&v| v == 0.0), "{on}: grad {name}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gradients_match_finite_differences() {
+    let cases = [
+        Case::new([2, 2, 5, 3]),
+        Case::new([2, 2, 5, 3]).causal().bias().lengths(&[5, 3]),
+        Case::new([1, 2, 6, 4]).bias().scale(0.7),
+    ];
+    for case in cases {
+        check_gradients(&case.attention(), 1e-2, 1e-2, 20);
+    }
+}
+
+#[test]
+fn matches_pytorch() {
+    let base = Case::new([2, 2, 7, 6]).scale(0.4);
+    let cases = [
+        ("plain", base.clone()),
+        ("causal", base.clone().causal()),
+        ("bias", base.clone().bias()),
+        ("mask", base.clone().lengths(&[7, 4])),
+        ("causal_bias_mask", base.clone().causal().bias().lengths(&[7, 4])),
+    ];
+    for (name, case) in cases {
+        check_reference("attention", name, &case.attention(), 1e-5, 1e-4);
+    }
+}
+
+/// The probabilities against `torch.softmax` of the masked scores (`probs` in
+/// `gen_attention.py`), on the CPU and the GPU.
+#[test]
+fn probabilities_match_pytorch() {
+    let path = format!(
+        "{}/tests/reference/attention.safetensors",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let bytes = std::fs::read(&path).unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let data = |name: &str| file.tensor(&format!("probs/{name}")).unwrap().data().to_vec();
+    let floats = |name: &str| -> Vec<f32> { bytemuck::pod_collect_to_vec(&data(name)) };
+    let over = Overrides {
+        params: ["q", "k", "bias"].map(|n| (n.to_string(), floats(n))).into(),
+        inputs: BTreeMap::from([(
+            "key_mask".to_string(),
+            Feed::I32(bytemuck::pod_collect_to_vec(&data("key_mask"))),
+        )]),
+        upstream: None,
+    };
+    let case = Case::new([2, 2, 7, 6])
+        .scale(0.4)
+        .causal()
+        .bias()
+        .lengths(&[7, 4]);
+    let mut backends = vec![cpu()];
+    backends.extend(gpu());
+    for backend in backends {
+        let on = backend.describe();
+        let got = forward(backend, &case.probs(), &over);
+        assert_close(&format!("probs on {on}"), &got, &floats("out"), 1e-6, 1e-4);
+    }
+}
+
+#[test]
+fn gpu_probabilities_match_cpu() {
+    let Some(gpu) = gpu() else { return };
+    let cases = [
+        Case::new([2, 3, 37, 16]).causal().bias().lengths(&[37, 0]),
+        Case::new([1, 2, 70, 128]).lengths(&[50]),
+    ];
+    for case in cases {
+        let want = forward(cpu(), &case.probs(), &Overrides::default());
+        let got = forward(gpu.clone(), &case.probs(), &Overrides::default());
+        assert_close("probs", &got, &want, 1e-6, 1e-4);
+        // Rows sum to 1, or to 0 for a batch entry with every key padded.
+        let l = case.shape[2];
+        for (r, row) in want.chunks(l).enumerate() {
+            let total: f32 = row.iter().sum();
+            let padded = case
+                .lengths
+                .as_ref()
+                .is_some_and(|n| n[r / (case.shape[1] * l)] == 0);
+            let expected = if padded { 0.0 } else { 1.0 };
+            assert!((total - expected).abs() < 1e-5, "row {r} sums to {total}");
+        }
+    }
+}
+
+#[test]
+fn probabilities_have_no_gradient() {
+    let case = Case::new([1, 1, 3, 2]);
+    let mut g = Graph::new();
+    let built = case.probs()(&mut g);
+    let loss = g.sum_all(built.out).unwrap();
+    let err = g.backward(loss).unwrap_err().to_string();
+    assert!(err.contains("attention_probs has no gradient"), "{err}");
+}
+
+#[test]
+fn bad_shapes_name_the_op_and_every_shape() {
+    let mut g = Graph::new();
+    let q = param(&mut g, "q", &[2, 3, 5, 8]);
+    let k = param(&mut g, "k", &[2, 3, 5, 8]);
+    let v_short = param(&mut g, "v", &[2, 3, 4, 8]);
+    let wide = param(&mut g, "wide", &[1, 1, 2, 129]);
+    let bias = param(&mut g, "bias", &[3, 5, 4]);
+    let mask = g.input("key_mask", crate::tensor::TensorMeta::i32(&[2, 4]));
+    let plain = AttentionOpts {
+        causal: false,
+        scale: 1.0,
+        bias: None,
+        key_mask: None,
+    };
+    let table = param(&mut g, "table", &[4, 3]);
+    let buckets = g.input("buckets", crate::tensor::TensorMeta::i32(&[10]));
+    let err = g.attention(q, k, v_short, plain).unwrap_err().to_string();
+    assert!(
+        err.starts_with("attention: ") && err.contains("[2, 3, 5, 8]") && err.contains("[2, 3, 4, 8]"),
+        "{err}"
+    );
+    let err = g.attention(wide, wide, wide, plain).unwrap_err().to_string();
+    assert!(
+        err.starts_with("attention: ") && err.contains("[1, 1, 2, 129]"),
+        "{err}"
+    );
+    let with_bias = AttentionOpts {
+        bias: Some(AttentionBias::Dense(bias)),
+        ..plain
+    };
+    let err = g.attention(q, k, q, with_bias).unwrap_err().to_string();
+    assert!(
+        err.contains("bias [3, 5, 4]") && err.contains("[3, 5, 5]"),
+        "{err}"
+    );
+    let with_mask = AttentionOpts {
+        key_mask: Some(mask),
+        ..plain
+    };
+    let err = g.attention_probs(q, k, with_mask).unwrap_err().to_string();
+    assert!(
+        err.starts_with("attention_probs: ") && err.contains("key_mask [2, 4] i32") && err.contains("[2, 5]"),
+        "{err}"
+    );
+    // L = 5 needs 9 buckets, one per offset −4..=4.
+    let relative = AttentionOpts {
+        bias: Some(AttentionBias::Relative(RelativeBias { table, buckets })),
+        ..plain
+    };
+    let err = g.attention(q, k, q, relative).unwrap_err().to_string();
+    assert!(
+        err.starts_with("attention: ")
+            && err.contains("buckets i32 [2L − 1] = [9]")
+            && err.contains("table [4, 3], buckets [10] i32"),
+        "{err}"
+    );
+}
+
+/// T5's relative bias, looked up in the kernels: odd lengths over one workgroup, offsets past
+/// `max_distance`, a key mask with a fully padded entry, and buckets in no particular order.
+#[test]
+fn relative_bias_gpu_matches_cpu() {
+    let cases = [
+        Case::new([2, 3, 37, 16]).relative(8, 12),
+        Case::new([2, 3, 37, 16]).causal().relative(8, 12),
+        Case::new([3, 2, 37, 16]).relative(8, 12).lengths(&[37, 20, 0]),
+        Case::new([1, 2, 130, 8]).causal().relative(32, 40).lengths(&[77]),
+        Case::new([2, 1, 1, 8]).causal().relative(4, 3),
+        Case::new([1, 2, 19, 5]).scrambled(6).lengths(&[11]),
+        Case::new([2, 2, 41, 64]).causal().scrambled(5),
+    ];
+    for case in cases {
+        check_gpu_matches_cpu(&case.attention(), 1e-5, 1e-4);
+    }
+}
+
+#[test]
+fn relative_bias_gradients_match_finite_differences() {
+    let cases = [
+        Case::new([2, 2, 6, 3]).relative(4, 3),
+        Case::new([2, 2, 6, 3]).causal().relative(4, 3).lengths(&[6, 4]),
+        Case::new([1, 2, 5, 4]).scrambled(3).scale(0.7),
+    ];
+    for case in cases {
+        check_gradients(&case.attention(), 1e-2, 1e-2, 20);
+    }
+}
+
+/// The relative bias in the kernels gives what the dense bias built from the same table gives
+/// (the table looked up at the `[L, L]` bucket matrix, as the model did before): the same
+/// output bit for bit on the CPU, the same table gradient up to the order of its sums.
+#[test]
+fn relative_bias_matches_the_dense_bias_of_its_table() {
+    let cases = [
+        Case::new([2, 3, 23, 8]).relative(8, 12).lengths(&[23, 9]),
+        Case::new([2, 2, 23, 8]).causal().relative(8, 12),
+    ];
+    for case in cases {
+        let Bias::Relative { buckets, ids } = case.bias.clone() else {
+            unreachable!("relative cases")
+        };
+        let relative = case.attention();
+        let [_, h, l, _] = case.shape;
+        let unbiased = Case {
+            bias: Bias::None,
+            ..case.clone()
+        };
+        let dense = move |g: &mut Graph| {
+            let [q, k, v] = ["q", "k", "v"].map(|n| param(g, n, &unbiased.shape));
+            let table = param(g, "table", &[buckets, h]);
+            let matrix: Vec<i32> = (0..l * l).map(|t| ids[t % l + l - 1 - t / l]).collect();
+            let (pairs, feed) = int_input(g, "matrix", &[l, l], matrix);
+            let per_pair = g.embedding(table, pairs).unwrap();
+            let bias = g.permute(per_pair, &[2, 0, 1]).unwrap();
+            let mut feeds = vec![feed];
+            let opts = AttentionOpts {
+                bias: Some(AttentionBias::Dense(bias)),
+                ..unbiased.opts(g, &mut feeds)
+            };
+            Built {
+                out: g.attention(q, k, v, opts).unwrap(),
+                feeds,
+            }
+        };
+        let want = run(cpu(), &dense, 3, &Overrides::default());
+        let got = run(cpu(), &relative, 3, &Overrides::default());
+        assert_eq!(got.out, want.out, "output on the CPU");
+        for (name, grad) in &got.grads {
+            assert_close(&format!("grad {name}"), grad, &want.grads[name], 1e-6, 1e-5);
+        }
+        if let Some(gpu) = gpu() {
+            let got = run(gpu, &relative, 3, &Overrides::default());
+            assert_close("output on the GPU", &got.out, &want.out, 1e-5, 1e-4);
+            for (name, grad) in &got.grads {
+                assert_close(
+                    &format!("grad {name} on the GPU"),
+                    grad,
+                    &want.grads[name],
+                    1e-5,
+                    1e-4,
+                );
+            }
+        }
+    }
+}
+
+/// `tests/reference/attention_relative.safetensors` (from `gen_attention_relative.py`): the
+/// bias built densely from T5's bucket function in float64 PyTorch, with offsets past
+/// `max_distance`.
+#[test]
+fn relative_bias_matches_pytorch() {
+    let base = Case::new([2, 2, 9, 6]).scale(0.4);
+    let cases = [
+        ("bidirectional_mask", base.clone().relative(8, 6).lengths(&[9, 5])),
+        ("causal", base.causal().relative(8, 6)),
+    ];
+    for (name, case) in cases {
+        check_reference("attention_relative", name, &case.attention(), 1e-5, 1e-4);
+    }
+}
+
+#[test]
+fn relative_bias_probabilities_gpu_match_cpu() {
+    let Some(gpu) = gpu() else { return };
+    let cases = [
+        Case::new([2, 3, 37, 16])
+            .causal()
+            .relative(8, 12)
+            .lengths(&[37, 0]),
+        Case::new([1, 2, 70, 32]).scrambled(7),
+    ];
+    for case in cases {
+        let want = forward(cpu(), &case.probs(), &Overrides::default());
+        let got = forward(gpu.clone(), &case.probs(), &Overrides::default());
+        assert_close("probs", &got, &want, 1e-6, 1e-4);
+    }
+}
