@@ -102,8 +102,9 @@ impl Trainer {
         if saved.train.seed != run.train.seed || saved.train.batch != run.train.batch {
             return Err(differs("seed or batch"));
         }
+        // Before the model is built, which would only say that the vocabulary sizes differ.
+        check_same_tokenizer(checkpoint.metadata(), &run.data.tokenizer()?)?;
         let mut trainer = Self::new(backend, run)?;
-        check_same_tokenizer(checkpoint.metadata(), &trainer.tokenizer())?;
         trainer.program.restore_run_state(checkpoint)?;
         let (params, optimizer) = trainer.program.state_mut();
         checkpoint.restore(params, Some(optimizer))?;
