@@ -654,8 +654,7 @@ mod native {
     }
 
     fn read(path: &Path) -> Result<Vec<u8>> {
-        fs::read(path)
-            .map_err(|e| checkpoint_err(&path.display().to_string(), format!("cannot be read ({e})")))
+        crate::memory::read_regular_file(path).map_err(|e| checkpoint_err(&path.display().to_string(), e))
     }
 
     /// `<path>.tmp`: where [`write_atomically`] writes before renaming.

@@ -17,6 +17,18 @@ pub fn check_host_fits(what: &str, bytes: u64) -> Result<()> {
     }
 }
 
+/// Reads a whole file, which must be a regular file (a device or a pipe such as /dev/zero may
+/// never end) that fits in memory. Errors say why, for the caller to prefix with what it is.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn read_regular_file(path: &std::path::Path) -> std::result::Result<Vec<u8>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot be read ({e})"))?;
+    if !meta.is_file() {
+        return Err("is not a regular file".into());
+    }
+    check_host_fits("reading it", meta.len()).map_err(|e| e.to_string())?;
+    std::fs::read(path).map_err(|e| format!("cannot be read ({e})"))
+}
+
 /// `bytes` in GiB, for messages.
 pub fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)

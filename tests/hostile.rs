@@ -355,3 +355,20 @@ fn a_temporary_file_left_by_an_interrupted_save_is_removed_at_the_next_start() {
     assert!(!dir.join("a/run.safetensors.tmp").exists());
     assert!(dir.join("a/run.safetensors").exists());
 }
+
+#[test]
+fn a_device_that_never_ends_is_refused_as_data_or_checkpoint() {
+    let dir = scratch("hostile", "devices");
+    refused(
+        &dir,
+        &["eval", "--checkpoint", "/dev/zero", "--device", "cpu"],
+        &["checkpoint /dev/zero: is not a regular file"],
+    );
+    let toml = TEXT_FILE.replace("corpus.txt", "/dev/zero");
+    std::fs::write(dir.join("zero.toml"), toml).unwrap();
+    refused(
+        &dir,
+        &["train", "--config", "zero.toml", "--device", "cpu"],
+        &["text file /dev/zero", "not a regular file"],
+    );
+}

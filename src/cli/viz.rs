@@ -115,7 +115,7 @@ impl eframe::App for FrameLimit {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| Error::Input(format!("{}: {e}", path.display())))
+    posflow::memory::read_regular_file(path).map_err(|e| Error::Input(format!("{}: {e}", path.display())))
 }
 
 fn file_name(path: &Path) -> String {

@@ -429,6 +429,25 @@ mod tests {
     }
 
     #[test]
+    fn every_size_over_its_limit_is_refused_naming_the_field() {
+        for (field, limit) in SIZE_LIMITS {
+            let from = format!(r#""{field}": "#);
+            let current: String = TINY[TINY.find(&from).unwrap() + from.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            let err = error_of(&format!("{from}{current}"), &format!("{from}{}", limit + 1));
+            assert!(
+                err.contains(&format!("{field} is {}, over posflow's limit of {limit}", limit + 1)),
+                "{err}"
+            );
+        }
+        // Each size within its limit, together too large to hold.
+        let err = error_of(r#""vocab": 30, "d_model": 32"#, r#""vocab": 1048576, "d_model": 16384"#);
+        assert!(err.contains("parameters") && err.contains("GiB of weights"), "{err}");
+    }
+
+    #[test]
     fn defaults_fill_the_optional_fields() {
         let config = ModelConfig::from_json(TINY).unwrap();
         assert_eq!(config.dropout, 0.0);
@@ -555,11 +574,12 @@ mod tests {
                 &format!(r#"{{ "type": "relative", {fields} }}"#),
             )
         };
-        assert!(
-            relative(r#""buckets": 2"#).contains("needs buckets ≥ 4, got 2"),
-            "{}",
-            relative(r#""buckets": 2"#)
-        );
+        for buckets in [2, 5000] {
+            let err = relative(&format!(r#""buckets": {buckets}"#));
+            assert!(err.contains(&format!("needs 4 ≤ buckets ≤ 4096, got {buckets}")), "{err}");
+        }
+        let err = relative(r#""max_distance": 1000000000000"#);
+        assert!(err.contains("max_distance is 1000000000000, over posflow's limit"), "{err}");
         let err = relative(r#""buckets": 32, "max_distance": 16"#);
         assert!(err.contains("max_distance > buckets / 2 = 16, got 16"), "{err}");
         let err = relative(r#""buckets": 32, "distance": 16"#);

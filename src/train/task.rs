@@ -65,8 +65,12 @@ fn read_text(path: &std::path::Path) -> Result<String> {
             path.display()
         ))
     };
+    // A device or pipe (/dev/zero) may never end: only a file has a size to check.
+    if !std::fs::metadata(path).map_err(|e| cannot(&e))?.is_file() {
+        return Err(cannot(&"it is not a regular file"));
+    }
     let mut text = String::new();
-    // Bounded, so that a device that never ends (/dev/zero) is an error, not a hang.
+    // Bounded as well: the file may grow while it is read.
     std::fs::File::open(path)
         .and_then(|file| file.take(MAX_TEXT_BYTES + 1).read_to_string(&mut text))
         .map_err(|e| cannot(&e))?;
