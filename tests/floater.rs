@@ -217,7 +217,12 @@ fn bad_floater_configs_are_explained() {
         f.substeps = 0;
     }
     let err = Model::new(config.clone()).unwrap_err().to_string();
-    assert!(err.contains("substeps must be at least 1"), "{err}");
+    assert!(err.contains("substeps must be in 1..=1000, got 0"), "{err}");
+    if let PosEnc::Floater(f) = &mut config.posenc {
+        f.substeps = 1_000_000_000;
+    }
+    let err = Model::new(config.clone()).unwrap_err().to_string();
+    assert!(err.contains("got 1000000000"), "{err}");
     config.d_model = 512;
     config.heads = 8;
     config.posenc = PosEnc::Floater(floater(true, SolverMethod::Midpoint, GradientMethod::Backprop));
