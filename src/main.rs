@@ -11,12 +11,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use posflow::backend::{Backend, DeviceChoice, gpu::list_adapters, select_backend};
 use posflow::mlp::{MlpConfig, train_mlp};
 
-use cli::{at_least_one, positive};
 use cli::inspect::{EvalArgs, ExportArgs, SampleArgs, eval, export, sample};
 use cli::study::{StudyArgs, study};
 use cli::train::{TrainArgs, train};
 #[cfg(feature = "viz")]
 use cli::viz::{VizArgs, viz};
+use cli::{at_least_one, positive};
 
 #[derive(Parser)]
 #[command(

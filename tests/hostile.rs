@@ -116,11 +116,23 @@ fn a_resumed_checkpoint_is_saved_back_to_its_own_file_never_to_a_path_stored_ins
     std::fs::remove_dir_all(dir.join("a")).unwrap();
     let o = posflow_in(
         &dir,
-        &["train", "--resume", "b/x.safetensors", "--steps", "3", "--device", "cpu"],
+        &[
+            "train",
+            "--resume",
+            "b/x.safetensors",
+            "--steps",
+            "3",
+            "--device",
+            "cpu",
+        ],
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!dir.join("a").exists(), "the stored path was written");
-    assert!(stdout(&o).contains("saved step 3 to b/x.safetensors"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("saved step 3 to b/x.safetensors"),
+        "{}",
+        stdout(&o)
+    );
     let log = std::fs::read_to_string(dir.join("b/x.jsonl")).unwrap();
     assert!(log.contains(r#""step":2"#), "{log}");
 
@@ -129,8 +141,17 @@ fn a_resumed_checkpoint_is_saved_back_to_its_own_file_never_to_a_path_stored_ins
     let o = posflow_in(
         &dir,
         &[
-            "train", "--resume", "b/x.safetensors", "--steps", "4", "--out", "c.safetensors",
-            "--metrics", "c.jsonl", "--device", "cpu",
+            "train",
+            "--resume",
+            "b/x.safetensors",
+            "--steps",
+            "4",
+            "--out",
+            "c.safetensors",
+            "--metrics",
+            "c.jsonl",
+            "--device",
+            "cpu",
         ],
     );
     assert!(o.status.success(), "{}", stderr(&o));
@@ -172,35 +193,72 @@ fn a_text_file_run_reads_only_the_file_the_user_names() {
     // The checkpoint names corpus.txt, which is there: eval and resume still refuse to read it.
     refused(
         &dir,
-        &["eval", "--checkpoint", "text.safetensors", "--lengths", "8", "--device", "cpu"],
+        &[
+            "eval",
+            "--checkpoint",
+            "text.safetensors",
+            "--lengths",
+            "8",
+            "--device",
+            "cpu",
+        ],
         &["no file given", "--data"],
     );
     refused(
         &dir,
-        &["train", "--resume", "text.safetensors", "--steps", "3", "--device", "cpu"],
+        &[
+            "train",
+            "--resume",
+            "text.safetensors",
+            "--steps",
+            "3",
+            "--device",
+            "cpu",
+        ],
         &["no file given", "--data"],
     );
     let o = posflow_in(
         &dir,
         &[
-            "eval", "--checkpoint", "text.safetensors", "--lengths", "8", "--data", "corpus.txt",
-            "--device", "cpu",
+            "eval",
+            "--checkpoint",
+            "text.safetensors",
+            "--lengths",
+            "8",
+            "--data",
+            "corpus.txt",
+            "--device",
+            "cpu",
         ],
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let o = posflow_in(
         &dir,
         &[
-            "eval", "--checkpoint", "text.safetensors", "--lengths", "8", "--config", "text.toml",
-            "--device", "cpu",
+            "eval",
+            "--checkpoint",
+            "text.safetensors",
+            "--lengths",
+            "8",
+            "--config",
+            "text.toml",
+            "--device",
+            "cpu",
         ],
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let o = posflow_in(
         &dir,
         &[
-            "train", "--resume", "text.safetensors", "--data", "corpus.txt", "--steps", "3",
-            "--device", "cpu",
+            "train",
+            "--resume",
+            "text.safetensors",
+            "--data",
+            "corpus.txt",
+            "--steps",
+            "3",
+            "--device",
+            "cpu",
         ],
     );
     assert!(o.status.success(), "{}", stderr(&o));
@@ -214,14 +272,24 @@ fn a_text_file_run_reads_only_the_file_the_user_names() {
     ] {
         let mut args = command;
         args.extend(["--data", "other.txt", "--device", "cpu"]);
-        refused(&dir, &args, &["differ from the checkpoint's tokenizer", "only in the data: ! A"]);
+        refused(
+            &dir,
+            &args,
+            &["differ from the checkpoint's tokenizer", "only in the data: ! A"],
+        );
     }
     // A task that reads no file takes no --data.
     train(&dir, "tiny", TINY);
     refused(
         &dir,
         &[
-            "eval", "--checkpoint", "a/run.safetensors", "--data", "corpus.txt", "--device", "cpu",
+            "eval",
+            "--checkpoint",
+            "a/run.safetensors",
+            "--data",
+            "corpus.txt",
+            "--device",
+            "cpu",
         ],
         &["--data corpus.txt", "reads no data file"],
     );
@@ -232,7 +300,11 @@ fn absurd_sizes_are_refused_at_once_naming_the_field() {
     let dir = scratch("hostile", "sizes");
     train(&dir, "tiny", TINY);
     let valid = std::fs::read(dir.join("a/run.safetensors")).unwrap();
-    for (key, value) in [("layers", 1_000_000), ("ffn", 10_000_000_000), ("max_len", 1_000_000_000_000)] {
+    for (key, value) in [
+        ("layers", 1_000_000),
+        ("ffn", 10_000_000_000),
+        ("max_len", 1_000_000_000_000),
+    ] {
         let name = format!("{key}.safetensors");
         let bytes = rewritten(&valid, |_, metadata| with_model_size(metadata, key, value));
         std::fs::write(dir.join(&name), bytes).unwrap();
@@ -244,23 +316,63 @@ fn absurd_sizes_are_refused_at_once_naming_the_field() {
         );
         // Refused before anything is built: no hang, no allocation (a generous bound for a
         // loaded machine; it takes milliseconds).
-        assert!(started.elapsed() < Duration::from_secs(5), "{key}: {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{key}: {:?}",
+            started.elapsed()
+        );
     }
     for (find, replace, expected) in [
-        ("ffn = 16", "ffn = 10000000000", "ffn is 10000000000, over posflow's limit"),
-        ("batch = 2", "batch = 1000000000", "[train] batch is 1000000000, over posflow's limit"),
-        ("max_len = 16", "max_len = 1000000000000", "max_len is 1000000000000"),
+        (
+            "ffn = 16",
+            "ffn = 10000000000",
+            "ffn is 10000000000, over posflow's limit",
+        ),
+        (
+            "batch = 2",
+            "batch = 1000000000",
+            "[train] batch is 1000000000, over posflow's limit",
+        ),
+        (
+            "max_len = 16",
+            "max_len = 1000000000000",
+            "max_len is 1000000000000",
+        ),
         ("layers = 1", "layers = 1000000", "layers is 1000000"),
-        ("lr = 1e-2", "lr = 1e-2\nbeta1 = 2.0", "beta1 must be in [0, 1), got 2"),
-        ("lr = 1e-2", "lr = 1e-2\neps = -1.0", "eps must be positive and finite, got -1"),
-        ("lr = 1e-2", "lr = 1e-2\nweight_decay = nan", "weight_decay must be finite"),
+        (
+            "lr = 1e-2",
+            "lr = 1e-2\nbeta1 = 2.0",
+            "beta1 must be in [0, 1), got 2",
+        ),
+        (
+            "lr = 1e-2",
+            "lr = 1e-2\neps = -1.0",
+            "eps must be positive and finite, got -1",
+        ),
+        (
+            "lr = 1e-2",
+            "lr = 1e-2\nweight_decay = nan",
+            "weight_decay must be finite",
+        ),
         ("seq_len = 16", "seq_len = 100000000000", "seq_len <= 1048576"),
-        ("eval_lengths = [16]", "eval_lengths = [0]", "evaluation length 0 is out of range"),
+        (
+            "eval_lengths = [16]",
+            "eval_lengths = [0]",
+            "evaluation length 0 is out of range",
+        ),
     ] {
         std::fs::write(dir.join("bad.toml"), TINY.replace(find, replace)).unwrap();
         let started = Instant::now();
-        refused(&dir, &["train", "--config", "bad.toml", "--device", "cpu"], &[expected]);
-        assert!(started.elapsed() < Duration::from_secs(5), "{expected}: {:?}", started.elapsed());
+        refused(
+            &dir,
+            &["train", "--config", "bad.toml", "--device", "cpu"],
+            &[expected],
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{expected}: {:?}",
+            started.elapsed()
+        );
     }
 }
 
@@ -270,8 +382,14 @@ fn every_flag_at_zero_or_out_of_range_is_a_usage_error() {
     train(&dir, "tiny", TINY);
     let ckpt = "a/run.safetensors";
     for (args, expected) in [
-        (vec!["eval", "--checkpoint", ckpt, "--lengths", "0"], "0 is out of range"),
-        (vec!["eval", "--checkpoint", ckpt, "--batches", "0"], "must be at least 1"),
+        (
+            vec!["eval", "--checkpoint", ckpt, "--lengths", "0"],
+            "0 is out of range",
+        ),
+        (
+            vec!["eval", "--checkpoint", ckpt, "--batches", "0"],
+            "must be at least 1",
+        ),
         (vec!["bench", "matmul", "--repeats", "0"], "must be at least 1"),
         (vec!["bench", "matmul", "--sizes", "0"], "not in 1..=8192"),
         (vec!["bench", "train", "--steps", "0"], "must be at least 1"),
@@ -279,10 +397,37 @@ fn every_flag_at_zero_or_out_of_range_is_a_usage_error() {
         (vec!["mlp", "--steps", "0"], "must be at least 1"),
         (vec!["mlp", "--lr", "0"], "must be finite and positive"),
         (vec!["mlp", "--lr", "NaN"], "must be finite and positive"),
-        (vec!["sample", "--checkpoint", ckpt, "--prompt", "a", "--temperature=-1"], "not negative"),
-        (vec!["sample", "--checkpoint", ckpt, "--prompt", "a", "--chars", "99999999999"], "not in 0..=1048576"),
-        (vec!["train", "--config", "tiny.toml", "--steps", "0"], "steps (0) and batch (2) must be at least 1"),
-        (vec!["study", "studies/copy_s2l.toml", "--jobs", "0"], "not in 1.."),
+        (
+            vec![
+                "sample",
+                "--checkpoint",
+                ckpt,
+                "--prompt",
+                "a",
+                "--temperature=-1",
+            ],
+            "not negative",
+        ),
+        (
+            vec![
+                "sample",
+                "--checkpoint",
+                ckpt,
+                "--prompt",
+                "a",
+                "--chars",
+                "99999999999",
+            ],
+            "not in 0..=1048576",
+        ),
+        (
+            vec!["train", "--config", "tiny.toml", "--steps", "0"],
+            "steps (0) and batch (2) must be at least 1",
+        ),
+        (
+            vec!["study", "studies/copy_s2l.toml", "--jobs", "0"],
+            "not in 1..",
+        ),
     ] {
         let mut args = args;
         args.extend(["--device", "cpu"]);
@@ -305,7 +450,11 @@ fn non_finite_weights_are_refused_on_load_naming_the_tensor() {
         if command == "export" {
             args.extend(["--output", "out.safetensors"]);
         }
-        refused(&dir, &args, &["tensor blocks.0.ffn.up.weight holds NaN at flat index 3"]);
+        refused(
+            &dir,
+            &args,
+            &["tensor blocks.0.ffn.up.weight holds NaN at flat index 3"],
+        );
     }
     assert!(!dir.join("out.safetensors").exists());
 }

@@ -28,7 +28,10 @@ impl Executor {
         if backend.kind() == BackendKind::Cpu {
             let words: usize = plan.buffers.iter().sum();
             check_host_fits(
-                &format!("running this graph ({} buffers of activations and gradients)", plan.buffers.len()),
+                &format!(
+                    "running this graph ({} buffers of activations and gradients)",
+                    plan.buffers.len()
+                ),
                 words as u64 * 4,
             )?;
         }

@@ -284,9 +284,7 @@ impl ModelConfig {
         for (field, value) in positive {
             let limit = size_limit(field);
             if value > limit {
-                return config_err(format!(
-                    "{field} is {value}, over posflow's limit of {limit}"
-                ));
+                return config_err(format!("{field} is {value}, over posflow's limit of {limit}"));
             }
         }
         let parameters = self.estimated_parameters();
@@ -378,7 +376,9 @@ impl ModelConfig {
     pub fn estimated_parameters(&self) -> u64 {
         let [vocab, d, layers, ffn, max_len] =
             [self.vocab, self.d_model, self.layers, self.ffn, self.max_len].map(|v| v as u64);
-        let block = (4 * d).saturating_mul(d).saturating_add((2 * d).saturating_mul(ffn));
+        let block = (4 * d)
+            .saturating_mul(d)
+            .saturating_add((2 * d).saturating_mul(ffn));
         // Embedding, head, a position table of max_len rows, and FLOATER's or TUPE's own
         // matrices (a few d × d) on top.
         vocab
@@ -438,13 +438,22 @@ mod tests {
                 .collect();
             let err = error_of(&format!("{from}{current}"), &format!("{from}{}", limit + 1));
             assert!(
-                err.contains(&format!("{field} is {}, over posflow's limit of {limit}", limit + 1)),
+                err.contains(&format!(
+                    "{field} is {}, over posflow's limit of {limit}",
+                    limit + 1
+                )),
                 "{err}"
             );
         }
         // Each size within its limit, together too large to hold.
-        let err = error_of(r#""vocab": 30, "d_model": 32"#, r#""vocab": 1048576, "d_model": 16384"#);
-        assert!(err.contains("parameters") && err.contains("GiB of weights"), "{err}");
+        let err = error_of(
+            r#""vocab": 30, "d_model": 32"#,
+            r#""vocab": 1048576, "d_model": 16384"#,
+        );
+        assert!(
+            err.contains("parameters") && err.contains("GiB of weights"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -576,10 +585,16 @@ mod tests {
         };
         for buckets in [2, 5000] {
             let err = relative(&format!(r#""buckets": {buckets}"#));
-            assert!(err.contains(&format!("needs 4 ≤ buckets ≤ 4096, got {buckets}")), "{err}");
+            assert!(
+                err.contains(&format!("needs 4 ≤ buckets ≤ 4096, got {buckets}")),
+                "{err}"
+            );
         }
         let err = relative(r#""max_distance": 1000000000000"#);
-        assert!(err.contains("max_distance is 1000000000000, over posflow's limit"), "{err}");
+        assert!(
+            err.contains("max_distance is 1000000000000, over posflow's limit"),
+            "{err}"
+        );
         let err = relative(r#""buckets": 32, "max_distance": 16"#);
         assert!(err.contains("max_distance > buckets / 2 = 16, got 16"), "{err}");
         let err = relative(r#""buckets": 32, "distance": 16"#);

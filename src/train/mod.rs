@@ -23,7 +23,7 @@ pub use fit::{FitSummary, Progress, fit};
 pub use metrics::MetricsLog;
 pub use metrics::Record;
 pub use program::TrainingProgram;
+pub use saved::{RUN_KEY, check_same_tokenizer, saved_run};
 pub use schedule::{Decay, Schedule};
 pub use task::{EvalSet, Task};
-pub use saved::{RUN_KEY, check_same_tokenizer, saved_run};
 pub use trainer::{StepStats, Trainer, WarmStart};

@@ -58,7 +58,11 @@ pub fn check_same_tokenizer(metadata: &Metadata, data: &CharTokenizer) -> Result
             .take(12)
             .map(|c| c.escape_debug().to_string())
             .collect();
-        if chars.is_empty() { "none".into() } else { chars.join(" ") }
+        if chars.is_empty() {
+            "none".into()
+        } else {
+            chars.join(" ")
+        }
     };
     Err(Error::Input(format!(
         "the data's characters differ from the checkpoint's tokenizer (characters only in the data: \
