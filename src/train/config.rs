@@ -33,7 +33,7 @@ use crate::optim::AdamW;
 
 /// The most training steps a run may ask for (a run's schedule is one f32 per step away from
 /// these, and a typo of a few zeros should not start a run of centuries).
-const MAX_STEPS: usize = 1 << 32;
+const MAX_STEPS: usize = 1 << 31;
 /// The most rows in a batch: far above what fits anywhere posflow runs, low enough that the
 /// tokens of a batch are counted without overflow.
 const MAX_BATCH: usize = 1 << 16;
