@@ -79,6 +79,9 @@ use crate::tensor::TensorMeta;
 /// The most fixed-step substeps per position interval (the authors use a handful).
 const MAX_SUBSTEPS: usize = 1000;
 
+/// The tightest relative tolerance an f32 solve can meet (a few ulps of its state).
+const MIN_RTOL: f64 = 1e-6;
+
 /// The additive form's initial values, `[blocks, D]`.
 pub const INITIAL_NAME: &str = "posenc.floater.initial";
 
@@ -278,6 +281,16 @@ impl FloaterConfig {
         }
         if self.resolve_every == 0 {
             return Err("FLOATER's resolve_every must be at least 1 (1 solves every step)".into());
+        }
+        // f32 resolves relative changes of about 1.2e-7: an error estimate below ~1e-6 of the
+        // state is rounding noise, so a tighter rtol is never met and the solver shrinks its step
+        // until max_steps runs out.
+        if self.method == SolverMethod::Dopri5 && self.rtol < MIN_RTOL {
+            return Err(format!(
+                "dopri5's rtol is {}, below what f32 can resolve (posflow solves in f32, whose \
+                 relative precision is 1.2e-7); use rtol ≥ {MIN_RTOL}",
+                self.rtol
+            ));
         }
         if self.max_steps > MAX_SUBSTEPS * 100 {
             return Err(format!(
