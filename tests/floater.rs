@@ -227,7 +227,10 @@ fn bad_floater_configs_are_explained() {
     dopri5.rtol = 1e-9;
     config.posenc = PosEnc::Floater(dopri5);
     let err = Model::new(config.clone()).unwrap_err().to_string();
-    assert!(err.contains("rtol is 0.000000001, below what f32 can resolve"), "{err}");
+    assert!(
+        err.contains("rtol is 0.000000001, below what f32 can resolve"),
+        "{err}"
+    );
     config.d_model = 512;
     config.heads = 8;
     config.posenc = PosEnc::Floater(floater(true, SolverMethod::Midpoint, GradientMethod::Backprop));

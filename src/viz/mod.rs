@@ -18,7 +18,9 @@ pub mod colormap;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod export;
 pub mod finetune;
+mod handle;
 mod heatmap;
+mod jobs;
 mod loaded;
 pub mod metrics;
 pub mod posenc;
@@ -27,39 +29,18 @@ pub mod tupe;
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
 
 use eframe::egui;
 
 pub use finetune::FineTuneStatus;
+pub use handle::ViewerHandle;
+pub(crate) use jobs::{Computed, Job};
+pub use jobs::{Spawner, Task};
 pub use loaded::{LoadedCheckpoint, posenc_name};
 
 use crate::backend::Backend;
-use crate::error::Result;
 use crate::train::Record;
-
-/// A job: a future that runs a model and stores what it found.
-pub type Task = Pin<Box<dyn Future<Output = ()>>>;
-
-/// How jobs run: the one place where native and web differ.
-#[derive(Clone)]
-pub struct Spawner(Rc<dyn Fn(Task)>);
-
-impl Spawner {
-    /// Jobs run by `spawn`, e.g. `Spawner::new(wasm_bindgen_futures::spawn_local)` in a page.
-    pub fn new(spawn: impl Fn(Task) + 'static) -> Self {
-        Self(Rc::new(spawn))
-    }
-
-    /// Runs each job to completion before returning (natively, where the CPU backend and a
-    /// GPU's readback may block; the models the viewer shows take milliseconds).
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn blocking() -> Self {
-        Self::new(pollster::block_on)
-    }
-}
 
 /// The views, in tab order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -103,77 +84,6 @@ impl View {
     }
 }
 
-/// A value computed by a job for some input `K`: requested, then ready (or failed).
-pub(crate) struct Computed<K, T> {
-    key: Option<K>,
-    value: Option<std::result::Result<T, String>>,
-}
-
-impl<K, T> Default for Computed<K, T> {
-    fn default() -> Self {
-        Self {
-            key: None,
-            value: None,
-        }
-    }
-}
-
-impl<K: PartialEq, T> Computed<K, T> {
-    /// Marks `key` as wanted; true when it was not already (the caller then starts a job).
-    pub fn request(&mut self, key: K) -> bool {
-        let new = self.refresh(key);
-        if new {
-            self.value = None;
-        }
-        new
-    }
-
-    /// A job's result, kept only if its input is still the wanted one.
-    pub fn store(&mut self, key: &K, value: Result<T>) {
-        if self.key.as_ref() == Some(key) {
-            self.value = Some(value.map_err(|e| e.to_string()));
-        }
-    }
-
-    /// Like [`Computed::request`], but the last value stays until the new one is stored: for a
-    /// value that changes as it is watched (encodings while they train), so that it does not blink.
-    pub fn refresh(&mut self, key: K) -> bool {
-        if self.key.as_ref() == Some(&key) {
-            return false;
-        }
-        self.key = Some(key);
-        true
-    }
-
-    /// `None` while the job runs.
-    pub fn result(&self) -> Option<&std::result::Result<T, String>> {
-        self.value.as_ref()
-    }
-}
-
-/// What the views ask to have computed; see [`run_job`].
-pub(crate) enum Job {
-    Encodings {
-        checkpoint: usize,
-        len: usize,
-        /// [`finetune::FineTuning::version`]: which values of the parameters.
-        version: u64,
-    },
-    Attention {
-        checkpoint: usize,
-        text: String,
-    },
-    Tupe {
-        checkpoint: usize,
-    },
-    Completion {
-        checkpoint: usize,
-        prompt: String,
-        chars: usize,
-    },
-    FineTuneStep(finetune::Step),
-}
-
 /// Everything the views show and the page can read (through [`ViewerHandle`]).
 pub(crate) struct State {
     backend: Rc<dyn Backend>,
@@ -204,271 +114,6 @@ pub(crate) struct State {
     running_queue: bool,
     /// Set by the first frame, so that jobs finishing later can ask for a repaint.
     ctx: Option<egui::Context>,
-}
-
-/// Shared access to the viewer's state for the page around it (e.g. `window.posflow` in the web
-/// demo): load checkpoints and logs, drive the prompt, read what the viewer shows.
-#[derive(Clone)]
-pub struct ViewerHandle {
-    state: Rc<RefCell<State>>,
-    spawner: Spawner,
-}
-
-impl ViewerHandle {
-    /// "empty" before any checkpoint or log is loaded, "busy" while jobs run, else "ready".
-    pub fn status(&self) -> &'static str {
-        let s = self.state.borrow();
-        if s.pending > 0 {
-            "busy"
-        } else if s.checkpoints.is_empty() && s.logs.is_empty() {
-            "empty"
-        } else {
-            "ready"
-        }
-    }
-
-    /// Loads a checkpoint (safetensors bytes from `posflow train`) under `name` and makes it the
-    /// active one. A broken or unrelated file is an error (also listed in the viewer).
-    pub fn load_checkpoint_bytes(&self, name: &str, bytes: &[u8]) -> Result<()> {
-        let backend = self.state.borrow().backend.clone();
-        match LoadedCheckpoint::from_bytes(backend, name, bytes) {
-            Ok(loaded) => {
-                self.update(|s| {
-                    s.checkpoints.push(Rc::new(loaded));
-                    s.compared.push(true);
-                    s.active = s.checkpoints.len() - 1;
-                    s.posenc.length = s.posenc.length.max(s.checkpoints[s.active].default_length());
-                });
-                Ok(())
-            }
-            Err(e) => {
-                self.record_error(name, &e);
-                Err(e)
-            }
-        }
-    }
-
-    /// Lists `e` in the side panel, naming the file it came from.
-    fn record_error(&self, name: &str, e: &crate::Error) {
-        let message = e.to_string();
-        let message = if message.contains(name) {
-            message
-        } else {
-            format!("{name}: {message}")
-        };
-        self.update(|s| s.errors.push(message));
-    }
-
-    /// Loads a metrics log (JSON lines from `posflow train`) under `name`.
-    pub fn load_metrics_text(&self, name: &str, text: &str) -> Result<()> {
-        match metrics::parse_metrics(text) {
-            Ok(records) => {
-                self.update(|s| s.logs.push((name.to_string(), records)));
-                Ok(())
-            }
-            Err(e) => {
-                self.record_error(name, &e);
-                Err(e)
-            }
-        }
-    }
-
-    /// The names of the loaded checkpoints, in load order.
-    pub fn checkpoints(&self) -> Vec<String> {
-        let s = self.state.borrow();
-        s.checkpoints.iter().map(|c| c.name.clone()).collect()
-    }
-
-    /// Every load or job error so far, oldest first.
-    pub fn errors(&self) -> Vec<String> {
-        self.state.borrow().errors.clone()
-    }
-
-    /// Selects the tab.
-    pub fn select_view(&self, view: View) {
-        self.update(|s| s.view = view);
-    }
-
-    /// The selected tab.
-    pub fn view(&self) -> View {
-        self.state.borrow().view
-    }
-
-    /// Where the prompt view's text field was in the last frame (egui points from the window's
-    /// top left), or `None` when the prompt view was not shown: a page's test clicks there to type.
-    pub fn prompt_field(&self) -> Option<egui::Rect> {
-        self.state.borrow().prompt_field
-    }
-
-    /// The prompt view's text, as typed so far.
-    pub fn prompt(&self) -> String {
-        self.state.borrow().prompt.text.clone()
-    }
-
-    /// Sets the prompt and completes it with the active checkpoint (shown in the prompt view);
-    /// [`ViewerHandle::last_completion`] has the text once the job is done.
-    pub fn set_prompt(&self, prompt: &str) {
-        let job = self.update(|s| {
-            s.prompt.text = prompt.to_string();
-            prompt::request(s)
-        });
-        self.spawn_all(job);
-    }
-
-    /// The latest finished completion (without its prompt), or `None` while none is ready.
-    pub fn last_completion(&self) -> Option<String> {
-        let s = self.state.borrow();
-        match s.completion.result() {
-            Some(Ok(c)) => Some(c.text.clone()),
-            _ => None,
-        }
-    }
-
-    /// The prompt that [`ViewerHandle::last_completion`] continues, or `None` while none is ready.
-    pub fn completed_prompt(&self) -> Option<String> {
-        let s = self.state.borrow();
-        match (&s.completion.key, s.completion.result()) {
-            (Some((_, prompt, _)), Some(Ok(_))) => Some(prompt.clone()),
-            _ => None,
-        }
-    }
-
-    /// Sets the number of positions of the position-encoding view.
-    pub fn set_length(&self, len: usize) {
-        self.update(|s| s.posenc.length = len.clamp(1, posenc::MAX_LENGTH));
-    }
-
-    /// Sets the attention view's text.
-    pub fn set_attention_text(&self, text: &str) {
-        self.update(|s| s.attention.text = text.to_string());
-    }
-
-    /// Fine-tunes the active checkpoint's position encoder on `text` for `steps` steps, one per
-    /// frame (shown in the position-encoding view). A text with a character the model never saw or
-    /// shorter than a window, a model whose position encoding has nothing trained, and no
-    /// checkpoint are errors.
-    pub fn start_fine_tune(&self, text: &str, steps: usize) -> Result<()> {
-        self.update(|s| finetune::start(s, text, steps))
-    }
-
-    /// Stops fine-tuning after the running step.
-    pub fn stop_fine_tune(&self) {
-        self.update(finetune::stop);
-    }
-
-    /// Stops fine-tuning and puts every fine-tuned position encoder back as it was loaded.
-    pub fn reset_fine_tune(&self) {
-        self.update(finetune::reset);
-    }
-
-    pub fn fine_tune_status(&self) -> FineTuneStatus {
-        self.state.borrow().fine_tune.status()
-    }
-
-    /// The position encodings the view last computed for the checkpoint loaded `index`-th (kept
-    /// on screen while newer ones are computed), if any.
-    pub fn shown_encodings(&self, index: usize) -> Option<posenc::PositionEncodings> {
-        let s = self.state.borrow();
-        match s.encodings.get(&index)?.result() {
-            Some(Ok(encodings)) => Some(encodings.clone()),
-            _ => None,
-        }
-    }
-
-    /// The checkpoint loaded `index`-th; its parameters are the ones the views and fine-tuning use.
-    pub fn loaded_checkpoint(&self, index: usize) -> Option<Rc<LoadedCheckpoint>> {
-        self.state.borrow().checkpoints.get(index).cloned()
-    }
-
-    /// Changes the state and asks for a frame: a page's call is no input event, so the viewer
-    /// (which only draws on events and requests) would otherwise not show the change.
-    fn update<R>(&self, change: impl FnOnce(&mut State) -> R) -> R {
-        let mut s = self.state.borrow_mut();
-        let result = change(&mut s);
-        if let Some(ctx) = &s.ctx {
-            ctx.request_repaint();
-        }
-        result
-    }
-
-    /// Queues `jobs` and, unless a runner is at work already, spawns one that runs the queue. Jobs
-    /// run one at a time, in order: on the web they would otherwise interleave at their awaits,
-    /// and two completions feeding one generator's executor read each other's results.
-    fn spawn_all(&self, jobs: impl IntoIterator<Item = Job>) {
-        let start = {
-            let mut s = self.state.borrow_mut();
-            let before = s.queue.len();
-            s.queue.extend(jobs);
-            s.pending += s.queue.len() - before;
-            let start = !s.running_queue && !s.queue.is_empty();
-            s.running_queue |= start;
-            start
-        };
-        if start {
-            (self.spawner.0)(Box::pin(run_queue(self.state.clone())));
-        }
-    }
-}
-
-impl LoadedCheckpoint {
-    /// Where the length slider starts: the training length, else the table's length.
-    fn default_length(&self) -> usize {
-        self.train_len.unwrap_or(self.saved.model.config().max_len)
-    }
-}
-
-/// Runs the queued jobs until none is left.
-async fn run_queue(state: Rc<RefCell<State>>) {
-    loop {
-        let next = state.borrow_mut().queue.pop_front();
-        let Some(job) = next else {
-            state.borrow_mut().running_queue = false;
-            return;
-        };
-        run_job(state.clone(), job).await;
-    }
-}
-
-/// Runs one job and stores its result.
-async fn run_job(state: Rc<RefCell<State>>, job: Job) {
-    let checkpoint = |i: usize| state.borrow().checkpoints[i].clone();
-    match job {
-        Job::Encodings {
-            checkpoint: i,
-            len,
-            version,
-        } => {
-            let result = posenc::position_encodings(&checkpoint(i), len).await;
-            state
-                .borrow_mut()
-                .encodings
-                .entry(i)
-                .or_default()
-                .store(&(len, version), result);
-        }
-        Job::Attention { checkpoint: i, text } => {
-            let result = attention::attention_view(&checkpoint(i), &text).await;
-            state.borrow_mut().attention_maps.store(&(i, text), result);
-        }
-        Job::Tupe { checkpoint: i } => {
-            let result = tupe::tupe_correlation(&checkpoint(i).saved).await;
-            state.borrow_mut().tupe.entry(i).or_default().store(&(), result);
-        }
-        Job::Completion {
-            checkpoint: i,
-            prompt,
-            chars,
-        } => {
-            let result = prompt::complete(&checkpoint(i), &prompt, chars).await;
-            state.borrow_mut().completion.store(&(i, prompt, chars), result);
-        }
-        Job::FineTuneStep(step) => finetune::run_step(&state, step).await,
-    }
-    let mut s = state.borrow_mut();
-    s.pending -= 1;
-    if let Some(ctx) = &s.ctx {
-        ctx.request_repaint();
-    }
 }
 
 /// The visualizer as an eframe app: checkpoints and logs in a side panel, one tab per view.
