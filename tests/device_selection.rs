@@ -1,6 +1,8 @@
-//! Device selection: `auto` never picks a software GPU, `gpu` without an adapter is a clear error.
-//! Its own test binary, because one test changes WGPU_BACKEND for the whole process.
+//! Device selection: `auto` never picks a software GPU, `gpu` without an adapter is a clear error,
+//! and probing adapters is quiet. Its own test binary, because one test changes WGPU_BACKEND for
+//! the whole process.
 
+use std::process::Command;
 use std::sync::Mutex;
 
 use posflow::backend::{BackendKind, DeviceChoice, gpu::list_adapters, select_backend};
@@ -65,5 +67,27 @@ fn asking_for_a_gpu_where_there_is_none_lists_what_was_seen_and_what_to_install(
     assert!(
         err.contains("mesa-vulkan-drivers") && err.contains("--device cpu"),
         "{err}"
+    );
+}
+
+#[test]
+fn listing_adapters_prints_no_error_without_a_desktop_session() {
+    // Without XDG_RUNTIME_DIR (servers, containers) Mesa's Vulkan device-select layer used to make
+    // libwayland print `error: XDG_RUNTIME_DIR is invalid or not set in the environment.` twice
+    // for every wgpu instance. `devices` probes every adapter twice: to list them and for `auto`.
+    let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Command::new(env!("CARGO_BIN_EXE_posflow"))
+        .arg("devices")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("POSFLOW_DEVICE")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("--device auto picks:"), "{stdout}");
+    assert!(
+        !stderr.lines().any(|l| l.contains("error")),
+        "stderr of `posflow devices`:\n{stderr}"
     );
 }

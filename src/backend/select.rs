@@ -68,11 +68,16 @@ pub async fn select_backend(choice: DeviceChoice) -> Result<Rc<dyn Backend>> {
 }
 
 /// The GPU backend for a test, or `None` with a plain message on stderr when this machine has no
-/// adapter. With `POSFLOW_REQUIRE_GPU=1` (as CI sets it) a missing adapter fails the test instead,
-/// so GPU tests cannot be skipped unseen.
+/// adapter a test should take. With `POSFLOW_REQUIRE_GPU=1` (as CI sets it) a missing adapter
+/// fails the test instead, so GPU tests cannot be skipped unseen.
+///
+/// Tests take a hardware adapter or software Vulkan (lavapipe), but software GL (llvmpipe through
+/// GL/EGL, all wgpu finds where Mesa has GL and no Vulkan driver) only when `WGPU_BACKEND` names
+/// gl (see [`SoftwareAdapters::AllowButGl`] for why); the skip message names what it skipped.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn gpu_for_tests() -> Option<Rc<dyn Backend>> {
-    match pollster::block_on(GpuBackend::new(SoftwareAdapters::Allow)) {
+    let adapters = SoftwareAdapters::for_tests(wgpu::Backends::from_env());
+    match pollster::block_on(GpuBackend::new(adapters)) {
         Ok(gpu) => Some(Rc::new(gpu)),
         Err(e) if std::env::var("POSFLOW_REQUIRE_GPU").as_deref() == Ok("1") => {
             panic!("POSFLOW_REQUIRE_GPU=1 but the GPU backend is unavailable: {e}")

@@ -25,8 +25,7 @@ pub struct GpuBackend {
 
 impl GpuBackend {
     pub async fn new(software: SoftwareAdapters) -> Result<Self> {
-        let instance = adapter::instance();
-        let adapter = adapter::pick(&instance, software).await?;
+        let adapter = adapter::pick(software).await?;
         let (device, queue) = adapter::open(&adapter).await?;
         let error = Arc::new(Mutex::new(None));
         let sink = error.clone();
