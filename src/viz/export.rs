@@ -4,12 +4,14 @@
 use std::path::{Path, PathBuf};
 
 use eframe::egui;
+use eframe::egui_wgpu::{WgpuSetup, WgpuSetupExisting};
 use egui_kittest::Harness;
 use image::ImageEncoder;
 use image::codecs::png::{CompressionType, FilterType, PngEncoder};
 
 use super::finetune::DEFAULT_TEXT;
 use super::{View, Viewer};
+use crate::backend::gpu::for_rendering;
 use crate::error::{Error, Result};
 
 /// The size of every exported picture, in points (one pixel each).
@@ -74,10 +76,21 @@ fn render_frames(viewer: &Viewer, view: View, frames: usize) -> Result<image::Rg
         // A model's vocabulary may hold characters the built-in fonts lack: draw a box for
         // those, as the window does, instead of kittest's default panic.
         .allow_missing_glyphs()
-        .wgpu()
+        .wgpu_setup(rendering_setup()?)
         .build_ui(|ui| viewer.show_view(ui, view));
     harness.run_steps(frames);
     harness
         .render()
         .map_err(|e| Error::Device(format!("rendering the {} view: {e}", view.title())))
+}
+
+/// posflow's own choice of adapter for egui's renderer (see [`for_rendering`]).
+fn rendering_setup() -> Result<WgpuSetup> {
+    let (instance, adapter, device, queue) = pollster::block_on(for_rendering())?;
+    Ok(WgpuSetup::Existing(WgpuSetupExisting {
+        instance,
+        adapter,
+        device,
+        queue,
+    }))
 }

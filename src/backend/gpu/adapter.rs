@@ -135,11 +135,40 @@ fn vulkan_without_wayland(desc: &wgpu::InstanceDescriptor) -> Option<wgpu::Insta
 /// Every adapter of every instance, in the order wgpu enumerates them.
 #[cfg(not(target_arch = "wasm32"))]
 async fn adapters() -> Vec<wgpu::Adapter> {
+    instances_and_adapters().await.into_iter().map(|(_, a)| a).collect()
+}
+
+/// Every adapter, each with the instance that found it.
+#[cfg(not(target_arch = "wasm32"))]
+async fn instances_and_adapters() -> Vec<(wgpu::Instance, wgpu::Adapter)> {
     let mut all = Vec::new();
     for instance in instances() {
-        all.extend(instance.enumerate_adapters(wgpu::Backends::all()).await);
+        for adapter in instance.enumerate_adapters(wgpu::Backends::all()).await {
+            all.push((instance.clone(), adapter));
+        }
     }
     all
+}
+
+/// An instance, adapter, device and queue for egui's renderer (the viewer's PNG export), found as
+/// the backend finds its own — any adapter, the best first, probed quietly — rather than by
+/// egui's probing, which would print the Wayland errors [`vulkan_without_wayland`] avoids. The
+/// device gets every limit the adapter has: a renderer's textures need more than compute does.
+#[cfg(not(target_arch = "wasm32"))]
+pub async fn for_rendering() -> Result<(wgpu::Instance, wgpu::Adapter, wgpu::Device, wgpu::Queue)> {
+    let mut found = instances_and_adapters().await;
+    let seen: Vec<wgpu::AdapterInfo> = found.iter().map(|(_, a)| a.get_info()).collect();
+    let best = choose(&seen, SoftwareAdapters::Allow)?;
+    let (instance, adapter) = found.swap_remove(best);
+    let (device, queue) = adapter
+        .request_device(&wgpu::DeviceDescriptor {
+            label: Some("posflow renderer"),
+            required_limits: adapter.limits(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| Error::Device(format!("could not open {}: {e}", describe(&adapter.get_info()))))?;
+    Ok((instance, adapter, device, queue))
 }
 
 #[cfg(not(target_arch = "wasm32"))]

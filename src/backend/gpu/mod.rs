@@ -12,7 +12,7 @@ mod program;
 
 pub use adapter::SoftwareAdapters;
 #[cfg(not(target_arch = "wasm32"))]
-pub use adapter::list as list_adapters;
+pub use adapter::{for_rendering, list as list_adapters};
 
 pub struct GpuBackend {
     info: wgpu::AdapterInfo,
