@@ -217,7 +217,7 @@ fn bad_floater_configs_are_explained() {
         f.substeps = 0;
     }
     let err = Model::new(config.clone()).unwrap_err().to_string();
-    assert!(err.contains("substeps must be at least 1"), "{err}");
+    assert!(err.contains("substeps must be in 1..=1000, got 0"), "{err}");
     config.d_model = 512;
     config.heads = 8;
     config.posenc = PosEnc::Floater(floater(true, SolverMethod::Midpoint, GradientMethod::Backprop));

@@ -13,6 +13,7 @@ use crate::backend::Backend;
 use crate::checkpoint::{Checkpoint, Metadata, TrainingState};
 use crate::data::CharTokenizer;
 use crate::error::{Error, Result};
+use crate::graph::Graph;
 use crate::model::Model;
 use crate::model::posenc::{QKV_INITIAL_NAME, qkv_initial_from_static_biases};
 use crate::params::ParamStore;
@@ -102,6 +103,10 @@ impl Trainer {
         if saved.train.seed != run.train.seed || saved.train.batch != run.train.batch {
             return Err(differs("seed or batch"));
         }
+        // Before the program allocates what the config claims (see `Checkpoint::check_parameters`).
+        let mut g = Graph::new();
+        Model::new(run.model.clone())?.build(&mut g, 1, 1)?;
+        checkpoint.check_parameters(g.params())?;
         let mut trainer = Self::new(backend, run)?;
         check_same_tokenizer(checkpoint.metadata(), &trainer.tokenizer())?;
         trainer.program.restore_run_state(checkpoint)?;
