@@ -150,8 +150,11 @@ impl View for &HostTensor {
     }
 }
 
+/// Every message about a checkpoint quotes the file (tensor names, metadata): its control
+/// characters are escaped here, so that no caller shows them raw.
 fn checkpoint_err(origin: &str, detail: impl Display) -> Error {
-    Error::Input(format!("checkpoint {origin}: {detail}"))
+    let message = format!("checkpoint {origin}: {detail}");
+    Error::Input(crate::error::one_line(&message))
 }
 
 /// The name of a checkpoint gathered from a store and not yet written or read.
@@ -337,15 +340,7 @@ impl Checkpoint {
     /// run). Every tensor is checked against the store first, so on error nothing has changed.
     pub fn restore(&self, params: &ParamStore, optimizer: Option<&mut Optimizer>) -> Result<()> {
         let err = |detail: String| checkpoint_err(&self.origin, detail);
-        self.refuse_old_layouts()?;
-        for (name, t) in self.tensors.iter().filter(|(n, _)| is_parameter(n)) {
-            if params.get(name).is_none() {
-                return Err(err(format!(
-                    "tensor {name} is not a parameter of the model (its shape in the checkpoint is {:?})",
-                    t.meta.shape
-                )));
-            }
-        }
+        self.check_parameters(params.iter().map(|(name, p)| (name, &p.meta)))?;
         let mut writes: Vec<(&Buffer, &[u32])> = Vec::new();
         for (name, p) in params.iter() {
             writes.push((&p.buffer, self.tensor_like(name, &p.meta)?));
@@ -372,6 +367,34 @@ impl Checkpoint {
         }
         if let (Some(opt), Some(step)) = (optimizer, step) {
             opt.set_step(step);
+        }
+        Ok(())
+    }
+
+    /// Checks that the checkpoint's parameters are exactly `params` (names and metas, as a graph
+    /// declares them: [`crate::graph::Graph::params`]), without a store. Loaders call it before
+    /// allocating the model a checkpoint's config describes: the config is a few bytes anyone can
+    /// edit to claim billions of parameters, the tensors that fill them cannot be smaller than
+    /// the model, so checking them first bounds the memory by the file's size.
+    pub fn check_parameters<'a>(
+        &self,
+        params: impl IntoIterator<Item = (&'a str, &'a TensorMeta)>,
+    ) -> Result<()> {
+        self.refuse_old_layouts()?;
+        let params: BTreeMap<&str, &TensorMeta> = params.into_iter().collect();
+        for (name, t) in self.tensors.iter().filter(|(n, _)| is_parameter(n)) {
+            if !params.contains_key(name.as_str()) {
+                return Err(checkpoint_err(
+                    &self.origin,
+                    format!(
+                        "tensor {name} is not a parameter of the model (its shape in the checkpoint is {:?})",
+                        t.meta.shape
+                    ),
+                ));
+            }
+        }
+        for (name, meta) in params {
+            self.tensor_like(name, meta)?;
         }
         Ok(())
     }
@@ -563,6 +586,17 @@ fn check_optimizer_tensors(
             return Err(err(format!(
                 "optimizer tensor {name} is {}, its parameter is {}",
                 t.meta, p.meta
+            )));
+        }
+        // A second moment is a mean of squares. A negative one (a flipped sign bit) passes every
+        // other check, then the first resumed update divides by its square root: NaN parameters.
+        if name.starts_with(ADAM_V)
+            && let Some((index, value)) =
+                (t.words.iter().map(|&w| f32::from_bits(w)).enumerate()).find(|(_, v)| *v < 0.0)
+        {
+            return Err(err(format!(
+                "optimizer tensor {name} holds {value} at index {index}, but AdamW's second moments are \
+                 never negative: the file is damaged"
             )));
         }
     }

@@ -63,14 +63,29 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
         .into()
 }
 
+/// `text` on one line: every control character escaped, newlines too. For messages that quote a
+/// name from a file, where a line break can only be someone's attempt to fake another line.
+pub fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::printable;
+    use super::{one_line, printable};
 
     #[test]
     fn control_characters_are_escaped_and_line_breaks_kept() {
         assert_eq!(printable("plain\ttext\n"), "plain\ttext\n");
         assert_eq!(printable("red \u{1b}[31mname\r"), "red \\u{1b}[31mname\\r");
         assert_eq!(printable("bell\u{7}\u{9b}"), "bell\\u{7}\\u{9b}");
+        assert_eq!(one_line("a\nb\u{1b}"), "a\\nb\\u{1b}");
     }
 }

@@ -264,7 +264,7 @@ fn bad_run_configs_name_the_problem() {
     let moby = posflow::data::CharTokenizer::from_text(posflow::data::MOBY_DICK);
     assert_eq!(run.model.vocab, moby.vocab_size(), "vocab comes from the data");
     // (text replaced, replacement, what the error must say)
-    let cases: [(&str, &str, &[&str]); 7] = [
+    let cases: [(&str, &str, &[&str]); 11] = [
         (
             "lr = 1e-2",
             "lr = 1e-2\nlearning_rate = 1",
@@ -285,13 +285,38 @@ fn bad_run_configs_name_the_problem() {
             "\"encoder\", n_classes = 2 }",
             &["must be a causal_lm"],
         ),
-        ("seq_len = 32", "seq_len = 64", &["64 tokens long", "max_len 32"]),
+        (
+            "seq_len = 32",
+            "seq_len = 64",
+            &["64 tokens long ([data] seq_len)", "max_len 32"],
+        ),
         (
             "lr = 1e-2",
             "lr = 1e-2\nwarmup = 50",
             &["warmup_steps (50)", "total_steps (12)"],
         ),
         ("moby_dick", "wikipedia", &["unknown variant `wikipedia`"]),
+        // A bad value inside the tagged tables ([data], posenc) names its key.
+        (
+            "seq_len = 32",
+            "seq_len = -32",
+            &["line 4", "seq_len = -32", "expected usize"],
+        ),
+        (
+            "{ type = \"none\" }",
+            "{ type = \"floater\", substeps = -1 }",
+            &["bad.toml: [model]", "expected usize", "in `posenc.substeps`"],
+        ),
+        (
+            "lr = 1e-2",
+            "lr = 1e-2\nfinal_lr_fraction = 2.0",
+            &["[train] final_lr_fraction must be in [0, 1], got 2"],
+        ),
+        (
+            "lr = 1e-2",
+            "lr = 1e-2\neval_lengths = [64, 1]",
+            &["[train] eval_lengths: evaluation length 1 is out of range"],
+        ),
     ];
     for (from, to, expected) in cases {
         let err = RunConfig::from_toml(&VALID_RUN.replace(from, to), "bad.toml")

@@ -146,6 +146,14 @@ impl Graph {
         self.tensors[t.0].name = name.to_string();
     }
 
+    /// Every parameter the graph declares: its name and meta.
+    pub fn params(&self) -> impl Iterator<Item = (&str, &TensorMeta)> {
+        self.tensors
+            .iter()
+            .filter(|t| matches!(t.source, Source::Param(_)))
+            .map(|t| (t.name.as_str(), &t.meta))
+    }
+
     /// The parameter tensor called `name`.
     pub fn param_by_name(&self, name: &str) -> Option<TensorId> {
         self.tensors()

@@ -39,6 +39,8 @@ impl SavedModel {
         // The parameters do not depend on the shape: a one-token graph declares them all.
         let mut g = Graph::new();
         model.build(&mut g, 1, 1)?;
+        // Before allocating what the config claims (see `Checkpoint::check_parameters`).
+        checkpoint.check_parameters(g.params())?;
         let params = ParamStore::init(backend, &g, 0)?;
         checkpoint.restore(&params, None)?;
         Ok(Self {

@@ -94,6 +94,7 @@ pub mod probe;
 mod transformer;
 
 pub use block::LN_EPS;
+pub(crate) use config::refuse_other_settings;
 pub use config::{Block, EmbedScale, ModelConfig, ModelKind, PosEnc};
 pub use posenc::{
     EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, SolverMethod, encodings_shape,

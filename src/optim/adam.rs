@@ -323,8 +323,11 @@ impl Optimizer {
         let slots = self.norms.meta.numel();
         self.backend
             .write(&self.norms.buffer, f32_words(&vec![0.0; slots]))?;
-        self.step += 1;
-        let t = self.step as i32;
+        // The count may come from a checkpoint (`set_step`), so it may be anything: saturate
+        // rather than overflow, and clamp t to i32 rather than wrap it negative. β^t is 0 in f32
+        // long before i32::MAX, so the clamped bias corrections are the exact ones, 1.
+        self.step = self.step.saturating_add(1);
+        let t = i32::try_from(self.step).unwrap_or(i32::MAX);
         let schedule = [
             lr,
             1.0 - self.config.beta1.powi(t),

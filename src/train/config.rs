@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Decay, Schedule};
 use crate::error::{Error, Result};
-use crate::model::{ModelConfig, ModelKind};
+use crate::model::{ModelConfig, ModelKind, refuse_other_settings};
 use crate::optim::AdamW;
 
 /// The most training steps a run may ask for (a run's schedule is one f32 per step away from
@@ -63,35 +63,100 @@ pub struct RunConfig {
 
 /// The task the model trains on. Every task is next-token prediction by a causal LM; the
 /// sequence-to-sequence tasks are written as one sequence with the loss on the answer.
+/// `valid_fraction` defaults to 0.05.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "task", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(tag = "task", rename_all = "snake_case", try_from = "DataSpec")]
 pub enum DataConfig {
     /// Moby Dick (shipped in `data/`), windows of `seq_len` characters.
-    MobyDick {
-        seq_len: usize,
-        #[serde(default = "default_valid_fraction")]
-        valid_fraction: f64,
-    },
+    MobyDick { seq_len: usize, valid_fraction: f64 },
     /// A UTF-8 text file of your own, windows of `seq_len` characters.
     TextFile {
         path: PathBuf,
         seq_len: usize,
-        #[serde(default = "default_valid_fraction")]
         valid_fraction: f64,
     },
     /// `word=phonemes` from the CMU pronouncing dictionary (shipped), loss on the phonemes.
-    Cmudict {
-        #[serde(default = "default_valid_fraction")]
-        valid_fraction: f64,
-    },
+    Cmudict { valid_fraction: f64 },
     /// `abc|abc` with strings of `min_len..=max_len` symbols.
     Copy { min_len: usize, max_len: usize },
     /// `abc|cba` with strings of `min_len..=max_len` symbols.
     Reverse { min_len: usize, max_len: usize },
 }
 
-fn default_valid_fraction() -> f64 {
-    0.05
+/// The share of the text or dictionary held out for validation when the config does not say.
+const DEFAULT_VALID_FRACTION: f64 = 0.05;
+
+/// A [`DataConfig`] as read: the task and every setting of any task, each present or not, so
+/// that an error in a value names its key (see `PosEncSpec` in the model config for why serde's
+/// tagged enums lose it: `min_len = -1` was reported at `[data]`, line 1).
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "the data: a table with its `task` and settings"
+)]
+struct DataSpec {
+    task: TaskName,
+    path: Option<PathBuf>,
+    seq_len: Option<usize>,
+    valid_fraction: Option<f64>,
+    min_len: Option<usize>,
+    max_len: Option<usize>,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum TaskName {
+    MobyDick,
+    TextFile,
+    Cmudict,
+    Copy,
+    Reverse,
+}
+
+impl TryFrom<DataSpec> for DataConfig {
+    type Error = String;
+
+    fn try_from(spec: DataSpec) -> std::result::Result<Self, String> {
+        use TaskName as T;
+        let given = [
+            ("path", spec.path.is_some()),
+            ("seq_len", spec.seq_len.is_some()),
+            ("valid_fraction", spec.valid_fraction.is_some()),
+            ("min_len", spec.min_len.is_some()),
+            ("max_len", spec.max_len.is_some()),
+        ];
+        let takes: &[&str] = match spec.task {
+            T::MobyDick => &["seq_len", "valid_fraction"],
+            T::TextFile => &["path", "seq_len", "valid_fraction"],
+            T::Cmudict => &["valid_fraction"],
+            T::Copy | T::Reverse => &["min_len", "max_len"],
+        };
+        refuse_other_settings(&given, takes)?;
+        fn needs<V>(key: &str, value: Option<V>) -> std::result::Result<V, String> {
+            value.ok_or_else(|| format!("missing field `{key}`"))
+        }
+        let valid_fraction = spec.valid_fraction.unwrap_or(DEFAULT_VALID_FRACTION);
+        Ok(match spec.task {
+            T::MobyDick => Self::MobyDick {
+                seq_len: needs("seq_len", spec.seq_len)?,
+                valid_fraction,
+            },
+            T::TextFile => Self::TextFile {
+                path: needs("path", spec.path)?,
+                seq_len: needs("seq_len", spec.seq_len)?,
+                valid_fraction,
+            },
+            T::Cmudict => Self::Cmudict { valid_fraction },
+            T::Copy => Self::Copy {
+                min_len: needs("min_len", spec.min_len)?,
+                max_len: needs("max_len", spec.max_len)?,
+            },
+            T::Reverse => Self::Reverse {
+                min_len: needs("min_len", spec.min_len)?,
+                max_len: needs("max_len", spec.max_len)?,
+            },
+        })
+    }
 }
 
 /// How to train: steps, batch, optimizer, schedule, evaluation and outputs.
@@ -270,7 +335,8 @@ impl RunConfig {
         if t.eval_batches == 0 {
             return Err(Error::Input("[train] eval_batches must be at least 1".into()));
         }
-        check_eval_lengths(&t.eval_lengths)?;
+        check_eval_lengths(&t.eval_lengths)
+            .map_err(|e| Error::Input(format!("[train] eval_lengths: {e}")))?;
         if !(t.clip_grad_norm.is_finite() && t.clip_grad_norm >= 0.0) {
             return Err(Error::Input(format!(
                 "[train] clip_grad_norm must be 0 (off) or positive, got {}",
@@ -280,13 +346,24 @@ impl RunConfig {
         self.adamw()
             .validate()
             .map_err(|e| Error::Input(format!("[train] {e}")))?;
+        // The schedule calls it final_fraction; name the key the file has.
+        if !(0.0..=1.0).contains(&t.final_lr_fraction) {
+            return Err(Error::Input(format!(
+                "[train] final_lr_fraction must be in [0, 1], got {}",
+                t.final_lr_fraction
+            )));
+        }
         self.schedule().validate()?;
         self.data.validate()?;
         if let Some(len) = self.data.train_len()
             && len > self.model.max_len
         {
+            let from = match self.data {
+                DataConfig::Copy { .. } | DataConfig::Reverse { .. } => "2 · [data] max_len + 2",
+                _ => "[data] seq_len",
+            };
             return Err(Error::Input(format!(
-                "training sequences are {len} tokens long, over [model] max_len {}",
+                "training sequences are {len} tokens long ({from}), over [model] max_len {}",
                 self.model.max_len
             )));
         }

@@ -135,7 +135,11 @@ fn vulkan_without_wayland(desc: &wgpu::InstanceDescriptor) -> Option<wgpu::Insta
 /// Every adapter of every instance, in the order wgpu enumerates them.
 #[cfg(not(target_arch = "wasm32"))]
 async fn adapters() -> Vec<wgpu::Adapter> {
-    instances_and_adapters().await.into_iter().map(|(_, a)| a).collect()
+    instances_and_adapters()
+        .await
+        .into_iter()
+        .map(|(_, a)| a)
+        .collect()
 }
 
 /// Every adapter, each with the instance that found it.

@@ -82,6 +82,12 @@ const MAX_SUBSTEPS: usize = 1000;
 /// The tightest relative tolerance an f32 solve can meet (a few ulps of its state).
 const MIN_RTOL: f64 = 1e-6;
 
+/// The largest time between positions: 100 times the authors' 0.01. Much larger, the flow of
+/// freshly initialised dynamics overflows f32 within the first positions (from Δ 10 on in the
+/// compatible form at d_model 8), and the first step fails with an error about the ODE that does
+/// not say which setting caused it.
+const MAX_DELTA: f64 = 1.0;
+
 /// The additive form's initial values, `[blocks, D]`.
 pub const INITIAL_NAME: &str = "posenc.floater.initial";
 
@@ -175,6 +181,25 @@ pub struct FloaterConfig {
     /// often, the step costs a plain model's). 1 solves every step.
     #[serde(default = "one")]
     pub resolve_every: usize,
+}
+
+impl Default for FloaterConfig {
+    /// The authors' form and solver, what `posenc = { type = "floater" }` reads.
+    fn default() -> Self {
+        Self {
+            form: FloaterForm::default(),
+            every_block: yes(),
+            delta: default_delta(),
+            method: default_method(),
+            substeps: default_substeps(),
+            rtol: default_rtol(),
+            atol: default_atol(),
+            max_steps: default_max_steps(),
+            gradient: default_gradient(),
+            activation: default_activation(),
+            resolve_every: one(),
+        }
+    }
 }
 
 /// How the encodings enter the model.
@@ -272,6 +297,12 @@ impl FloaterConfig {
         if !(self.delta.is_finite() && self.delta > 0.0) {
             return Err(format!("FLOATER's delta must be positive, got {}", self.delta));
         }
+        if self.delta > MAX_DELTA {
+            return Err(format!(
+                "FLOATER's delta is {}, over posflow's limit of {MAX_DELTA}",
+                self.delta
+            ));
+        }
         // Bounded so that an untrusted config cannot ask for a solve that never ends.
         if !(1..=MAX_SUBSTEPS).contains(&self.substeps) {
             return Err(format!(
@@ -285,7 +316,7 @@ impl FloaterConfig {
         // f32 resolves relative changes of about 1.2e-7: an error estimate below ~1e-6 of the
         // state is rounding noise, so a tighter rtol is never met and the solver shrinks its step
         // until max_steps runs out.
-        if self.method == SolverMethod::Dopri5 && self.rtol < MIN_RTOL {
+        if self.method == SolverMethod::Dopri5 && self.rtol > 0.0 && self.rtol < MIN_RTOL {
             return Err(format!(
                 "dopri5's rtol is {}, below what f32 can resolve (posflow solves in f32, whose \
                  relative precision is 1.2e-7); use rtol ≥ {MIN_RTOL}",

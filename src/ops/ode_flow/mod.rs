@@ -403,7 +403,7 @@ pub fn check_status(status: &[f32]) -> Result<()> {
         )))
     } else if code == STATUS_SOLVER_FAILED {
         Err(Error::Training(format!(
-            "ode_flow: dopri5 failed (non-finite state or step limit) before t = {time}"
+            "ode_flow: dopri5 failed before t = {time} (a non-finite state, or max_steps reached)"
         )))
     } else {
         Err(Error::Input(format!("ode_flow: unknown status code {code}")))
