@@ -203,6 +203,11 @@ impl Trainer {
             graph.set_dropout_seed(exec, dropout_seed)
         })?;
         if let Err(e) = self.program.check().await {
+            // The solver's own message, without its "training:" (the wrapper below adds it).
+            let e = match e {
+                Error::Training(message) => message,
+                other => other.to_string(),
+            };
             // Its non-finite encodings made every gradient non-finite, so AdamW skipped the step.
             return Err(Error::Training(format!(
                 "{e}, at step {step}; the update was skipped, so the parameters are those before this \
