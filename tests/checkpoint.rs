@@ -2,11 +2,14 @@
 //! error for every bad file with the model left untouched, and saves that never destroy the
 //! previous checkpoint. `tests/reference/read_checkpoint.py` opens the round trip's file in PyTorch.
 
+#[path = "common/rewrite.rs"]
+mod rewrite;
 #[path = "common/scratch.rs"]
 mod scratch_dir;
 
+use rewrite::rewritten;
 use scratch_dir::scratch;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::rc::Rc;
 
@@ -17,7 +20,7 @@ use posflow::graph::{Executor, Graph, Init, TensorId};
 use posflow::mlp::xor_data;
 use posflow::optim::{AdamW, Optimizer};
 use posflow::params::ParamStore;
-use safetensors::{Dtype, SafeTensors};
+use safetensors::Dtype;
 
 const POINTS: usize = 64;
 
@@ -234,30 +237,6 @@ fn assert_rejected(dir: &Path, name: &str, bytes: &[u8], expected: &[&str]) {
         assert!(err.contains(part), "{name}: expected `{part}` in: {err}");
     }
     assert_eq!(run.snapshot(), before, "{name}: the model changed");
-}
-
-/// A valid checkpoint's tensors and metadata, edited by `edit`, serialised again.
-fn rewritten(
-    valid: &[u8],
-    edit: impl FnOnce(&mut BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)>, &mut HashMap<String, String>),
-) -> Vec<u8> {
-    let (_, header) = SafeTensors::read_metadata(valid).unwrap();
-    let mut metadata = header.metadata().clone().unwrap();
-    let file = SafeTensors::deserialize(valid).unwrap();
-    let mut tensors: BTreeMap<_, _> = file
-        .tensors()
-        .into_iter()
-        .map(|(name, t)| (name, (t.dtype(), t.shape().to_vec(), t.data().to_vec())))
-        .collect();
-    edit(&mut tensors, &mut metadata);
-    let views: Vec<_> = tensors
-        .iter()
-        .map(|(name, (dtype, shape, data))| {
-            let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), data).unwrap();
-            (name.clone(), view)
-        })
-        .collect();
-    safetensors::serialize(views, Some(metadata)).unwrap()
 }
 
 fn saved_bytes(run: &Run, dir: &Path, with_optimizer: bool) -> Vec<u8> {

@@ -5,16 +5,19 @@
 
 #[path = "common/binary.rs"]
 mod binary;
+#[path = "common/rewrite.rs"]
+mod rewrite;
 #[path = "common/scratch.rs"]
 mod scratch_dir;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
 use binary::posflow_in;
-use safetensors::{Dtype, SafeTensors};
+
+use rewrite::rewritten;
 use scratch_dir::scratch;
 
 fn stdout(o: &Output) -> String {
@@ -69,30 +72,6 @@ fn train(dir: &Path, name: &str, toml: &str) -> Output {
     let o = posflow_in(dir, &["train", "--config", &config, "--device", "cpu"]);
     assert!(o.status.success(), "{}", stderr(&o));
     o
-}
-
-/// A checkpoint's tensors and metadata, edited by `edit`, serialised again.
-fn rewritten(
-    bytes: &[u8],
-    edit: impl FnOnce(&mut BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)>, &mut HashMap<String, String>),
-) -> Vec<u8> {
-    let (_, header) = SafeTensors::read_metadata(bytes).unwrap();
-    let mut metadata = header.metadata().clone().unwrap();
-    let file = SafeTensors::deserialize(bytes).unwrap();
-    let mut tensors: BTreeMap<_, _> = file
-        .tensors()
-        .into_iter()
-        .map(|(name, t)| (name, (t.dtype(), t.shape().to_vec(), t.data().to_vec())))
-        .collect();
-    edit(&mut tensors, &mut metadata);
-    let views: Vec<_> = tensors
-        .iter()
-        .map(|(name, (dtype, shape, data))| {
-            let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), data).unwrap();
-            (name.clone(), view)
-        })
-        .collect();
-    safetensors::serialize(views, Some(metadata)).unwrap()
 }
 
 /// Sets `key` of the model config to `value`, both where the model config is and in the run
