@@ -9,6 +9,8 @@
 //! the metadata's training state, under `reference_batch`:
 //! `{ "batch": B, "len": L, "tokens": [B·L], "targets": [B·L] or [B], "mask": [B·L] or null }`.
 
+use posflow::model::GraphOptions;
+
 use std::path::PathBuf;
 use std::rc::Rc;
 
@@ -216,7 +218,7 @@ fn main() -> posflow::Result<()> {
     for (seed, case) in cases().into_iter().enumerate() {
         let seed = seed as u64;
         let mut g = Graph::new();
-        Model::new(case.config.clone())?.build(&mut g, BATCH, LEN)?;
+        Model::new(case.config.clone())?.build(&mut g, BATCH, LEN, GraphOptions::default())?;
         let params = ParamStore::init(Rc::new(CpuBackend::new()), &g, seed)?;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let names: Vec<String> = params.iter().map(|(name, _)| name.to_string()).collect();

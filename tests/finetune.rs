@@ -6,7 +6,6 @@ use std::rc::Rc;
 
 use posflow::backend::{Backend, CpuBackend};
 use posflow::data::CharTokenizer;
-use posflow::graph::Graph;
 use posflow::inference::Generator;
 use posflow::model::Model;
 use posflow::params::ParamStore;
@@ -95,8 +94,7 @@ fn fine_tuning_floater_alone_lowers_the_loss_and_moves_nothing_else() {
 #[test]
 fn fine_tuning_input_errors_are_explained() {
     let model = Model::new(run(r#"{ type = "floater" }"#, "[]").model).unwrap();
-    let mut g = Graph::new();
-    model.build(&mut g, 1, 1).unwrap();
+    let g = model.declare_params().unwrap();
     let params = ParamStore::init(cpu(), &g, 0).unwrap();
     let tokenizer = CharTokenizer::from_text(TEXT);
     let tune = |text: &str, settings| {

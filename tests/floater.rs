@@ -1,6 +1,8 @@
 //! FLOATER in the model: its parameters, GPU = CPU through the whole model, any length, and a
 //! diverging solve stopping training with the block and time named and the parameters kept.
 
+use posflow::model::GraphOptions;
+
 use std::rc::Rc;
 
 use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
@@ -63,7 +65,7 @@ fn tokens(len: usize) -> Vec<i32> {
 fn forward_backward(config: &ModelConfig, len: usize, backend: Rc<dyn Backend>) -> Vec<(String, Vec<f32>)> {
     let model = Model::new(config.clone()).unwrap();
     let mut g = Graph::new();
-    let built = model.build(&mut g, 2, len).unwrap();
+    let built = model.build(&mut g, 2, len, GraphOptions::default()).unwrap();
     let grads = g.backward(built.loss).unwrap();
     let params = ParamStore::init(backend, &g, 3).unwrap();
     let mut wanted = vec![built.logits, built.loss];
@@ -94,7 +96,7 @@ fn parameters_are_shared_dynamics_and_one_initial_value_per_block() {
         ));
         let model = Model::new(config).unwrap();
         let mut g = Graph::new();
-        model.build(&mut g, 1, 5).unwrap();
+        model.build(&mut g, 1, 5, GraphOptions::default()).unwrap();
         let mut names: Vec<String> = g
             .tensors()
             .filter(|(_, info)| matches!(info.source, posflow::graph::Source::Param(_)))
@@ -299,7 +301,7 @@ fn the_compatible_form_with_zero_dynamics_is_the_sinusoidal_model() {
     let run = |config: &ModelConfig, prepare: &dyn Fn(&ParamStore)| -> (Vec<f32>, Vec<(String, f32)>) {
         let model = Model::new(config.clone()).unwrap();
         let mut g = Graph::new();
-        let built = model.build(&mut g, 2, 7).unwrap();
+        let built = model.build(&mut g, 2, 7, GraphOptions::default()).unwrap();
         let grads = g.backward(built.loss).unwrap();
         // The same seed gives every shared parameter the same values in both models.
         let params = ParamStore::init(cpu(), &g, 3).unwrap();
@@ -380,7 +382,9 @@ const SHORT: &str = "steps = 3\nbatch = 2\nlr = 1e-2";
 
 fn logits_of(model: &Model, params: &ParamStore, text: &[i32]) -> Vec<f32> {
     let mut g = Graph::new();
-    let built = model.build(&mut g, 1, text.len()).unwrap();
+    let built = model
+        .build(&mut g, 1, text.len(), GraphOptions::default())
+        .unwrap();
     let exec = Executor::new(&g, &built.outputs(&[built.logits, built.loss]), params).unwrap();
     built.feed(&exec, text, &vec![-100; text.len()], None).unwrap();
     exec.run().unwrap();

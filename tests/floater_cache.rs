@@ -7,7 +7,9 @@ use std::rc::Rc;
 use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::graph::{Executor, Graph};
 use posflow::inference::{EncodingCache, Generator};
-use posflow::model::{Block, EmbedScale, Model, ModelConfig, ModelKind, PosEnc, encodings_shape};
+use posflow::model::{
+    Block, EmbedScale, GraphOptions, Model, ModelConfig, ModelKind, PosEnc, encodings_shape,
+};
 use posflow::params::ParamStore;
 use posflow::train::{RunConfig, Trainer};
 
@@ -44,8 +46,7 @@ const FORMS: [&str; 4] = [
 ];
 
 fn params_with_live_dynamics(model: &Model, backend: Rc<dyn Backend>) -> ParamStore {
-    let mut g = Graph::new();
-    model.build(&mut g, 1, 1).unwrap();
+    let g = model.declare_params().unwrap();
     let params = ParamStore::init(backend, &g, 11).unwrap();
     let names: Vec<String> = params.iter().map(|(n, _)| n.to_string()).collect();
     for name in names.iter().filter(|n| n.starts_with("posenc.floater")) {
@@ -67,8 +68,8 @@ fn text(len: usize) -> Vec<i32> {
 fn logits(model: &Model, params: &ParamStore, len: usize, cached: Option<&[f32]>) -> Vec<f32> {
     let mut g = Graph::new();
     let built = match cached {
-        Some(_) => model.build_cached(&mut g, 1, len),
-        None => model.build(&mut g, 1, len),
+        Some(_) => model.build(&mut g, 1, len, GraphOptions::default().cached_encodings()),
+        None => model.build(&mut g, 1, len, GraphOptions::default()),
     }
     .unwrap();
     assert_eq!(built.takes_encodings(), cached.is_some());
@@ -124,7 +125,9 @@ fn encodings_of_the_wrong_size_or_for_a_solving_graph_are_errors() {
     let model = Model::new(config(FORMS[0])).unwrap();
     let params = params_with_live_dynamics(&model, cpu());
     let mut g = Graph::new();
-    let cached = model.build_cached(&mut g, 1, 6).unwrap();
+    let cached = model
+        .build(&mut g, 1, 6, GraphOptions::default().cached_encodings())
+        .unwrap();
     let exec = Executor::new(&g, &cached.outputs(&[cached.logits]), &params).unwrap();
     let err = cached.feed_encodings(&exec, &[0.0; 7]).unwrap_err().to_string();
     assert!(
@@ -133,7 +136,7 @@ fn encodings_of_the_wrong_size_or_for_a_solving_graph_are_errors() {
     );
 
     let mut g = Graph::new();
-    let solving = model.build(&mut g, 1, 6).unwrap();
+    let solving = model.build(&mut g, 1, 6, GraphOptions::default()).unwrap();
     let exec = Executor::new(&g, &solving.outputs(&[solving.logits]), &params).unwrap();
     let err = solving
         .feed_encodings(&exec, &[0.0; 6 * 3 * 16])
@@ -158,7 +161,7 @@ fn the_generator_reuses_one_solve_and_matches_the_solving_graph() {
     padded.resize(8, 0);
     let solved = {
         let mut g = Graph::new();
-        let built = model.build(&mut g, 1, 8).unwrap();
+        let built = model.build(&mut g, 1, 8, GraphOptions::default()).unwrap();
         let exec = Executor::new(&g, &built.outputs(&[built.logits]), &params).unwrap();
         built.feed(&exec, &padded, &[-100; 8], None).unwrap();
         exec.run().unwrap();

@@ -8,8 +8,8 @@ use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::data::{BOS, IGNORE_INDEX, SyntheticTask};
 use posflow::graph::{Executor, Source};
 use posflow::model::{
-    Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, Model, ModelConfig, ModelGraph, ModelKind,
-    Nonlinearity, PosEnc, SolverMethod,
+    Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, GraphOptions, Model, ModelConfig,
+    ModelGraph, ModelKind, Nonlinearity, PosEnc, SolverMethod,
 };
 use posflow::optim::{AdamW, Optimizer};
 use posflow::params::ParamStore;
@@ -128,9 +128,9 @@ fn harness(config: ModelConfig, batch: usize, len: usize, padded: bool, backend:
     let model = Model::new(config).unwrap();
     let mut graph = Graph::new();
     let built = if padded {
-        model.build_padded(&mut graph, batch, len)
+        model.build(&mut graph, batch, len, GraphOptions::default().padded())
     } else {
-        model.build(&mut graph, batch, len)
+        model.build(&mut graph, batch, len, GraphOptions::default())
     }
     .unwrap();
     let grads = graph.backward(built.loss).unwrap();
@@ -186,7 +186,10 @@ fn logits_have_the_head_shape() {
 
 fn param_names(config: ModelConfig) -> Vec<String> {
     let mut g = Graph::new();
-    Model::new(config).unwrap().build(&mut g, 1, 4).unwrap();
+    Model::new(config)
+        .unwrap()
+        .build(&mut g, 1, 4, GraphOptions::default())
+        .unwrap();
     g.tensors()
         .filter(|(_, t)| matches!(t.source, Source::Param(_)))
         .map(|(_, t)| format!("{} {:?}", t.name, t.meta.shape))
@@ -341,20 +344,28 @@ fn an_encoder_sees_every_token_except_padding() {
 #[test]
 fn a_length_over_the_learned_table_is_an_error_naming_both_lengths() {
     let model = Model::new(tiny(LM, PosEnc::Learned)).unwrap();
-    let err = model.build(&mut Graph::new(), 2, 17).unwrap_err().to_string();
+    let err = model
+        .build(&mut Graph::new(), 2, 17, GraphOptions::default())
+        .unwrap_err()
+        .to_string();
     assert_eq!(
         err,
         "sequence length 17 is over the learned position table's max_len 16"
     );
     let model = Model::new(tiny(LM, TUPE_R)).unwrap();
-    let err = model.build(&mut Graph::new(), 2, 17).unwrap_err().to_string();
+    let err = model
+        .build(&mut Graph::new(), 2, 17, GraphOptions::default())
+        .unwrap_err()
+        .to_string();
     assert_eq!(
         err,
         "sequence length 17 is over the TUPE position table's max_len 16"
     );
     // Sinusoidal tables extend to any length.
     let model = Model::new(tiny(LM, PosEnc::Sinusoidal { every_block: false })).unwrap();
-    model.build(&mut Graph::new(), 2, 40).unwrap();
+    model
+        .build(&mut Graph::new(), 2, 40, GraphOptions::default())
+        .unwrap();
 }
 
 /// Relative buckets are computed per graph, so a model trained at one length runs at twice it
@@ -461,7 +472,7 @@ fn bad_inputs_are_errors() {
         .feed(&h.exec, &[1, 5, 7, 6], &[1], Some(&[1.0, 1.0, 0.0, 0.0]))
         .unwrap_err();
     assert!(
-        err.to_string().contains("build it with Model::build_padded"),
+        err.to_string().contains("build it with GraphOptions::padded"),
         "{err}"
     );
 }
@@ -570,9 +581,9 @@ fn dropout_follows_the_seed(block: Block) {
     let logits = |backend: Rc<dyn Backend>, training: bool, seed: u32| -> Vec<f32> {
         let mut g = Graph::new();
         let built = if training {
-            model.build_training(&mut g, batch, len)
+            model.build(&mut g, batch, len, GraphOptions::default().training())
         } else {
-            model.build(&mut g, batch, len)
+            model.build(&mut g, batch, len, GraphOptions::default())
         }
         .unwrap();
         let grads = g.backward(built.loss).unwrap();
@@ -631,7 +642,9 @@ fn copy_config(posenc: PosEnc, embed_scale: EmbedScale) -> ModelConfig {
 fn train_copy(config: ModelConfig, seed: u64) -> Vec<f32> {
     let model = Model::new(config).unwrap();
     let mut g = Graph::new();
-    let built = model.build(&mut g, COPY_BATCH, COPY_LEN).unwrap();
+    let built = model
+        .build(&mut g, COPY_BATCH, COPY_LEN, GraphOptions::default())
+        .unwrap();
     let grads = g.backward(built.loss).unwrap();
     let params = ParamStore::init(cpu(), &g, seed).unwrap();
     let adamw = AdamW {
@@ -822,7 +835,9 @@ fn an_encoder_with_tupe_r_and_untied_cls_learns_a_majority_vote() {
     let vocab = config.vocab as i32;
     let model = Model::new(config).unwrap();
     let mut g = Graph::new();
-    let built = model.build(&mut g, COPY_BATCH, ENCODER_LEN).unwrap();
+    let built = model
+        .build(&mut g, COPY_BATCH, ENCODER_LEN, GraphOptions::default())
+        .unwrap();
     let grads = g.backward(built.loss).unwrap();
     let params = ParamStore::init(cpu(), &g, 0).unwrap();
     let adamw = AdamW {

@@ -18,7 +18,7 @@ use std::rc::Rc;
 use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::checkpoint::Checkpoint;
 use posflow::graph::Executor;
-use posflow::model::{Model, ModelConfig, ModelKind};
+use posflow::model::{GraphOptions, Model, ModelConfig, ModelKind};
 use posflow::params::ParamStore;
 use posflow::{Graph, TensorId};
 use safetensors::SafeTensors;
@@ -101,8 +101,8 @@ fn posflow_values(case: &str, backend: Rc<dyn Backend>) -> Values {
         serde_json::from_value(metadata.training.extra["reference_batch"].clone()).unwrap();
     let mut g = Graph::new();
     let built = match batch.mask {
-        Some(_) => model.build_padded(&mut g, batch.batch, batch.len),
-        None => model.build(&mut g, batch.batch, batch.len),
+        Some(_) => model.build(&mut g, batch.batch, batch.len, GraphOptions::default().padded()),
+        None => model.build(&mut g, batch.batch, batch.len, GraphOptions::default()),
     }
     .unwrap();
     let grads: Vec<(String, TensorId)> = g
@@ -235,7 +235,10 @@ fn gpu_logits_loss_and_gradients_match_pytorch() {
 /// checking that every parameter kept its value.
 fn restore_error(case: &str, config: ModelConfig) -> String {
     let mut g = Graph::new();
-    Model::new(config).unwrap().build(&mut g, 1, 4).unwrap();
+    Model::new(config)
+        .unwrap()
+        .build(&mut g, 1, 4, GraphOptions::default())
+        .unwrap();
     let params = ParamStore::init(Rc::new(CpuBackend::new()), &g, 5).unwrap();
     let snapshot = |params: &ParamStore| -> BTreeMap<String, Vec<f32>> {
         params

@@ -6,6 +6,8 @@
 #[path = "common/scratch.rs"]
 mod scratch_dir;
 
+use posflow::model::GraphOptions;
+
 use scratch_dir::scratch;
 use std::path::Path;
 use std::rc::Rc;
@@ -343,7 +345,10 @@ fn generation_sees_only_the_context_and_slides_past_the_window() {
     let generator = Generator::new(trainer.model(), trainer.params(), tokenizer.clone(), 16).unwrap();
     let exact = |context: &[i32]| -> Vec<f32> {
         let mut g = Graph::new();
-        let graph = trainer.model().build(&mut g, 1, context.len()).unwrap();
+        let graph = trainer
+            .model()
+            .build(&mut g, 1, context.len(), GraphOptions::default())
+            .unwrap();
         let exec = Executor::new(&g, &[graph.logits, graph.loss], trainer.params()).unwrap();
         let targets = vec![posflow::data::IGNORE_INDEX; context.len()];
         graph.feed(&exec, context, &targets, None).unwrap();

@@ -15,7 +15,6 @@ use std::rc::Rc;
 use posflow::backend::{Backend, CpuBackend};
 use posflow::checkpoint::{Checkpoint, Metadata, TrainingState};
 use posflow::data::CharTokenizer;
-use posflow::graph::Graph;
 use posflow::model::posenc::sinusoidal_table;
 use posflow::model::{Block, EmbedScale, FloaterConfig, LN_EPS, Model, ModelConfig, ModelKind, PosEnc};
 use posflow::params::ParamStore;
@@ -60,8 +59,7 @@ fn lm(posenc: PosEnc) -> ModelConfig {
 /// (no run config, as a library user would save them).
 fn checkpoint_bytes(config: &ModelConfig, adjust: impl Fn(&ParamStore)) -> Vec<u8> {
     let model = Model::new(config.clone()).unwrap();
-    let mut g = Graph::new();
-    model.build(&mut g, 1, 1).unwrap();
+    let g = model.declare_params().unwrap();
     let params = ParamStore::init(cpu(), &g, 3).unwrap();
     adjust(&params);
     let metadata = Metadata {

@@ -9,6 +9,7 @@ use super::EncodingCache;
 use crate::data::{BOS, CharTokenizer, EOS, IGNORE_INDEX, PAD, SPECIAL_TOKENS};
 use crate::error::{Error, Result};
 use crate::graph::{Executor, Graph};
+use crate::model::GraphOptions;
 use crate::model::{Model, ModelGraph, ModelKind};
 use crate::params::ParamStore;
 
@@ -35,7 +36,7 @@ impl Generator {
             ));
         }
         let mut g = Graph::new();
-        let graph = model.build_cached(&mut g, 1, window)?;
+        let graph = model.build(&mut g, 1, window, GraphOptions::default().cached_encodings())?;
         let exec = Executor::new(&g, &graph.outputs(&[graph.logits, graph.loss]), params)?;
         Ok(Self {
             tokenizer,

@@ -7,7 +7,6 @@ use crate::backend::Backend;
 use crate::checkpoint::{Checkpoint, Metadata};
 use crate::data::CharTokenizer;
 use crate::error::{Error, Result};
-use crate::graph::Graph;
 use crate::model::{Model, ModelConfig};
 use crate::params::ParamStore;
 
@@ -37,8 +36,7 @@ impl SavedModel {
         }
         let model = Model::new(config)?;
         // The parameters do not depend on the shape: a one-token graph declares them all.
-        let mut g = Graph::new();
-        model.build(&mut g, 1, 1)?;
+        let g = model.declare_params()?;
         // Before allocating what the config claims (see `Checkpoint::check_parameters`).
         checkpoint.check_parameters(g.params())?;
         let params = ParamStore::init(backend, &g, 0)?;

@@ -35,7 +35,7 @@ pub(super) struct BlockInputs {
     /// `[L, 3D]` per block: its q|k|v biases (FLOATER's compatible form), in place of the
     /// projection's static bias; empty when none.
     pub qkv_bias: Vec<TensorId>,
-    /// In probed graphs ([`super::Model::build_probed`]): each layer's attention probabilities
+    /// In probed graphs ([`super::GraphOptions::probed`]): each layer's attention probabilities
     /// `[B, H, L, L]` are appended here, from the first stage of a Runge-Kutta block (the one
     /// that sees the block's input).
     pub attention_probs: Option<RefCell<Vec<TensorId>>>,

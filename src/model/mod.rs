@@ -16,7 +16,7 @@
 //! loss = cross_entropy(logits, targets, IGNORE_INDEX)
 //! ```
 //!
-//! `Drop` is dropout with the config's probability in graphs from [`Model::build_training`] and
+//! `Drop` is dropout with the config's probability in training graphs ([`GraphOptions::training`]) and
 //! the identity everywhere else; each stage of a Runge-Kutta block draws its own masks.
 //!
 //! The block kinds are the ODE Transformer's ([`Block`], the config's `block`): every stage `Fi`
@@ -99,4 +99,4 @@ pub use config::{Block, EmbedScale, ModelConfig, ModelKind, PosEnc};
 pub use posenc::{
     EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, SolverMethod, encodings_shape,
 };
-pub use transformer::{Model, ModelGraph};
+pub use transformer::{GraphOptions, Model, ModelGraph};

@@ -1,10 +1,11 @@
 //! What a model attends to: every layer's attention probabilities for one token sequence, from a
-//! graph built by [`Model::build_probed`] (the visualizer's attention view reads them).
+//! graph built by [`GraphOptions::probed`] (the visualizer's attention view reads them).
 
 use super::{Model, ModelKind};
 use crate::data::IGNORE_INDEX;
 use crate::error::{Error, Result};
 use crate::graph::{Executor, Graph};
+use crate::model::GraphOptions;
 use crate::params::ParamStore;
 
 /// The attention probabilities of one sequence: per layer `[heads, len, len]`, row `i` the
@@ -39,7 +40,7 @@ pub async fn attention_maps(model: &Model, params: &ParamStore, tokens: &[i32]) 
     }
     let len = tokens.len();
     let mut g = Graph::new();
-    let graph = model.build_probed(&mut g, 1, len)?;
+    let graph = model.build(&mut g, 1, len, GraphOptions::default().probed())?;
     let exec = Executor::new(&g, &graph.outputs(&graph.attention_probs), params)?;
     // No loss is read: the targets only have to be valid.
     let targets = match model.config().kind {
@@ -85,8 +86,7 @@ mod tests {
     }
 
     fn store(model: &Model) -> ParamStore {
-        let mut g = Graph::new();
-        model.build(&mut g, 1, 1).unwrap();
+        let g = model.declare_params().unwrap();
         ParamStore::init(Rc::new(CpuBackend::new()), &g, 7).unwrap()
     }
 

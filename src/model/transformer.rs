@@ -29,8 +29,8 @@ pub struct ModelGraph {
     /// i32: `[B, L]` next tokens (`IGNORE_INDEX` where no loss counts) for a causal LM, `[B]`
     /// classes for an encoder.
     pub targets: TensorId,
-    /// i32 `[B, L]`, 1 for a token and 0 for padding; present in graphs from
-    /// [`Model::build_padded`].
+    /// i32 `[B, L]`, 1 for a token and 0 for padding; present in graphs built
+    /// [`GraphOptions::padded`].
     pub key_mask: Option<TensorId>,
     /// `[B, L, vocab]` for a causal LM, `[B, n_classes]` for an encoder.
     pub logits: TensorId,
@@ -50,21 +50,78 @@ pub struct ModelGraph {
     /// the solve's result (to keep for them) otherwise.
     pub encodings: Option<TensorId>,
     encodings_source: EncodingSource,
-    /// Each layer's attention probabilities `[B, H, L, L]`, in graphs from
-    /// [`Model::build_probed`]; empty otherwise.
+    /// Each layer's attention probabilities `[B, H, L, L]`, in graphs built
+    /// [`GraphOptions::probed`]; empty otherwise.
     pub attention_probs: Vec<TensorId>,
 }
 
-/// What a graph is for.
-#[derive(Clone, Copy)]
-struct Purpose {
-    /// Has a key mask input, to hide padded keys.
+/// What a model graph is built for, one flag each, set with the builder methods:
+/// `GraphOptions::default()` is inference on unpadded rows.
+///
+/// ```
+/// # use posflow::model::GraphOptions;
+/// let step = GraphOptions::default().training().cached_encodings();
+/// assert!(step.validate().is_ok());
+/// assert!(GraphOptions::default().training().probed().validate().is_err());
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GraphOptions {
     padded: bool,
-    /// Applies dropout (when the config has some).
     training: bool,
-    encodings: EncodingSource,
-    /// Records each layer's attention probabilities.
+    cached_encodings: bool,
     probed: bool,
+}
+
+impl GraphOptions {
+    /// For training: the config's dropout, its masks following the seed written by
+    /// [`ModelGraph::set_dropout_seed`] before each step (without dropout, the same graph).
+    pub fn training(mut self) -> Self {
+        self.training = true;
+        self
+    }
+
+    /// For padded batches: a key mask input hides padded keys ([`ModelGraph::key_mask`]). A
+    /// causal LM's right-padded rows need none: no real token attends to a later position.
+    pub fn padded(mut self) -> Self {
+        self.padded = true;
+        self
+    }
+
+    /// FLOATER's encodings as an input ([`ModelGraph::feed_encodings`]), solved once elsewhere
+    /// (e.g. by [`crate::inference::EncodingCache`], or every `resolve_every` steps in training),
+    /// so a run costs what a plain model's does. Other encodings ignore it.
+    pub fn cached_encodings(mut self) -> Self {
+        self.cached_encodings = true;
+        self
+    }
+
+    /// Also outputs every layer's attention probabilities ([`ModelGraph::attention_probs`]), for
+    /// inspecting what the model attends to.
+    pub fn probed(mut self) -> Self {
+        self.probed = true;
+        self
+    }
+
+    /// Refuses the combinations that make no sense: probes are for looking at a model, and a
+    /// training graph would keep every layer's `[B, H, L, L]` probabilities alive for nothing.
+    pub fn validate(&self) -> Result<()> {
+        if self.probed && self.training {
+            return Err(Error::Input(
+                "graph options: a probed graph is for inspecting a model; build training graphs \
+                 without probes"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn encodings(&self) -> EncodingSource {
+        if self.cached_encodings {
+            EncodingSource::Input
+        } else {
+            EncodingSource::Solve
+        }
+    }
 }
 
 impl Model {
@@ -77,80 +134,24 @@ impl Model {
         &self.config
     }
 
-    /// The graph for `batch` rows of `len` tokens with no padding (for a causal LM, right-padded
-    /// rows need no mask either: no real token attends to a later position).
-    pub fn build(&self, g: &mut Graph, batch: usize, len: usize) -> Result<ModelGraph> {
-        let purpose = Purpose {
-            padded: false,
-            training: false,
-            encodings: EncodingSource::Solve,
-            probed: false,
-        };
-        self.build_graph(g, batch, len, purpose)
+    /// A graph that declares every parameter of the model (the parameters do not depend on the
+    /// shape or the options: a one-token graph holds them all), for a `ParamStore` to allocate and
+    /// a checkpoint to be checked against before anything is.
+    pub fn declare_params(&self) -> Result<Graph> {
+        let mut g = Graph::new();
+        self.build(&mut g, 1, 1, GraphOptions::default())?;
+        Ok(g)
     }
 
-    /// [`Model::build`] that also outputs every layer's attention probabilities
-    /// ([`ModelGraph::attention_probs`]), for inspecting what the model attends to.
-    pub fn build_probed(&self, g: &mut Graph, batch: usize, len: usize) -> Result<ModelGraph> {
-        let purpose = Purpose {
-            padded: false,
-            training: false,
-            encodings: EncodingSource::Solve,
-            probed: true,
-        };
-        self.build_graph(g, batch, len, purpose)
-    }
-
-    /// [`Model::build`] with FLOATER's encodings as an input (solved once, e.g. by
-    /// [`crate::inference::EncodingCache`]), so a run costs what a plain model's does. For other
-    /// encodings it is `build`.
-    pub fn build_cached(&self, g: &mut Graph, batch: usize, len: usize) -> Result<ModelGraph> {
-        let purpose = Purpose {
-            padded: false,
-            training: false,
-            encodings: EncodingSource::Input,
-            probed: false,
-        };
-        self.build_graph(g, batch, len, purpose)
-    }
-
-    /// [`Model::build`] for training: with the config's dropout, whose masks follow the seed
-    /// written by [`ModelGraph::set_dropout_seed`] before each step. Without dropout it is the
-    /// same graph as `build`.
-    pub fn build_training(&self, g: &mut Graph, batch: usize, len: usize) -> Result<ModelGraph> {
-        let purpose = Purpose {
-            padded: false,
-            training: true,
-            encodings: EncodingSource::Solve,
-            probed: false,
-        };
-        self.build_graph(g, batch, len, purpose)
-    }
-
-    /// [`Model::build_training`] with FLOATER's encodings as an input: the steps between two
-    /// solves when `resolve_every` > 1 (they train everything but the dynamics).
-    pub fn build_training_cached(&self, g: &mut Graph, batch: usize, len: usize) -> Result<ModelGraph> {
-        let purpose = Purpose {
-            padded: false,
-            training: true,
-            encodings: EncodingSource::Input,
-            probed: false,
-        };
-        self.build_graph(g, batch, len, purpose)
-    }
-
-    /// The graph for padded batches: it also has a key mask input, which hides padded keys.
-    pub fn build_padded(&self, g: &mut Graph, batch: usize, len: usize) -> Result<ModelGraph> {
-        let purpose = Purpose {
-            padded: true,
-            training: false,
-            encodings: EncodingSource::Solve,
-            probed: false,
-        };
-        self.build_graph(g, batch, len, purpose)
-    }
-
-    fn build_graph(&self, g: &mut Graph, batch: usize, len: usize, purpose: Purpose) -> Result<ModelGraph> {
+    /// The graph for `batch` rows of `len` tokens, built for what `options` say.
+    pub fn build(
+        &self,
+        g: &mut Graph,
+        batch: usize,
+        len: usize,
+        options: GraphOptions,
+    ) -> Result<ModelGraph> {
+        options.validate()?;
         if batch == 0 || len == 0 {
             return Err(Error::Input(format!(
                 "a model graph needs at least one row and one position, got batch {batch}, length {len}"
@@ -159,12 +160,12 @@ impl Model {
         let c = &self.config;
         let d = c.d_model;
         let tokens = g.input("tokens", TensorMeta::i32(&[batch, len]));
-        let key_mask = purpose
+        let key_mask = options
             .padded
             .then(|| g.input("key_mask", TensorMeta::i32(&[batch, len])));
-        let dropout = (purpose.training && c.dropout > 0.0)
+        let dropout = (options.training && c.dropout > 0.0)
             .then(|| (g.input("dropout_seed", TensorMeta::i32(&[1])), c.dropout));
-        let positions = posenc::build_from(g, c, len, purpose.encodings)?;
+        let positions = posenc::build_from(g, c, len, options.encodings())?;
 
         let tok_emb_std = match c.embed_scale {
             EmbedScale::None => INIT_STD,
@@ -196,7 +197,7 @@ impl Model {
                 .unwrap_or(1.0 / (c.head_dim() as f32).sqrt()),
             dropout,
             qkv_bias: positions.qkv_bias,
-            attention_probs: purpose.probed.then(RefCell::default),
+            attention_probs: options.probed.then(RefCell::default),
         };
         for layer in 0..c.layers {
             if let Some(&p) = positions.at_block.get(layer) {
@@ -242,7 +243,7 @@ impl Model {
             constants: positions.constants,
             checks: positions.checks,
             encodings: positions.encodings,
-            encodings_source: purpose.encodings,
+            encodings_source: options.encodings(),
             dropout_seed: dropout.map(|(seed, _)| seed),
             attention_probs: shared
                 .attention_probs
@@ -288,7 +289,7 @@ impl ModelGraph {
             (None, Some(m)) if self.is_encoder() && m.iter().any(|&v| v < 0.5) => {
                 return Err(Error::Input(
                     "this batch has padding, but the encoder's graph has no key mask to hide it \
-                     (build it with Model::build_padded)"
+                     (build it with GraphOptions::padded)"
                         .into(),
                 ));
             }
@@ -325,7 +326,7 @@ impl ModelGraph {
             Some(t) if self.takes_encodings() => exec.set_f32(t, values),
             _ => Err(Error::Input(
                 "this model graph solves its own position encodings; only a graph built with cached \
-                 encodings (Model::build_cached) takes them"
+                 encodings (GraphOptions::cached_encodings) takes them"
                     .into(),
             )),
         }

@@ -8,6 +8,7 @@ use super::task::EvalSet;
 use crate::data::LengthBins;
 use crate::error::Result;
 use crate::graph::{Executor, Graph};
+use crate::model::GraphOptions;
 use crate::model::{Model, ModelGraph};
 use crate::params::ParamStore;
 
@@ -100,7 +101,7 @@ fn forward_graph(
     len: usize,
 ) -> Result<(ModelGraph, Executor)> {
     let mut g = Graph::new();
-    let graph = model.build(&mut g, rows, len)?;
+    let graph = model.build(&mut g, rows, len, GraphOptions::default())?;
     let exec = Executor::new(&g, &graph.outputs(&[graph.logits, graph.loss]), params)?;
     Ok((graph, exec))
 }

@@ -17,6 +17,7 @@ use crate::backend::Backend;
 use crate::checkpoint::{Checkpoint, FLOATER_ENCODINGS_STATE};
 use crate::error::{Error, Result};
 use crate::graph::{Executor, Graph, TensorId};
+use crate::model::GraphOptions;
 use crate::model::{Model, ModelGraph, PosEnc};
 use crate::optim::{AdamW, Optimizer};
 use crate::params::ParamStore;
@@ -83,8 +84,7 @@ impl TrainingProgram {
         adamw: AdamW,
         trainable: &[String],
     ) -> Result<Self> {
-        let mut g = Graph::new();
-        model.build_training(&mut g, 1, 1)?;
+        let g = model.declare_params()?;
         let params = ParamStore::init(backend, &g, seed)?;
         Self::with_params(model, params, (batch, len), adamw, trainable)
     }
@@ -110,7 +110,7 @@ impl TrainingProgram {
             )));
         }
         let mut g = Graph::new();
-        let graph = model.build_training(&mut g, batch, len)?;
+        let graph = model.build(&mut g, batch, len, GraphOptions::default().training())?;
         let optimizer = Optimizer::new(adamw, &params)?;
         let every = match &model.config().posenc {
             PosEnc::Floater(floater) => floater.resolve_every,
@@ -121,7 +121,12 @@ impl TrainingProgram {
         let solving = Program::new(&mut g, graph, &params, &optimizer, keep, trainable)?;
         let cached = if every > 1 {
             let mut g = Graph::new();
-            let graph = model.build_training_cached(&mut g, batch, len)?;
+            let graph = model.build(
+                &mut g,
+                batch,
+                len,
+                GraphOptions::default().training().cached_encodings(),
+            )?;
             let input = graph
                 .encodings
                 .expect("a cached FLOATER graph takes its encodings");

@@ -13,7 +13,6 @@ use crate::backend::Backend;
 use crate::checkpoint::{Checkpoint, Metadata, TrainingState};
 use crate::data::CharTokenizer;
 use crate::error::{Error, Result};
-use crate::graph::Graph;
 use crate::model::Model;
 use crate::model::posenc::{QKV_INITIAL_NAME, qkv_initial_from_static_biases};
 use crate::params::ParamStore;
@@ -106,8 +105,7 @@ impl Trainer {
         // Before the model is built, which would only say that the vocabulary sizes differ.
         check_same_tokenizer(checkpoint.metadata(), &run.data.tokenizer()?)?;
         // Before the program allocates what the config claims (see `Checkpoint::check_parameters`).
-        let mut g = Graph::new();
-        Model::new(run.model.clone())?.build(&mut g, 1, 1)?;
+        let g = Model::new(run.model.clone())?.declare_params()?;
         checkpoint.check_parameters(g.params())?;
         let mut trainer = Self::new(backend, run)?;
         trainer.program.restore_run_state(checkpoint)?;
