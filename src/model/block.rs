@@ -6,8 +6,6 @@
 //! stage evaluates `F` with them. The stage inputs (`y + ½F1`, …) and the block's output are each
 //! one `rk_combine` (or `rk_gated`) node, whose backward is one kernel too.
 
-use std::cell::RefCell;
-
 use super::config::{Block, ModelConfig};
 use crate::error::Result;
 use crate::graph::{Graph, Init, TensorId};
@@ -35,10 +33,17 @@ pub(super) struct BlockInputs {
     /// `[L, 3D]` per block: its q|k|v biases (FLOATER's compatible form), in place of the
     /// projection's static bias; empty when none.
     pub qkv_bias: Vec<TensorId>,
-    /// In probed graphs ([`super::GraphOptions::probed`]): each layer's attention probabilities
-    /// `[B, H, L, L]` are appended here, from the first stage of a Runge-Kutta block (the one
-    /// that sees the block's input).
-    pub attention_probs: Option<RefCell<Vec<TensorId>>>,
+    /// Probed graphs ([`super::GraphOptions::probed`]): each block also outputs its attention
+    /// probabilities ([`BlockOutput::attention_probs`]).
+    pub probed: bool,
+}
+
+/// What [`block`] adds to a graph.
+pub(super) struct BlockOutput {
+    pub out: TensorId,
+    /// In probed graphs, the attention probabilities `[B, H, L, L]` of the block's first stage
+    /// (the one that sees its input; a residual block has only that one).
+    pub attention_probs: Option<TensorId>,
 }
 
 /// `x · W + b` with `W [inputs, outputs]` (PyTorch's `nn.Linear.weight` is its transpose), or
@@ -146,6 +151,8 @@ struct Stage {
     mid: TensorId,
     a: TensorId,
     h: TensorId,
+    /// The attention probabilities, where the stage was asked for them.
+    probs: Option<TensorId>,
 }
 
 /// The block's output for input `x` (the position term, if it goes to every block, already
@@ -156,26 +163,25 @@ pub(super) fn block(
     x: TensorId,
     layer: usize,
     shared: &BlockInputs,
-) -> Result<TensorId> {
+) -> Result<BlockOutput> {
     let p = BlockParams::declare(g, c, layer, !shared.qkv_bias.is_empty())?;
     let f = |g: &mut Graph, y: TensorId, stage: usize| -> Result<TensorId> {
         let s = sub_block(g, c, &p, y, stage, shared)?;
         g.add(s.a, s.h)
     };
-    match c.block {
-        Block::Residual => {
-            // (y + a) + h, as the pre-norm block has always been computed.
-            let s = sub_block(g, c, &p, x, 0, shared)?;
-            g.add(s.mid, s.h)
-        }
+    // Every kind begins with a stage on the block's input: the one probed.
+    let first = sub_block(g, c, &p, x, 0, shared)?;
+    let out = match c.block {
+        // (y + a) + h, as the pre-norm block has always been computed.
+        Block::Residual => g.add(first.mid, first.h),
         Block::Rk2 { gamma } => {
-            let f1 = f(g, x, 0)?;
+            let f1 = g.add(first.a, first.h)?;
             let y2 = g.rk_combine(x, &[(1.0, f1)])?;
             let f2 = f(g, y2, 1)?;
             g.rk_combine(x, &[(gamma[0], f1), (gamma[1], f2)])
         }
         Block::Rk2Gated => {
-            let f1 = f(g, x, 0)?;
+            let f1 = g.add(first.a, first.h)?;
             let y2 = g.rk_combine(x, &[(1.0, f1)])?;
             let f2 = f(g, y2, 1)?;
             // `[2D, 1]` and `[1]`, zero: g = ½ everywhere at the start, RK2 with γ = ½, ½.
@@ -186,7 +192,7 @@ pub(super) fn block(
             g.rk_gated(x, f1, f2, gate)
         }
         Block::Rk4 => {
-            let f1 = f(g, x, 0)?;
+            let f1 = g.add(first.a, first.h)?;
             let y2 = g.rk_combine(x, &[(0.5, f1)])?;
             let f2 = f(g, y2, 1)?;
             let y3 = g.rk_combine(x, &[(0.5, f2)])?;
@@ -199,7 +205,11 @@ pub(super) fn block(
                 &[(sixth, f1), (2.0 * sixth, f2), (2.0 * sixth, f3), (sixth, f4)],
             )
         }
-    }
+    }?;
+    Ok(BlockOutput {
+        out,
+        attention_probs: first.probs,
+    })
 }
 
 /// The attention and FFN outputs of stage `stage` (from 0) on input `y`.
@@ -212,7 +222,7 @@ fn sub_block(
     shared: &BlockInputs,
 ) -> Result<Stage> {
     let h = p.ln1.apply(g, y)?;
-    let h = self_attention(g, c, p, h, shared)?;
+    let (h, probs) = self_attention(g, c, p, h, shared, shared.probed && stage == 0)?;
     let a = dropout(g, h, shared, dropout_salt(c.layers, p.layer, stage, 1))?;
     let mid = g.add(y, a)?;
     let h = p.ln2.apply(g, mid)?;
@@ -220,7 +230,7 @@ fn sub_block(
     let h = g.gelu(h)?;
     let h = p.down.apply(g, h)?;
     let h = dropout(g, h, shared, dropout_salt(c.layers, p.layer, stage, 2))?;
-    Ok(Stage { mid, a, h })
+    Ok(Stage { mid, a, h, probs })
 }
 
 /// Multi-head self-attention of `x [B, L, D]`: one fused q|k|v projection, heads split to
@@ -231,7 +241,8 @@ fn self_attention(
     p: &BlockParams,
     x: TensorId,
     shared: &BlockInputs,
-) -> Result<TensorId> {
+    probed: bool,
+) -> Result<(TensorId, Option<TensorId>)> {
     let (b, l, d, h, dh) = (shared.batch, shared.len, c.d_model, c.heads, c.head_dim());
     let mut qkv = p.qkv.apply(g, x)?;
     if let Some(&bias) = shared.qkv_bias.get(p.layer) {
@@ -243,22 +254,15 @@ fn self_attention(
         g.permute(t, &[0, 2, 1, 3])
     };
     let (q, k, v) = (split(0)?, split(1)?, split(2)?);
-    let opts = AttentionOpts {
-        causal: shared.causal,
-        scale: shared.attention_scale,
-        bias: shared.attention_bias,
-        key_mask: shared.key_mask,
-    };
-    if let Some(probs) = &shared.attention_probs
-        && probs.borrow().len() == p.layer
-    {
-        let layer_probs = g.attention_probs(q, k, opts)?;
-        probs.borrow_mut().push(layer_probs);
-    }
+    let opts = AttentionOpts::new(shared.attention_scale)
+        .causal(shared.causal)
+        .with_bias(shared.attention_bias)
+        .with_key_mask(shared.key_mask);
+    let probs = probed.then(|| g.attention_probs(q, k, opts)).transpose()?;
     let out = g.attention(q, k, v, opts)?;
     let out = g.permute(out, &[0, 2, 1, 3])?;
     let out = g.reshape(out, &[b, l, d])?;
-    p.out.apply(g, out)
+    Ok((p.out.apply(g, out)?, probs))
 }
 
 /// The dropout salt of the embeddings; see [`dropout_salt`] for the blocks'.
@@ -320,10 +324,10 @@ mod tests {
                 attention_scale: 1.0 / (c.head_dim() as f32).sqrt(),
                 dropout: None,
                 qkv_bias: Vec::new(),
-                attention_probs: None,
+                probed: false,
             };
             Built {
-                out: block(g, &c, x, 0, &shared).unwrap(),
+                out: block(g, &c, x, 0, &shared).unwrap().out,
                 feeds: vec![],
             }
         }

@@ -1,7 +1,5 @@
 //! The pre-norm Transformer of a [`ModelConfig`], built into a [`Graph`] for one (batch, length).
 
-use std::cell::RefCell;
-
 use super::block::{self, BlockInputs, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm, Linear};
 use super::config::{EmbedScale, ModelConfig, ModelKind};
 use super::posenc::{self, Constant, EncodingSource};
@@ -197,13 +195,16 @@ impl Model {
                 .unwrap_or(1.0 / (c.head_dim() as f32).sqrt()),
             dropout,
             qkv_bias: positions.qkv_bias,
-            attention_probs: options.probed.then(RefCell::default),
+            probed: options.probed,
         };
+        let mut attention_probs = Vec::new();
         for layer in 0..c.layers {
             if let Some(&p) = positions.at_block.get(layer) {
                 x = g.add(x, p)?;
             }
-            x = block::block(g, c, x, layer, &shared)?;
+            let block = block::block(g, c, x, layer, &shared)?;
+            x = block.out;
+            attention_probs.extend(block.attention_probs);
         }
 
         let (logits, targets) = match c.kind {
@@ -245,10 +246,7 @@ impl Model {
             encodings: positions.encodings,
             encodings_source: options.encodings(),
             dropout_seed: dropout.map(|(seed, _)| seed),
-            attention_probs: shared
-                .attention_probs
-                .map(RefCell::into_inner)
-                .unwrap_or_default(),
+            attention_probs,
         })
     }
 }

@@ -99,15 +99,47 @@ pub enum AttentionBias {
     Relative(RelativeBias),
 }
 
-/// The options of [`Graph::attention`].
+/// The options of [`Graph::attention`]: `AttentionOpts::new(scale)`, then what the attention
+/// also takes, e.g. `AttentionOpts::new(0.25).causal(true).with_key_mask(mask)`.
 #[derive(Clone, Copy, Debug)]
 pub struct AttentionOpts {
-    pub causal: bool,
-    pub scale: f32,
+    causal: bool,
+    /// The factor on q·k, usually 1/√Dh.
+    scale: f32,
     /// An additive bias shared by the batch.
-    pub bias: Option<AttentionBias>,
+    bias: Option<AttentionBias>,
     /// i32 `[B, L]`, 1 for real tokens and 0 for padded keys.
-    pub key_mask: Option<TensorId>,
+    key_mask: Option<TensorId>,
+}
+
+impl AttentionOpts {
+    /// Attention over every key, q·k scaled by `scale`, no bias, no mask.
+    pub fn new(scale: f32) -> Self {
+        Self {
+            causal: false,
+            scale,
+            bias: None,
+            key_mask: None,
+        }
+    }
+
+    /// Whether each position attends only to itself and earlier ones (a causal LM).
+    pub fn causal(mut self, causal: bool) -> Self {
+        self.causal = causal;
+        self
+    }
+
+    /// Adds `bias` (if any) to every score.
+    pub fn with_bias(mut self, bias: impl Into<Option<AttentionBias>>) -> Self {
+        self.bias = bias.into();
+        self
+    }
+
+    /// Hides the keys where `key_mask` (if any; i32 `[B, L]`) is 0: padding.
+    pub fn with_key_mask(mut self, key_mask: impl Into<Option<TensorId>>) -> Self {
+        self.key_mask = key_mask.into();
+        self
+    }
 }
 
 /// (batch, heads, length, head dimension), and the rows of the relative bias's table (0 without

@@ -115,12 +115,10 @@ impl Case {
             feeds.push(feed);
             t
         });
-        AttentionOpts {
-            causal: self.causal,
-            scale: self.scale,
-            bias,
-            key_mask,
-        }
+        AttentionOpts::new(self.scale)
+            .causal(self.causal)
+            .with_bias(bias)
+            .with_key_mask(key_mask)
     }
 
     fn attention(&self) -> impl Fn(&mut Graph) -> Built + 'static {
@@ -330,12 +328,7 @@ fn bad_shapes_name_the_op_and_every_shape() {
     let wide = param(&mut g, "wide", &[1, 1, 2, 129]);
     let bias = param(&mut g, "bias", &[3, 5, 4]);
     let mask = g.input("key_mask", crate::tensor::TensorMeta::i32(&[2, 4]));
-    let plain = AttentionOpts {
-        causal: false,
-        scale: 1.0,
-        bias: None,
-        key_mask: None,
-    };
+    let plain = AttentionOpts::new(1.0);
     let table = param(&mut g, "table", &[4, 3]);
     let buckets = g.input("buckets", crate::tensor::TensorMeta::i32(&[10]));
     let err = g.attention(q, k, v_short, plain).unwrap_err().to_string();
@@ -348,29 +341,20 @@ fn bad_shapes_name_the_op_and_every_shape() {
         err.starts_with("attention: ") && err.contains("[1, 1, 2, 129]"),
         "{err}"
     );
-    let with_bias = AttentionOpts {
-        bias: Some(AttentionBias::Dense(bias)),
-        ..plain
-    };
+    let with_bias = plain.with_bias(AttentionBias::Dense(bias));
     let err = g.attention(q, k, q, with_bias).unwrap_err().to_string();
     assert!(
         err.contains("bias [3, 5, 4]") && err.contains("[3, 5, 5]"),
         "{err}"
     );
-    let with_mask = AttentionOpts {
-        key_mask: Some(mask),
-        ..plain
-    };
+    let with_mask = plain.with_key_mask(mask);
     let err = g.attention_probs(q, k, with_mask).unwrap_err().to_string();
     assert!(
         err.starts_with("attention_probs: ") && err.contains("key_mask [2, 4] i32") && err.contains("[2, 5]"),
         "{err}"
     );
     // L = 5 needs 9 buckets, one per offset −4..=4.
-    let relative = AttentionOpts {
-        bias: Some(AttentionBias::Relative(RelativeBias { table, buckets })),
-        ..plain
-    };
+    let relative = plain.with_bias(AttentionBias::Relative(RelativeBias { table, buckets }));
     let err = g.attention(q, k, q, relative).unwrap_err().to_string();
     assert!(
         err.starts_with("attention: ")
@@ -437,10 +421,7 @@ fn relative_bias_matches_the_dense_bias_of_its_table() {
             let per_pair = g.embedding(table, pairs).unwrap();
             let bias = g.permute(per_pair, &[2, 0, 1]).unwrap();
             let mut feeds = vec![feed];
-            let opts = AttentionOpts {
-                bias: Some(AttentionBias::Dense(bias)),
-                ..unbiased.opts(g, &mut feeds)
-            };
+            let opts = unbiased.opts(g, &mut feeds).with_bias(AttentionBias::Dense(bias));
             Built {
                 out: g.attention(q, k, v, opts).unwrap(),
                 feeds,
