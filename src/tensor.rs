@@ -124,6 +124,18 @@ pub fn strided_offset(mut i: usize, shape: &[usize], strides: &[usize]) -> usize
     offset
 }
 
+/// Largest rank the GPU kernels index (shapes travel in two vec4s).
+pub const MAX_RANK: usize = 8;
+
+/// (outer, axis length, inner) of a row-major shape split at `axis`.
+pub(crate) fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    (
+        shape[..axis].iter().product(),
+        shape[axis],
+        shape[axis + 1..].iter().product(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@
 //! there are no PyTorch reference values to match; the tests check the keep rate, the scaling,
 //! GPU = CPU bit for bit, and the gradient.
 
-use super::elementwise::par_fill;
+use super::par::par_fill;
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};

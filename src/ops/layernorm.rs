@@ -5,7 +5,7 @@
 
 use rayon::prelude::*;
 
-use super::elementwise::{PAR_CHUNK, par_rows};
+use super::par::{PAR_CHUNK, par_rows};
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
 use crate::error::{Error, Result, shape_err};
 use crate::graph::{Graph, TensorId};

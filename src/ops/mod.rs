@@ -21,6 +21,7 @@ pub mod fill;
 pub mod layernorm;
 pub mod matmul;
 pub mod ode_flow;
+pub(crate) mod par;
 pub mod reduce;
 pub mod rk_stage;
 pub mod shape;

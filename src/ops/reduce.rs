@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::elementwise::{MAX_RANK, par_fill};
+use super::par::par_fill;
 use super::shape::strided_gather;
 use super::strided::par_gather;
 use super::vector::vectorised_fn;
@@ -10,22 +10,13 @@ use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::shaders;
-use crate::tensor::{DType, TensorMeta, broadcast_shapes, broadcast_strides};
+use crate::tensor::{DType, MAX_RANK, TensorMeta, broadcast_shapes, broadcast_strides, split_at_axis};
 
 /// Sum over one axis.
 #[derive(Debug)]
 pub struct Sum {
     pub axis: usize,
     pub keepdim: bool,
-}
-
-/// (outer, axis length, inner) of a row-major shape split at `axis`.
-pub(crate) fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
-    (
-        shape[..axis].iter().product(),
-        shape[axis],
-        shape[axis + 1..].iter().product(),
-    )
 }
 
 vectorised_fn! {

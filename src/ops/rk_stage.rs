@@ -3,7 +3,7 @@
 //! `y + (F1 + 2F2 + 2F3 + F4)/6`) and the gated RK2 output `y + g·F1 + (1 − g)·F2`, with a
 //! gate value per row. Their backward passes are one kernel each too: all the `dFi` at once.
 
-use super::elementwise::par_fill;
+use super::par::par_fill;
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};

@@ -3,14 +3,12 @@
 
 use rayon::prelude::*;
 
-use super::elementwise::MAX_RANK;
-use super::reduce::split_at_axis;
 use super::strided::par_gather;
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::shaders;
-use crate::tensor::{TensorMeta, numel, strides};
+use crate::tensor::{MAX_RANK, TensorMeta, numel, split_at_axis, strides};
 
 /// Same elements, new shape. The planner gives the output the input's buffer, so nothing runs.
 #[derive(Debug)]

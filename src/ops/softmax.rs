@@ -1,6 +1,6 @@
 //! Softmax over the last axis, and its gradient.
 
-use super::elementwise::par_rows;
+use super::par::par_rows;
 use super::unary::exp;
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
 use crate::error::{Result, shape_err};

@@ -4,7 +4,7 @@
 
 use rayon::prelude::*;
 
-use super::elementwise::PAR_CHUNK;
+use super::par::PAR_CHUNK;
 
 /// `shape` with size-1 axes dropped and neighbouring axes merged wherever every operand steps
 /// through them as through one axis; `strides[o]` are operand o's strides over `shape`. Returns

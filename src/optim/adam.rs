@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::{Backend, Bound, Buffer, Step, f32_words, words_f32};
 use crate::error::{Error, Result};
 use crate::graph::{Executor, Gradients, Graph};
-use crate::ops::elementwise::PAR_CHUNK;
+use crate::ops::par::PAR_CHUNK;
 use crate::ops::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, grid};
 use crate::params::ParamStore;
 use crate::shaders;
