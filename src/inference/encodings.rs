@@ -23,7 +23,7 @@ impl EncodingCache {
     /// `params`; `None` when the model has no FLOATER encodings.
     pub fn new(model: &Model, params: &ParamStore, len: usize) -> Result<Option<Self>> {
         let mut g = Graph::new();
-        let terms = posenc::build(&mut g, model.config(), len)?;
+        let terms = posenc::build(&mut g, &model.config().posenc, model.config().dims(), len)?;
         let Some(encodings) = terms.encodings else {
             return Ok(None);
         };

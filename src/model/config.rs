@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::posenc::{FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, SolverMethod};
+use super::posenc::{ModelDims, PosEnc};
 use crate::error::{Error, Result};
 use crate::ops::attention::MAX_HEAD_DIM;
 
@@ -184,219 +184,6 @@ fn tied_by_default() -> bool {
     true
 }
 
-/// The position encoding.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", try_from = "PosEncSpec")]
-pub enum PosEnc {
-    /// No position information at all (a causal model can still infer some from the mask).
-    None,
-    /// The fixed sin/cos table of Vaswani et al., added to the embeddings, or to the input of
-    /// every block when `every_block` (as FLOATER's "inject at every layer" baseline). Default
-    /// false.
-    Sinusoidal { every_block: bool },
-    /// A trained `[max_len, d_model]` table (BERT, GPT-2), added to the embeddings.
-    Learned,
-    /// T5's relative position bias: a trained `[buckets, heads]` table of attention-logit biases,
-    /// indexed by the bucket of the key-minus-query offset and shared by every layer. The encoder
-    /// splits the buckets between both signs; the causal LM spends them all on the past. Half of
-    /// each side's buckets are exact offsets, the rest log-spaced up to `max_distance`. No
-    /// absolute position is added to the input. Defaults: 32 buckets, max_distance 128.
-    Relative { buckets: usize, max_distance: usize },
-    /// TUPE-A (Ke et al., 2020): no position is added to the input; each layer's attention logits
-    /// get a positional correlation `(p_i U_Q)·(p_j U_K) / √(2·Dh)` per head, from a trained
-    /// `[max_len, d_model]` table `p` (layer-normed) with its own projections, shared by every
-    /// layer; the word logits are scaled by `1/√(2·Dh)` too. `untie_cls` (encoder only) replaces
-    /// the positional term of [CLS] (position 0) by trained per-head values. In TOML:
-    /// `posenc = { type = "tupe_a", untie_cls = true }`. See `posenc::tupe`.
-    TupeA { untie_cls: bool },
-    /// TUPE-R: TUPE-A plus T5's relative bias (as `relative`, with the same defaults), summed
-    /// before the [CLS] reset. In TOML:
-    /// `posenc = { type = "tupe_r", untie_cls = true, buckets = 32, max_distance = 128 }`.
-    TupeR {
-        untie_cls: bool,
-        buckets: usize,
-        max_distance: usize,
-    },
-    /// FLOATER: encodings from a neural ODE along the positions, added at the input of every
-    /// block (or of the first); any length. See [`FloaterConfig`] for the solver settings.
-    Floater(FloaterConfig),
-}
-
-/// A [`PosEnc`] as read: its `type` and every setting of any type, each present or not. Serde's
-/// internally tagged enums read the whole table before they pick the variant, and an error in a
-/// value then lost its key (`{ type = "floater", substeps = -1 }` was "invalid value: integer
-/// `-1`, expected usize in `posenc`", with no `substeps`); a plain struct keeps it. The settings a
-/// type does not have are refused when the spec becomes a [`PosEnc`].
-#[derive(Deserialize)]
-#[serde(
-    deny_unknown_fields,
-    expecting = "a position encoding: a table with its `type` and settings"
-)]
-struct PosEncSpec {
-    #[serde(rename = "type")]
-    kind: PosEncType,
-    every_block: Option<bool>,
-    buckets: Option<usize>,
-    max_distance: Option<usize>,
-    untie_cls: Option<bool>,
-    form: Option<FloaterForm>,
-    delta: Option<f64>,
-    method: Option<SolverMethod>,
-    substeps: Option<usize>,
-    rtol: Option<f64>,
-    atol: Option<f64>,
-    max_steps: Option<usize>,
-    gradient: Option<GradientMethod>,
-    activation: Option<Nonlinearity>,
-    resolve_every: Option<usize>,
-}
-
-#[derive(Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum PosEncType {
-    None,
-    Sinusoidal,
-    Learned,
-    Relative,
-    TupeA,
-    TupeR,
-    Floater,
-}
-
-impl TryFrom<PosEncSpec> for PosEnc {
-    type Error = String;
-
-    fn try_from(spec: PosEncSpec) -> std::result::Result<Self, String> {
-        use PosEncType as T;
-        let given = [
-            ("every_block", spec.every_block.is_some()),
-            ("buckets", spec.buckets.is_some()),
-            ("max_distance", spec.max_distance.is_some()),
-            ("untie_cls", spec.untie_cls.is_some()),
-            ("form", spec.form.is_some()),
-            ("delta", spec.delta.is_some()),
-            ("method", spec.method.is_some()),
-            ("substeps", spec.substeps.is_some()),
-            ("rtol", spec.rtol.is_some()),
-            ("atol", spec.atol.is_some()),
-            ("max_steps", spec.max_steps.is_some()),
-            ("gradient", spec.gradient.is_some()),
-            ("activation", spec.activation.is_some()),
-            ("resolve_every", spec.resolve_every.is_some()),
-        ];
-        let takes: &[&str] = match spec.kind {
-            T::None | T::Learned => &[],
-            T::Sinusoidal => &["every_block"],
-            T::Relative => &["buckets", "max_distance"],
-            T::TupeA => &["untie_cls"],
-            T::TupeR => &["untie_cls", "buckets", "max_distance"],
-            T::Floater => &[
-                "form",
-                "every_block",
-                "delta",
-                "method",
-                "substeps",
-                "rtol",
-                "atol",
-                "max_steps",
-                "gradient",
-                "activation",
-                "resolve_every",
-            ],
-        };
-        refuse_other_settings(&given, takes)?;
-        let untie_cls = || spec.untie_cls.ok_or("missing field `untie_cls`");
-        let buckets = spec.buckets.unwrap_or_else(t5_buckets);
-        let max_distance = spec.max_distance.unwrap_or_else(t5_max_distance);
-        Ok(match spec.kind {
-            T::None => Self::None,
-            T::Sinusoidal => Self::Sinusoidal {
-                every_block: spec.every_block.unwrap_or(false),
-            },
-            T::Learned => Self::Learned,
-            T::Relative => Self::Relative {
-                buckets,
-                max_distance,
-            },
-            T::TupeA => Self::TupeA {
-                untie_cls: untie_cls()?,
-            },
-            T::TupeR => Self::TupeR {
-                untie_cls: untie_cls()?,
-                buckets,
-                max_distance,
-            },
-            T::Floater => {
-                let d = FloaterConfig::default();
-                Self::Floater(FloaterConfig {
-                    form: spec.form.unwrap_or(d.form),
-                    every_block: spec.every_block.unwrap_or(d.every_block),
-                    delta: spec.delta.unwrap_or(d.delta),
-                    method: spec.method.unwrap_or(d.method),
-                    substeps: spec.substeps.unwrap_or(d.substeps),
-                    rtol: spec.rtol.unwrap_or(d.rtol),
-                    atol: spec.atol.unwrap_or(d.atol),
-                    max_steps: spec.max_steps.unwrap_or(d.max_steps),
-                    gradient: spec.gradient.unwrap_or(d.gradient),
-                    activation: spec.activation.unwrap_or(d.activation),
-                    resolve_every: spec.resolve_every.unwrap_or(d.resolve_every),
-                })
-            }
-        })
-    }
-}
-
-/// For a config read as a flat spec (see [`PosEncSpec`]): an error naming the first setting
-/// `given` (key, whether given) that the variant read, which `takes`, does not have, worded as
-/// serde's `deny_unknown_fields`.
-pub(crate) fn refuse_other_settings(
-    given: &[(&str, bool)],
-    takes: &[&str],
-) -> std::result::Result<(), String> {
-    match given.iter().find(|(key, given)| *given && !takes.contains(key)) {
-        None => Ok(()),
-        Some((key, _)) if takes.is_empty() => Err(format!("unknown field `{key}`, there are no fields")),
-        Some((key, _)) => {
-            let keys: Vec<String> = takes.iter().map(|k| format!("`{k}`")).collect();
-            Err(format!("unknown field `{key}`, expected {}", keys.join(", ")))
-        }
-    }
-}
-
-impl PosEnc {
-    /// Whether the [CLS] position's positional term is replaced by trained values (TUPE).
-    pub fn unties_cls(&self) -> bool {
-        matches!(
-            self,
-            Self::TupeA { untie_cls: true } | Self::TupeR { untie_cls: true, .. }
-        )
-    }
-
-    /// The T5 bucket layout of the encodings that have a relative bias.
-    fn relative_buckets(&self) -> Option<(usize, usize)> {
-        match *self {
-            Self::Relative {
-                buckets,
-                max_distance,
-            }
-            | Self::TupeR {
-                buckets,
-                max_distance,
-                ..
-            } => Some((buckets, max_distance)),
-            _ => None,
-        }
-    }
-}
-
-fn t5_buckets() -> usize {
-    32
-}
-
-fn t5_max_distance() -> usize {
-    128
-}
-
 impl ModelConfig {
     /// Checks every constraint the graph builder relies on; errors name the fields and values.
     pub fn validate(&self) -> Result<()> {
@@ -519,6 +306,17 @@ impl ModelConfig {
             .saturating_add(max_len.saturating_mul(d))
             .saturating_add(block.saturating_mul(layers))
             .saturating_add(d.saturating_mul(d).saturating_mul(8))
+    }
+
+    /// What a position encoding reads of the model.
+    pub fn dims(&self) -> ModelDims {
+        ModelDims {
+            d_model: self.d_model,
+            heads: self.heads,
+            layers: self.layers,
+            max_len: self.max_len,
+            bidirectional: matches!(self.kind, ModelKind::Encoder { .. }),
+        }
     }
 
     pub fn head_dim(&self) -> usize {

@@ -94,9 +94,10 @@ pub mod probe;
 mod transformer;
 
 pub use block::LN_EPS;
-pub(crate) use config::refuse_other_settings;
-pub use config::{Block, EmbedScale, ModelConfig, ModelKind, PosEnc};
+pub use config::{Block, EmbedScale, ModelConfig, ModelKind};
+pub(crate) use posenc::refuse_other_settings;
 pub use posenc::{
-    EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, SolverMethod, encodings_shape,
+    EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, PosEnc, SolverMethod,
+    encodings_shape,
 };
 pub use transformer::{GraphOptions, Model, ModelGraph};

@@ -163,7 +163,7 @@ impl Model {
             .then(|| g.input("key_mask", TensorMeta::i32(&[batch, len])));
         let dropout = (options.training && c.dropout > 0.0)
             .then(|| (g.input("dropout_seed", TensorMeta::i32(&[1])), c.dropout));
-        let positions = posenc::build_from(g, c, len, options.encodings())?;
+        let positions = posenc::build_from(g, &c.posenc, c.dims(), len, options.encodings())?;
 
         let tok_emb_std = match c.embed_scale {
             EmbedScale::None => INIT_STD,

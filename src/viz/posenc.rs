@@ -147,7 +147,7 @@ async fn computed(saved: &SavedModel, len: usize) -> Result<Vec<EncodingMap>> {
     let c = saved.model.config();
     let d = c.d_model;
     let mut g = Graph::new();
-    let terms = posenc::build(&mut g, c, len)?;
+    let terms = posenc::build(&mut g, &c.posenc, c.dims(), len)?;
     // A table added to every block is one tensor, shown once.
     let mut wanted: Vec<(String, TensorId)> = Vec::new();
     if let Some(t) = terms.at_input {

@@ -9,8 +9,8 @@ use super::{Job, State, active, show_result};
 use crate::error::{Error, Result};
 use crate::graph::{Executor, Graph};
 use crate::inference::SavedModel;
+use crate::model::PosEnc;
 use crate::model::posenc::{self, Constant};
-use crate::model::{ModelConfig, PosEnc};
 
 /// θ1 and θ2 `[H]` (names from `model/mod.rs`'s parameter table).
 const CLS_TO_OTHERS: &str = "posenc.tupe.cls_to_others";
@@ -41,13 +41,10 @@ pub async fn tupe_correlation(saved: &SavedModel) -> Result<TupeCorrelation> {
             )));
         }
     };
-    let absolute_only = ModelConfig {
-        posenc: PosEnc::TupeA { untie_cls: false },
-        ..c.clone()
-    };
+    let absolute_only = PosEnc::TupeA { untie_cls: false };
     let len = c.max_len;
     let mut g = Graph::new();
-    let terms = posenc::build(&mut g, &absolute_only, len)?;
+    let terms = posenc::build(&mut g, &absolute_only, c.dims(), len)?;
     let bias = terms
         .attention_bias
         .ok_or_else(|| Error::Graph("TUPE-A built no attention bias".into()))?;

@@ -6,12 +6,15 @@
 //! T5's table and buckets, which the attention op looks up in its kernels. TUPE also changes the
 //! attention op's scale; FLOATER's solve reports a status to check after each run.
 
+mod choice;
 mod floater;
 mod learned;
 mod relative;
 mod sinusoidal;
 mod tupe;
 
+pub use choice::PosEnc;
+pub(crate) use choice::refuse_other_settings;
 pub use floater::{
     ENCODINGS_INPUT, EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Nonlinearity,
     QKV_INITIAL_NAME, SolverMethod, encodings_shape, old_layout, qkv_initial_from_static_biases,
@@ -19,7 +22,6 @@ pub use floater::{
 pub use relative::{bucket_matrix, buckets_by_offset, relative_bucket};
 pub use sinusoidal::sinusoidal_table;
 
-use super::config::{ModelConfig, ModelKind, PosEnc};
 use crate::error::Result;
 use crate::graph::{Graph, TensorId};
 use crate::ops::attention::RelativeBias;
@@ -57,19 +59,33 @@ pub enum Constant {
     I32(Vec<i32>),
 }
 
-/// Declares `config`'s position encoding for sequences of length `len` in `g`.
-pub fn build(g: &mut Graph, config: &ModelConfig, len: usize) -> Result<PositionTerms> {
-    build_from(g, config, len, EncodingSource::Solve)
+/// The sizes of the model an encoding is built for: all it reads of a model config
+/// ([`crate::model::ModelConfig::dims`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelDims {
+    pub d_model: usize,
+    pub heads: usize,
+    pub layers: usize,
+    /// The longest sequence a learned position table holds.
+    pub max_len: usize,
+    /// An encoder: positions attend both ways (T5's buckets tell left from right).
+    pub bidirectional: bool,
+}
+
+/// Declares `posenc` for a model of `dims` and sequences of length `len` in `g`.
+pub fn build(g: &mut Graph, posenc: &PosEnc, dims: ModelDims, len: usize) -> Result<PositionTerms> {
+    build_from(g, posenc, dims, len, EncodingSource::Solve)
 }
 
 /// [`build`], with FLOATER's encodings from `source` (other encodings ignore it).
 pub fn build_from(
     g: &mut Graph,
-    config: &ModelConfig,
+    posenc: &PosEnc,
+    config: ModelDims,
     len: usize,
     source: EncodingSource,
 ) -> Result<PositionTerms> {
-    match config.posenc {
+    match *posenc {
         PosEnc::None => Ok(PositionTerms::default()),
         PosEnc::Sinusoidal { every_block } => {
             let (table, values) = sinusoidal::build(g, len, config.d_model);
@@ -92,8 +108,8 @@ pub fn build_from(
             buckets,
             max_distance,
         } => {
-            let bidirectional = matches!(config.kind, ModelKind::Encoder { .. });
-            let (bias, values) = relative::build(g, len, config.heads, bidirectional, buckets, max_distance)?;
+            let (bias, values) =
+                relative::build(g, len, config.heads, config.bidirectional, buckets, max_distance)?;
             Ok(PositionTerms {
                 relative_bias: Some(bias),
                 constants: vec![(bias.buckets, Constant::I32(values))],
@@ -134,8 +150,7 @@ pub fn build_from(
             buckets,
             max_distance,
         } => {
-            let bidirectional = matches!(config.kind, ModelKind::Encoder { .. });
-            let relative = Some((bidirectional, buckets, max_distance));
+            let relative = Some((config.bidirectional, buckets, max_distance));
             build_tupe(g, config, len, relative, untie_cls)
         }
     }
@@ -143,7 +158,7 @@ pub fn build_from(
 
 fn build_tupe(
     g: &mut Graph,
-    config: &ModelConfig,
+    config: ModelDims,
     len: usize,
     relative: Option<(bool, usize, usize)>,
     untie_cls: bool,
@@ -168,39 +183,32 @@ fn build_tupe(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::config::ModelConfig;
 
-    fn config(kind: ModelKind) -> ModelConfig {
-        ModelConfig {
-            vocab: 30,
+    /// d_model 8, 2 heads, 1 layer, a table of 4.
+    fn dims(bidirectional: bool) -> ModelDims {
+        ModelDims {
             d_model: 8,
             heads: 2,
             layers: 1,
-            ffn: 16,
-            dropout: 0.0,
             max_len: 4,
-            kind,
-            posenc: PosEnc::Relative {
-                buckets: 8,
-                max_distance: 20,
-            },
-            embed_scale: crate::model::EmbedScale::None,
-            block: crate::model::Block::Residual,
+            bidirectional,
         }
     }
+
+    const RELATIVE: PosEnc = PosEnc::Relative {
+        buckets: 8,
+        max_distance: 20,
+    };
 
     /// The encoder's buckets are bidirectional, the causal LM's look only back; the bias is the
     /// table `[buckets, heads]` and the bucket of each offset `[2L − 1]`, nothing is `[L, L]`, and
     /// nothing is added to the input.
     #[test]
     fn relative_terms_use_the_kind_s_bucket_layout() {
-        let cases = [
-            (ModelKind::Encoder { n_classes: 2 }, true),
-            (ModelKind::CausalLm { tied_head: true }, false),
-        ];
-        for (kind, bidirectional) in cases {
+        for bidirectional in [true, false] {
+            let kind = if bidirectional { "encoder" } else { "causal LM" };
             let mut g = Graph::new();
-            let terms = build(&mut g, &config(kind), 6).unwrap();
+            let terms = build(&mut g, &RELATIVE, dims(bidirectional), 6).unwrap();
             assert!(terms.at_input.is_none() && terms.at_block.is_empty());
             assert!(terms.attention_bias.is_none());
             let bias = terms.relative_bias.unwrap();
@@ -223,19 +231,14 @@ mod tests {
             buckets: 8,
             max_distance: 20,
         };
-        let lm = ModelKind::CausalLm { tied_head: true };
         let cases = [
-            (lm, PosEnc::TupeA { untie_cls: false }, None, 0),
-            (lm, tupe_r(false), Some(false), 1),
-            (ModelKind::Encoder { n_classes: 2 }, tupe_r(true), Some(true), 4),
+            (false, PosEnc::TupeA { untie_cls: false }, None, 0),
+            (false, tupe_r(false), Some(false), 1),
+            (true, tupe_r(true), Some(true), 4),
         ];
-        for (kind, posenc, bidirectional, n_constants) in cases {
+        for (encoder, posenc, bidirectional, n_constants) in cases {
             let mut g = Graph::new();
-            let config = ModelConfig {
-                posenc,
-                ..config(kind)
-            };
-            let terms = build(&mut g, &config, 4).unwrap();
+            let terms = build(&mut g, &posenc, dims(encoder), 4).unwrap();
             assert!(terms.at_input.is_none() && terms.at_block.is_empty());
             assert_eq!(g.info(terms.attention_bias.unwrap()).meta.shape, [2, 4, 4]);
             // d_model 8, 2 heads: Dh = 4.
