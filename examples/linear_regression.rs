@@ -6,7 +6,7 @@
 //! parameter store and an executor, attach the optimizer, then replay the plan every step.
 
 use posflow::backend::{DeviceChoice, select_backend};
-use posflow::graph::Executor;
+use posflow::exec::Executor;
 use posflow::optim::{AdamW, Optimizer};
 use posflow::params::ParamStore;
 use posflow::{Graph, Init, TensorMeta};

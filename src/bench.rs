@@ -9,7 +9,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::graph::{Executor, Graph};
+use crate::exec::Executor;
+use crate::graph::Graph;
 use crate::model::{
     Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, Model, ModelConfig, ModelKind, PosEnc,
 };

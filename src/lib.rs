@@ -2,9 +2,12 @@
 //! encodings (FLOATER), untied positional attention (TUPE) and Runge-Kutta blocks (ODE
 //! Transformer), natively on any GPU or on the CPU, and in the browser.
 //!
-//! The layers, top to bottom: [`graph`] (a static graph, autodiff, planner, executor) over
-//! [`ops`] (shape rules, CPU references, GPU dispatches, gradients) over [`backend`] (CPU and
-//! wgpu). See `DESIGN.md` beside the sources for the why.
+//! The floors, bottom up, each importing only those below it: [`kernel`] (how a CPU reference
+//! sees tensors and how GPU work is described) → [`graph`] (a static graph of [`graph::Op`]s,
+//! autodiff) → [`backend`] (CPU and wgpu) → [`params`] → [`exec`] (planner, executor) → [`ops`]
+//! (shape rules, CPU references, GPU dispatches, gradients; [`ode`] is their numeric library) →
+//! [`model`] and [`optim`] → [`train`] and [`inference`] → [`viz`] and the command line.
+//! `DESIGN.md` in the repository root says why.
 
 pub mod backend;
 #[cfg(not(target_arch = "wasm32"))]
@@ -12,8 +15,10 @@ pub mod bench;
 pub mod checkpoint;
 pub mod data;
 pub mod error;
+pub mod exec;
 pub mod graph;
 pub mod inference;
+pub mod kernel;
 pub mod memory;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod mlp;

@@ -9,7 +9,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::graph::{Executor, Graph, Init};
+use crate::exec::Executor;
+use crate::graph::{Graph, Init};
 use crate::optim::{AdamW, Optimizer};
 use crate::params::ParamStore;
 use crate::tensor::TensorMeta;

@@ -10,7 +10,8 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::backend::{Backend, CpuBackend, gpu_for_tests};
-use crate::graph::{Executor, Graph, Init, TensorId};
+use crate::exec::Executor;
+use crate::graph::{Graph, Init, TensorId};
 use crate::params::ParamStore;
 use crate::tensor::TensorMeta;
 

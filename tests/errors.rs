@@ -1,7 +1,8 @@
 //! Bad input gets a clear error naming the problem, never a panic.
 
 use posflow::backend::gpu_for_tests;
-use posflow::graph::{Executor, Graph};
+use posflow::exec::Executor;
+use posflow::graph::Graph;
 use posflow::params::ParamStore;
 use posflow::{Error, TensorMeta};
 

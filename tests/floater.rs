@@ -7,7 +7,8 @@ use std::rc::Rc;
 
 use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::data::BOS;
-use posflow::graph::{Executor, Graph};
+use posflow::exec::Executor;
+use posflow::graph::Graph;
 use posflow::model::posenc::{QKV_INITIAL_NAME, qkv_initial_from_static_biases};
 use posflow::model::{
     Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, Model, ModelConfig, ModelKind,

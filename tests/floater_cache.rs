@@ -5,7 +5,8 @@
 use std::rc::Rc;
 
 use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
-use posflow::graph::{Executor, Graph};
+use posflow::exec::Executor;
+use posflow::graph::Graph;
 use posflow::inference::{EncodingCache, Generator};
 use posflow::model::{
     Block, EmbedScale, GraphOptions, Model, ModelConfig, ModelKind, PosEnc, encodings_shape,

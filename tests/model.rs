@@ -6,7 +6,8 @@ use std::rc::Rc;
 
 use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::data::{BOS, IGNORE_INDEX, SyntheticTask};
-use posflow::graph::{Executor, Source};
+use posflow::exec::Executor;
+use posflow::graph::Source;
 use posflow::model::{
     Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, GraphOptions, Model, ModelConfig,
     ModelGraph, ModelKind, Nonlinearity, PosEnc, SolverMethod,

@@ -17,7 +17,7 @@ use std::rc::Rc;
 
 use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::checkpoint::Checkpoint;
-use posflow::graph::Executor;
+use posflow::exec::Executor;
 use posflow::model::{GraphOptions, Model, ModelConfig, ModelKind};
 use posflow::params::ParamStore;
 use posflow::{Graph, TensorId};

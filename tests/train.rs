@@ -335,7 +335,8 @@ fn bad_run_configs_name_the_problem() {
 /// context. A context longer than the window keeps its last characters.
 #[test]
 fn generation_sees_only_the_context_and_slides_past_the_window() {
-    use posflow::graph::{Executor, Graph};
+    use posflow::exec::Executor;
+    use posflow::graph::Graph;
     use posflow::inference::Generator;
 
     let run = tiny_run(r#"{ type = "relative", buckets = 8, max_distance = 32 }"#, "");

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::{Backend, BackendKind, Buffer, Compiled, Program, ReadFuture};
 use crate::error::{Error, Result};
-use crate::ops::{In, Out};
+use crate::kernel::{In, Out};
 
 #[derive(Debug, Default)]
 pub struct CpuBackend;

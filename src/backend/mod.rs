@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::sync::{Arc, RwLock};
 
 use crate::error::Result;
-use crate::ops::Op;
+use crate::graph::Op;
 use crate::tensor::TensorMeta;
 
 pub mod cpu;

@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use super::VjpArgs;
 use super::{Graph, Source, TensorId};
 use crate::error::{Error, Result};
-use crate::ops::VjpArgs;
 
 /// The gradient tensor of each parameter that the loss depends on.
 #[derive(Clone, Debug, Default)]
@@ -117,7 +117,8 @@ impl Graph {
 
 #[cfg(test)]
 mod tests {
-    use crate::graph::{Executor, Graph, Init};
+    use crate::exec::Executor;
+    use crate::graph::{Graph, Init};
     use crate::params::ParamStore;
     use crate::testing::cpu;
 

@@ -3,16 +3,13 @@
 use std::rc::Rc;
 
 use crate::error::{Error, Result};
-use crate::ops::Op;
 use crate::tensor::TensorMeta;
 
 mod autodiff;
-mod executor;
-mod plan;
+mod op;
 
 pub use autodiff::Gradients;
-pub use executor::Executor;
-pub use plan::{Plan, Slot};
+pub use op::{Op, VjpArgs};
 
 /// A tensor in one graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -62,8 +59,9 @@ pub struct Node {
 
 #[derive(Clone, Debug, Default)]
 pub struct Graph {
-    tensors: Vec<TensorInfo>,
-    nodes: Vec<Node>,
+    // Read by the planner (crate::exec), which walks them by index.
+    pub(crate) tensors: Vec<TensorInfo>,
+    pub(crate) nodes: Vec<Node>,
 }
 
 impl Graph {
@@ -161,7 +159,7 @@ impl Graph {
             .map(|(id, _)| id)
     }
 
-    fn check(&self, t: TensorId) -> Result<()> {
+    pub(crate) fn check(&self, t: TensorId) -> Result<()> {
         if t.0 < self.tensors.len() {
             Ok(())
         } else {

@@ -6,7 +6,8 @@
 use std::cell::RefCell;
 
 use crate::error::{Error, Result};
-use crate::graph::{Executor, Graph, TensorId};
+use crate::exec::Executor;
+use crate::graph::{Graph, TensorId};
 use crate::model::{Model, posenc};
 use crate::ops::ode_flow::check_status;
 use crate::params::ParamStore;

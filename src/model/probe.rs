@@ -4,7 +4,8 @@
 use super::{Model, ModelKind};
 use crate::data::IGNORE_INDEX;
 use crate::error::{Error, Result};
-use crate::graph::{Executor, Graph};
+use crate::exec::Executor;
+use crate::graph::Graph;
 use crate::model::GraphOptions;
 use crate::params::ParamStore;
 

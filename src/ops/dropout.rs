@@ -156,7 +156,7 @@ mod tests {
             let s = g.input("seed", crate::TensorMeta::i32(&[1]));
             let out = g.dropout(x, s, 0.25, salt).unwrap();
             let params = crate::params::ParamStore::init(cpu(), &g, 0).unwrap();
-            let exec = crate::graph::Executor::new(&g, &[out], &params).unwrap();
+            let exec = crate::exec::Executor::new(&g, &[out], &params).unwrap();
             exec.set_f32(x, &vec![2.0; n]).unwrap();
             exec.set_i32(s, &[seed]).unwrap();
             exec.run().unwrap();

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::{Backend, Bound, Buffer, Step, f32_words, words_f32};
 use crate::error::{Error, Result};
-use crate::graph::{Executor, Gradients, Graph};
+use crate::exec::Executor;
+use crate::graph::{Gradients, Graph};
 use crate::ops::par::PAR_CHUNK;
 use crate::ops::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, grid};
 use crate::params::ParamStore;
@@ -363,7 +364,8 @@ impl Optimizer {
 #[cfg(test)]
 mod tests {
     use super::{AdamW, Optimizer};
-    use crate::graph::{Executor, Graph, Init};
+    use crate::exec::Executor;
+    use crate::graph::{Graph, Init};
     use crate::params::ParamStore;
     use crate::tensor::TensorMeta;
     use crate::testing::{assert_close, cpu, gpu};

@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use crate::ops::{Arg, Dispatch};
+use crate::kernel::{Arg, Dispatch};
 
 /// (file, entry point, which storage bindings are read-only).
 type PipelineKey = (&'static str, &'static str, Vec<bool>);

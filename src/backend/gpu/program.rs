@@ -6,7 +6,7 @@ use wgpu::util::DeviceExt;
 use super::{GpuBackend, gpu_buffer};
 use crate::backend::{Compiled, Program};
 use crate::error::{Error, Result};
-use crate::ops::Arg;
+use crate::kernel::Arg;
 
 struct Recorded {
     pipeline: wgpu::ComputePipeline,

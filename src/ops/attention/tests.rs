@@ -3,7 +3,8 @@ use std::rc::Rc;
 
 use super::{AttentionBias, AttentionOpts, RelativeBias};
 use crate::backend::Backend;
-use crate::graph::{Executor, Graph, TensorId};
+use crate::exec::Executor;
+use crate::graph::{Graph, TensorId};
 use crate::model::posenc::buckets_by_offset;
 use crate::params::ParamStore;
 use crate::testing::*;

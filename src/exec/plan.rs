@@ -2,8 +2,8 @@
 //! tensors share buffers when their lifetimes do not overlap, so a training step needs far less
 //! memory than one buffer per tensor.
 
-use super::{Graph, Source, TensorId};
 use crate::error::{Error, Result};
+use crate::graph::{Graph, Source, TensorId};
 
 /// Where a tensor lives while a plan runs.
 #[derive(Clone, Debug, PartialEq, Eq)]

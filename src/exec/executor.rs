@@ -4,9 +4,10 @@
 use std::cell::OnceCell;
 use std::rc::Rc;
 
-use super::{Graph, Plan, Slot, Source, TensorId};
+use super::{Plan, Slot};
 use crate::backend::{Backend, BackendKind, Bound, Buffer, Compiled, Program, Step, f32_words, words_f32};
 use crate::error::{Error, Result};
+use crate::graph::{Graph, Source, TensorId};
 use crate::memory::check_host_fits;
 use crate::params::ParamStore;
 use crate::tensor::DType;

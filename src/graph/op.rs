@@ -1,0 +1,43 @@
+//! What an op is to the graph: a shape rule, a CPU reference, GPU dispatches and a
+//! vector-Jacobian product emitted as more graph ops. Beside [`Graph`], which holds ops; the ops
+//! themselves live above, in `crate::ops`.
+
+use std::fmt;
+
+use super::{Graph, TensorId};
+use crate::error::{Error, Result};
+use crate::kernel::{GpuKernels, In, Out};
+use crate::tensor::TensorMeta;
+
+/// What the VJP rule of a node is given.
+pub struct VjpArgs<'a> {
+    pub inputs: &'a [TensorId],
+    pub outputs: &'a [TensorId],
+    /// Gradient of the loss with respect to each output; `None` where no gradient flows.
+    pub grads: &'a [Option<TensorId>],
+}
+
+pub trait Op: fmt::Debug {
+    fn name(&self) -> &'static str;
+
+    /// The shape rule: output metadata from input metadata, or an error naming the shapes.
+    fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>>;
+
+    /// The CPU reference: the semantics every GPU kernel is tested against.
+    fn cpu(&self, inputs: &[In], outputs: &mut [Out]);
+
+    /// The GPU dispatches that compute the same outputs.
+    fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels;
+
+    /// Gradients of the loss with respect to each input, emitted as graph ops.
+    fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
+        let _ = (g, args);
+        Err(Error::Graph(format!("{} has no gradient", self.name())))
+    }
+
+    /// True for ops whose single output is a view of input 0 (reshape): it shares the input's
+    /// buffer and no kernel runs.
+    fn is_view(&self) -> bool {
+        false
+    }
+}
