@@ -528,7 +528,7 @@ fn export_writes_one_picture_per_view_with_content() {
     let err = String::from_utf8_lossy(&o.stderr);
     // The renderer is egui's wgpu one: with no adapter at all it has nothing to draw with.
     if !o.status.success()
-        && err.contains("No adapter found")
+        && err.contains("no GPU adapter found")
         && std::env::var("POSFLOW_REQUIRE_GPU").as_deref() != Ok("1")
     {
         eprintln!(

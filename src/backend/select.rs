@@ -83,7 +83,16 @@ pub fn gpu_for_tests() -> Option<Rc<dyn Backend>> {
             panic!("POSFLOW_REQUIRE_GPU=1 but the GPU backend is unavailable: {e}")
         }
         Err(e) => {
-            eprintln!("SKIPPED GPU CHECK (no adapter; set POSFLOW_REQUIRE_GPU=1 to fail instead): {e}");
+            let message =
+                format!("SKIPPED GPU CHECK (no adapter; set POSFLOW_REQUIRE_GPU=1 to fail instead): {e}");
+            eprintln!("{message}");
+            // Once per test binary, past the harness's capture (which hides a passing test's
+            // output), so that a plain `cargo test` says what it skipped and why.
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "{message}");
+            });
             None
         }
     }
