@@ -65,13 +65,18 @@ checkpoint = "a/run.safetensors"
 metrics = "a/run.jsonl"
 "#;
 
+/// Runs posflow in `dir`; it must succeed. Returns its output.
+fn succeeds(dir: &Path, args: &[&str]) -> Output {
+    let o = posflow_in(dir, args);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    o
+}
+
 /// Trains `toml` (written to `<name>.toml` in `dir`) on the CPU; the run must succeed.
 fn train(dir: &Path, name: &str, toml: &str) -> Output {
     let config = format!("{name}.toml");
     std::fs::write(dir.join(&config), toml).unwrap();
-    let o = posflow_in(dir, &["train", "--config", &config, "--device", "cpu"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    o
+    succeeds(dir, &["train", "--config", &config, "--device", "cpu"])
 }
 
 /// Sets `key` of the model config to `value`, both where the model config is and in the run
@@ -93,7 +98,7 @@ fn a_resumed_checkpoint_is_saved_back_to_its_own_file_never_to_a_path_stored_ins
     std::fs::create_dir_all(dir.join("b")).unwrap();
     std::fs::copy(dir.join("a/run.safetensors"), dir.join("b/x.safetensors")).unwrap();
     std::fs::remove_dir_all(dir.join("a")).unwrap();
-    let o = posflow_in(
+    let o = succeeds(
         &dir,
         &[
             "train",
@@ -105,7 +110,6 @@ fn a_resumed_checkpoint_is_saved_back_to_its_own_file_never_to_a_path_stored_ins
             "cpu",
         ],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     assert!(!dir.join("a").exists(), "the stored path was written");
     assert!(
         stdout(&o).contains("saved step 3 to b/x.safetensors"),
@@ -117,7 +121,7 @@ fn a_resumed_checkpoint_is_saved_back_to_its_own_file_never_to_a_path_stored_ins
 
     // --out and --metrics choose other files; the resumed one is left as it was.
     let before = std::fs::read(dir.join("b/x.safetensors")).unwrap();
-    let o = posflow_in(
+    succeeds(
         &dir,
         &[
             "train",
@@ -133,7 +137,6 @@ fn a_resumed_checkpoint_is_saved_back_to_its_own_file_never_to_a_path_stored_ins
             "cpu",
         ],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     assert!(dir.join("c.safetensors").exists() && dir.join("c.jsonl").exists());
     assert_eq!(std::fs::read(dir.join("b/x.safetensors")).unwrap(), before);
 }
@@ -196,7 +199,7 @@ fn a_text_file_run_reads_only_the_file_the_user_names() {
         ],
         &["no file given", "--data"],
     );
-    let o = posflow_in(
+    succeeds(
         &dir,
         &[
             "eval",
@@ -210,8 +213,7 @@ fn a_text_file_run_reads_only_the_file_the_user_names() {
             "cpu",
         ],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let o = posflow_in(
+    succeeds(
         &dir,
         &[
             "eval",
@@ -225,8 +227,7 @@ fn a_text_file_run_reads_only_the_file_the_user_names() {
             "cpu",
         ],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let o = posflow_in(
+    let o = succeeds(
         &dir,
         &[
             "train",
@@ -240,7 +241,6 @@ fn a_text_file_run_reads_only_the_file_the_user_names() {
             "cpu",
         ],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("resuming at step 2"), "{}", stdout(&o));
 
     // Another text: the same ids would mean other characters.

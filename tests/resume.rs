@@ -4,12 +4,16 @@
 //! encodings in the checkpoint for that (run state, `state.*`); a tampered or unknown run-state
 //! tensor is refused, and an export drops it.
 
-use std::collections::{BTreeMap, HashMap};
+#[path = "common/rewrite.rs"]
+mod rewrite;
+
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use posflow::backend::{Backend, CpuBackend};
 use posflow::checkpoint::{Checkpoint, FLOATER_ENCODINGS_STATE, adam_m_name, adam_v_name};
 use posflow::train::{RunConfig, StepStats, Trainer};
+use rewrite::rewritten;
 use safetensors::{Dtype, SafeTensors};
 
 fn cpu() -> Rc<dyn Backend> {
@@ -197,30 +201,6 @@ fn cached_floater_resumes_exactly_between_solves_and_at_one() {
     }
 }
 
-/// The checkpoint's tensors and metadata, edited by `edit` and written back.
-fn rewritten(
-    bytes: &[u8],
-    edit: impl FnOnce(&mut BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)>),
-) -> Vec<u8> {
-    let (_, header) = SafeTensors::read_metadata(bytes).unwrap();
-    let metadata: HashMap<String, String> = header.metadata().clone().unwrap();
-    let file = SafeTensors::deserialize(bytes).unwrap();
-    let mut tensors: BTreeMap<_, _> = file
-        .tensors()
-        .into_iter()
-        .map(|(name, t)| (name, (t.dtype(), t.shape().to_vec(), t.data().to_vec())))
-        .collect();
-    edit(&mut tensors);
-    let views: Vec<_> = tensors
-        .iter()
-        .map(|(name, (dtype, shape, data))| {
-            let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), data).unwrap();
-            (name.clone(), view)
-        })
-        .collect();
-    safetensors::serialize(views, Some(metadata)).unwrap()
-}
-
 fn resume_error(run: &RunConfig, bytes: &[u8]) -> String {
     match Checkpoint::from_bytes(bytes, "tampered.safetensors")
         .and_then(|checkpoint| Trainer::resume(cpu(), run.clone(), &checkpoint))
@@ -237,7 +217,7 @@ fn a_tampered_or_unknown_run_state_tensor_is_refused_with_its_name() {
     train(&mut trainer, RESUME_AT);
     let valid = checkpoint_bytes(&trainer);
 
-    let wrong_shape = rewritten(&valid, |t| {
+    let wrong_shape = rewritten(&valid, |t, _| {
         let (_, shape, data) = t.get_mut(FLOATER_ENCODINGS_STATE).unwrap();
         // The same number of values, so only the shape can tell.
         *shape = vec![6, 8, 8];
@@ -253,7 +233,7 @@ fn a_tampered_or_unknown_run_state_tensor_is_refused_with_its_name() {
         assert!(err.contains(part), "expected {part:?} in: {err}");
     }
 
-    let wrong_dtype = rewritten(&valid, |t| {
+    let wrong_dtype = rewritten(&valid, |t, _| {
         t.get_mut(FLOATER_ENCODINGS_STATE).unwrap().0 = Dtype::I32;
     });
     let err = resume_error(&run, &wrong_dtype);
@@ -262,7 +242,7 @@ fn a_tampered_or_unknown_run_state_tensor_is_refused_with_its_name() {
         "{err}"
     );
 
-    let unknown = rewritten(&valid, |t| {
+    let unknown = rewritten(&valid, |t, _| {
         t.insert("state.data.position".into(), (Dtype::F32, vec![1], vec![0; 4]));
     });
     let err = resume_error(&run, &unknown);
@@ -276,7 +256,7 @@ fn a_tampered_or_unknown_run_state_tensor_is_refused_with_its_name() {
     let mut plain = Trainer::new(cpu(), uncached.clone()).unwrap();
     train(&mut plain, 1);
     let cache = valid_cache(&valid);
-    let with_cache = rewritten(&checkpoint_bytes(&plain), |t| {
+    let with_cache = rewritten(&checkpoint_bytes(&plain), |t, _| {
         t.insert(FLOATER_ENCODINGS_STATE.into(), cache);
     });
     let err = resume_error(&uncached, &with_cache);
@@ -299,7 +279,7 @@ fn a_checkpoint_without_the_cache_resumes_by_solving_first() {
     let run = tiny(CACHED_FLOATER, RESIDUAL, 0.0);
     let mut trainer = Trainer::new(cpu(), run.clone()).unwrap();
     train(&mut trainer, RESUME_AT);
-    let without = rewritten(&checkpoint_bytes(&trainer), |t| {
+    let without = rewritten(&checkpoint_bytes(&trainer), |t, _| {
         assert!(t.remove(FLOATER_ENCODINGS_STATE).is_some());
     });
     let checkpoint = Checkpoint::from_bytes(&without, "old.safetensors").unwrap();
