@@ -52,6 +52,11 @@ impl Trainer {
     pub fn new(backend: Rc<dyn Backend>, run: RunConfig) -> Result<Self> {
         run.validate()?;
         let task = Task::load(&run.data)?;
+        Self::with_task(backend, run, task)
+    }
+
+    /// A fresh run on `task`, already loaded from `run`'s data.
+    fn with_task(backend: Rc<dyn Backend>, run: RunConfig, task: Task) -> Result<Self> {
         let vocab = task.tokenizer().vocab_size();
         if vocab != run.model.vocab {
             return Err(Error::Input(format!(
@@ -102,12 +107,14 @@ impl Trainer {
         if saved.train.seed != run.train.seed || saved.train.batch != run.train.batch {
             return Err(differs("seed or batch"));
         }
+        run.validate()?;
+        let task = Task::load(&run.data)?;
         // Before the model is built, which would only say that the vocabulary sizes differ.
-        check_same_tokenizer(checkpoint.metadata(), &run.data.tokenizer()?)?;
+        check_same_tokenizer(checkpoint.metadata(), &task.tokenizer())?;
         // Before the program allocates what the config claims (see `Checkpoint::check_parameters`).
         let g = Model::new(run.model.clone())?.declare_params()?;
         checkpoint.check_parameters(g.params())?;
-        let mut trainer = Self::new(backend, run)?;
+        let mut trainer = Self::with_task(backend, run, task)?;
         trainer.program.restore_run_state(checkpoint)?;
         let (params, optimizer) = trainer.program.state_mut();
         checkpoint.restore(params, Some(optimizer))?;
