@@ -2,7 +2,7 @@
 //! nothing in it chooses a path posflow reads or writes: the paths its run config names are
 //! dropped here, and the caller takes them from the user.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::config::{DataConfig, RunConfig};
 use crate::checkpoint::Metadata;
@@ -74,14 +74,6 @@ pub fn check_same_tokenizer(metadata: &Metadata, data: &CharTokenizer) -> Result
 }
 
 impl DataConfig {
-    /// The file the task reads, if it reads one.
-    pub fn file(&self) -> Option<&Path> {
-        match self {
-            Self::TextFile { path, .. } => Some(path),
-            _ => None,
-        }
-    }
-
     /// The task with its file set to `file`; an error for a task that reads no file.
     pub fn with_file(mut self, file: PathBuf) -> Result<Self> {
         match &mut self {
