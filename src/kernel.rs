@@ -52,10 +52,23 @@ pub enum Arg {
 pub struct Dispatch {
     pub shader: &'static Shader,
     pub entry: &'static str,
-    /// The uniform at binding 0, as 32-bit words (floats by `to_bits`).
+    /// The uniform at binding 0, as 32-bit words: the bytes of the entry's [`Uniform`].
     pub params: Vec<u32>,
     pub args: Vec<Arg>,
     pub workgroups: [u32; 3],
+}
+
+impl Dispatch {
+    /// A dispatch of `entry` in the shader that declares `uniform`'s WGSL struct.
+    pub fn new<U: Uniform>(entry: &'static str, uniform: &U, args: Vec<Arg>, workgroups: [u32; 3]) -> Self {
+        Self {
+            shader: U::SHADER,
+            entry,
+            params: bytemuck::cast_slice(std::slice::from_ref(uniform)).to_vec(),
+            args,
+            workgroups,
+        }
+    }
 }
 
 /// What an op asks of the GPU: scratch buffers (lengths in 32-bit words) and its dispatches, run
@@ -75,6 +88,67 @@ impl GpuKernels {
     }
 }
 
+/// A kernel's uniform (binding 0): a `#[repr(C)]` struct that mirrors one WGSL struct member for
+/// member. wgpu checks only a uniform's size, so [`uniform!`] records each member's name, Rust
+/// type and offset, and a test reads every WGSL uniform through naga's reflection and compares.
+pub trait Uniform: bytemuck::Pod {
+    /// The shader that declares the struct.
+    const SHADER: &'static Shader;
+    /// The struct's name in that shader.
+    const WGSL_NAME: &'static str;
+    const MEMBERS: &'static [Member];
+}
+
+/// One member of a [`Uniform`], as the reflection test compares it with the WGSL struct's.
+#[derive(Debug)]
+pub struct Member {
+    pub name: &'static str,
+    pub offset: usize,
+    /// The Rust type as written (`u32`, `f32`, `i32`, `[f32; 4]`, `[[u32; 4]; 2]`).
+    pub rust_type: &'static str,
+}
+
+/// Declares a [`Uniform`]: `uniform! { struct Name = SHADER "WgslName" { field: u32, .. } }`.
+macro_rules! uniform {
+    ($(#[$meta:meta])* $vis:vis struct $name:ident = $shader:ident $wgsl:literal {
+        $($field:ident : $ty:ty),* $(,)?
+    }) => {
+        $(#[$meta])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+        $vis struct $name {
+            $(pub $field: $ty),*
+        }
+
+        impl $crate::kernel::Uniform for $name {
+            const SHADER: &'static $crate::shaders::Shader = &$crate::shaders::$shader;
+            const WGSL_NAME: &'static str = $wgsl;
+            const MEMBERS: &'static [$crate::kernel::Member] = &[$($crate::kernel::Member {
+                name: stringify!($field),
+                offset: ::core::mem::offset_of!($name, $field),
+                rust_type: stringify!($ty),
+            }),*];
+        }
+    };
+}
+pub(crate) use uniform;
+
+/// A dimension as a uniform word. Graphs check sizes when they are built, so one that does not
+/// fit is a bug in a shape rule.
+pub fn word(value: usize) -> u32 {
+    u32::try_from(value).expect("dimension fits in u32")
+}
+
+/// Workgroups to cover `threads` invocations in groups of `size`, spread over x and y because
+/// one dimension holds at most 65535 groups. Kernels rebuild the linear index from
+/// `@builtin(num_workgroups)`.
+pub fn grid(threads: usize, size: usize) -> [u32; 3] {
+    let groups = threads.div_ceil(size).max(1);
+    let x = groups.min(65535);
+    let y = groups.div_ceil(x);
+    [x as u32, y as u32, 1]
+}
+
 /// Parameters for a dispatch's uniform, built word by word in the order the WGSL struct declares.
 #[derive(Default)]
 pub struct Params(Vec<u32>);
@@ -85,7 +159,7 @@ impl Params {
     }
 
     pub fn u(mut self, value: usize) -> Self {
-        self.0.push(u32::try_from(value).expect("dimension fits in u32"));
+        self.0.push(word(value));
         self
     }
 
@@ -97,14 +171,4 @@ impl Params {
     pub fn words(self) -> Vec<u32> {
         self.0
     }
-}
-
-/// Workgroups to cover `threads` invocations in groups of `size`, spread over x and y because
-/// one dimension holds at most 65535 groups. Kernels rebuild the linear index from
-/// `@builtin(num_workgroups)`.
-pub fn grid(threads: usize, size: usize) -> [u32; 3] {
-    let groups = threads.div_ceil(size).max(1);
-    let x = groups.min(65535);
-    let y = groups.div_ceil(x);
-    [x as u32, y as u32, 1]
 }

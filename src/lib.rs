@@ -34,6 +34,8 @@ pub mod tensor;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod train;
+#[cfg(test)]
+mod uniform_reflection;
 #[cfg(feature = "viz")]
 pub mod viz;
 

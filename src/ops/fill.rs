@@ -1,10 +1,14 @@
 //! Fill: a tensor of one value. The seed of every backward pass (d loss / d loss = 1).
 
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, grid};
+use super::{Arg, Dispatch, GpuKernels, In, Op, Out, grid, word};
 use crate::error::Result;
 use crate::graph::{Graph, TensorId};
-use crate::shaders;
+use crate::kernel::uniform;
 use crate::tensor::TensorMeta;
+
+uniform! {
+    pub struct FillUniform = FILL "Params" { n: u32, value: f32 }
+}
 
 #[derive(Debug)]
 pub struct Fill {
@@ -27,13 +31,11 @@ impl Op for Fill {
 
     fn gpu(&self, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let n = outputs[0].numel();
-        GpuKernels::single(Dispatch {
-            shader: &shaders::FILL,
-            entry: "fill",
-            params: Params::new().u(n).f(self.value).words(),
-            args: vec![Arg::Out(0)],
-            workgroups: grid(n, 256),
-        })
+        let uniform = FillUniform {
+            n: word(n),
+            value: self.value,
+        };
+        GpuKernels::single(Dispatch::new("fill", &uniform, vec![Arg::Out(0)], grid(n, 256)))
     }
 }
 
