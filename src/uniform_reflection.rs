@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use naga::{ArraySize, Module, ScalarKind, TypeInner};
 
 use crate::kernel::{Member, Uniform};
-use crate::ops;
 use crate::shaders::{ALL, Shader};
+use crate::{ops, optim};
 
 /// One Rust uniform as the test sees it.
 struct Layout {
@@ -33,7 +33,26 @@ impl Layout {
 
 /// Every uniform posflow dispatches.
 fn layouts() -> Vec<Layout> {
-    vec![Layout::of::<ops::fill::FillUniform>()]
+    vec![
+        Layout::of::<ops::fill::FillUniform>(),
+        Layout::of::<optim::adam::SumSquaresUniform>(),
+        Layout::of::<optim::adam::AdamUniform>(),
+        Layout::of::<ops::reduce::AxisUniform>(),
+        Layout::of::<ops::embedding::LookupUniform>(),
+        Layout::of::<ops::embedding::ScatterUniform>(),
+        Layout::of::<ops::attention::AttnUniform>(),
+        Layout::of::<ops::layernorm::NormUniform>(),
+        Layout::of::<ops::cross_entropy::CrossEntropyUniform>(),
+        Layout::of::<ops::softmax::SoftmaxUniform>(),
+        Layout::of::<ops::dropout::DropoutUniform>(),
+        Layout::of::<ops::elementwise::BroadcastUniform>(),
+        Layout::of::<ops::elementwise::ScaleUniform>(),
+        Layout::of::<ops::rk_stage::RkStageUniform>(),
+        Layout::of::<ops::shape::CopyRowsUniform>(),
+        Layout::of::<ops::shape::PadUniform>(),
+        Layout::of::<ops::shape::GatherUniform>(),
+        Layout::of::<ops::unary::UnaryUniform>(),
+    ]
 }
 
 fn parse(shader: &Shader) -> Module {

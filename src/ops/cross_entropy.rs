@@ -8,10 +8,10 @@
 
 use rayon::prelude::*;
 
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
+use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
-use crate::shaders;
+use crate::kernel::uniform;
 use crate::tensor::{DType, TensorMeta};
 
 /// Checks logits [.., V] (V > 0) against targets [..]; returns (rows, V).
@@ -46,10 +46,16 @@ fn row_stats(row: &[f32]) -> (f32, f32) {
     (max, row.iter().map(|&x| (x - max).exp()).sum())
 }
 
-fn params(rows: usize, vocab: usize, ignore_index: i32) -> Vec<u32> {
-    let mut words = Params::new().u(rows).u(vocab).words();
-    words.push(ignore_index as u32);
-    words
+uniform! {
+    pub struct CrossEntropyUniform = CROSS_ENTROPY "Rows" { rows: u32, vocab: u32, ignore_index: i32 }
+}
+
+fn uniform(rows: usize, vocab: usize, ignore_index: i32) -> CrossEntropyUniform {
+    CrossEntropyUniform {
+        rows: word(rows),
+        vocab: word(vocab),
+        ignore_index,
+    }
 }
 
 /// Inputs: logits [.., V] and targets [..] (i32); output the mean loss, shape [1].
@@ -94,24 +100,22 @@ impl Op for CrossEntropy {
 
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let rows = inputs[1].numel();
-        let params = params(rows, inputs[0].numel() / rows.max(1), self.ignore_index);
+        let uniform = uniform(rows, inputs[0].numel() / rows.max(1), self.ignore_index);
         GpuKernels {
             scratch: vec![rows.max(1)],
             dispatches: vec![
-                Dispatch {
-                    shader: &shaders::CROSS_ENTROPY,
-                    entry: "row_loss",
-                    params: params.clone(),
-                    args: vec![Arg::In(0), Arg::In(1), Arg::Scratch(0)],
-                    workgroups: grid(rows, 1),
-                },
-                Dispatch {
-                    shader: &shaders::CROSS_ENTROPY,
-                    entry: "mean",
-                    params,
-                    args: vec![Arg::In(1), Arg::Scratch(0), Arg::Out(0)],
-                    workgroups: [1, 1, 1],
-                },
+                Dispatch::new(
+                    "row_loss",
+                    &uniform,
+                    vec![Arg::In(0), Arg::In(1), Arg::Scratch(0)],
+                    grid(rows, 1),
+                ),
+                Dispatch::new(
+                    "mean",
+                    &uniform,
+                    vec![Arg::In(1), Arg::Scratch(0), Arg::Out(0)],
+                    [1, 1, 1],
+                ),
             ],
         }
     }
@@ -184,24 +188,17 @@ impl Op for CrossEntropyBackward {
 
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let rows = inputs[1].numel();
-        let params = params(rows, inputs[0].numel() / rows.max(1), self.ignore_index);
+        let uniform = uniform(rows, inputs[0].numel() / rows.max(1), self.ignore_index);
         GpuKernels {
             scratch: vec![1],
             dispatches: vec![
-                Dispatch {
-                    shader: &shaders::CROSS_ENTROPY,
-                    entry: "count",
-                    params: params.clone(),
-                    args: vec![Arg::In(1), Arg::Scratch(0)],
-                    workgroups: [1, 1, 1],
-                },
-                Dispatch {
-                    shader: &shaders::CROSS_ENTROPY,
-                    entry: "row_grad",
-                    params,
-                    args: vec![Arg::In(0), Arg::In(1), Arg::In(2), Arg::Scratch(0), Arg::Out(0)],
-                    workgroups: grid(rows, 1),
-                },
+                Dispatch::new("count", &uniform, vec![Arg::In(1), Arg::Scratch(0)], [1, 1, 1]),
+                Dispatch::new(
+                    "row_grad",
+                    &uniform,
+                    vec![Arg::In(0), Arg::In(1), Arg::In(2), Arg::Scratch(0), Arg::Out(0)],
+                    grid(rows, 1),
+                ),
             ],
         }
     }

@@ -9,11 +9,15 @@
 //! GPU = CPU bit for bit, and the gradient.
 
 use super::par::par_fill;
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
+use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
-use crate::shaders;
+use crate::kernel::uniform;
 use crate::tensor::{DType, TensorMeta};
+
+uniform! {
+    pub struct DropoutUniform = DROPOUT "Params" { n: u32, threshold: u32, scale: f32, salt: u32 }
+}
 
 #[derive(Debug)]
 pub struct Dropout {
@@ -70,18 +74,18 @@ impl Op for Dropout {
 
     fn gpu(&self, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let n = outputs[0].numel();
-        GpuKernels::single(Dispatch {
-            shader: &shaders::DROPOUT,
-            entry: "dropout",
-            params: Params::new()
-                .u(n)
-                .u(self.threshold as usize)
-                .f(self.scale)
-                .u(self.salt as usize)
-                .words(),
-            args: vec![Arg::In(0), Arg::In(1), Arg::Out(0)],
-            workgroups: grid(n, 256),
-        })
+        let uniform = DropoutUniform {
+            n: word(n),
+            threshold: self.threshold,
+            scale: self.scale,
+            salt: self.salt,
+        };
+        GpuKernels::single(Dispatch::new(
+            "dropout",
+            &uniform,
+            vec![Arg::In(0), Arg::In(1), Arg::Out(0)],
+            grid(n, 256),
+        ))
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {

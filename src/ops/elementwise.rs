@@ -5,10 +5,10 @@ use rayon::prelude::*;
 use super::par::PAR_CHUNK;
 use super::strided::par_strided_rows;
 use super::vector::vectorised_fn;
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
+use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
-use crate::shaders;
+use crate::kernel::uniform;
 use crate::tensor::{DType, MAX_RANK, TensorMeta, broadcast_shapes, broadcast_strides};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,6 +17,19 @@ pub enum BinaryKind {
     Sub,
     Mul,
     Div,
+}
+
+uniform! {
+    /// `elementwise.wgsl`'s uniform: shapes and strides padded with zeros to rank 8.
+    pub struct BroadcastUniform = ELEMENTWISE "Broadcast" {
+        n: u32,
+        rank: u32,
+        kind: u32,
+        _pad: u32,
+        shape: [[u32; 4]; 2],
+        a_strides: [[u32; 4]; 2],
+        b_strides: [[u32; 4]; 2],
+    }
 }
 
 #[derive(Debug)]
@@ -59,24 +72,21 @@ impl Op for Binary {
     fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let out = &outputs[0].shape;
         let n = outputs[0].numel();
-        let params = Params::new()
-            .u(n)
-            .u(out.len())
-            .u(self.0 as usize)
-            .u(0)
-            .words()
-            .into_iter()
-            .chain(padded(out))
-            .chain(padded(&broadcast_strides(&inputs[0].shape, out)))
-            .chain(padded(&broadcast_strides(&inputs[1].shape, out)))
-            .collect();
-        GpuKernels::single(Dispatch {
-            shader: &shaders::ELEMENTWISE,
-            entry: "binary",
-            params,
-            args: vec![Arg::In(0), Arg::In(1), Arg::Out(0)],
-            workgroups: grid(n, 256),
-        })
+        let uniform = BroadcastUniform {
+            n: word(n),
+            rank: word(out.len()),
+            kind: self.0 as u32,
+            _pad: 0,
+            shape: padded(out),
+            a_strides: padded(&broadcast_strides(&inputs[0].shape, out)),
+            b_strides: padded(&broadcast_strides(&inputs[1].shape, out)),
+        };
+        GpuKernels::single(Dispatch::new(
+            "binary",
+            &uniform,
+            vec![Arg::In(0), Arg::In(1), Arg::Out(0)],
+            grid(n, 256),
+        ))
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
@@ -179,11 +189,18 @@ pub(crate) fn same_f32_shape(op: &'static str, x: &TensorMeta) -> Result<Vec<Ten
     Ok(vec![x.clone()])
 }
 
-/// A shape or stride vector padded to the eight words the kernels read.
-pub(crate) fn padded(v: &[usize]) -> Vec<u32> {
-    let mut w: Vec<u32> = v.iter().map(|&x| x as u32).collect();
-    w.resize(MAX_RANK, 0);
+/// A shape or stride vector padded with zeros to the eight words (two vec4s) the kernel reads.
+fn padded(v: &[usize]) -> [[u32; 4]; 2] {
+    let mut w = [[0; 4]; 2];
+    for (i, &x) in v.iter().enumerate() {
+        w[i / 4][i % 4] = word(x);
+    }
     w
+}
+
+uniform! {
+    /// `scale.wgsl`'s uniform.
+    pub struct ScaleUniform = SCALE "Params" { n: u32, factor: f32 }
 }
 
 /// out = x * factor.
@@ -206,13 +223,16 @@ impl Op for Scale {
 
     fn gpu(&self, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let n = outputs[0].numel();
-        GpuKernels::single(Dispatch {
-            shader: &shaders::SCALE,
-            entry: "scale",
-            params: Params::new().u(n).f(self.0).words(),
-            args: vec![Arg::In(0), Arg::Out(0)],
-            workgroups: grid(n, 256),
-        })
+        let uniform = ScaleUniform {
+            n: word(n),
+            factor: self.0,
+        };
+        GpuKernels::single(Dispatch::new(
+            "scale",
+            &uniform,
+            vec![Arg::In(0), Arg::Out(0)],
+            grid(n, 256),
+        ))
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {

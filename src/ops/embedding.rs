@@ -6,15 +6,19 @@
 
 use rayon::prelude::*;
 
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
+use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
-use crate::shaders;
+use crate::kernel::uniform;
 use crate::tensor::{DType, TensorMeta};
 
 /// The table row of `id`, or `None` for an id outside `[0, vocab)`.
 fn row(id: i32, vocab: usize) -> Option<usize> {
     usize::try_from(id).ok().filter(|&v| v < vocab)
+}
+
+uniform! {
+    pub struct LookupUniform = EMBEDDING "Lookup" { n: u32, dim: u32, vocab: u32 }
 }
 
 /// Inputs: table [V, D] (f32) and ids [..] (i32); output [.., D].
@@ -57,17 +61,17 @@ impl Op for Embedding {
 
     fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let n = outputs[0].numel();
-        GpuKernels::single(Dispatch {
-            shader: &shaders::EMBEDDING,
-            entry: "forward",
-            params: Params::new()
-                .u(n)
-                .u(inputs[0].shape[1])
-                .u(inputs[0].shape[0])
-                .words(),
-            args: vec![Arg::In(1), Arg::In(0), Arg::Out(0)],
-            workgroups: grid(n, 256),
-        })
+        let uniform = LookupUniform {
+            n: word(n),
+            dim: word(inputs[0].shape[1]),
+            vocab: word(inputs[0].shape[0]),
+        };
+        GpuKernels::single(Dispatch::new(
+            "forward",
+            &uniform,
+            vec![Arg::In(1), Arg::In(0), Arg::Out(0)],
+            grid(n, 256),
+        ))
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
@@ -81,6 +85,10 @@ impl Op for Embedding {
             None,
         ])
     }
+}
+
+uniform! {
+    pub struct ScatterUniform = EMBEDDING "Scatter" { tokens: u32, dim: u32, vocab: u32 }
 }
 
 /// d loss / d table: inputs the output's gradient [.., D] and the ids [..]; output [vocab, D],
@@ -131,18 +139,12 @@ impl Op for EmbeddingBackward {
 
     fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let tokens = inputs[1].numel();
-        let params = Params::new()
-            .u(tokens)
-            .u(outputs[0].shape[1])
-            .u(self.vocab)
-            .words();
-        let dispatch = |entry, args, workgroups| Dispatch {
-            shader: &shaders::EMBEDDING,
-            entry,
-            params: params.clone(),
-            args,
-            workgroups,
+        let uniform = ScatterUniform {
+            tokens: word(tokens),
+            dim: word(outputs[0].shape[1]),
+            vocab: word(self.vocab),
         };
+        let dispatch = |entry, args, workgroups| Dispatch::new(entry, &uniform, args, workgroups);
         let (ids, index, bucketed, sorted) = (Arg::In(1), Arg::Scratch(0), Arg::Scratch(1), Arg::Scratch(2));
         let per_token = grid(tokens, 256);
         GpuKernels {

@@ -6,10 +6,10 @@
 use rayon::prelude::*;
 
 use super::par::{PAR_CHUNK, par_rows};
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
+use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Error, Result, shape_err};
 use crate::graph::{Graph, TensorId};
-use crate::shaders;
+use crate::kernel::uniform;
 use crate::tensor::{DType, TensorMeta};
 
 /// Rows each thread of the GPU's dgamma/dbeta pass sums into one partial. Partials are then
@@ -21,9 +21,18 @@ fn rows_per_task(dim: usize) -> usize {
     (PAR_CHUNK / dim.max(1)).max(1)
 }
 
-/// The uniform every layernorm kernel reads (`Norm` in `shaders/layernorm.wgsl`).
-fn norm_params(rows: usize, dim: usize, eps: f32) -> Vec<u32> {
-    Params::new().u(rows).u(dim).f(eps).u(CHUNK_ROWS).words()
+uniform! {
+    /// The uniform every layernorm kernel reads.
+    pub struct NormUniform = LAYERNORM "Norm" { rows: u32, dim: u32, eps: f32, chunk_rows: u32 }
+}
+
+fn norm_uniform(rows: usize, dim: usize, eps: f32) -> NormUniform {
+    NormUniform {
+        rows: word(rows),
+        dim: word(dim),
+        eps,
+        chunk_rows: word(CHUNK_ROWS),
+    }
 }
 
 /// y = (x − mean)·rstd·gamma + beta per row of the last axis, with rstd = 1/√(var + eps) and the
@@ -91,11 +100,10 @@ impl Op for LayerNorm {
 
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let (rows, dim) = inputs[0].rows();
-        GpuKernels::single(Dispatch {
-            shader: &shaders::LAYERNORM,
-            entry: "layernorm_forward",
-            params: norm_params(rows, dim, self.eps),
-            args: vec![
+        GpuKernels::single(Dispatch::new(
+            "layernorm_forward",
+            &norm_uniform(rows, dim, self.eps),
+            vec![
                 Arg::In(0),
                 Arg::In(1),
                 Arg::In(2),
@@ -103,8 +111,8 @@ impl Op for LayerNorm {
                 Arg::Out(1),
                 Arg::Out(2),
             ],
-            workgroups: grid(rows, 1),
-        })
+            grid(rows, 1),
+        ))
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
@@ -192,14 +200,8 @@ impl Op for LayerNormBackward {
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let (rows, dim) = inputs[0].rows();
         let chunks = rows.div_ceil(CHUNK_ROWS);
-        let params = norm_params(rows, dim, 0.0);
-        let dispatch = |entry, args, workgroups| Dispatch {
-            shader: &shaders::LAYERNORM,
-            entry,
-            params: params.clone(),
-            args,
-            workgroups,
-        };
+        let uniform = norm_uniform(rows, dim, 0.0);
+        let dispatch = |entry, args, workgroups| Dispatch::new(entry, &uniform, args, workgroups);
         let ins = [0, 1, 2, 3, 4].map(Arg::In);
         GpuKernels {
             // dgamma partials, then dbeta partials: [2][chunks][dim].

@@ -6,11 +6,15 @@ use super::par::par_fill;
 use super::shape::strided_gather;
 use super::strided::par_gather;
 use super::vector::vectorised_fn;
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
+use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
-use crate::shaders;
+use crate::kernel::uniform;
 use crate::tensor::{DType, MAX_RANK, TensorMeta, broadcast_shapes, broadcast_strides, split_at_axis};
+
+uniform! {
+    pub struct AxisUniform = REDUCE "Axis" { outer: u32, len: u32, inner: u32, n_out: u32 }
+}
 
 /// Sum over one axis.
 #[derive(Debug)]
@@ -79,19 +83,23 @@ impl Op for Sum {
     fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let (outer, len, inner) = split_at_axis(&inputs[0].shape, self.axis);
         let n = outputs[0].numel();
-        let params = Params::new().u(outer).u(len).u(inner).u(n).words();
+        let uniform = AxisUniform {
+            outer: word(outer),
+            len: word(len),
+            inner: word(inner),
+            n_out: word(n),
+        };
         let (entry, workgroups) = if len >= WORKGROUP_AXIS {
             ("sum_axis_workgroup", grid(n, 1))
         } else {
             ("sum_axis", grid(n, 256))
         };
-        GpuKernels::single(Dispatch {
-            shader: &shaders::REDUCE,
+        GpuKernels::single(Dispatch::new(
             entry,
-            params,
-            args: vec![Arg::In(0), Arg::Out(0)],
+            &uniform,
+            vec![Arg::In(0), Arg::Out(0)],
             workgroups,
-        })
+        ))
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {

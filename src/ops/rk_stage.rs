@@ -4,10 +4,10 @@
 //! gate value per row. Their backward passes are one kernel each too: all the `dFi` at once.
 
 use super::par::par_fill;
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
+use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
-use crate::shaders;
+use crate::kernel::uniform;
 use crate::tensor::{DType, TensorMeta};
 
 /// The most stages one combination takes (RK4's output).
@@ -22,9 +22,18 @@ struct Combine {
     coeffs: Vec<f32>,
 }
 
-/// The coefficients as the kernel's vec4, unused ones 0.
-fn coefficient_words(coeffs: &[f32]) -> Params {
-    (0..MAX_STAGES).fold(Params::new(), |p, i| p.f(coeffs.get(i).copied().unwrap_or(0.0)))
+uniform! {
+    pub struct RkStageUniform = RK_STAGE "Params" { c: [f32; 4], n: u32, d: u32 }
+}
+
+/// The uniform of every stage kernel: the coefficients as the kernel's vec4 (unused ones 0), the
+/// element count and the row length.
+fn stage_uniform(coeffs: &[f32], n: usize, d: usize) -> RkStageUniform {
+    RkStageUniform {
+        c: std::array::from_fn(|i| coeffs.get(i).copied().unwrap_or(0.0)),
+        n: word(n),
+        d: word(d),
+    }
 }
 
 fn same_shapes(op: &'static str, inputs: &[&TensorMeta]) -> Result<TensorMeta> {
@@ -65,13 +74,12 @@ impl Op for Combine {
     fn gpu(&self, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let n = outputs[0].numel();
         let k = self.coeffs.len();
-        GpuKernels::single(Dispatch {
-            shader: &shaders::RK_STAGE,
-            entry: COMBINE_ENTRIES[k - 1],
-            params: coefficient_words(&self.coeffs).u(n).u(1).words(),
-            args: (0..=k).map(Arg::In).chain([Arg::Out(0)]).collect(),
-            workgroups: grid(n, 256),
-        })
+        GpuKernels::single(Dispatch::new(
+            COMBINE_ENTRIES[k - 1],
+            &stage_uniform(&self.coeffs, n, 1),
+            (0..=k).map(Arg::In).chain([Arg::Out(0)]).collect(),
+            grid(n, 256),
+        ))
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
@@ -115,13 +123,12 @@ impl Op for CombineBackward {
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let n = inputs[0].numel();
         let k = self.coeffs.len();
-        GpuKernels::single(Dispatch {
-            shader: &shaders::RK_STAGE,
-            entry: GRADS_ENTRIES[k - 1],
-            params: coefficient_words(&self.coeffs).u(n).u(1).words(),
-            args: std::iter::once(Arg::In(0)).chain((0..k).map(Arg::Out)).collect(),
-            workgroups: grid(n, 256),
-        })
+        GpuKernels::single(Dispatch::new(
+            GRADS_ENTRIES[k - 1],
+            &stage_uniform(&self.coeffs, n, 1),
+            std::iter::once(Arg::In(0)).chain((0..k).map(Arg::Out)).collect(),
+            grid(n, 256),
+        ))
     }
 }
 
@@ -164,13 +171,12 @@ impl Op for Gated {
     fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let n = outputs[0].numel();
         let d = *inputs[0].shape.last().expect("checked rank");
-        GpuKernels::single(Dispatch {
-            shader: &shaders::RK_STAGE,
-            entry: "gated",
-            params: coefficient_words(&[]).u(n).u(d).words(),
-            args: vec![Arg::In(0), Arg::In(1), Arg::In(2), Arg::In(3), Arg::Out(0)],
-            workgroups: grid(n, 256),
-        })
+        GpuKernels::single(Dispatch::new(
+            "gated",
+            &stage_uniform(&[], n, d),
+            vec![Arg::In(0), Arg::In(1), Arg::In(2), Arg::In(3), Arg::Out(0)],
+            grid(n, 256),
+        ))
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
@@ -209,11 +215,10 @@ impl Op for GatedBackward {
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let n = inputs[0].numel();
         let d = *inputs[0].shape.last().expect("checked rank");
-        GpuKernels::single(Dispatch {
-            shader: &shaders::RK_STAGE,
-            entry: "gated_grads",
-            params: coefficient_words(&[]).u(n).u(d).words(),
-            args: vec![
+        GpuKernels::single(Dispatch::new(
+            "gated_grads",
+            &stage_uniform(&[], n, d),
+            vec![
                 Arg::In(0),
                 Arg::In(1),
                 Arg::In(2),
@@ -222,8 +227,8 @@ impl Op for GatedBackward {
                 Arg::Out(1),
                 Arg::Out(2),
             ],
-            workgroups: grid(n / d, 1),
-        })
+            grid(n / d, 1),
+        ))
     }
 }
 

@@ -4,10 +4,10 @@
 use rayon::prelude::*;
 
 use super::strided::par_gather;
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
+use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
-use crate::shaders;
+use crate::kernel::uniform;
 use crate::tensor::{MAX_RANK, TensorMeta, numel, split_at_axis, strides};
 
 /// Same elements, new shape. The planner gives the output the input's buffer, so nothing runs.
@@ -233,6 +233,11 @@ impl Op for Slice {
     }
 }
 
+uniform! {
+    /// `pad_rows`'s uniform.
+    pub struct PadUniform = SHAPE "Pad" { n: u32, row: u32, dst_row: u32, dst_off: u32 }
+}
+
 /// The gradient of [`Slice`]: places its input at `start` along `axis` of a tensor whose axis is
 /// `len` long, zeros elsewhere.
 #[derive(Debug)]
@@ -286,18 +291,18 @@ impl Op for SliceBackward {
     fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let (_, run_len, inner) = split_at_axis(&inputs[0].shape, self.axis);
         let n = outputs[0].numel();
-        GpuKernels::single(Dispatch {
-            shader: &shaders::SHAPE,
-            entry: "pad_rows",
-            params: Params::new()
-                .u(n)
-                .u(run_len * inner)
-                .u(self.len * inner)
-                .u(self.start * inner)
-                .words(),
-            args: vec![Arg::In(0), Arg::Out(0)],
-            workgroups: grid(n, 256),
-        })
+        let uniform = PadUniform {
+            n: word(n),
+            row: word(run_len * inner),
+            dst_row: word(self.len * inner),
+            dst_off: word(self.start * inner),
+        };
+        GpuKernels::single(Dispatch::new(
+            "pad_rows",
+            &uniform,
+            vec![Arg::In(0), Arg::Out(0)],
+            grid(n, 256),
+        ))
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
@@ -314,23 +319,30 @@ impl Op for SliceBackward {
     }
 }
 
+uniform! {
+    /// `copy_rows`'s uniform (`Rows` in `shape.wgsl`).
+    pub struct CopyRowsUniform = SHAPE "Rows" {
+        n: u32,
+        row: u32,
+        src_row: u32,
+        src_off: u32,
+        dst_row: u32,
+        dst_off: u32,
+    }
+}
+
 /// A `copy_rows` dispatch: `n` elements in runs of `run` words, read from rows of
 /// `src.0` words at offset `src.1`, written to rows of `dst.0` words at offset `dst.1`.
 fn copy_rows(input: Arg, n: usize, run: usize, src: (usize, usize), dst: (usize, usize)) -> Dispatch {
-    Dispatch {
-        shader: &shaders::SHAPE,
-        entry: "copy_rows",
-        params: Params::new()
-            .u(n)
-            .u(run)
-            .u(src.0)
-            .u(src.1)
-            .u(dst.0)
-            .u(dst.1)
-            .words(),
-        args: vec![input, Arg::Out(0)],
-        workgroups: grid(n, 256),
-    }
+    let uniform = CopyRowsUniform {
+        n: word(n),
+        row: word(run),
+        src_row: word(src.0),
+        src_off: word(src.1),
+        dst_row: word(dst.0),
+        dst_off: word(dst.1),
+    };
+    Dispatch::new("copy_rows", &uniform, vec![input, Arg::Out(0)], grid(n, 256))
 }
 
 /// Output axis `i` is input axis `perm[i]` (NumPy's `transpose(x, perm)`).
@@ -397,37 +409,46 @@ impl Op for Permute {
     }
 }
 
+uniform! {
+    /// `gather`'s uniform: shape and strides padded at the front to rank 8.
+    pub struct GatherUniform = SHAPE "Gather" {
+        n: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
+        out_shape: [[u32; 4]; 2],
+        out_strides: [[u32; 4]; 2],
+        src_strides: [[u32; 4]; 2],
+    }
+}
+
 /// out[i] = x[Σ coord_d · src_strides[d]] over the coordinates of i in `out_shape` (rank ≤ 8): one
 /// kernel for permutes and for broadcasts (stride 0 on the repeated axes).
 pub(crate) fn strided_gather(out_shape: &[usize], src_strides: &[usize]) -> GpuKernels {
     let n = numel(out_shape);
     // Pad at the front to rank 8: size 1 (coordinate 0), any nonzero stride.
-    let front = |v: &[usize], fill: u32| -> Vec<u32> {
-        let mut w = vec![fill; MAX_RANK - v.len()];
-        w.extend(
-            v.iter()
-                .map(|&x| u32::try_from(x).expect("dimension fits in u32")),
-        );
+    let front = |v: &[usize], fill: u32| -> [[u32; 4]; 2] {
+        let mut w = [[fill; 4]; 2];
+        for (i, &x) in (MAX_RANK - v.len()..).zip(v) {
+            w[i / 4][i % 4] = word(x);
+        }
         w
     };
-    let params = Params::new()
-        .u(n)
-        .u(0)
-        .u(0)
-        .u(0)
-        .words()
-        .into_iter()
-        .chain(front(out_shape, 1))
-        .chain(front(&strides(out_shape), 1))
-        .chain(front(src_strides, 0))
-        .collect();
-    GpuKernels::single(Dispatch {
-        shader: &shaders::SHAPE,
-        entry: "gather",
-        params,
-        args: vec![Arg::In(0), Arg::Out(0)],
-        workgroups: grid(n, 256),
-    })
+    let uniform = GatherUniform {
+        n: word(n),
+        _pad0: 0,
+        _pad1: 0,
+        _pad2: 0,
+        out_shape: front(out_shape, 1),
+        out_strides: front(&strides(out_shape), 1),
+        src_strides: front(src_strides, 0),
+    };
+    GpuKernels::single(Dispatch::new(
+        "gather",
+        &uniform,
+        vec![Arg::In(0), Arg::Out(0)],
+        grid(n, 256),
+    ))
 }
 
 impl Graph {

@@ -2,22 +2,24 @@
 
 use super::par::par_rows;
 use super::unary::exp;
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
+use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
-use crate::shaders;
+use crate::kernel::uniform;
 use crate::tensor::{DType, TensorMeta};
+
+uniform! {
+    pub struct SoftmaxUniform = SOFTMAX "Rows" { rows: u32, len: u32 }
+}
 
 /// One workgroup per row: the dispatch grid and the uniform both kernels read.
 fn row_dispatch(entry: &'static str, meta: &TensorMeta, args: Vec<Arg>) -> GpuKernels {
     let (rows, len) = meta.rows();
-    GpuKernels::single(Dispatch {
-        shader: &shaders::SOFTMAX,
-        entry,
-        params: Params::new().u(rows).u(len).words(),
-        args,
-        workgroups: grid(rows, 1),
-    })
+    let uniform = SoftmaxUniform {
+        rows: word(rows),
+        len: word(len),
+    };
+    GpuKernels::single(Dispatch::new(entry, &uniform, args, grid(rows, 1)))
 }
 
 /// y = exp(x - max) / Σ exp(x - max) along the last axis; subtracting the row max keeps exp finite.

@@ -1,11 +1,15 @@
 //! Elementwise activations: exp, tanh, sigmoid, relu and GELU, and their gradients.
 
 use super::elementwise::{par_map, par_zip, same_f32_shape};
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
+use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
-use crate::shaders;
+use crate::kernel::uniform;
 use crate::tensor::{DType, TensorMeta};
+
+uniform! {
+    pub struct UnaryUniform = UNARY "Unary" { n: u32, kind: u32 }
+}
 
 /// The activation; the discriminant is the `kind` word the kernels switch on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +62,14 @@ fn erf(x: f32) -> f32 {
 }
 
 impl UnaryKind {
+    /// The uniform of both kernels for `n` elements.
+    fn uniform(self, n: usize) -> UnaryUniform {
+        UnaryUniform {
+            n: word(n),
+            kind: self as u32,
+        }
+    }
+
     #[inline(always)]
     fn apply(self, x: f32) -> f32 {
         match self {
@@ -145,13 +157,12 @@ impl Op for Unary {
 
     fn gpu(&self, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let n = outputs[0].numel();
-        GpuKernels::single(Dispatch {
-            shader: &shaders::UNARY,
-            entry: "unary",
-            params: Params::new().u(n).u(self.0 as usize).words(),
-            args: vec![Arg::In(0), Arg::Out(0)],
-            workgroups: grid(n, 256),
-        })
+        GpuKernels::single(Dispatch::new(
+            "unary",
+            &self.0.uniform(n),
+            vec![Arg::In(0), Arg::Out(0)],
+            grid(n, 256),
+        ))
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
@@ -200,13 +211,12 @@ impl Op for UnaryBackward {
 
     fn gpu(&self, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let n = outputs[0].numel();
-        GpuKernels::single(Dispatch {
-            shader: &shaders::UNARY,
-            entry: "unary_backward",
-            params: Params::new().u(n).u(self.0 as usize).words(),
-            args: vec![Arg::In(0), Arg::In(1), Arg::Out(0)],
-            workgroups: grid(n, 256),
-        })
+        GpuKernels::single(Dispatch::new(
+            "unary_backward",
+            &self.0.uniform(n),
+            vec![Arg::In(0), Arg::In(1), Arg::Out(0)],
+            grid(n, 256),
+        ))
     }
 }
 

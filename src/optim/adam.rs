@@ -13,10 +13,10 @@ use crate::backend::{Backend, Bound, Buffer, Step, f32_words, words_f32};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Gradients, Graph};
+use crate::kernel::uniform;
 use crate::ops::par::PAR_CHUNK;
-use crate::ops::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, grid};
+use crate::ops::{Arg, Dispatch, GpuKernels, In, Op, Out, grid, word};
 use crate::params::ParamStore;
-use crate::shaders;
 use crate::tensor::TensorMeta;
 
 /// AdamW's hyperparameters. Weight decay applies to matrices (rank ≥ 2) only: decaying biases,
@@ -77,6 +77,10 @@ impl AdamW {
     }
 }
 
+uniform! {
+    pub(crate) struct SumSquaresUniform = ADAM "SumSquares" { n: u32, slot: u32 }
+}
+
 /// Squared L2 norm of one gradient, written into slot `slot` of a shared buffer.
 #[derive(Debug)]
 struct SumSquares {
@@ -104,13 +108,28 @@ impl Op for SumSquares {
     }
 
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
-        GpuKernels::single(Dispatch {
-            shader: &shaders::ADAM,
-            entry: "sum_squares",
-            params: Params::new().u(inputs[0].numel()).u(self.slot).words(),
-            args: vec![Arg::In(0), Arg::Out(0)],
-            workgroups: [1, 1, 1],
-        })
+        let uniform = SumSquaresUniform {
+            n: word(inputs[0].numel()),
+            slot: word(self.slot),
+        };
+        GpuKernels::single(Dispatch::new(
+            "sum_squares",
+            &uniform,
+            vec![Arg::In(0), Arg::Out(0)],
+            [1, 1, 1],
+        ))
+    }
+}
+
+uniform! {
+    pub(crate) struct AdamUniform = ADAM "Adam" {
+        n: u32,
+        n_norms: u32,
+        beta1: f32,
+        beta2: f32,
+        eps: f32,
+        weight_decay: f32,
+        max_norm: f32,
     }
 }
 
@@ -163,19 +182,19 @@ impl Op for AdamUpdate {
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let c = &self.config;
         let n = inputs[0].numel();
-        GpuKernels::single(Dispatch {
-            shader: &shaders::ADAM,
-            entry: "adam_step",
-            params: Params::new()
-                .u(n)
-                .u(inputs[1].numel())
-                .f(c.beta1)
-                .f(c.beta2)
-                .f(c.eps)
-                .f(self.weight_decay)
-                .f(c.max_grad_norm.unwrap_or(0.0))
-                .words(),
-            args: vec![
+        let uniform = AdamUniform {
+            n: word(n),
+            n_norms: word(inputs[1].numel()),
+            beta1: c.beta1,
+            beta2: c.beta2,
+            eps: c.eps,
+            weight_decay: self.weight_decay,
+            max_norm: c.max_grad_norm.unwrap_or(0.0),
+        };
+        GpuKernels::single(Dispatch::new(
+            "adam_step",
+            &uniform,
+            vec![
                 Arg::In(0),
                 Arg::In(1),
                 Arg::In(2),
@@ -183,8 +202,8 @@ impl Op for AdamUpdate {
                 Arg::Out(1),
                 Arg::Out(2),
             ],
-            workgroups: grid(n, 256),
-        })
+            grid(n, 256),
+        ))
     }
 }
 

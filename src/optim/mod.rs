@@ -1,5 +1,5 @@
 //! Optimizers: they run after the backward pass, in the same submission, on the same buffers.
 
-mod adam;
+pub(crate) mod adam;
 
 pub use adam::{AdamW, Optimizer};

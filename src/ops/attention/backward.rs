@@ -6,7 +6,6 @@ use rayon::prelude::*;
 use super::cpu::{BackwardScratch, Problem, backward_head};
 use super::{Arg, Attention, BiasKind, Dims, Dispatch, GpuKernels, In, Op, Out, ROWS, grid};
 use crate::error::{Result, shape_err};
-use crate::shaders;
 use crate::tensor::TensorMeta;
 
 /// The gradient of [`Attention`]. Inputs: the forward's inputs (q, k, v, the bias's inputs,
@@ -123,14 +122,8 @@ impl Op for AttentionBackward {
         let fwd = self.forward_inputs();
         let [bias, mask, buckets] = self.0.optional_args(3);
         let (out, lse, dout) = (Arg::In(fwd), Arg::In(fwd + 1), Arg::In(fwd + 2));
-        let params = self.0.params(d);
-        let dispatch = |entry, args, workgroups| Dispatch {
-            shader: &shaders::ATTENTION,
-            entry,
-            params: params.clone(),
-            args,
-            workgroups,
-        };
+        let uniform = self.0.uniform(d);
+        let dispatch = |entry, args, workgroups| Dispatch::new(entry, &uniform, args, workgroups);
         let relative = self.0.bias == BiasKind::Relative;
         // lse and D per row, then 1/0 visibility per key, then (relative bias) the bucket of
         // each offset, so that the passes after it need one buffer less.

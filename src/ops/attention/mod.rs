@@ -32,10 +32,10 @@ pub use relative::RelativeBias;
 
 use rayon::prelude::*;
 
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs, grid};
+use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Error, Result, shape_err};
 use crate::graph::{Graph, TensorId};
-use crate::shaders;
+use crate::kernel::uniform;
 use crate::tensor::{DType, TensorMeta};
 use cpu::{Problem, forward_head};
 
@@ -45,6 +45,21 @@ pub const MAX_HEAD_DIM: usize = 128;
 
 /// Query rows (and key rows, in the backward) per GPU workgroup; `ROWS` in the shader.
 const ROWS: usize = 16;
+
+uniform! {
+    /// The uniform of every attention kernel: forward, backward passes and probabilities.
+    pub struct AttnUniform = ATTENTION "Attn" {
+        batch: u32,
+        heads: u32,
+        len: u32,
+        dh: u32,
+        scale: f32,
+        causal: u32,
+        bias_kind: u32,
+        has_mask: u32,
+        buckets: u32,
+    }
+}
 
 /// What an [`Attention`] adds to the scores, and so which inputs follow q, k, v.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,18 +222,18 @@ impl Attention {
         }
     }
 
-    fn params(&self, d: Dims) -> Vec<u32> {
-        Params::new()
-            .u(d.b)
-            .u(d.h)
-            .u(d.l)
-            .u(d.dh)
-            .f(self.scale)
-            .u(self.causal as usize)
-            .u(self.bias.code())
-            .u(self.has_key_mask as usize)
-            .u(d.buckets)
-            .words()
+    fn uniform(&self, d: Dims) -> AttnUniform {
+        AttnUniform {
+            batch: word(d.b),
+            heads: word(d.h),
+            len: word(d.l),
+            dh: word(d.dh),
+            scale: self.scale,
+            causal: u32::from(self.causal),
+            bias_kind: word(self.bias.code()),
+            has_mask: u32::from(self.has_key_mask),
+            buckets: word(d.buckets),
+        }
     }
 
     /// Checks q and k (and v when given) and the optional inputs that start after them; returns
@@ -337,11 +352,10 @@ impl Op for Attention {
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let d = self.dims(inputs, 3);
         let [bias, mask, buckets] = self.optional_args(3);
-        GpuKernels::single(Dispatch {
-            shader: &shaders::ATTENTION,
-            entry: "attention_forward",
-            params: self.params(d),
-            args: vec![
+        GpuKernels::single(Dispatch::new(
+            "attention_forward",
+            &self.uniform(d),
+            vec![
                 Arg::In(0),
                 Arg::In(1),
                 Arg::In(2),
@@ -351,8 +365,8 @@ impl Op for Attention {
                 Arg::Out(0),
                 Arg::Out(1),
             ],
-            workgroups: grid(d.b * d.h * d.l.div_ceil(ROWS), 1),
-        })
+            grid(d.b * d.h * d.l.div_ceil(ROWS), 1),
+        ))
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {

@@ -5,7 +5,6 @@ use rayon::prelude::*;
 use super::cpu::Problem;
 use super::{Arg, Attention, Dims, Dispatch, GpuKernels, In, Op, Out, grid};
 use crate::error::Result;
-use crate::shaders;
 use crate::tensor::TensorMeta;
 
 /// The attention probabilities `[B, H, L, L]` for inspection (the visualizer): the same
@@ -41,12 +40,11 @@ impl Op for AttentionProbs {
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let d = self.0.dims(inputs, 2);
         let [bias, mask, buckets] = self.0.optional_args(2);
-        GpuKernels::single(Dispatch {
-            shader: &shaders::ATTENTION,
-            entry: "attention_probs",
-            params: self.0.params(d),
+        GpuKernels::single(Dispatch::new(
+            "attention_probs",
+            &self.0.uniform(d),
             // q stands in for v, which the probabilities do not need.
-            args: vec![
+            vec![
                 Arg::In(0),
                 Arg::In(1),
                 Arg::In(0),
@@ -55,7 +53,7 @@ impl Op for AttentionProbs {
                 buckets,
                 Arg::Out(0),
             ],
-            workgroups: grid(d.rows(), 64),
-        })
+            grid(d.rows(), 64),
+        ))
     }
 }
