@@ -33,7 +33,10 @@ impl Layout {
 
 /// Every uniform posflow dispatches.
 fn layouts() -> Vec<Layout> {
-    vec![Layout::of::<ops::fill::FillUniform>()]
+    vec![
+        Layout::of::<ops::fill::FillUniform>(),
+        Layout::of::<ops::matmul::MatMulUniform>(),
+    ]
 }
 
 fn parse(shader: &Shader) -> Module {
