@@ -52,6 +52,9 @@ fn layouts() -> Vec<Layout> {
         Layout::of::<ops::shape::PadUniform>(),
         Layout::of::<ops::shape::GatherUniform>(),
         Layout::of::<ops::unary::UnaryUniform>(),
+        Layout::of::<ops::matmul::MatMulUniform>(),
+        Layout::of::<ops::ode_flow::FlowUniform>(),
+        Layout::of::<ops::ode_flow::Dopri5Uniform>(),
     ]
 }
 

@@ -6,11 +6,17 @@
 
 use rayon::prelude::*;
 
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, Params, VjpArgs};
+use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
-use crate::shaders;
+use crate::kernel::uniform;
 use crate::tensor::{DType, TensorMeta};
+
+uniform! {
+    pub struct MatMulUniform = MATMUL "Dims" {
+        m: u32, n: u32, k: u32, a_batch: u32, b_batch: u32, trans_a: u32, trans_b: u32, _pad: u32,
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatMul {
@@ -233,28 +239,24 @@ impl Op for MatMul {
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let (_, l) = self.plan(inputs[0], inputs[1]).expect("shapes checked by infer");
         let (entry, tile) = kernel_for(&l);
-        let params = Params::new()
-            .u(l.m)
-            .u(l.n)
-            .u(l.k)
-            .u(l.a_batch)
-            .u(l.b_batch)
-            .u(self.trans_a as usize)
-            .u(self.trans_b as usize)
-            .u(0)
-            .words();
+        let uniform = MatMulUniform {
+            m: word(l.m),
+            n: word(l.n),
+            k: word(l.k),
+            a_batch: word(l.a_batch),
+            b_batch: word(l.b_batch),
+            trans_a: self.trans_a.into(),
+            trans_b: self.trans_b.into(),
+            _pad: 0,
+        };
         let groups = |x: usize| u32::try_from(x).unwrap_or(u32::MAX);
-        GpuKernels::single(Dispatch {
-            shader: &shaders::MATMUL,
-            entry,
-            params,
-            args: vec![Arg::In(0), Arg::In(1), Arg::Out(0)],
-            workgroups: [
-                groups(l.n.div_ceil(tile)),
-                groups(l.m.div_ceil(tile)),
-                groups(l.batch),
-            ],
-        })
+        let workgroups = [
+            groups(l.n.div_ceil(tile)),
+            groups(l.m.div_ceil(tile)),
+            groups(l.batch),
+        ];
+        let args = vec![Arg::In(0), Arg::In(1), Arg::Out(0)];
+        GpuKernels::single(Dispatch::new(entry, &uniform, args, workgroups))
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
