@@ -5,9 +5,10 @@
 // thread 0 finishes in a fixed order; every thread then holds the same controller copy.
 //
 // Lavapipe stops an invocation's loops after 65535 iterations in all, and an adaptive solve has an
-// unknown step count, so the op dispatches a fixed number of chunks sized from max_steps: each runs at
-// most `units` units of work (an interval start or a step attempt; a backprop step), hands the
-// controller over in `ctl`, and later chunks return at once when the solve is over. Entry points:
+// unknown step count, so each kernel runs as chunks: the first (chunk 0) starts the solve, then the
+// op repeats a second dispatch until the flag word in `ctl` says done (or full: `record`'s tape).
+// Each chunk runs at most `units` units of work (an interval start or a step attempt; a backprop
+// step) and hands the controller over in `ctl`; a chunk after the end returns at once. Entry points:
 //   forward:  the trajectory; outputs come from the dense output of the step containing them
 //   report:   status [code, −1, time] and NaN rows from the first position not reached
 //   record:   the forward again (bit for bit), keeping every accepted step's (t0, dt, z0) and each
@@ -16,7 +17,7 @@
 //   adjoint:  [p | a | g] backward over each interval with its own initial step, restarting p from the
 //             trajectory and adding the upstream at every position; the norm is the max of the RMS
 //             norms of p, a and each θ tensor, as torchdiffeq's
-//   finish:   dθ and dp0 (NaN when the solve failed)
+//   finish:   dθ and dp0 (NaN when the solve failed), and the backward's status
 
 const WG: u32 = 64u;
 const NO_STEP: u32 = 0xffffffffu;
@@ -26,6 +27,21 @@ const INIT: u32 = 0u;
 const STEP: u32 = 1u;
 const DONE: u32 = 2u;
 const FAILED: u32 = 3u;
+
+// Words of `ctl` after the controller: the repeat flags the op reads back after each round of
+// chunks (the solve's, backprop's walk), and backprop's walk.
+const FLAG: u32 = 24u;
+const WALK_FLAG: u32 = 25u;
+const WALK: u32 = 16u;
+const GOING: u32 = 0u;
+const FINISHED: u32 = 1u;
+const FULL: u32 = 2u;
+
+// Status codes (src/ops/ode_flow/mod.rs).
+const STATUS_OK: f32 = 0.0;
+const STATUS_SOLVER_FAILED: f32 = 2.0;
+const STATUS_ADJOINT_FAILED: f32 = 3.0;
+const STATUS_REPLAY_FAILED: f32 = 4.0;
 
 // Slots of `dv`, each `len` long: the state Z, the step's result Z1, a stage input X, the slopes
 // K0..K6; backprop adds the stage inputs X1..X6, their adjoints KB0..KB6, and ZBAR, ZBAR0, IB.
@@ -93,6 +109,8 @@ struct Walk {
 
 @group(0) @binding(0) var<uniform> dp: Params;
 @group(0) @binding(1) var<storage, read> theta: array<f32>;
+// finish
+@group(0) @binding(2) var<storage, read_write> bstatus: array<f32>;
 // forward, report
 @group(0) @binding(2) var<storage, read> p0: array<f32>;
 @group(0) @binding(3) var<storage, read_write> traj: array<f32>;
@@ -613,8 +631,11 @@ fn load_ctl(lid: u32) -> Ctl {
     return workgroupUniformLoad(&wctl);
 }
 
-fn store_ctl(c: Ctl, lid: u32) {
+// Stores the controller and the repeat flag: finished when the solve is over, full when `record`
+// has no room for another step.
+fn store_ctl(c: Ctl, full: bool, lid: u32) {
     if (lid == 0u) {
+        ctl[FLAG] = select(select(GOING, FINISHED, c.phase >= DONE), FULL, full);
         ctl[0] = c.phase;
         ctl[1] = bitcast<u32>(c.r);
         ctl[2] = bitcast<u32>(c.h);
@@ -672,7 +693,7 @@ fn forward(@builtin(local_invocation_index) lid: u32) {
             }
         }
     }
-    store_ctl(c, lid);
+    store_ctl(c, false, lid);
 }
 
 // Status [code, block, time]: 0 = ok (block −1); 2 = failed (a non-finite state or the step limit)
@@ -686,20 +707,26 @@ fn report(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups
     }
     if (i == 0u) {
         status[1] = -1.0;
+        status[3] = f32(ctl[3]);
         if (ctl[0] == DONE) {
-            status[0] = 0.0;
+            status[0] = STATUS_OK;
             status[2] = 0.0;
         } else {
-            status[0] = 2.0;
+            status[0] = STATUS_SOLVER_FAILED;
             status[2] = time(reached);
         }
     }
 }
 
-// tape: accepted step m at m·(len + 2): t0, dt, z0; output o ≥ 1 at outputs_off() + o·8: its step
-// (u32 bits) and dense weights times dt.
-fn outputs_off() -> u32 {
-    return dp.max_steps * (dp.len + 2u);
+// tape: output o ≥ 1 at o·8: its step (u32 bits) and dense weights times dt; accepted step m at
+// step_off(m): t0, dt, z0. The op sizes it for a few steps and doubles it when `record` says full.
+fn step_off(m: u32) -> u32 {
+    return dp.positions * 8u + m * (dp.len + 2u);
+}
+
+// Whether the tape holds another step after the `accepted` ones.
+fn tape_has_room(accepted: u32) -> bool {
+    return step_off(accepted + 1u) <= arrayLength(&tape);
 }
 
 @compute @workgroup_size(64)
@@ -711,6 +738,7 @@ fn record(@builtin(local_invocation_index) lid: u32) {
             dv[slot(Z) + i] = traj_in[i];
         }
     }
+    var full = false;
     for (var u = 0u; u < dp.units; u++) {
         if (c.phase >= DONE) {
             break;
@@ -723,12 +751,16 @@ fn record(@builtin(local_invocation_index) lid: u32) {
             }
             continue;
         }
+        if (!tape_has_room(c.accepted)) {
+            full = true;
+            break;
+        }
         c = attempt(c, lid);
         if (c.ok == 1u) {
             while (output_in_step(c)) {
                 let w = output_weights(c);
                 if (lid == 0u) {
-                    let o = outputs_off() + c.next_out * 8u;
+                    let o = c.next_out * 8u;
                     tape[o] = bitcast<f32>(c.accepted);
                     tape[o + 1u] = w[0].x;
                     tape[o + 2u] = w[0].y;
@@ -740,7 +772,7 @@ fn record(@builtin(local_invocation_index) lid: u32) {
                 }
                 c.next_out += 1u;
             }
-            let m = c.accepted * (n + 2u);
+            let m = step_off(c.accepted);
             if (lid == 0u) {
                 tape[m] = now(c);
                 tape[m + 1u] = c.dt;
@@ -755,7 +787,7 @@ fn record(@builtin(local_invocation_index) lid: u32) {
             }
         }
     }
-    store_ctl(c, lid);
+    store_ctl(c, full, lid);
 }
 
 // dv[KB0 + j] += coefⱼ · dv[bar] for the seven slope adjoints; no barrier.
@@ -788,7 +820,7 @@ fn backprop(@builtin(local_invocation_index) lid: u32) {
             // Nothing to walk when the recording failed (finish writes NaN).
             wwalk = Walk(select(0u, ctl[5], ctl[0] == DONE), dp.positions - 1u);
         } else {
-            wwalk = Walk(ctl[16], ctl[17]);
+            wwalk = Walk(ctl[WALK], ctl[WALK + 1u]);
         }
     }
     var w = workgroupUniformLoad(&wwalk);
@@ -804,12 +836,12 @@ fn backprop(@builtin(local_invocation_index) lid: u32) {
         if (w.steps_left == 0u) {
             break;
         }
-        let m = w.steps_left - 1u;
-        let ts = share(vec4<f32>(tape[m * (n + 2u)], tape[m * (n + 2u) + 1u], 0.0, 0.0), lid);
+        let m = step_off(w.steps_left - 1u);
+        let ts = share(vec4<f32>(tape[m], tape[m + 1u], 0.0, 0.0), lid);
         let t0 = ts.x;
         let dt = ts.y;
         for (var i = lid; i < n; i += WG) {
-            dv[slot(Z) + i] = tape[m * (n + 2u) + 2u + i];
+            dv[slot(Z) + i] = tape[m + 2u + i];
         }
         storageBarrier();
         field(t0, slot(Z), slot(K0), lid);
@@ -836,9 +868,9 @@ fn backprop(@builtin(local_invocation_index) lid: u32) {
             if (w.out_ptr == 0u) {
                 break;
             }
-            let o = outputs_off() + w.out_ptr * 8u;
+            let o = w.out_ptr * 8u;
             let step = share(vec4<f32>(tape[o], 0.0, 0.0, 0.0), lid);
-            if (bitcast<u32>(step.x) != m) {
+            if (bitcast<u32>(step.x) != w.steps_left - 1u) {
                 break;
             }
             let lo = share(vec4<f32>(tape[o + 1u], tape[o + 2u], tape[o + 3u], tape[o + 4u]), lid);
@@ -880,8 +912,9 @@ fn backprop(@builtin(local_invocation_index) lid: u32) {
         w.steps_left -= 1u;
     }
     if (lid == 0u) {
-        ctl[16] = w.steps_left;
-        ctl[17] = w.out_ptr;
+        ctl[WALK] = w.steps_left;
+        ctl[WALK + 1u] = w.out_ptr;
+        ctl[WALK_FLAG] = select(GOING, FINISHED, w.steps_left == 0u);
     }
 }
 
@@ -940,16 +973,24 @@ fn adjoint(@builtin(local_invocation_index) lid: u32) {
             }
         }
     }
-    store_ctl(c, lid);
+    store_ctl(c, false, lid);
 }
 
-// dθ and dp0 from backprop (`tape` walked to the start) or the adjoint (its augmented state); NaN
-// when the solve failed.
+// dθ and dp0 from backprop (`tape` walked to the start) or the adjoint (its augmented state), NaN
+// when the solve failed; and the backward's status [code, −1, time, attempts]: the attempts, and
+// the position time the adjoint was integrating back from.
 @compute @workgroup_size(64)
 fn finish(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = gid.x + gid.y * groups.x * WG;
     let n = dp.blocks * dp.d;
-    let ok = ctl[0] == DONE && (dp.adjoint == 1u || ctl[16] == 0u);
+    let ok = ctl[0] == DONE && (dp.adjoint == 1u || ctl[WALK] == 0u);
+    if (i == 0u) {
+        let adjoint = dp.adjoint == 1u;
+        bstatus[0] = select(select(STATUS_REPLAY_FAILED, STATUS_ADJOINT_FAILED, adjoint), STATUS_OK, ok);
+        bstatus[1] = -1.0;
+        bstatus[2] = select(0.0, time(ctl[4]), adjoint && !ok);
+        bstatus[3] = f32(ctl[3]);
+    }
     if (i < dp.param_len) {
         var v = dp.nan;
         if (ok && dp.adjoint == 1u) {

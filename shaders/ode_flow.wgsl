@@ -68,6 +68,9 @@ struct Params {
 
 // starts, backprop, adjoint, reduce_theta (θ at binding 1 as above)
 @group(0) @binding(2) var<storage, read> traj_in: array<f32>;
+// reduce_theta (which reads neither θ nor the trajectory): the backward's status, always ok (a
+// fixed grid cannot run out of steps).
+@group(0) @binding(2) var<storage, read_write> bstatus: array<f32>;
 @group(0) @binding(3) var<storage, read> upstream: array<f32>;
 @group(0) @binding(4) var<storage, read_write> dtheta: array<f32>;
 @group(0) @binding(5) var<storage, read_write> dp0: array<f32>;
@@ -354,6 +357,7 @@ fn report() {
             block = b;
         }
     }
+    status[3] = 0.0;
     if (best == NO_FAILURE) {
         status[0] = 0.0;
         status[1] = -1.0;
@@ -578,6 +582,12 @@ fn adjoint(
 @compute @workgroup_size(64)
 fn reduce_theta(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let e = gid.x + gid.y * groups.x * WG;
+    if (e == 0u) {
+        bstatus[0] = 0.0;
+        bstatus[1] = -1.0;
+        bstatus[2] = 0.0;
+        bstatus[3] = 0.0;
+    }
     if (e >= p.param_len) {
         return;
     }

@@ -56,7 +56,30 @@ pub struct Dispatch {
     pub params: Vec<u32>,
     pub args: Vec<Arg>,
     pub workgroups: [u32; 3],
+    /// Run again and again until the kernel says it is done; `None`: once.
+    pub repeat: Option<Repeat>,
 }
+
+/// A dispatch repeated until its kernel writes a nonzero flag: for work whose length only the GPU
+/// knows (an adaptive solve's attempts), so that time and memory follow the work done, not its
+/// bound. A backend that can read the GPU between submissions (native) runs it in rounds of
+/// growing size and stops at the flag; one that cannot (the web) runs all `max_runs`, each run
+/// after the flag returning at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Repeat {
+    /// The most runs the work can need.
+    pub max_runs: usize,
+    /// The scratch buffer and word of the flag, written by the kernel after every run:
+    /// [`REPEAT_GOING`], [`REPEAT_DONE`] or [`REPEAT_FULL`].
+    pub flag: (usize, usize),
+    /// The scratch buffer that [`REPEAT_FULL`] asks to double (contents kept) before the next run.
+    pub grows: Option<usize>,
+}
+
+/// Flag values of a [`Repeat`]ed kernel.
+pub const REPEAT_GOING: u32 = 0;
+pub const REPEAT_DONE: u32 = 1;
+pub const REPEAT_FULL: u32 = 2;
 
 impl Dispatch {
     /// A dispatch of `entry` in the shader that declares `uniform`'s WGSL struct.
@@ -67,6 +90,15 @@ impl Dispatch {
             params: bytemuck::cast_slice(std::slice::from_ref(uniform)).to_vec(),
             args,
             workgroups,
+            repeat: None,
+        }
+    }
+
+    /// This dispatch, run until its kernel's flag says done (see [`Repeat`]).
+    pub fn repeated(self, repeat: Repeat) -> Self {
+        Self {
+            repeat: Some(repeat),
+            ..self
         }
     }
 }
@@ -147,28 +179,4 @@ pub fn grid(threads: usize, size: usize) -> [u32; 3] {
     let x = groups.min(65535);
     let y = groups.div_ceil(x);
     [x as u32, y as u32, 1]
-}
-
-/// Parameters for a dispatch's uniform, built word by word in the order the WGSL struct declares.
-#[derive(Default)]
-pub struct Params(Vec<u32>);
-
-impl Params {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    pub fn u(mut self, value: usize) -> Self {
-        self.0.push(word(value));
-        self
-    }
-
-    pub fn f(mut self, value: f32) -> Self {
-        self.0.push(value.to_bits());
-        self
-    }
-
-    pub fn words(self) -> Vec<u32> {
-        self.0
-    }
 }

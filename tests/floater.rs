@@ -71,12 +71,12 @@ fn forward_backward(config: &ModelConfig, len: usize, backend: Rc<dyn Backend>) 
     let params = ParamStore::init(backend, &g, 3).unwrap();
     let mut wanted = vec![built.logits, built.loss];
     wanted.extend(grads.iter().map(|(_, grad)| grad));
-    let exec = Executor::new(&g, &built.outputs(&wanted), &params).unwrap();
+    let exec = Executor::new(&g, &wanted, &params).unwrap();
     let a: Vec<i32> = [tokens(len), tokens(len + 1)[1..].to_vec()].concat();
     let targets: Vec<i32> = a.iter().map(|t| (t + 1) % 30).collect();
     built.feed(&exec, &a, &targets, None).unwrap();
     exec.run().unwrap();
-    pollster::block_on(built.check(&exec)).unwrap();
+    pollster::block_on(exec.check()).unwrap();
     let mut out = vec![
         ("logits".to_string(), exec.read_blocking(built.logits).unwrap()),
         ("loss".to_string(), exec.read_blocking(built.loss).unwrap()),
@@ -309,12 +309,12 @@ fn the_compatible_form_with_zero_dynamics_is_the_sinusoidal_model() {
         prepare(&params);
         let mut wanted = vec![built.logits, built.loss];
         wanted.extend(grads.iter().map(|(_, grad)| grad));
-        let exec = Executor::new(&g, &built.outputs(&wanted), &params).unwrap();
+        let exec = Executor::new(&g, &wanted, &params).unwrap();
         let a: Vec<i32> = [tokens(7), tokens(8)[1..].to_vec()].concat();
         let targets: Vec<i32> = a.iter().map(|t| (t + 1) % 30).collect();
         built.feed(&exec, &a, &targets, None).unwrap();
         exec.run().unwrap();
-        pollster::block_on(built.check(&exec)).unwrap();
+        pollster::block_on(exec.check()).unwrap();
         let norms = grads
             .iter()
             .map(|(param, grad)| {
@@ -386,7 +386,7 @@ fn logits_of(model: &Model, params: &ParamStore, text: &[i32]) -> Vec<f32> {
     let built = model
         .build(&mut g, 1, text.len(), GraphOptions::default())
         .unwrap();
-    let exec = Executor::new(&g, &built.outputs(&[built.logits, built.loss]), params).unwrap();
+    let exec = Executor::new(&g, &[built.logits, built.loss], params).unwrap();
     built.feed(&exec, text, &vec![-100; text.len()], None).unwrap();
     exec.run().unwrap();
     exec.read_blocking(built.logits).unwrap()

@@ -74,13 +74,13 @@ fn logits(model: &Model, params: &ParamStore, len: usize, cached: Option<&[f32]>
     }
     .unwrap();
     assert_eq!(built.takes_encodings(), cached.is_some());
-    let exec = Executor::new(&g, &built.outputs(&[built.logits]), params).unwrap();
+    let exec = Executor::new(&g, &[built.logits], params).unwrap();
     built.feed(&exec, &text(len), &vec![-100; len], None).unwrap();
     if let Some(values) = cached {
         built.feed_encodings(&exec, values).unwrap();
     }
     exec.run().unwrap();
-    pollster::block_on(built.check(&exec)).unwrap();
+    pollster::block_on(exec.check()).unwrap();
     exec.read_blocking(built.logits).unwrap()
 }
 
@@ -129,7 +129,7 @@ fn encodings_of_the_wrong_size_or_for_a_solving_graph_are_errors() {
     let cached = model
         .build(&mut g, 1, 6, GraphOptions::default().cached_encodings())
         .unwrap();
-    let exec = Executor::new(&g, &cached.outputs(&[cached.logits]), &params).unwrap();
+    let exec = Executor::new(&g, &[cached.logits], &params).unwrap();
     let err = cached.feed_encodings(&exec, &[0.0; 7]).unwrap_err().to_string();
     assert!(
         err.contains("posenc.floater.encodings") && err.contains('7'),
@@ -138,7 +138,7 @@ fn encodings_of_the_wrong_size_or_for_a_solving_graph_are_errors() {
 
     let mut g = Graph::new();
     let solving = model.build(&mut g, 1, 6, GraphOptions::default()).unwrap();
-    let exec = Executor::new(&g, &solving.outputs(&[solving.logits]), &params).unwrap();
+    let exec = Executor::new(&g, &[solving.logits], &params).unwrap();
     let err = solving
         .feed_encodings(&exec, &[0.0; 6 * 3 * 16])
         .unwrap_err()
@@ -163,7 +163,7 @@ fn the_generator_reuses_one_solve_and_matches_the_solving_graph() {
     let solved = {
         let mut g = Graph::new();
         let built = model.build(&mut g, 1, 8, GraphOptions::default()).unwrap();
-        let exec = Executor::new(&g, &built.outputs(&[built.logits]), &params).unwrap();
+        let exec = Executor::new(&g, &[built.logits], &params).unwrap();
         built.feed(&exec, &padded, &[-100; 8], None).unwrap();
         exec.run().unwrap();
         exec.read_blocking(built.logits).unwrap()[4 * 30..5 * 30].to_vec()

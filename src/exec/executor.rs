@@ -145,6 +145,15 @@ impl Executor {
         Ok(v)
     }
 
+    /// After a run: the error of the first failed [`crate::graph::Check`] (an ODE solve out of
+    /// steps), so that no result of that run is used.
+    pub async fn check(&self) -> Result<()> {
+        for c in &self.plan.checks {
+            (c.verify)(&self.read(c.tensor).await?)?;
+        }
+        Ok(())
+    }
+
     /// [`Executor::read`], blocking. Native only.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn read_blocking(&self, t: TensorId) -> Result<Vec<f32>> {

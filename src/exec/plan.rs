@@ -3,7 +3,7 @@
 //! memory than one buffer per tensor.
 
 use crate::error::{Error, Result};
-use crate::graph::{Graph, Source, TensorId};
+use crate::graph::{Check, Graph, Source, TensorId};
 
 /// Where a tensor lives while a plan runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +24,8 @@ pub struct Plan {
     pub slots: Vec<Option<Slot>>,
     /// Tensors the caller reads after a run; their buffers are never reused.
     pub outputs: Vec<TensorId>,
+    /// The graph's run checks whose tensors this plan computes (kept as outputs).
+    pub checks: Vec<Check>,
 }
 
 impl Plan {
@@ -33,6 +35,22 @@ impl Plan {
         }
         let n_tensors = graph.tensors.len();
         let needed = needed_nodes(graph, outputs);
+        // A check rides along with the node that writes it; it never makes a node run.
+        let checks: Vec<Check> = graph
+            .checks
+            .iter()
+            .filter(|c| match graph.tensors[c.tensor.0].source {
+                Source::Node { node, .. } => needed[node],
+                _ => false,
+            })
+            .copied()
+            .collect();
+        let outputs: Vec<TensorId> = outputs
+            .iter()
+            .copied()
+            .chain(checks.iter().map(|c| c.tensor))
+            .collect();
+        let outputs = outputs.as_slice();
 
         // A view shares its input's buffer: everything below works on the root of each alias.
         let mut root: Vec<usize> = (0..n_tensors).collect();
@@ -133,6 +151,7 @@ impl Plan {
             buffers,
             slots,
             outputs: outputs.to_vec(),
+            checks,
         })
     }
 }

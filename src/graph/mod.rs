@@ -57,11 +57,21 @@ pub struct Node {
     pub outputs: Vec<TensorId>,
 }
 
+/// A status tensor to read after every run, and what turns it into an error: kernels cannot
+/// return errors, so an op that can fail at run time (an ODE solve out of steps) writes a status,
+/// and the executor checks it before any result of the run is used.
+#[derive(Clone, Copy, Debug)]
+pub struct Check {
+    pub tensor: TensorId,
+    pub verify: fn(&[f32]) -> Result<()>,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Graph {
     // Read by the planner (crate::exec), which walks them by index.
     pub(crate) tensors: Vec<TensorInfo>,
     pub(crate) nodes: Vec<Node>,
+    pub(crate) checks: Vec<Check>,
 }
 
 impl Graph {
@@ -117,6 +127,12 @@ impl Graph {
     /// [`Graph::apply`] for the common single-output op.
     pub fn apply1(&mut self, op: impl Op + 'static, inputs: &[TensorId]) -> Result<TensorId> {
         Ok(self.apply(op, inputs)?[0])
+    }
+
+    /// Asks every executor that computes `tensor` to read it after each run and pass it to
+    /// `verify` (see [`Check`]).
+    pub fn check_after_run(&mut self, tensor: TensorId, verify: fn(&[f32]) -> Result<()>) {
+        self.checks.push(Check { tensor, verify });
     }
 
     pub fn meta(&self, t: TensorId) -> &TensorMeta {

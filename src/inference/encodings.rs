@@ -9,13 +9,11 @@ use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Graph, TensorId};
 use crate::model::{Model, posenc};
-use crate::ops::ode_flow::check_status;
 use crate::params::ParamStore;
 
 pub struct EncodingCache {
     exec: Executor,
     encodings: TensorId,
-    statuses: Vec<TensorId>,
     values: RefCell<Option<Vec<f32>>>,
 }
 
@@ -28,12 +26,9 @@ impl EncodingCache {
         let Some(encodings) = terms.encodings else {
             return Ok(None);
         };
-        let mut outputs = vec![encodings];
-        outputs.extend(&terms.checks);
         Ok(Some(Self {
-            exec: Executor::new(&g, &outputs, params)?,
+            exec: Executor::new(&g, &[encodings], params)?,
             encodings,
-            statuses: terms.checks,
             values: RefCell::new(None),
         }))
     }
@@ -44,10 +39,10 @@ impl EncodingCache {
             return Ok(values.clone());
         }
         self.exec.run()?;
-        for &status in &self.statuses {
-            check_status(&self.exec.read(status).await?)
-                .map_err(|e| Error::Input(format!("the position encodings cannot be computed: {e}")))?;
-        }
+        self.exec
+            .check()
+            .await
+            .map_err(|e| Error::Input(format!("the position encodings cannot be computed: {e}")))?;
         let values = self.exec.read(self.encodings).await?;
         *self.values.borrow_mut() = Some(values.clone());
         Ok(values)

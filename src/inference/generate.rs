@@ -38,7 +38,7 @@ impl Generator {
         }
         let mut g = Graph::new();
         let graph = model.build(&mut g, 1, window, GraphOptions::default().cached_encodings())?;
-        let exec = Executor::new(&g, &graph.outputs(&[graph.logits, graph.loss]), params)?;
+        let exec = Executor::new(&g, &[graph.logits, graph.loss], params)?;
         Ok(Self {
             tokenizer,
             starts_with_bos: false,
@@ -81,7 +81,7 @@ impl Generator {
             self.graph.feed_encodings(&self.exec, &cache.values().await?)?;
         }
         self.exec.run()?;
-        self.graph.check(&self.exec).await?;
+        self.exec.check().await?;
         let vocab = self.vocab;
         let logits = self.exec.read(self.graph.logits).await?;
         Ok(softmax(&logits[last * vocab..(last + 1) * vocab]))

@@ -42,7 +42,7 @@ pub async fn attention_maps(model: &Model, params: &ParamStore, tokens: &[i32]) 
     let len = tokens.len();
     let mut g = Graph::new();
     let graph = model.build(&mut g, 1, len, GraphOptions::default().probed())?;
-    let exec = Executor::new(&g, &graph.outputs(&graph.attention_probs), params)?;
+    let exec = Executor::new(&g, &graph.attention_probs, params)?;
     // No loss is read: the targets only have to be valid.
     let targets = match model.config().kind {
         ModelKind::CausalLm { .. } => vec![IGNORE_INDEX; len],
@@ -50,7 +50,7 @@ pub async fn attention_maps(model: &Model, params: &ParamStore, tokens: &[i32]) 
     };
     graph.feed(&exec, tokens, &targets, None)?;
     exec.run()?;
-    graph.check(&exec).await?;
+    exec.check().await?;
     let mut layers = Vec::with_capacity(graph.attention_probs.len());
     for &probs in &graph.attention_probs {
         layers.push(exec.read(probs).await?);

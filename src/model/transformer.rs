@@ -8,7 +8,6 @@ use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Graph, Init, TensorId};
 use crate::ops::attention::AttentionBias;
-use crate::ops::ode_flow::check_status;
 use crate::tensor::TensorMeta;
 
 /// A validated configuration, ready to be built into graphs of any shape. Graphs of different
@@ -41,9 +40,6 @@ pub struct ModelGraph {
     constants: Vec<(TensorId, Constant)>,
     /// i32 `[1]`, in training graphs with dropout.
     dropout_seed: Option<TensorId>,
-    /// Statuses of the position encoding's ODE solve (FLOATER): executors must keep them among
-    /// their outputs ([`ModelGraph::outputs`]) and [`ModelGraph::check`] them after each run.
-    checks: Vec<TensorId>,
     /// FLOATER: every block's encodings in one tensor ([`crate::model::encodings_shape`]); an
     /// input to write with [`ModelGraph::feed_encodings`] in graphs built with cached encodings,
     /// the solve's result (to keep for them) otherwise.
@@ -243,7 +239,6 @@ impl Model {
             kind: c.kind,
             vocab: c.vocab,
             constants: positions.constants,
-            checks: positions.checks,
             encodings: positions.encodings,
             encodings_source: options.encodings(),
             dropout_seed: dropout.map(|(seed, _)| seed),
@@ -299,21 +294,6 @@ impl ModelGraph {
                 Constant::F32(v) => exec.set_f32(*t, v)?,
                 Constant::I32(v) => exec.set_i32(*t, v)?,
             }
-        }
-        Ok(())
-    }
-
-    /// `wanted` and the tensors [`ModelGraph::check`] reads: what an executor of this graph should
-    /// keep as outputs.
-    pub fn outputs(&self, wanted: &[TensorId]) -> Vec<TensorId> {
-        wanted.iter().chain(&self.checks).copied().collect()
-    }
-
-    /// After a run: an error if the position encoding's ODE solve failed (a non-finite state,
-    /// naming the block and time), so that no result of that run is used.
-    pub async fn check(&self, exec: &Executor) -> Result<()> {
-        for &status in &self.checks {
-            check_status(&exec.read(status).await?)?;
         }
         Ok(())
     }

@@ -8,7 +8,7 @@ use crate::error::Result;
 use super::dynamics::Dynamics;
 use super::field::AdjointField;
 use super::integrate::integrate;
-use super::{Gradients, Method};
+use super::{Gradients, Method, Progress};
 
 /// Gradients of Σ upstream · trajectory, from the trajectory at `times` ([positions, n]).
 pub(crate) fn adjoint<D: Dynamics>(
@@ -18,6 +18,7 @@ pub(crate) fn adjoint<D: Dynamics>(
     times: &[f64],
     trajectory: &[f32],
     upstream: &[f32],
+    progress: &mut Progress,
 ) -> Result<Gradients> {
     let n = trajectory.len() / times.len();
     let mut field = AdjointField {
@@ -29,15 +30,15 @@ pub(crate) fn adjoint<D: Dynamics>(
     let mut z = vec![0.0f32; 2 * n + theta.len()];
     z[..n].copy_from_slice(&trajectory[last * n..]);
     z[n..2 * n].copy_from_slice(&upstream[last * n..]);
-    let mut attempts = 0;
     for i in (1..times.len()).rev() {
+        progress.position = i;
         let ends = integrate(
             &mut field,
             method,
             &[times[i], times[i - 1]],
             &z,
             None,
-            &mut attempts,
+            &mut progress.attempts,
         )?;
         let len = z.len();
         z.copy_from_slice(&ends[len..]);

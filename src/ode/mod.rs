@@ -75,6 +75,11 @@ pub enum Scheme {
 }
 
 /// dopri5's tolerances: a step is accepted when the RMS of err / (atol + rtol·|z|) is at most 1.
+/// The tightest relative tolerance an f32 solve can meet (a few ulps of its state): tighter, the
+/// error estimate is rounding noise that no step size brings under the tolerance, and the solver
+/// shrinks its steps until `max_steps` runs out.
+pub const MIN_RTOL: f64 = 1e-6;
+
 #[derive(Clone, Copy, Debug)]
 pub struct Tolerance {
     pub rtol: f64,
@@ -152,9 +157,22 @@ pub struct Flow<'a, D> {
     pub method: Method,
 }
 
+/// How far a solve got, for the error a failed one reports: dopri5's step attempts (accepted or
+/// not; 0 for fixed steps), and the position the adjoint was integrating back from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    pub attempts: usize,
+    pub position: usize,
+}
+
 impl<D: Dynamics> Flow<'_, D> {
     /// The trajectory [positions, blocks, d] from p0 = [blocks, d].
     pub fn solve(&self, p0: &[f32]) -> Result<Vec<f32>> {
+        self.solve_tracked(p0, &mut Progress::default())
+    }
+
+    /// [`Flow::solve`], counting its attempts in `progress`.
+    pub fn solve_tracked(&self, p0: &[f32], progress: &mut Progress) -> Result<Vec<f32>> {
         self.check(p0)?;
         integrate(
             &mut self.field(p0.len()),
@@ -162,12 +180,17 @@ impl<D: Dynamics> Flow<'_, D> {
             &self.grid.times(),
             p0,
             None,
-            &mut 0,
+            &mut progress.attempts,
         )
     }
 
     /// Solves and keeps each step's start state for [`Flow::backprop`].
     pub fn record(&self, p0: &[f32]) -> Result<Recording> {
+        self.record_tracked(p0, &mut Progress::default())
+    }
+
+    /// [`Flow::record`], counting its attempts in `progress`.
+    pub fn record_tracked(&self, p0: &[f32], progress: &mut Progress) -> Result<Recording> {
         self.check(p0)?;
         let mut tape = Tape::default();
         let times = self.grid.times();
@@ -177,7 +200,7 @@ impl<D: Dynamics> Flow<'_, D> {
             &times,
             p0,
             Some(&mut tape),
-            &mut 0,
+            &mut progress.attempts,
         )?;
         Ok(Recording { trajectory, tape })
     }
@@ -197,6 +220,16 @@ impl<D: Dynamics> Flow<'_, D> {
     /// The continuous adjoint with the forward method and tolerances, from the trajectory of
     /// [`Flow::solve`]; `upstream` = d loss / d trajectory, [positions, blocks, d].
     pub fn adjoint(&self, trajectory: &[f32], upstream: &[f32]) -> Result<Gradients> {
+        self.adjoint_tracked(trajectory, upstream, &mut Progress::default())
+    }
+
+    /// [`Flow::adjoint`], counting its attempts and the interval it is in in `progress`.
+    pub fn adjoint_tracked(
+        &self,
+        trajectory: &[f32],
+        upstream: &[f32],
+        progress: &mut Progress,
+    ) -> Result<Gradients> {
         self.check_upstream(trajectory, upstream)?;
         adjoint::adjoint(
             self.dynamics,
@@ -205,6 +238,7 @@ impl<D: Dynamics> Flow<'_, D> {
             &self.grid.times(),
             trajectory,
             upstream,
+            progress,
         )
     }
 

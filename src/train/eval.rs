@@ -79,7 +79,7 @@ impl Evaluator {
             let logits = async {
                 graph.feed_batch(exec, &batch)?;
                 exec.run()?;
-                graph.check(exec).await?;
+                exec.check().await?;
                 exec.read(graph.logits).await
             }
             .await
@@ -103,7 +103,7 @@ fn forward_graph(
 ) -> Result<(ModelGraph, Executor)> {
     let mut g = Graph::new();
     let graph = model.build(&mut g, rows, len, GraphOptions::default())?;
-    let exec = Executor::new(&g, &graph.outputs(&[graph.logits, graph.loss]), params)?;
+    let exec = Executor::new(&g, &[graph.logits, graph.loss], params)?;
     Ok((graph, exec))
 }
 

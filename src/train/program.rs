@@ -47,7 +47,7 @@ impl Program {
         let mut outputs = vec![graph.loss];
         outputs.extend(keep);
         outputs.extend(grads.iter().map(|(_, grad)| grad));
-        let mut exec = Executor::new(g, &graph.outputs(&outputs), params)?;
+        let mut exec = Executor::new(g, &outputs, params)?;
         optimizer.attach(&mut exec, g, &grads, params)?;
         Ok(Self { graph, exec })
     }
@@ -241,7 +241,7 @@ impl TrainingProgram {
         if !self.last_solved {
             return Ok(());
         }
-        self.solving.graph.check(&self.solving.exec).await?;
+        self.solving.exec.check().await?;
         if let Some(cached) = &mut self.cached {
             let encodings = self
                 .solving

@@ -13,7 +13,6 @@ use crate::graph::{Graph, TensorId};
 use crate::inference::SavedModel;
 use crate::model::posenc::{self, Constant};
 use crate::model::{FloaterForm, PosEnc};
-use crate::ops::ode_flow::check_status;
 
 /// Parameter names from the table in `model/mod.rs` (checkpoints rely on them; the position
 /// encodings keep their own copies private).
@@ -172,11 +171,7 @@ async fn computed(saved: &SavedModel, len: usize) -> Result<Vec<EncodingMap>> {
             .enumerate()
             .map(|(i, &t)| (format!("block {i}"), t)),
     );
-    let outputs: Vec<TensorId> = wanted
-        .iter()
-        .map(|&(_, t)| t)
-        .chain(terms.checks.iter().copied())
-        .collect();
+    let outputs: Vec<TensorId> = wanted.iter().map(|&(_, t)| t).collect();
     let exec = Executor::new(&g, &outputs, &saved.params)?;
     for (t, values) in &terms.constants {
         match values {
@@ -185,9 +180,7 @@ async fn computed(saved: &SavedModel, len: usize) -> Result<Vec<EncodingMap>> {
         }
     }
     exec.run()?;
-    for &status in &terms.checks {
-        check_status(&exec.read(status).await?)?;
-    }
+    exec.check().await?;
     let mut maps = Vec::new();
     for (k, (label, t)) in wanted.into_iter().enumerate() {
         let values = exec.read(t).await?;

@@ -1,26 +1,78 @@
 //! A compiled GPU program: every dispatch's pipeline, uniform and bind group made once, then
-//! recorded into one compute pass per run.
+//! recorded into one compute pass per run. A [`Repeat`]ed dispatch splits the run: natively the
+//! work before it is submitted, then the dispatch runs in rounds of growing size, its flag read
+//! back after each, until the kernel says it is done (growing a scratch buffer when it is full);
+//! the web cannot wait on the GPU inside a run, so there it runs every one of `max_runs`.
+
+use std::cell::RefCell;
 
 use wgpu::util::DeviceExt;
 
 use super::{GpuBackend, gpu_buffer};
 use crate::backend::{Compiled, Program};
 use crate::error::{Error, Result};
-use crate::kernel::Arg;
+use crate::kernel::{Arg, Repeat};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::kernel::{REPEAT_DONE, REPEAT_FULL, REPEAT_GOING};
+
+/// The most runs of a repeated dispatch in one round between two readbacks of its flag.
+#[cfg(not(target_arch = "wasm32"))]
+const MAX_ROUND: usize = 64;
+
+/// What a dispatch binds, kept to bind again when a scratch buffer grows.
+struct Binding {
+    label: &'static str,
+    pipeline: wgpu::ComputePipeline,
+    uniform: wgpu::Buffer,
+    /// The storage buffers in binding order.
+    args: Vec<Arg>,
+    inputs: Vec<wgpu::Buffer>,
+    outputs: Vec<wgpu::Buffer>,
+}
+
+impl Binding {
+    fn bind(&self, device: &wgpu::Device, scratch: &[wgpu::Buffer]) -> wgpu::BindGroup {
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: self.uniform.as_entire_binding(),
+        }];
+        for (i, a) in self.args.iter().enumerate() {
+            let buffer = match *a {
+                Arg::In(i) => &self.inputs[i],
+                Arg::Out(i) => &self.outputs[i],
+                Arg::Scratch(i) => &scratch[i],
+            };
+            entries.push(wgpu::BindGroupEntry {
+                binding: i as u32 + 1,
+                resource: buffer.as_entire_binding(),
+            });
+        }
+        device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(self.label),
+            layout: &self.pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        })
+    }
+}
 
 struct Recorded {
-    pipeline: wgpu::ComputePipeline,
+    /// The program step (op) this dispatch belongs to, whose scratch buffers it may bind.
+    step: usize,
+    binding: Binding,
     bind_group: wgpu::BindGroup,
     workgroups: [u32; 3],
+    repeat: Option<Repeat>,
 }
 
 pub(super) struct GpuProgram {
     device: wgpu::Device,
     queue: wgpu::Queue,
-    dispatches: Vec<Recorded>,
+    dispatches: RefCell<Vec<Recorded>>,
     error: std::sync::Arc<std::sync::Mutex<Option<String>>>,
-    /// Scratch buffers stay alive as long as the bind groups that use them.
-    _scratch: Vec<wgpu::Buffer>,
+    /// Each step's scratch buffers: they stay alive as long as the bind groups that use them, and
+    /// a repeated kernel may ask for one to grow.
+    scratch: RefCell<Vec<Vec<wgpu::Buffer>>>,
+    op_names: Vec<&'static str>,
 }
 
 impl GpuProgram {
@@ -29,7 +81,7 @@ impl GpuProgram {
         let max_groups = device.limits().max_compute_workgroups_per_dimension;
         let mut dispatches = Vec::new();
         let mut scratch_all = Vec::new();
-        for step in program {
+        for (s, step) in program.iter().enumerate() {
             let in_metas: Vec<_> = step.inputs.iter().map(|b| &b.meta).collect();
             let out_metas: Vec<_> = step.outputs.iter().map(|b| &b.meta).collect();
             let kernels = step.op.gpu(&in_metas, &out_metas);
@@ -53,69 +105,199 @@ impl GpuProgram {
                         d.workgroups
                     )));
                 }
-                let pipeline = gpu.pipelines.get(device, d);
                 // Uniform buffers are at least 16 bytes and a multiple of 16.
                 let mut params = d.params.clone();
                 params.resize(params.len().div_ceil(4).max(1) * 4, 0);
-                let uniform = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                    label: Some(d.entry),
-                    contents: bytemuck::cast_slice(&params),
-                    usage: wgpu::BufferUsages::UNIFORM,
-                });
-                let buffers: Vec<&wgpu::Buffer> = d
-                    .args
-                    .iter()
-                    .map(|a| match *a {
-                        Arg::In(i) => gpu_buffer(&step.inputs[i].buffer),
-                        Arg::Out(i) => gpu_buffer(&step.outputs[i].buffer),
-                        Arg::Scratch(i) => &scratch[i],
-                    })
-                    .collect();
-                let mut entries = vec![wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: uniform.as_entire_binding(),
-                }];
-                for (i, b) in buffers.iter().enumerate() {
-                    entries.push(wgpu::BindGroupEntry {
-                        binding: i as u32 + 1,
-                        resource: b.as_entire_binding(),
-                    });
-                }
-                let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some(d.entry),
-                    layout: &pipeline.get_bind_group_layout(0),
-                    entries: &entries,
-                });
+                let binding = Binding {
+                    label: d.entry,
+                    pipeline: gpu.pipelines.get(device, d),
+                    uniform: device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                        label: Some(d.entry),
+                        contents: bytemuck::cast_slice(&params),
+                        usage: wgpu::BufferUsages::UNIFORM,
+                    }),
+                    args: d.args.clone(),
+                    inputs: step
+                        .inputs
+                        .iter()
+                        .map(|b| gpu_buffer(&b.buffer).clone())
+                        .collect(),
+                    outputs: step
+                        .outputs
+                        .iter()
+                        .map(|b| gpu_buffer(&b.buffer).clone())
+                        .collect(),
+                };
                 dispatches.push(Recorded {
-                    pipeline,
-                    bind_group,
+                    step: s,
+                    bind_group: binding.bind(device, &scratch),
+                    binding,
                     workgroups: d.workgroups,
+                    repeat: d.repeat,
                 });
             }
-            scratch_all.extend(scratch);
+            scratch_all.push(scratch);
         }
         Ok(Self {
             device: device.clone(),
             queue: gpu.queue.clone(),
-            dispatches,
+            dispatches: RefCell::new(dispatches),
             error: gpu.error.clone(),
-            _scratch: scratch_all,
+            scratch: RefCell::new(scratch_all),
+            op_names: program.iter().map(|s| s.op.name()).collect(),
         })
+    }
+
+    /// Records every dispatch in `range`, each `runs` times, into `encoder`.
+    fn record(
+        encoder: &mut wgpu::CommandEncoder,
+        dispatches: &[Recorded],
+        range: std::ops::Range<usize>,
+        runs: usize,
+    ) {
+        let mut pass = encoder.begin_compute_pass(&Default::default());
+        for d in &dispatches[range] {
+            pass.set_pipeline(&d.binding.pipeline);
+            pass.set_bind_group(0, &d.bind_group, &[]);
+            for _ in 0..runs {
+                pass.dispatch_workgroups(d.workgroups[0], d.workgroups[1], d.workgroups[2]);
+            }
+        }
+    }
+
+    /// Runs repeated dispatch `i` until its flag says done: rounds of 1, 2, 4 … runs, the flag
+    /// read back after each.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn run_repeated(&self, i: usize, repeat: Repeat) -> Result<()> {
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("repeat flag"),
+            size: 4,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let (mut done, mut round) = (0, 1);
+        while done < repeat.max_runs {
+            let runs = round.min(repeat.max_runs - done);
+            let mut encoder = self.device.create_command_encoder(&Default::default());
+            Self::record(&mut encoder, &self.dispatches.borrow(), i..i + 1, runs);
+            let step = self.dispatches.borrow()[i].step;
+            let (scratch, word) = repeat.flag;
+            encoder.copy_buffer_to_buffer(
+                &self.scratch.borrow()[step][scratch],
+                word as u64 * 4,
+                &staging,
+                0,
+                4,
+            );
+            self.queue.submit([encoder.finish()]);
+            done += runs;
+            round = (round * 2).min(MAX_ROUND);
+            match self.read_flag(&staging)? {
+                REPEAT_GOING => {}
+                REPEAT_DONE => return Ok(()),
+                // The runs after the kernel filled its buffer did nothing: they do not count.
+                REPEAT_FULL => match repeat.grows {
+                    Some(g) => {
+                        self.grow(step, g)?;
+                        (done, round) = (done - runs, 1);
+                    }
+                    None => return Err(self.bad_flag(step, REPEAT_FULL)),
+                },
+                other => return Err(self.bad_flag(step, other)),
+            }
+        }
+        Ok(())
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn read_flag(&self, staging: &wgpu::Buffer) -> Result<u32> {
+        staging.map_async(wgpu::MapMode::Read, .., |_| {});
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(e.to_string()))?;
+        let flag = {
+            let view = staging
+                .get_mapped_range(..)
+                .map_err(|e| Error::Gpu(e.to_string()))?;
+            bytemuck::cast_slice::<u8, u32>(&view)[0]
+        };
+        staging.unmap();
+        Ok(flag)
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn bad_flag(&self, step: usize, flag: u32) -> Error {
+        Error::Gpu(format!(
+            "{}: a repeated kernel wrote the unknown flag {flag}",
+            self.op_names[step]
+        ))
+    }
+
+    /// Doubles scratch buffer `g` of `step`, keeping its contents, and rebinds the step's dispatches.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn grow(&self, step: usize, g: usize) -> Result<()> {
+        let old = self.scratch.borrow()[step][g].clone();
+        let bytes = old.size() * 2;
+        let limit = self.device.limits().max_storage_buffer_binding_size;
+        if bytes > limit {
+            return Err(Error::Gpu(format!(
+                "{}: scratch {g} is full at {} bytes, and doubling it would pass this GPU's binding \
+                 limit of {limit} bytes",
+                self.op_names[step],
+                old.size(),
+            )));
+        }
+        let new = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("grown scratch"),
+            size: bytes,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = self.device.create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(&old, 0, &new, 0, old.size());
+        self.queue.submit([encoder.finish()]);
+        self.scratch.borrow_mut()[step][g] = new;
+        let scratch = self.scratch.borrow();
+        for d in self.dispatches.borrow_mut().iter_mut().filter(|d| d.step == step) {
+            d.bind_group = d.binding.bind(&self.device, &scratch[step]);
+        }
+        Ok(())
     }
 }
 
 impl Compiled for GpuProgram {
     fn run(&self) -> Result<()> {
-        let mut encoder = self.device.create_command_encoder(&Default::default());
-        {
-            let mut pass = encoder.begin_compute_pass(&Default::default());
-            for d in &self.dispatches {
-                pass.set_pipeline(&d.pipeline);
-                pass.set_bind_group(0, &d.bind_group, &[]);
-                pass.dispatch_workgroups(d.workgroups[0], d.workgroups[1], d.workgroups[2]);
+        let count = self.dispatches.borrow().len();
+        let mut start = 0;
+        while start < count {
+            // The dispatches up to the next repeated one, in one submission.
+            let next = (start..count)
+                .find(|&i| self.dispatches.borrow()[i].repeat.is_some())
+                .unwrap_or(count);
+            let mut encoder = self.device.create_command_encoder(&Default::default());
+            Self::record(&mut encoder, &self.dispatches.borrow(), start..next, 1);
+            if next == count {
+                self.queue.submit([encoder.finish()]);
+                break;
             }
+            let repeat = self.dispatches.borrow()[next].repeat.expect("found above");
+            #[cfg(target_arch = "wasm32")]
+            {
+                Self::record(
+                    &mut encoder,
+                    &self.dispatches.borrow(),
+                    next..next + 1,
+                    repeat.max_runs,
+                );
+                self.queue.submit([encoder.finish()]);
+            }
+            #[cfg(not(target_arch = "wasm32"))]
+            {
+                self.queue.submit([encoder.finish()]);
+                self.run_repeated(next, repeat)?;
+            }
+            start = next + 1;
         }
-        self.queue.submit([encoder.finish()]);
         match self.error.lock().expect("error lock").take() {
             Some(e) => Err(Error::Gpu(e)),
             None => Ok(()),

@@ -72,15 +72,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, TensorId};
-use crate::ode::{Activation, Grid, Method, Scheme, Tolerance};
+use crate::ode::{Activation, Grid, MIN_RTOL, Method, Scheme, Tolerance};
 use crate::ops::ode_flow::{FlowGradient, MAX_DIM, OdeFlow};
 use crate::tensor::TensorMeta;
 
 /// The most fixed-step substeps per position interval (the authors use a handful).
 const MAX_SUBSTEPS: usize = 1000;
 
-/// The tightest relative tolerance an f32 solve can meet (a few ulps of its state).
-const MIN_RTOL: f64 = 1e-6;
+/// The most dopri5 step attempts a config may allow: a GPU solve costs what it takes, not this
+/// bound, and attempts up to here count exactly in the f32 status.
+const MAX_DOPRI5_STEPS: usize = 10_000_000;
 
 /// The largest time between positions: 100 times the authors' 0.01. Much larger, the flow of
 /// freshly initialised dynamics overflows f32 within the first positions (from Δ 10 on in the
@@ -323,10 +324,9 @@ impl FloaterConfig {
                 self.rtol
             ));
         }
-        if self.max_steps > MAX_SUBSTEPS * 100 {
+        if self.max_steps > MAX_DOPRI5_STEPS {
             return Err(format!(
-                "dopri5's max_steps must be at most {}, got {}",
-                MAX_SUBSTEPS * 100,
+                "dopri5's max_steps must be at most {MAX_DOPRI5_STEPS}, got {}",
                 self.max_steps
             ));
         }
@@ -393,12 +393,11 @@ pub fn encodings_shape(config: &FloaterConfig, len: usize, d: usize, layers: usi
 }
 
 /// The encodings of one graph: one term per block (one in all for the additive form without
-/// `every_block`), all of them in one tensor (see [`encodings_shape`]), and the solves'
-/// statuses, to be checked after every run (none when the encodings are an input).
+/// `every_block`), and all of them in one tensor (see [`encodings_shape`]). The solve's status is
+/// the graph's to check after every run ([`Graph::ode_flow`]).
 pub(super) struct FloaterTerms {
     pub per_block: Vec<TensorId>,
     pub encodings: TensorId,
-    pub statuses: Vec<TensorId>,
 }
 
 /// The additive form for sequences of `len` positions: `[L, D]` per block.
@@ -415,17 +414,13 @@ pub(super) fn build(
         .map_err(|e| Error::Input(format!("model config: {e}")))?;
     let blocks = if config.every_block { layers } else { 1 };
     // [L, blocks, D]: block n's encodings are column n.
-    let (trajectory, statuses) = match source {
+    let trajectory = match source {
         EncodingSource::Solve => {
             let theta = dynamics(g, "posenc.floater", d, Init::Normal(WEIGHT_STD))?;
             let initial = g.param(INITIAL_NAME, &[blocks, d], Init::Normal(INITIAL_STD))?;
-            let (trajectory, status) = g.ode_flow(config.flow(len, d), theta, initial)?;
-            (trajectory, vec![status])
+            g.ode_flow(config.flow(len, d), theta, initial)?.0
         }
-        EncodingSource::Input => (
-            g.input(ENCODINGS_INPUT, TensorMeta::f32(&[len, blocks, d])),
-            Vec::new(),
-        ),
+        EncodingSource::Input => g.input(ENCODINGS_INPUT, TensorMeta::f32(&[len, blocks, d])),
     };
     let per_block = (0..blocks)
         .map(|n| {
@@ -436,7 +431,6 @@ pub(super) fn build(
     Ok(FloaterTerms {
         per_block,
         encodings: trajectory,
-        statuses,
     })
 }
 
@@ -456,7 +450,7 @@ pub(super) fn build_bias(
         .map_err(|e| Error::Input(format!("model config: {e}")))?;
     let rows = 3 * layers;
     // [L, 3·layers, D]: the flow's own layout, as the additive form's.
-    let (trajectory, statuses) = match source {
+    let trajectory = match source {
         EncodingSource::Solve => {
             let theta = dynamics(g, "posenc.floater", d, Init::Normal(xavier_normal_std(d)))?;
             let initial = g.param(
@@ -465,13 +459,9 @@ pub(super) fn build_bias(
                 Init::Uniform(qkv_initial_bound(layers, d)),
             )?;
             let initial = g.reshape(initial, &[rows, d])?;
-            let (trajectory, status) = g.ode_flow(config.flow(len, d), theta, initial)?;
-            (trajectory, vec![status])
+            g.ode_flow(config.flow(len, d), theta, initial)?.0
         }
-        EncodingSource::Input => (
-            g.input(ENCODINGS_INPUT, TensorMeta::f32(&[len, rows, d])),
-            Vec::new(),
-        ),
+        EncodingSource::Input => g.input(ENCODINGS_INPUT, TensorMeta::f32(&[len, rows, d])),
     };
     let per_block = (0..layers)
         .map(|n| {
@@ -488,7 +478,6 @@ pub(super) fn build_bias(
     Ok(FloaterTerms {
         per_block,
         encodings: trajectory,
-        statuses,
     })
 }
 

@@ -45,8 +45,6 @@ pub struct PositionTerms {
     pub attention_scale: Option<f32>,
     /// Constant inputs and their values, written before each run.
     pub constants: Vec<(TensorId, Constant)>,
-    /// `ode_flow` statuses, read after each run ([`crate::ops::ode_flow::check_status`]).
-    pub checks: Vec<TensorId>,
     /// FLOATER: every block's encodings in one tensor ([`encodings_shape`]), solved by the graph
     /// or its input ([`EncodingSource`]).
     pub encodings: Option<TensorId>,
@@ -121,7 +119,6 @@ pub fn build_from(
             FloaterForm::Additive => {
                 let terms = floater::build(g, &floater, len, config.d_model, config.layers, source)?;
                 let mut positions = PositionTerms {
-                    checks: terms.statuses,
                     encodings: Some(terms.encodings),
                     ..PositionTerms::default()
                 };
@@ -138,7 +135,6 @@ pub fn build_from(
                 Ok(PositionTerms {
                     at_input: Some(table),
                     qkv_bias: terms.per_block,
-                    checks: terms.statuses,
                     encodings: Some(terms.encodings),
                     constants: vec![(table, Constant::F32(values))],
                     ..PositionTerms::default()

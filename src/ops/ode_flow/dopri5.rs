@@ -3,12 +3,13 @@
 //! buffer; the error norm is a workgroup reduction finished by one thread in a fixed order, and the
 //! controller (torchdiffeq's initial step, safety 0.9, growth ≤ 10, shrink ≥ 0.2, dense output) is
 //! the CPU's in f32, t kept as an offset from the last position passed. An adaptive solve has an
-//! unknown step count, so each kernel is a fixed number of dispatches sized from `max_steps`, each
-//! running at most a bounded number of units (an interval start or a step attempt; a backprop
-//! step) under the loop budget, the controller handed over in a scratch buffer; chunks after the
-//! end return at once. A report pass writes the status and the NaN rows. Backprop runs the forward
-//! again in the backward (same kernel, same bits), taping every accepted step's (t0, dt, start) and
-//! each output's step and dense weights (`max_steps` × blocks·d floats), then walks the tape in
+//! unknown step count, so each kernel is a first chunk and a [`Repeat`]ed one that the backend runs
+//! until the kernel's flag says done: each chunk runs at most a bounded number of units (an interval
+//! start or a step attempt; a backprop step) under the loop budget, the controller handed over in a
+//! scratch buffer, so time follows the attempts taken, not `max_steps`. A report pass writes the
+//! status and the NaN rows. Backprop runs the forward again in the backward (same kernel, same
+//! bits), taping each output's step and dense weights and every accepted step's (t0, dt, start) in
+//! a tape that starts small and doubles when `record` says it is full, then walks the tape in
 //! reverse with the step sizes held constant, as the CPU does; the adjoint integrates [p | a | g]
 //! backward interval by interval, each with its own initial step, the norm the max of the RMS norms
 //! of p, a and each θ tensor. Agreement with the CPU: ~1e-6 on the trajectory and ≤ 2e-5 on the
@@ -18,9 +19,9 @@
 //! f64 solves (see the tests).
 
 use super::{FlowGradient, ITERATIONS_PER_DISPATCH, OdeFlow, WORKGROUP};
+use crate::kernel::{Repeat, uniform, word};
 use crate::ode::{Activation, Tolerance};
-use crate::ops::{Arg, Dispatch, GpuKernels, Params, grid};
-use crate::shaders;
+use crate::ops::{Arg, Dispatch, GpuKernels, grid};
 
 /// The dopri5 kernels (`shaders/ode_dopri5.wgsl`), for their cost per unit of work.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -32,8 +33,43 @@ pub(super) enum Dopri5Kernel {
     Adjoint,
 }
 
-/// Controller words of the dopri5 kernels (the solve's, then backprop's walk from word 16).
+/// Controller words of the dopri5 kernels: the solve's, backprop's walk from word 16, the repeat
+/// flags at `FLAG` and `WALK_FLAG` (the shader's).
 const DOPRI5_CONTROL: usize = 32;
+const FLAG: usize = 24;
+const WALK_FLAG: usize = 25;
+
+/// Accepted steps backprop's tape holds at first (natively it doubles when full; the web cannot
+/// grow it between chunks, so there it holds `max_steps`). The unit tests start it at 4, so that
+/// every backprop solve in them grows it, most several times.
+const FIRST_TAPE_STEPS: usize = if cfg!(test) { 4 } else { 256 };
+
+uniform! {
+    /// The uniform of `shaders/ode_dopri5.wgsl` (see its comments).
+    pub(crate) struct Dopri5Uniform = ODE_DOPRI5 "Params" {
+        blocks: u32,
+        d: u32,
+        k: u32,
+        positions: u32,
+        param_len: u32,
+        relu: u32,
+        max_steps: u32,
+        adjoint: u32,
+        len: u32,
+        hidden_off: u32,
+        chunk: u32,
+        units: u32,
+        delta: f32,
+        rtol: f32,
+        atol: f32,
+        nan: f32,
+        groups: u32,
+        pad0: u32,
+        pad1: u32,
+        pad2: u32,
+        bounds: [[u32; 4]; 2],
+    }
+}
 
 /// dopri5 on the GPU: one workgroup integrates every block (they share the step size), its vectors
 /// in a scratch buffer; the solve is split into a fixed number of chunks sized from `max_steps`.
@@ -89,7 +125,8 @@ impl OdeFlow {
     }
 
     /// (units per dispatch, dispatches) of a kernel: enough units for `max_steps` step attempts
-    /// (and the adjoint's interval starts), each dispatch within [`ITERATIONS_PER_DISPATCH`].
+    /// (and the adjoint's interval starts), each dispatch within [`ITERATIONS_PER_DISPATCH`]. The
+    /// dispatches are a bound: the solve stops repeating them when it is done.
     pub(super) fn dopri5_chunks(
         &self,
         tol: &Tolerance,
@@ -108,16 +145,15 @@ impl OdeFlow {
     }
 
     /// The uniform of `shaders/ode_dopri5.wgsl`.
-    fn dopri5_params(
+    fn dopri5_uniform(
         &self,
         tol: &Tolerance,
         blocks: usize,
         kernel: Dopri5Kernel,
         chunk: usize,
         units: usize,
-    ) -> Vec<u32> {
+    ) -> Dopri5Uniform {
         let n = blocks * self.dim;
-        let len = self.dopri5_len(blocks, kernel);
         let adjoint = kernel == Dopri5Kernel::Adjoint;
         // Norm groups: the state; or p, a and each θ tensor (w1, b1, w2, b2).
         let (d, k) = (self.dim, self.hidden);
@@ -129,36 +165,34 @@ impl OdeFlow {
         }
         let groups = bounds.len() - 1;
         bounds.resize(8, 0);
-        bounds
-            .into_iter()
-            .fold(
-                Params::new()
-                    .u(blocks)
-                    .u(d)
-                    .u(k)
-                    .u(self.grid.positions)
-                    .u(self.param_len())
-                    .u((self.activation == Activation::Relu) as usize)
-                    .u(tol.max_steps)
-                    .u(adjoint as usize)
-                    .u(len)
-                    .u(self.dopri5_hidden_off(blocks, kernel))
-                    .u(chunk)
-                    .u(units)
-                    .f(self.grid.delta as f32)
-                    .f(tol.rtol as f32)
-                    .f(tol.atol as f32)
-                    .f(f32::NAN)
-                    .u(groups)
-                    .u(0)
-                    .u(0)
-                    .u(0),
-                |p, b| p.u(b),
-            )
-            .words()
+        let b = |i: usize| [0, 1, 2, 3].map(|j| word(bounds[4 * i + j]));
+        Dopri5Uniform {
+            blocks: word(blocks),
+            d: word(d),
+            k: word(k),
+            positions: word(self.grid.positions),
+            param_len: word(self.param_len()),
+            relu: (self.activation == Activation::Relu) as u32,
+            max_steps: word(tol.max_steps),
+            adjoint: adjoint as u32,
+            len: word(self.dopri5_len(blocks, kernel)),
+            hidden_off: word(self.dopri5_hidden_off(blocks, kernel)),
+            chunk: word(chunk),
+            units: word(units),
+            delta: self.grid.delta as f32,
+            rtol: tol.rtol as f32,
+            atol: tol.atol as f32,
+            nan: f32::NAN,
+            groups: word(groups),
+            pad0: 0,
+            pad1: 0,
+            pad2: 0,
+            bounds: [b(0), b(1)],
+        }
     }
 
-    /// A kernel's chunks, one workgroup each.
+    /// A kernel's chunks, one workgroup each: the first, which starts the solve, and one the
+    /// backend repeats until the flag at word `flag` of the controller says done.
     fn dopri5_dispatches(
         &self,
         tol: &Tolerance,
@@ -168,15 +202,39 @@ impl OdeFlow {
         args: &[Arg],
     ) -> Vec<Dispatch> {
         let (units, chunks) = self.dopri5_chunks(tol, blocks, kernel);
-        (0..chunks)
-            .map(|chunk| Dispatch {
-                shader: &shaders::ODE_DOPRI5,
+        let chunk = |c| {
+            Dispatch::new(
                 entry,
-                params: self.dopri5_params(tol, blocks, kernel, chunk, units),
-                args: args.to_vec(),
-                workgroups: [1, 1, 1],
-            })
-            .collect()
+                &self.dopri5_uniform(tol, blocks, kernel, c, units),
+                args.to_vec(),
+                [1, 1, 1],
+            )
+        };
+        let (flag, grows) = match kernel {
+            Dopri5Kernel::Backprop => (WALK_FLAG, None),
+            // The tape (scratch 2) of a backprop's recording.
+            Dopri5Kernel::Record => (FLAG, Some(2)),
+            _ => (FLAG, None),
+        };
+        vec![
+            chunk(0),
+            chunk(1).repeated(Repeat {
+                max_runs: chunks - 1,
+                flag: (1, flag),
+                grows,
+            }),
+        ]
+    }
+
+    /// The tape's first length: each output's step and dense weights, and room for
+    /// [`FIRST_TAPE_STEPS`] accepted steps of blocks·d floats and (t0, dt).
+    fn dopri5_tape_len(&self, tol: &Tolerance, blocks: usize) -> usize {
+        let steps = if cfg!(target_arch = "wasm32") {
+            tol.max_steps
+        } else {
+            tol.max_steps.min(FIRST_TAPE_STEPS)
+        };
+        self.grid.positions * 8 + steps * (blocks * self.dim + 2)
     }
 
     pub(super) fn dopri5_forward(&self, tol: &Tolerance, blocks: usize) -> GpuKernels {
@@ -190,13 +248,12 @@ impl OdeFlow {
         ];
         let solve = Dopri5Kernel::Solve;
         let mut dispatches = self.dopri5_dispatches(tol, blocks, solve, "forward", &args);
-        dispatches.push(Dispatch {
-            shader: &shaders::ODE_DOPRI5,
-            entry: "report",
-            params: self.dopri5_params(tol, blocks, solve, 0, 0),
-            args: args.to_vec(),
-            workgroups: grid(self.grid.positions * blocks * self.dim, WORKGROUP),
-        });
+        dispatches.push(Dispatch::new(
+            "report",
+            &self.dopri5_uniform(tol, blocks, solve, 0, 0),
+            args.to_vec(),
+            grid(self.grid.positions * blocks * self.dim, WORKGROUP),
+        ));
         GpuKernels {
             // The vectors; the controller.
             scratch: vec![self.dopri5_vectors_len(blocks, solve), DOPRI5_CONTROL],
@@ -221,8 +278,7 @@ impl OdeFlow {
             FlowGradient::Backprop => {
                 let mut d = self.dopri5_dispatches(tol, blocks, Dopri5Kernel::Record, "record", &args);
                 d.extend(self.dopri5_dispatches(tol, blocks, Dopri5Kernel::Backprop, "backprop", &args));
-                let tape = tol.max_steps * (n + 2) + self.grid.positions * 8;
-                (d, Dopri5Kernel::Backprop, tape)
+                (d, Dopri5Kernel::Backprop, self.dopri5_tape_len(tol, blocks))
             }
             FlowGradient::Adjoint => {
                 let kernel = Dopri5Kernel::Adjoint;
@@ -233,16 +289,19 @@ impl OdeFlow {
                 )
             }
         };
-        dispatches.push(Dispatch {
-            shader: &shaders::ODE_DOPRI5,
-            entry: "finish",
-            params: self.dopri5_params(tol, blocks, kernel, 0, 0),
-            args: args.to_vec(),
-            workgroups: grid(self.param_len().max(n), WORKGROUP),
-        });
+        // finish binds the backward's status where the others bind the trajectory (it reads
+        // neither it nor θ): a ninth storage buffer would pass the common limit of eight.
+        let mut finish_args = args.to_vec();
+        finish_args[1] = Arg::Out(2);
+        dispatches.push(Dispatch::new(
+            "finish",
+            &self.dopri5_uniform(tol, blocks, kernel, 0, 0),
+            finish_args,
+            grid(self.param_len().max(n), WORKGROUP),
+        ));
         GpuKernels {
-            // The vectors; the controller; backprop's tape (each accepted step's t0, dt and start,
-            // each output's step and dense weights).
+            // The vectors; the controller; backprop's tape (each output's step and dense weights,
+            // each accepted step's t0, dt and start).
             scratch: vec![self.dopri5_vectors_len(blocks, kernel), DOPRI5_CONTROL, tape],
             dispatches,
         }

@@ -12,9 +12,28 @@
 //! own scratch row and a last pass sums the rows in block order: deterministic, no atomics.
 
 use super::{FlowGradient, ITERATIONS_PER_DISPATCH, OdeFlow, WORKGROUP};
+use crate::kernel::{uniform, word};
 use crate::ode::{Activation, Method};
-use crate::ops::{Arg, Dispatch, GpuKernels, Params, grid};
-use crate::shaders;
+use crate::ops::{Arg, Dispatch, GpuKernels, grid};
+
+uniform! {
+    /// The uniform of `shaders/ode_flow.wgsl`: the tableau (c, b, rows 1..3 of a) as f32 bits,
+    /// the sizes, and the steps `[begin, end)` the dispatch runs.
+    pub(crate) struct FlowUniform = ODE_FLOW "Params" {
+        tab: [[u32; 4]; 5],
+        blocks: u32,
+        d: u32,
+        k: u32,
+        positions: u32,
+        substeps: u32,
+        stages: u32,
+        relu: u32,
+        param_len: u32,
+        delta: f32,
+        begin: u32,
+        end: u32,
+    }
+}
 
 /// The kernels that walk the steps, for their cost per step.
 #[derive(Clone, Copy)]
@@ -27,19 +46,16 @@ pub(super) enum StepKernel {
 impl OdeFlow {
     /// The forward's dispatches: the solve in chunks of steps, then the report.
     pub(super) fn fixed_forward(&self, blocks: usize) -> GpuKernels {
-        let dispatch = |entry, steps, workgroups| Dispatch {
-            shader: &shaders::ODE_FLOW,
-            entry,
-            params: self.gpu_params(blocks, steps),
-            args: vec![
+        let dispatch = |entry, steps, workgroups| {
+            let args = vec![
                 Arg::In(0),
                 Arg::In(1),
                 Arg::Out(0),
                 Arg::Out(1),
                 Arg::Scratch(0),
                 Arg::Scratch(1),
-            ],
-            workgroups,
+            ];
+            Dispatch::new(entry, &self.uniform(blocks, steps), args, workgroups)
         };
         let one_per_block = grid(blocks * WORKGROUP, WORKGROUP);
         let dispatches = self
@@ -60,11 +76,8 @@ impl OdeFlow {
     pub(super) fn fixed_backward(&self, blocks: usize) -> GpuKernels {
         let flow = self;
         let (d, params_len) = (flow.dim, flow.param_len());
-        let dispatch = |entry, steps, workgroups| Dispatch {
-            shader: &shaders::ODE_FLOW,
-            entry,
-            params: flow.gpu_params(blocks, steps),
-            args: vec![
+        let dispatch = |entry, steps, workgroups| {
+            let mut args = vec![
                 Arg::In(0),
                 Arg::In(1),
                 Arg::In(2),
@@ -73,8 +86,13 @@ impl OdeFlow {
                 Arg::Scratch(0),
                 Arg::Scratch(1),
                 Arg::Scratch(2),
-            ],
-            workgroups,
+            ];
+            // reduce_theta writes the backward's status where the others read the trajectory:
+            // a ninth storage buffer would pass the common limit of eight.
+            if entry == "reduce_theta" {
+                args[1] = Arg::Out(2);
+            }
+            Dispatch::new(entry, &flow.uniform(blocks, steps), args, workgroups)
         };
         let one_per_block = grid(blocks * WORKGROUP, WORKGROUP);
         let walk = |entry, kernel| flow.chunks(kernel).into_iter().map(move |steps| (entry, steps));
@@ -99,37 +117,35 @@ impl OdeFlow {
         }
     }
 
-    /// The shader's uniform: the tableau (c, b, rows 1..3 of a) as f32, then the sizes, then the
-    /// steps `[begin, end)` the dispatch runs.
-    pub(super) fn gpu_params(&self, blocks: usize, (begin, end): (usize, usize)) -> Vec<u32> {
-        let mut tab = [[0.0f32; 4]; 5];
+    /// The shader's uniform for a dispatch that runs the steps `[begin, end)`.
+    pub(super) fn uniform(&self, blocks: usize, (begin, end): (usize, usize)) -> FlowUniform {
+        let mut tab = [[0u32; 4]; 5];
         let mut stages = 0;
         if let Method::Fixed { .. } = self.method {
             let t = self.method.tableau();
             stages = t.stages();
             for i in 0..stages {
-                tab[0][i] = t.c[i] as f32;
-                tab[1][i] = t.b[i] as f32;
+                tab[0][i] = (t.c[i] as f32).to_bits();
+                tab[1][i] = (t.b[i] as f32).to_bits();
                 for (j, &a) in t.a[i].iter().enumerate() {
-                    tab[1 + i][j] = a as f32;
+                    tab[1 + i][j] = (a as f32).to_bits();
                 }
             }
         }
-        tab.iter()
-            .flatten()
-            .fold(Params::new(), |p, &v| p.f(v))
-            .u(blocks)
-            .u(self.dim)
-            .u(self.hidden)
-            .u(self.grid.positions)
-            .u(self.substeps())
-            .u(stages)
-            .u((self.activation == Activation::Relu) as usize)
-            .u(self.param_len())
-            .f(self.grid.delta as f32)
-            .u(begin)
-            .u(end)
-            .words()
+        FlowUniform {
+            tab,
+            blocks: word(blocks),
+            d: word(self.dim),
+            k: word(self.hidden),
+            positions: word(self.grid.positions),
+            substeps: word(self.substeps()),
+            stages: word(stages),
+            relu: (self.activation == Activation::Relu) as u32,
+            param_len: word(self.param_len()),
+            delta: self.grid.delta as f32,
+            begin: word(begin),
+            end: word(end),
+        }
     }
 
     /// Steps on the whole grid.

@@ -3,8 +3,9 @@
 //! and the methods).
 //!
 //! Inputs: θ f32 `[param_len]` ([`FloaterDynamics`] layout) and p0 f32 `[blocks, d]`. Outputs: the
-//! trajectory `[positions, blocks, d]` and a status f32 `[3]` = `[code, block, time]`, because a
-//! kernel cannot return an error: check it after the run with [`check_status`]. Codes:
+//! trajectory `[positions, blocks, d]` and a status f32 `[4]` = `[code, block, time, attempts]`
+//! (dopri5's step attempts, 0 for fixed steps), because a kernel cannot return an error: the
+//! graph asks every executor to check it after each run ([`check_status`]). Codes:
 //! - [`STATUS_OK`] (block −1, time 0);
 //! - [`STATUS_NON_FINITE`]: a non-finite state, first in `block` at the position time `time` (the
 //!   earliest position whose state is not finite; the lowest such block). That block's rows are
@@ -15,13 +16,20 @@
 //!   that position on is NaN (and so are the gradients).
 //!
 //! Gradients ([`FlowGradient`]): backprop through the solver, or the continuous adjoint. Both read
-//! the trajectory (no extra state is kept between the forward and the backward).
+//! the trajectory (no extra state is kept between the forward and the backward). The backward has
+//! its own status, checked the same way: dopri5's adjoint solve can run out of steps where the
+//! forward did not ([`STATUS_ADJOINT_FAILED`]; `time` is the position it was integrating back
+//! from), and backprop replays the forward ([`STATUS_REPLAY_FAILED`]).
 //!
 //! The GPU kernels: fixed-step methods in `fixed.rs` (`shaders/ode_flow.wgsl`), dopri5 in
 //! `dopri5.rs` (`shaders/ode_dopri5.wgsl`); each file's doc says how its kernels walk the solve.
 
 mod dopri5;
 mod fixed;
+#[cfg(test)]
+pub(crate) use dopri5::Dopri5Uniform;
+#[cfg(test)]
+pub(crate) use fixed::FlowUniform;
 #[cfg(test)]
 mod tests;
 
@@ -30,7 +38,9 @@ use rayon::prelude::*;
 use super::{GpuKernels, In, Op, Out, VjpArgs};
 use crate::error::{Error, Result, shape_err};
 use crate::graph::{Graph, TensorId};
-use crate::ode::{Activation, Dynamics, FloaterDynamics, Flow, Gradients, Grid, Method, Tolerance};
+use crate::ode::{
+    Activation, Dynamics, FloaterDynamics, Flow, Gradients, Grid, MIN_RTOL, Method, Progress, Tolerance,
+};
 use crate::tensor::{DType, TensorMeta};
 
 /// The largest d and hidden the GPU kernels hold (`MAX_DIM` in the shader: workgroup vectors).
@@ -51,6 +61,12 @@ pub const STATUS_OK: f32 = 0.0;
 pub const STATUS_NON_FINITE: f32 = 1.0;
 /// dopri5 failed before the position time in element 2.
 pub const STATUS_SOLVER_FAILED: f32 = 2.0;
+/// The backward's adjoint solve failed integrating back from the position time in element 2.
+pub const STATUS_ADJOINT_FAILED: f32 = 3.0;
+/// The backward's replay of the forward solve (backprop) failed.
+pub const STATUS_REPLAY_FAILED: f32 = 4.0;
+/// Length of a status.
+pub const STATUS_LEN: usize = 4;
 
 /// How the backward computes d loss / d θ and d loss / d p0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,6 +94,8 @@ struct Solved {
     values: Vec<f32>,
     /// The first position whose state is not finite (or, dopri5, was not reached).
     failed_at: Option<usize>,
+    /// dopri5's step attempts on the whole grid.
+    attempts: usize,
 }
 
 impl Solved {
@@ -157,6 +175,13 @@ impl OdeFlow {
                 op,
                 format!("dopri5 needs rtol >= 0 and atol > 0, got rtol {rtol}, atol {atol}"),
             ),
+            Method::Dopri5(Tolerance { rtol, .. }) if rtol > 0.0 && rtol < MIN_RTOL => shape_err(
+                op,
+                format!(
+                    "dopri5's rtol {rtol} is below what its f32 state resolves (relative precision \
+                     1.2e-7); use rtol >= {MIN_RTOL}"
+                ),
+            ),
             _ => Ok(()),
         }
     }
@@ -166,10 +191,13 @@ impl OdeFlow {
     /// times), so the first failing position is found by bisection on the number of positions.
     fn solve_prefix(&self, dynamics: &FloaterDynamics, theta: &[f32], p0: &[f32]) -> Solved {
         let solve = |n: usize| self.flow(dynamics, theta, n).solve(p0).ok();
-        if let Some(values) = solve(self.grid.positions) {
+        let mut progress = Progress::default();
+        let whole = self.flow(dynamics, theta, self.grid.positions);
+        if let Ok(values) = whole.solve_tracked(p0, &mut progress) {
             return Solved {
                 values,
                 failed_at: None,
+                attempts: progress.attempts,
             };
         }
         // solve(ok) succeeds (0: nothing to solve), solve(bad) fails.
@@ -184,25 +212,28 @@ impl OdeFlow {
         Solved {
             values,
             failed_at: Some(ok),
+            attempts: progress.attempts,
         }
     }
 
     /// Gradients of one problem (a block, or all blocks for dopri5) from its trajectory
-    /// [positions, rows, d]; `None` if the solver fails.
+    /// [positions, rows, d], or how far the backward's solve got when it failed.
     fn gradients(
         &self,
         dynamics: &FloaterDynamics,
         theta: &[f32],
         traj: &[f32],
         upstream: &[f32],
+        progress: &mut Progress,
     ) -> Option<Gradients> {
         let flow = self.flow(dynamics, theta, self.grid.positions);
         match self.gradient {
             FlowGradient::Backprop => {
                 let p0 = &traj[..traj.len() / self.grid.positions];
-                flow.record(p0).and_then(|r| flow.backprop(&r, upstream)).ok()
+                let recording = flow.record_tracked(p0, progress);
+                recording.and_then(|r| flow.backprop(&r, upstream)).ok()
             }
-            FlowGradient::Adjoint => flow.adjoint(traj, upstream).ok(),
+            FlowGradient::Adjoint => flow.adjoint_tracked(traj, upstream, progress).ok(),
         }
     }
 }
@@ -235,7 +266,7 @@ impl Op for OdeFlow {
         let blocks = inputs[1].shape[0];
         Ok(vec![
             TensorMeta::f32(&[self.grid.positions, blocks, d]),
-            TensorMeta::f32(&[3]),
+            TensorMeta::f32(&[STATUS_LEN]),
         ])
     }
 
@@ -247,6 +278,7 @@ impl Op for OdeFlow {
         let positions = self.grid.positions;
         let (traj, status) = outputs.split_at_mut(1);
         let traj = &mut traj[0].data[..positions * blocks * d];
+        let mut attempts = 0;
         let failure = match self.method {
             // A fixed grid treats the blocks independently (row by row), so each is solved on its
             // own, in parallel, with the same values as one batched solve.
@@ -269,6 +301,7 @@ impl Op for OdeFlow {
             Method::Dopri5(_) => {
                 let s = self.solve_prefix(&dynamics, theta, p0);
                 s.write(traj, positions, 0, blocks * d, blocks * d);
+                attempts = s.attempts;
                 s.failed_at.map(|i| [STATUS_SOLVER_FAILED, -1.0, i as f32])
             }
         };
@@ -277,6 +310,7 @@ impl Op for OdeFlow {
             None => [STATUS_OK, -1.0, 0.0],
         };
         status[0].data[..3].copy_from_slice(&out);
+        status[0].data[3] = attempts as f32;
     }
 
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
@@ -295,12 +329,14 @@ impl Op for OdeFlow {
             OdeFlowBackward { flow: *self },
             &[args.inputs[0], args.outputs[0], upstream],
         )?;
+        g.check_after_run(grads[2], check_status);
         Ok(vec![Some(grads[0]), Some(grads[1])])
     }
 }
 
-/// d loss / d θ and d loss / d p0 of [`OdeFlow`] by its `gradient`. Inputs: θ, the trajectory
-/// (its position 0 is p0) and the upstream gradient `[positions, blocks, d]`.
+/// d loss / d θ and d loss / d p0 of [`OdeFlow`] by its `gradient`, and the backward's status.
+/// Inputs: θ, the trajectory (its position 0 is p0) and the upstream gradient
+/// `[positions, blocks, d]`.
 #[derive(Debug)]
 struct OdeFlowBackward {
     flow: OdeFlow,
@@ -334,7 +370,11 @@ impl Op for OdeFlowBackward {
             );
         }
         let blocks = inputs[1].shape[1];
-        Ok(vec![TensorMeta::f32(&[params]), TensorMeta::f32(&[blocks, d])])
+        Ok(vec![
+            TensorMeta::f32(&[params]),
+            TensorMeta::f32(&[blocks, d]),
+            TensorMeta::f32(&[STATUS_LEN]),
+        ])
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
@@ -356,15 +396,42 @@ impl Op for OdeFlowBackward {
                 .copied()
                 .collect()
         };
-        let grads: Vec<Option<Gradients>> = (0..problems)
+        let grads: Vec<(Option<Gradients>, Progress)> = (0..problems)
             .into_par_iter()
-            .map(|b| flow.gradients(&dynamics, theta, &column(traj, b), &column(upstream, b)))
+            .map(|b| {
+                let mut progress = Progress::default();
+                let g = flow.gradients(
+                    &dynamics,
+                    theta,
+                    &column(traj, b),
+                    &column(upstream, b),
+                    &mut progress,
+                );
+                (g, progress)
+            })
             .collect();
-        let (dtheta, dp0) = outputs.split_at_mut(1);
-        let dtheta = &mut dtheta[0].data[..theta.len()];
-        let dp0 = &mut dp0[0].data[..blocks * d];
+        // A fixed grid cannot run out of steps: its backward reports ok, as the forward does for
+        // what it checked (non-finite gradients come from a non-finite forward).
+        let status = match (flow.method, &grads[..]) {
+            (Method::Dopri5(_), [(None, progress)]) => {
+                let code = match flow.gradient {
+                    FlowGradient::Adjoint => STATUS_ADJOINT_FAILED,
+                    FlowGradient::Backprop => STATUS_REPLAY_FAILED,
+                };
+                let time = progress.position as f32 * flow.grid.delta as f32;
+                [code, -1.0, time, progress.attempts as f32]
+            }
+            (Method::Dopri5(_), [(Some(_), progress)]) => [STATUS_OK, -1.0, 0.0, progress.attempts as f32],
+            _ => [STATUS_OK, -1.0, 0.0, 0.0],
+        };
+        let [dtheta, dp0, status_out] = outputs else {
+            unreachable!("infer gives ode_flow_backward three outputs")
+        };
+        status_out.data[..STATUS_LEN].copy_from_slice(&status);
+        let dtheta = &mut dtheta.data[..theta.len()];
+        let dp0 = &mut dp0.data[..blocks * d];
         dtheta.fill(0.0);
-        for (g, dp0) in grads.iter().zip(dp0.chunks_mut(width)) {
+        for ((g, _), dp0) in grads.iter().zip(dp0.chunks_mut(width)) {
             match g {
                 Some(g) => {
                     dtheta.iter_mut().zip(&g.theta).for_each(|(s, v)| *s += v);
@@ -387,14 +454,16 @@ impl Op for OdeFlowBackward {
     }
 }
 
-/// Turns the status output of [`Graph::ode_flow`] into an error that names what failed and where.
+/// Turns a status of [`Graph::ode_flow`] or of its backward into an error that names the pass
+/// that failed, where, and after how many step attempts.
 pub fn check_status(status: &[f32]) -> Result<()> {
-    let &[code, block, time] = status else {
+    let &[code, block, time, attempts] = status else {
         return Err(Error::Input(format!(
-            "ode_flow: a status has 3 values, got {}",
+            "ode_flow: a status has {STATUS_LEN} values, got {}",
             status.len()
         )));
     };
+    let why = "a non-finite state, or max_steps reached";
     if code == STATUS_OK {
         Ok(())
     } else if code == STATUS_NON_FINITE {
@@ -403,7 +472,18 @@ pub fn check_status(status: &[f32]) -> Result<()> {
         )))
     } else if code == STATUS_SOLVER_FAILED {
         Err(Error::Training(format!(
-            "ode_flow: dopri5 failed before t = {time} (a non-finite state, or max_steps reached)"
+            "ode_flow: dopri5's forward solve failed before t = {time} after {attempts} step attempts ({why})"
+        )))
+    } else if code == STATUS_ADJOINT_FAILED {
+        Err(Error::Training(format!(
+            "ode_flow: dopri5's adjoint solve (the backward pass) failed integrating back from t = {time} \
+             after {attempts} step attempts ({why}); the adjoint often needs more steps than the forward: \
+             raise max_steps, or use gradient = \"backprop\""
+        )))
+    } else if code == STATUS_REPLAY_FAILED {
+        Err(Error::Training(format!(
+            "ode_flow: dopri5's replay of the forward solve (the backward pass, backprop) failed after \
+             {attempts} step attempts ({why})"
         )))
     } else {
         Err(Error::Input(format!("ode_flow: unknown status code {code}")))
@@ -415,6 +495,7 @@ impl Graph {
     /// Check the status after each run with [`check_status`].
     pub fn ode_flow(&mut self, flow: OdeFlow, theta: TensorId, p0: TensorId) -> Result<(TensorId, TensorId)> {
         let out = self.apply(flow, &[theta, p0])?;
+        self.check_after_run(out[1], check_status);
         Ok((out[0], out[1]))
     }
 }

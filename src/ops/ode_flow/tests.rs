@@ -323,7 +323,7 @@ fn non_finite_state_is_reported_with_block_and_time() {
     p0[d..2 * d].fill(0.1);
     for backend in backends() {
         let (_, status) = forward(backend, flow, &theta, &p0);
-        assert_eq!(status, [STATUS_NON_FINITE, 2.0, 0.0]);
+        assert_eq!(status, [STATUS_NON_FINITE, 2.0, 0.0, 0.0]);
     }
 }
 
@@ -472,7 +472,11 @@ fn dopri5_failures_match_on_cpu_and_gpu() {
             assert!(traj[failed_at * n..].iter().all(|v| v.is_nan()), "on {on}");
             assert!(traj[..failed_at * n].iter().all(|v| v.is_finite()), "on {on}");
             let err = check_status(&status).unwrap_err().to_string();
-            assert!(err.contains("dopri5 failed"), "{err}");
+            let attempts = format!("after {} step attempts", status[3]);
+            assert!(
+                err.contains("dopri5's forward solve failed") && err.contains(&attempts),
+                "{err}"
+            );
             results.push((traj, status));
         }
         if let [(cpu_traj, cpu_status), (gpu_traj, gpu_status)] = &results[..] {
@@ -545,5 +549,99 @@ fn bad_shapes_are_errors() {
     };
     let err = g.ode_flow(none, theta, p0).unwrap_err().to_string();
     assert!(err.contains("ode_flow: needs at least 1 substep"), "{err}");
-    assert!(check_status(&[0.0, -1.0]).is_err());
+    assert!(check_status(&[0.0, -1.0, 0.0]).is_err());
+}
+
+/// The forward and backward of `flow` with the statuses of both: (forward status, backward
+/// status, dθ).
+fn statuses(
+    backend: Rc<dyn Backend>,
+    flow: OdeFlow,
+    theta: &[f32],
+    p0: &[f32],
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let mut g = Graph::new();
+    let t = g.param("theta", &[flow.param_len()], Init::Zeros).unwrap();
+    let p = g
+        .param("p0", &[p0.len() / flow.dim, flow.dim], Init::Zeros)
+        .unwrap();
+    let (traj, status) = g.ode_flow(flow, t, p).unwrap();
+    let loss = g.sum_all(traj).unwrap();
+    let grads = g.backward(loss).unwrap();
+    let dtheta = grads.get(t).unwrap();
+    let params = ParamStore::init(backend, &g, 0).unwrap();
+    params.set("theta", theta).unwrap();
+    params.set("p0", p0).unwrap();
+    let exec = Executor::new(&g, &[status, dtheta], &params).unwrap();
+    exec.run().unwrap();
+    let backward = exec
+        .plan()
+        .checks
+        .iter()
+        .map(|c| c.tensor)
+        .find(|&c| c != status)
+        .unwrap();
+    let checked = pollster::block_on(exec.check());
+    let read = |t| exec.read_blocking(t).unwrap();
+    let (forward, backward, dtheta) = (read(status), read(backward), read(dtheta));
+    // The executor's check fails exactly when one of the statuses says so.
+    assert_eq!(
+        checked.is_err(),
+        check_status(&forward).is_err() || check_status(&backward).is_err()
+    );
+    (forward, backward, dtheta)
+}
+
+/// An adjoint that runs out of steps where the forward did not fails with an error naming the
+/// pass and its attempts, on the CPU and the GPU (it used to report ok with NaN gradients).
+#[test]
+fn a_failed_backward_solve_is_an_error() {
+    let flow = OdeFlow {
+        grid: Grid {
+            positions: 9,
+            delta: 0.1,
+        },
+        ..config((6, 6), Activation::Tanh, 9, dopri5(1000), FlowGradient::Adjoint)
+    };
+    let theta: Vec<f32> = random_vec(flow.param_len(), 3).iter().map(|v| v * 0.4).collect();
+    let p0 = random_vec(2 * 6, 4);
+    for backend in backends() {
+        let on = backend.describe();
+        let (forward, backward, dtheta) = statuses(backend.clone(), flow, &theta, &p0);
+        assert_eq!((forward[0], backward[0]), (STATUS_OK, STATUS_OK), "on {on}");
+        assert!(dtheta.iter().all(|v| v.is_finite()), "on {on}");
+        let (forward_attempts, backward_attempts) = (forward[3], backward[3]);
+        // The adjoint restarts its step size at each of the 8 intervals: it needs more attempts.
+        assert!(
+            backward_attempts > forward_attempts,
+            "on {on}: {forward:?} {backward:?}"
+        );
+        let limited = OdeFlow {
+            method: dopri5(forward_attempts as usize),
+            ..flow
+        };
+        let (forward, backward, dtheta) = statuses(backend.clone(), limited, &theta, &p0);
+        assert_eq!(forward[0], STATUS_OK, "on {on}: the forward still fits");
+        assert_eq!(
+            backward[..2],
+            [STATUS_ADJOINT_FAILED, -1.0],
+            "on {on}: {backward:?}"
+        );
+        assert_eq!(backward[3], forward_attempts, "on {on}: every attempt was used");
+        assert!(dtheta.iter().all(|v| v.is_nan()), "on {on}");
+        let err = check_status(&backward).unwrap_err().to_string();
+        let attempts = format!("after {forward_attempts} step attempts");
+        assert!(
+            err.contains("adjoint solve (the backward pass) failed") && err.contains(&attempts),
+            "on {on}: {err}"
+        );
+        // Backprop replays the forward, which fits: it succeeds.
+        let backprop = OdeFlow {
+            gradient: FlowGradient::Backprop,
+            ..limited
+        };
+        let (_, backward, dtheta) = statuses(backend, backprop, &theta, &p0);
+        assert_eq!(backward[0], STATUS_OK, "on {on}: {backward:?}");
+        assert!(dtheta.iter().all(|v| v.is_finite()), "on {on}");
+    }
 }
