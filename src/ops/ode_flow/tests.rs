@@ -645,3 +645,47 @@ fn a_failed_backward_solve_is_an_error() {
         assert!(dtheta.iter().all(|v| v.is_finite()), "on {on}");
     }
 }
+
+/// A GPU dopri5 solve costs the attempts it takes, not what `max_steps` allows: on an easy
+/// problem, the same dispatches and scratch with max_steps 10⁶ as with 10³, and the run (forward
+/// and backward, both gradients) within 2× in time. It used to be ⌈max_steps / units⌉ dispatches
+/// each, and minutes at 10⁵.
+#[test]
+fn dopri5_gpu_cost_follows_attempts_not_max_steps() {
+    let Some(gpu) = gpu() else { return };
+    let blocks = 2;
+    for gradient in [FlowGradient::Backprop, FlowGradient::Adjoint] {
+        let flow = |max_steps| config((8, 8), Activation::Tanh, 12, dopri5(max_steps), gradient);
+        let (small, large) = (flow(1_000), flow(1_000_000));
+        let metas = [
+            TensorMeta::f32(&[small.param_len()]),
+            TensorMeta::f32(&[12, blocks, 8]),
+            TensorMeta::f32(&[12, blocks, 8]),
+        ];
+        let metas: Vec<&TensorMeta> = metas.iter().collect();
+        let kernels = |flow: OdeFlow| {
+            let backward = OdeFlowBackward { flow }.gpu(&metas, &[]);
+            let forward = flow.gpu(&[metas[0], &TensorMeta::f32(&[blocks, 8])], &[]);
+            [forward, backward].map(|k| (k.dispatches.len(), k.scratch))
+        };
+        assert_eq!(kernels(small), kernels(large), "{gradient:?}");
+        let builds = [flow_graph(small, blocks), flow_graph(large, blocks)];
+        let mut fastest = [f64::INFINITY; 2];
+        for _ in 0..3 {
+            for (build, fastest) in builds.iter().zip(&mut fastest) {
+                let start = std::time::Instant::now();
+                let got = run(gpu.clone(), build, 0, &Overrides::default());
+                *fastest = fastest.min(start.elapsed().as_secs_f64());
+                assert!(
+                    got.grads.values().flatten().all(|v| v.is_finite()),
+                    "{gradient:?}"
+                );
+            }
+        }
+        let [small, large] = fastest;
+        assert!(
+            large < 2.0 * small,
+            "{gradient:?}: max_steps 10⁶ took {large:.3} s, 10³ {small:.3} s"
+        );
+    }
+}
