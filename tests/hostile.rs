@@ -500,3 +500,44 @@ fn a_device_that_never_ends_is_refused_as_data_or_checkpoint() {
         &["text file /dev/zero", "not a regular file"],
     );
 }
+
+/// A dopri5 FLOATER config whose adjoint runs out of `max_steps` where the forward did not:
+/// `train` exits non-zero naming the backward pass and its attempts, on the CPU and the GPU (it
+/// used to train on NaN gradients as if the solve had worked). With room, the same config trains.
+#[test]
+fn an_adjoint_solve_out_of_steps_is_an_error_naming_the_pass() {
+    let dir = scratch("hostile", "adjoint_steps");
+    let config = |max_steps: usize| {
+        TINY.replace("d_model = 8", "d_model = 16")
+            .replace("seq_len = 16", "seq_len = 64")
+            .replace("max_len = 16", "max_len = 64")
+            .replace("eval_lengths = [16]", "eval_lengths = [64]")
+            .replace("steps = 2", "steps = 1")
+            .replace(
+                r#"posenc = { type = "learned" }"#,
+                &format!(
+                    r#"posenc = {{ type = "floater", form = "bias", method = "dopri5", gradient = "adjoint", max_steps = {max_steps} }}"#
+                ),
+            )
+    };
+    let mut devices = vec!["cpu"];
+    if posflow::backend::gpu_for_tests().is_some() {
+        devices.push("gpu");
+    }
+    for device in devices {
+        // The forward fits in 10 attempts here; the adjoint, which restarts its step size at
+        // every position, does not.
+        std::fs::write(dir.join("short.toml"), config(10)).unwrap();
+        let err = refused(
+            &dir,
+            &["train", "--config", "short.toml", "--device", device],
+            &[
+                "dopri5's adjoint solve (the backward pass) failed",
+                "after 10 step attempts",
+            ],
+        );
+        assert!(!err.contains("NaN"), "{device}: {err}");
+        std::fs::write(dir.join("roomy.toml"), config(1000)).unwrap();
+        succeeds(&dir, &["train", "--config", "roomy.toml", "--device", device]);
+    }
+}

@@ -464,6 +464,8 @@ pub fn check_status(status: &[f32]) -> Result<()> {
         )));
     };
     let why = "a non-finite state, or max_steps reached";
+    // Position times are i·Δ in f32: 0.42999998 reads as 0.43.
+    let time = (f64::from(time) * 1e6).round() / 1e6;
     if code == STATUS_OK {
         Ok(())
     } else if code == STATUS_NON_FINITE {
