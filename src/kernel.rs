@@ -52,6 +52,9 @@ pub enum Arg {
 pub struct Dispatch {
     pub shader: &'static Shader,
     pub entry: &'static str,
+    /// Values for the entry's WGSL `override` constants, by name: one body written once, its
+    /// variants (a tile size) chosen per pipeline. Each set is its own pipeline.
+    pub constants: Vec<(&'static str, f64)>,
     /// The uniform at binding 0, as 32-bit words: the bytes of the entry's [`Uniform`].
     pub params: Vec<u32>,
     pub args: Vec<Arg>,
@@ -87,6 +90,7 @@ impl Dispatch {
         Self {
             shader: U::SHADER,
             entry,
+            constants: Vec::new(),
             params: bytemuck::cast_slice(std::slice::from_ref(uniform)).to_vec(),
             args,
             workgroups,
@@ -100,6 +104,11 @@ impl Dispatch {
             repeat: Some(repeat),
             ..self
         }
+    }
+
+    /// This dispatch with its entry's `override` constants set.
+    pub fn with_constants(self, constants: Vec<(&'static str, f64)>) -> Self {
+        Self { constants, ..self }
     }
 }
 

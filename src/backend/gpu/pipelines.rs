@@ -1,13 +1,14 @@
-//! The pipeline cache: one shader module per WGSL file and one compute pipeline per entry point
-//! and binding layout, created on first use and shared by every program on the device.
+//! The pipeline cache: one shader module per WGSL file and one compute pipeline per entry point,
+//! set of override constants and binding layout, created on first use and shared by every program
+//! on the device.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 
 use crate::kernel::{Arg, Dispatch};
 
-/// (file, entry point, which storage bindings are read-only).
-type PipelineKey = (&'static str, &'static str, Vec<bool>);
+/// (file, entry point, which storage bindings are read-only, override constants as their bits).
+type PipelineKey = (&'static str, &'static str, Vec<bool>, Vec<(&'static str, u64)>);
 
 #[derive(Default)]
 pub(super) struct PipelineCache {
@@ -18,7 +19,12 @@ pub(super) struct PipelineCache {
 impl PipelineCache {
     pub fn get(&self, device: &wgpu::Device, dispatch: &Dispatch) -> wgpu::ComputePipeline {
         let read_only: Vec<bool> = dispatch.args.iter().map(|a| matches!(a, Arg::In(_))).collect();
-        let key = (dispatch.shader.name, dispatch.entry, read_only);
+        let constants = dispatch
+            .constants
+            .iter()
+            .map(|&(name, v)| (name, v.to_bits()))
+            .collect();
+        let key = (dispatch.shader.name, dispatch.entry, read_only, constants);
         if let Some(p) = self.pipelines.borrow().get(&key) {
             return p.clone();
         }
@@ -44,7 +50,10 @@ impl PipelineCache {
             layout: Some(&pipeline_layout),
             module: &module,
             entry_point: Some(dispatch.entry),
-            compilation_options: Default::default(),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants: &dispatch.constants,
+                ..Default::default()
+            },
             cache: None,
         });
         self.pipelines.borrow_mut().insert(key, pipeline.clone());
