@@ -35,22 +35,59 @@ shaders! {
     ODE_DOPRI5 => "ode_dopri5",
 }
 
+/// Parses and validates a shader with naga, the front end wgpu uses, its `override` constants
+/// unset, as wgpu sees it when it creates the shader module.
+#[cfg(test)]
+fn validate(shader: &Shader) -> Result<(naga::Module, naga::valid::ModuleInfo), String> {
+    let module = naga::front::wgsl::parse_str(shader.source)
+        .map_err(|e| format!("{}.wgsl: {}", shader.name, e.emit_to_string(shader.source)))?;
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .map_err(|e| format!("{}.wgsl: {e:?}", shader.name))?;
+    Ok((module, info))
+}
+
+/// Validates one entry point as wgpu builds its pipeline: only that entry kept, its `override`
+/// constants replaced by these values, the module validated again (naga's `process_overrides`,
+/// which wgpu's native backends call; they enable the naga output feature that compiles it in).
+/// Every override the entry reaches needs a value, and every value an override.
+#[cfg(test)]
+pub(crate) fn validate_variant(
+    shader: &Shader,
+    entry: &str,
+    constants: &[(&str, f64)],
+) -> Result<(), String> {
+    let (module, info) = validate(shader)?;
+    if !module.entry_points.iter().any(|e| e.name == entry) {
+        return Err(format!("{}.wgsl has no entry point `{entry}`", shader.name));
+    }
+    let values: naga::back::PipelineConstants = constants
+        .iter()
+        .map(|&(name, value)| (name.to_string(), value))
+        .collect();
+    naga::back::pipeline_constants::process_overrides(
+        &module,
+        &info,
+        Some((naga::ShaderStage::Compute, entry)),
+        &values,
+    )
+    .map(|_| ())
+    .map_err(|e| format!("{}.wgsl `{entry}` with {constants:?}: {e:?}", shader.name))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::ALL;
+    use super::{ALL, validate};
 
-    /// Every shader parses and validates with naga, the same front end wgpu uses.
+    /// Every shader parses and validates with naga. Shaders with `override` constants validate
+    /// here as written; each op checks the variants it builds with [`super::validate_variant`].
     #[test]
     fn every_shader_parses_and_validates() {
         for shader in ALL {
-            let module = naga::front::wgsl::parse_str(shader.source)
-                .unwrap_or_else(|e| panic!("{}.wgsl: {}", shader.name, e.emit_to_string(shader.source)));
-            naga::valid::Validator::new(
-                naga::valid::ValidationFlags::all(),
-                naga::valid::Capabilities::all(),
-            )
-            .validate(&module)
-            .unwrap_or_else(|e| panic!("{}.wgsl: {e:?}", shader.name));
+            let (module, _) = validate(shader).unwrap_or_else(|e| panic!("{e}"));
             assert!(
                 !module.entry_points.is_empty(),
                 "{}.wgsl has no entry point",

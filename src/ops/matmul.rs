@@ -114,26 +114,47 @@ const THREADED: gemm::Parallelism = gemm::Parallelism::None;
 /// Fewer workgroups than this leave a GPU idle, so a smaller tile is taken instead.
 const MIN_WORKGROUPS: usize = 4;
 
-/// The kernel entry point and its tile for a product: the largest tile that still gives
-/// [`MIN_WORKGROUPS`] workgroups and wastes at most a third of its work on padding. When every
-/// size is a nonzero multiple of 4 the entry point that loads whole vec4s is taken.
-fn kernel_for(l: &Layout) -> (&'static str, usize) {
+/// A kernel of matmul.wgsl: an entry point (its body is named by the block of the output each
+/// thread computes) and the tile it is built with (the override constant `TILE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Kernel {
+    entry: &'static str,
+    /// Rows and columns of the output per workgroup.
+    tile: usize,
+}
+
+impl Kernel {
+    fn constants(&self) -> Vec<(&'static str, f64)> {
+        vec![("TILE", self.tile as f64)]
+    }
+}
+
+/// The tiles, largest first, each with the entry points of the body whose per-thread block suits
+/// it: for any sizes, and for sizes that are all nonzero multiples of 4 (vec4 loads).
+const TILES: [(&str, &str, usize); 3] = [
+    ("matmul_16x16", "matmul_16x16_vec4", 128),
+    ("matmul_8x8", "matmul_8x8_vec4", 64),
+    ("matmul_8x8", "matmul_8x8_vec4", 32),
+];
+
+/// The kernel for a product: the largest tile that still gives [`MIN_WORKGROUPS`] workgroups and
+/// wastes at most a third of its work on padding. When every size is a nonzero multiple of 4 the
+/// entry point that loads whole vec4s is taken.
+fn kernel_for(l: &Layout) -> Kernel {
     let aligned = [l.m, l.n, l.k].iter().all(|&d| d > 0 && d % 4 == 0);
     let work = l.m * l.n;
-    let kernels = [
-        ("matmul_128", "matmul_128_vec4", 128),
-        ("matmul_64", "matmul_64_vec4", 64),
-        ("matmul_32", "matmul_32_vec4", 32),
-    ];
     let fits = |tile: usize| {
         let tiles = l.m.div_ceil(tile) * l.n.div_ceil(tile);
         l.batch * tiles >= MIN_WORKGROUPS && 2 * tiles * tile * tile <= 3 * work
     };
-    let (general, vec4, tile) = kernels
+    let (general, vec4, tile) = TILES
         .into_iter()
         .find(|&(_, _, tile)| tile == 32 || fits(tile))
         .expect("the smallest tile always fits");
-    (if aligned { vec4 } else { general }, tile)
+    Kernel {
+        entry: if aligned { vec4 } else { general },
+        tile,
+    }
 }
 
 impl MatMul {
@@ -238,7 +259,8 @@ impl Op for MatMul {
 
     fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let (_, l) = self.plan(inputs[0], inputs[1]).expect("shapes checked by infer");
-        let (entry, tile) = kernel_for(&l);
+        let kernel = kernel_for(&l);
+        let tile = kernel.tile;
         let uniform = MatMulUniform {
             m: word(l.m),
             n: word(l.n),
@@ -256,7 +278,8 @@ impl Op for MatMul {
             groups(l.batch),
         ];
         let args = vec![Arg::In(0), Arg::In(1), Arg::Out(0)];
-        GpuKernels::single(Dispatch::new(entry, &uniform, args, workgroups))
+        let dispatch = Dispatch::new(kernel.entry, &uniform, args, workgroups);
+        GpuKernels::single(dispatch.with_constants(kernel.constants()))
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
@@ -304,7 +327,7 @@ impl Graph {
 
 #[cfg(test)]
 mod tests {
-    use super::{Layout, MatMul, kernel_for};
+    use super::{Kernel, Layout, MatMul, TILES, kernel_for};
     use crate::graph::Graph;
     use crate::tensor::TensorMeta;
     use crate::testing::*;
@@ -348,18 +371,19 @@ mod tests {
 
     #[test]
     fn gpu_matches_cpu_for_every_tile_and_transpose() {
-        // (m, k, n) chosen so that every entry point runs, on odd sizes and on sizes beyond one
-        // tile with ragged edges.
+        // (m, k, n) chosen so that every tile runs, on odd sizes and on sizes beyond one tile with
+        // ragged edges.
         let cases = [
-            ((37, 91, 53), "matmul_32"),
-            ((130, 257, 129), "matmul_32"),
-            ((200, 40, 190), "matmul_64"),
-            ((250, 40, 255), "matmul_128"),
+            ((37, 91, 53), ("matmul_8x8", 32)),
+            ((130, 257, 129), ("matmul_8x8", 32)),
+            ((200, 40, 190), ("matmul_8x8", 64)),
+            ((250, 40, 255), ("matmul_16x16", 128)),
         ];
-        for ((m, k, n), entry) in cases {
+        for ((m, k, n), (entry, tile)) in cases {
             for (ta, tb) in TRANSPOSES {
                 let (sa, sb) = shapes(&[], m, k, n, ta, tb);
-                assert_eq!(kernel_for(&layout(&sa, &sb, ta, tb)).0, entry, "{m}x{k}x{n}");
+                let kernel = kernel_for(&layout(&sa, &sb, ta, tb));
+                assert_eq!(kernel, Kernel { entry, tile }, "{m}x{k}x{n}");
                 check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
             }
         }
@@ -370,15 +394,16 @@ mod tests {
         // Sizes that are multiples of 4 take the vec4 loads on every tile (k = 44 ends in half a
         // K-step); n = 255 falls back to the general loads.
         let cases = [
-            ((36, 92, 52), "matmul_32_vec4"),
-            ((200, 44, 192), "matmul_64_vec4"),
-            ((256, 44, 256), "matmul_128_vec4"),
-            ((256, 44, 255), "matmul_128"),
+            ((36, 92, 52), ("matmul_8x8_vec4", 32)),
+            ((200, 44, 192), ("matmul_8x8_vec4", 64)),
+            ((256, 44, 256), ("matmul_16x16_vec4", 128)),
+            ((256, 44, 255), ("matmul_16x16", 128)),
         ];
-        for ((m, k, n), entry) in cases {
+        for ((m, k, n), (entry, tile)) in cases {
             for (ta, tb) in TRANSPOSES {
                 let (sa, sb) = shapes(&[], m, k, n, ta, tb);
-                assert_eq!(kernel_for(&layout(&sa, &sb, ta, tb)).0, entry, "{m}x{k}x{n}");
+                let kernel = kernel_for(&layout(&sa, &sb, ta, tb));
+                assert_eq!(kernel, Kernel { entry, tile }, "{m}x{k}x{n}");
                 check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
             }
         }
@@ -390,8 +415,20 @@ mod tests {
             let (sa3, _) = shapes(&[], 12, 40, 36, ta, tb);
             let (_, sb3) = shapes(&[4], 12, 40, 36, ta, tb);
             for (sa, sb) in [(sa, sb), (sa2, sb2), (sa3, sb3)] {
-                assert!(kernel_for(&layout(&sa, &sb, ta, tb)).0.ends_with("_vec4"));
+                assert!(kernel_for(&layout(&sa, &sb, ta, tb)).entry.ends_with("_vec4"));
                 check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
+            }
+        }
+    }
+
+    /// naga validates each variant the op can ask for as wgpu will build it: its constants set.
+    #[test]
+    fn every_kernel_validates_with_its_constants() {
+        for (general, vec4, tile) in TILES {
+            for entry in [general, vec4] {
+                let kernel = Kernel { entry, tile };
+                crate::shaders::validate_variant(&crate::shaders::MATMUL, entry, &kernel.constants())
+                    .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
             }
         }
     }
