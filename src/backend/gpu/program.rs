@@ -56,7 +56,12 @@ impl Binding {
 }
 
 struct Recorded {
-    /// The program step (op) this dispatch belongs to, whose scratch buffers it may bind.
+    /// The program step (op) this dispatch belongs to, whose scratch buffers it may bind (and
+    /// grow, natively).
+    #[cfg_attr(
+        target_arch = "wasm32",
+        expect(dead_code, reason = "only a native run reads flags and grows scratch")
+    )]
     step: usize,
     binding: Binding,
     bind_group: wgpu::BindGroup,
@@ -71,7 +76,16 @@ pub(super) struct GpuProgram {
     error: std::sync::Arc<std::sync::Mutex<Option<String>>>,
     /// Each step's scratch buffers: they stay alive as long as the bind groups that use them, and
     /// a repeated kernel may ask for one to grow.
+    #[cfg_attr(
+        target_arch = "wasm32",
+        expect(
+            dead_code,
+            reason = "held so the web does not destroy the buffers; never grown there"
+        )
+    )]
     scratch: RefCell<Vec<Vec<wgpu::Buffer>>>,
+    /// For errors about a step's repeated kernel.
+    #[cfg(not(target_arch = "wasm32"))]
     op_names: Vec<&'static str>,
 }
 
@@ -144,6 +158,7 @@ impl GpuProgram {
             dispatches: RefCell::new(dispatches),
             error: gpu.error.clone(),
             scratch: RefCell::new(scratch_all),
+            #[cfg(not(target_arch = "wasm32"))]
             op_names: program.iter().map(|s| s.op.name()).collect(),
         })
     }
