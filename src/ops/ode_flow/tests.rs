@@ -549,6 +549,16 @@ fn bad_shapes_are_errors() {
     };
     let err = g.ode_flow(none, theta, p0).unwrap_err().to_string();
     assert!(err.contains("ode_flow: needs at least 1 substep"), "{err}");
+    let too_tight = OdeFlow {
+        method: Method::Dopri5(Tolerance {
+            rtol: 1e-9,
+            atol: 1e-12,
+            max_steps: 1000,
+        }),
+        ..flow
+    };
+    let err = g.ode_flow(too_tight, theta, p0).unwrap_err().to_string();
+    assert!(err.contains("rtol 0.000000001 is below what its f32 state resolves"), "{err}");
     assert!(check_status(&[0.0, -1.0, 0.0]).is_err());
 }
 
