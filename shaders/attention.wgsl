@@ -1,9 +1,12 @@
 // Fused multi-head softmax attention, out = softmax(q kᵀ · scale + bias) v, and its gradient.
-// q, k, v, out are [B, H, L, Dh] with Dh ≤ 128; the key mask is i32 [B, L]. The bias is dense,
-// [H, L, L], or T5's relative bias: `bias` then holds the table [buckets, H], and the bias of query
-// i and key j in head h is bias[bucket(j − i) · H + h], with the bucket of each offset j − i given
-// by the host (i32 [2L − 1], entry j − i + L − 1) so that it is T5's function bit for bit. It is
-// looked up per (i, j) like the causal mask, so nothing [L, L] is ever stored.
+// q and out are [B, H, Lq, Dh], k and v [B, H, Lk, Dh], Dh ≤ 128 (Lq ≠ Lk: cross-attention, or
+// new queries against cached keys); the key mask is i32 [B, Lk]. Query i sits at position
+// i + Lk − Lq among the keys (the last query with the last key), which is where causal attention
+// and the relative bias measure from. The bias is dense, [H, Lq, Lk], or T5's relative bias:
+// `bias` then holds the table [buckets, H], and the bias of query i and key j in head h is
+// bias[bucket · H + h], with the bucket of each offset given by the host (i32 [Lq + Lk − 1],
+// entry j − i + Lq − 1) so that it is T5's function bit for bit. It is looked up per (i, j) like
+// the causal mask, so nothing [Lq, Lk] is ever stored.
 //
 // Forward (FlashAttention-2): a 64-thread workgroup owns ROWS = 16 query rows of one (b, h), four
 // threads ("lanes") per row. It walks the keys in blocks of BLOCK = 8, staging K and V in workgroup
@@ -24,7 +27,7 @@
 // `attention_backward_dq` gives each workgroup 16 queries and walks the key blocks
 // (dq = dS k · scale), and `attention_backward_dbias` gives each thread one (h, i, j) and sums
 // dS over the batch. For the relative bias, the dq pass also sums each query row's dS per bucket
-// into that row's slice of [B, H, L, buckets], which the graph sums over B and L. Every output
+// into that row's slice of [B, H, Lq, buckets], which the graph sums over B and Lq. Every output
 // element is written by one thread: deterministic, no atomics (WGSL has no float atomics).
 //
 // Optional inputs: the op binds q in the slot of an absent bias, mask or bucket list (and in v's
@@ -34,7 +37,8 @@
 struct Attn {
     batch: u32,
     heads: u32,
-    len: u32,
+    q_len: u32,
+    k_len: u32,
     dh: u32,
     scale: f32,
     causal: u32,
@@ -51,7 +55,7 @@ const RELATIVE_BIAS: u32 = 2u;
 @group(0) @binding(0) var<uniform> p: Attn;
 
 // attention_forward and attention_probs: q, k, v, bias, key_mask, rel_buckets -> out, lse.
-// attention_probs writes the probabilities [B, H, L, L] to `out`; v is a placeholder there.
+// attention_probs writes the probabilities [B, H, Lq, Lk] to `out`; v is a placeholder there.
 // The backward passes dkdv, dq and dbias share q, k, v and bias.
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read> k: array<f32>;
@@ -71,9 +75,9 @@ const RELATIVE_BIAS: u32 = 2u;
 @group(0) @binding(6) var<storage, read_write> stats_out: array<f32>;
 
 // attention_backward_dkdv / _dq / _dbias: q, k, v, bias, stats, dout -> grad_a (dk, dq or dbias)
-// and grad_b (dkdv: dv; dq: the relative bias's per-row sums [B, H, L, buckets]).
-// stats = [lse (rows) | D (rows) | key visible (B·L) | relative bias: bucket of each offset
-// (2L − 1), as f32, so that these passes bind eight storage buffers at most, WebGPU's default].
+// and grad_b (dkdv: dv; dq: the relative bias's per-row sums [B, H, Lq, buckets]).
+// stats = [lse (rows) | D (rows) | key visible (B·Lk) | relative bias: bucket of each offset
+// (Lq + Lk − 1), as f32, so that these passes bind eight storage buffers at most, WebGPU's default].
 @group(0) @binding(5) var<storage, read_write> stats: array<f32>;
 @group(0) @binding(6) var<storage, read> dout: array<f32>;
 @group(0) @binding(7) var<storage, read_write> grad_a: array<f32>;
@@ -101,26 +105,44 @@ fn vec4s() -> u32 {
 }
 
 fn rows_total() -> u32 {
-    return p.batch * p.heads * p.len;
+    return p.batch * p.heads * p.q_len;
 }
 
+// Query i sits at position i + Lk − Lq among the keys.
 fn causal_hides(i: u32, j: u32) -> bool {
-    return p.causal != 0u && j > i;
+    return p.causal != 0u && j + p.q_len > i + p.k_len;
+}
+
+// The end of the keys that causal queries q0..q0 + ROWS see (all keys otherwise).
+fn causal_key_end(q0: u32) -> u32 {
+    if (p.causal == 0u) {
+        return p.k_len;
+    }
+    let last = q0 + ROWS + p.k_len;
+    return select(0u, min(p.k_len, last - p.q_len), last > p.q_len);
+}
+
+// The first query that sees key j0 under causal attention (0 otherwise).
+fn causal_query_start(j0: u32) -> u32 {
+    if (p.causal == 0u) {
+        return 0u;
+    }
+    return select(0u, j0 + p.q_len - p.k_len, j0 + p.q_len > p.k_len);
 }
 
 // Key j is visible to query i of batch entry b (forward kernels read the mask itself).
 fn visible_fwd(b: u32, i: u32, j: u32) -> bool {
-    return !causal_hides(i, j) && (p.has_mask == 0u || key_mask[b * p.len + j] != 0);
+    return !causal_hides(i, j) && (p.has_mask == 0u || key_mask[b * p.k_len + j] != 0);
 }
 
 // The same for the backward kernels, which read the visibility cached in stats.
 fn visible_bwd(b: u32, i: u32, j: u32) -> bool {
-    return !causal_hides(i, j) && stats[2u * rows_total() + b * p.len + j] != 0.0;
+    return !causal_hides(i, j) && stats[2u * rows_total() + b * p.k_len + j] != 0.0;
 }
 
 // Where stats holds the bucket of each offset.
 fn buckets_at() -> u32 {
-    return 2u * rows_total() + p.batch * p.len;
+    return 2u * rows_total() + p.batch * p.k_len;
 }
 
 // The relative bias's bucket of offset j − i, for the forward kernels (which read the input
@@ -129,7 +151,7 @@ fn bucket_fwd(i: u32, j: u32) -> u32 {
     if (p.bias_kind != RELATIVE_BIAS) {
         return 0u;
     }
-    return u32(rel_buckets[j + p.len - 1u - i]);
+    return u32(rel_buckets[j + p.q_len - 1u - i]);
 }
 
 // The same for the backward kernels, which read the copy cached in stats.
@@ -137,7 +159,7 @@ fn bucket_bwd(i: u32, j: u32) -> u32 {
     if (p.bias_kind != RELATIVE_BIAS) {
         return 0u;
     }
-    return u32(stats[buckets_at() + j + p.len - 1u - i]);
+    return u32(stats[buckets_at() + j + p.q_len - 1u - i]);
 }
 
 // The score of query i and key j in head h from their dot product, and the bucket of j − i
@@ -145,7 +167,7 @@ fn bucket_bwd(i: u32, j: u32) -> u32 {
 fn score(h: u32, i: u32, j: u32, qk: f32, bucket: u32) -> f32 {
     var s = qk * p.scale;
     if (p.bias_kind == DENSE_BIAS) {
-        s += bias[(h * p.len + i) * p.len + j];
+        s += bias[(h * p.q_len + i) * p.k_len + j];
     } else if (p.bias_kind == RELATIVE_BIAS) {
         s += bias[bucket * p.heads + h];
     }
@@ -263,7 +285,7 @@ fn stage_kv(lid: u32, base: u32, r0: u32) {
         let c = g % STRIDE;
         var a = vec4<f32>(0.0);
         var b = vec4<f32>(0.0);
-        if (c < vec4s() && r0 + rr < p.len) {
+        if (c < vec4s() && r0 + rr < p.k_len) {
             a = k4(base + (r0 + rr) * p.dh, c);
             b = v4(base + (r0 + rr) * p.dh, c);
         }
@@ -279,7 +301,7 @@ fn stage_q_dout(lid: u32, base: u32, r0: u32) {
         let c = g % STRIDE;
         var a = vec4<f32>(0.0);
         var b = vec4<f32>(0.0);
-        if (c < vec4s() && r0 + rr < p.len) {
+        if (c < vec4s() && r0 + rr < p.q_len) {
             a = q4(base + (r0 + rr) * p.dh, c);
             b = dout4(base + (r0 + rr) * p.dh, c);
         }
@@ -288,10 +310,11 @@ fn stage_q_dout(lid: u32, base: u32, r0: u32) {
     }
 }
 
-// The workgroup's (b·H + h, block of ROWS rows), or false past the end (uniform per workgroup).
-fn group_rows(wid: vec3<u32>, groups: vec3<u32>) -> vec3<u32> {
+// The workgroup's (b·H + h, block of ROWS of `len` rows), or false past the end (uniform per
+// workgroup).
+fn group_rows(wid: vec3<u32>, groups: vec3<u32>, len: u32) -> vec3<u32> {
     let linear = wid.x + wid.y * groups.x;
-    let blocks = (p.len + ROWS - 1u) / ROWS;
+    let blocks = (len + ROWS - 1u) / ROWS;
     return vec3<u32>(linear / blocks, linear % blocks, u32(linear < p.batch * p.heads * blocks));
 }
 
@@ -326,23 +349,21 @@ fn attention_forward(
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let g = group_rows(wid, groups);
+    let g = group_rows(wid, groups, p.q_len);
     if (g.z == 0u) {
         return;
     }
     let bh = g.x;
     let b = bh / p.heads;
     let h = bh % p.heads;
-    let base = bh * p.len * p.dh;
+    let qbase = bh * p.q_len * p.dh;
+    let kbase = bh * p.k_len * p.dh;
     let q0 = g.y * ROWS;
     let r = lid / LANES;
     let lane = lid % LANES;
     let i = q0 + r;
     let n4 = vec4s();
-    var key_end = p.len;
-    if (p.causal != 0u) {
-        key_end = min(p.len, q0 + ROWS);
-    }
+    let key_end = causal_key_end(q0);
     var m = HIDDEN;
     var l = 0.0;
     var o0 = vec4<f32>(0.0);
@@ -354,14 +375,14 @@ fn attention_forward(
     var o6 = vec4<f32>(0.0);
     var o7 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < key_end; k0 += BLOCK) {
-        stage_kv(lid, base, k0);
+        stage_kv(lid, kbase, k0);
         workgroupBarrier();
         for (var pair = lid; pair < ROWS * BLOCK; pair += WG) {
             let qi = q0 + pair / BLOCK;
             let j = k0 + pair % BLOCK;
             var s = HIDDEN;
-            if (qi < p.len && j < p.len && visible_fwd(b, qi, j)) {
-                s = score(h, qi, j, q_dot_a(base + qi * p.dh, pair % BLOCK), bucket_fwd(qi, j));
+            if (qi < p.q_len && j < p.k_len && visible_fwd(b, qi, j)) {
+                s = score(h, qi, j, q_dot_a(qbase + qi * p.dh, pair % BLOCK), bucket_fwd(qi, j));
             }
             s_tile[pair] = s;
         }
@@ -399,12 +420,12 @@ fn attention_forward(
         }
         workgroupBarrier();
     }
-    if (i >= p.len) {
+    if (i >= p.q_len) {
         return;
     }
     // A row with no visible key: l = 0 and every o is 0, so the output is 0.
     let inv = select(0.0, 1.0 / l, l > 0.0);
-    let at = base + i * p.dh;
+    let at = qbase + i * p.dh;
     store4_out(at, lane, o0 * inv);
     store4_out(at, lane + 4u, o1 * inv);
     store4_out(at, lane + 8u, o2 * inv);
@@ -414,7 +435,7 @@ fn attention_forward(
     store4_out(at, lane + 24u, o6 * inv);
     store4_out(at, lane + 28u, o7 * inv);
     if (lane == 0u) {
-        lse_out[bh * p.len + i] = select(neg_inf(), m + log(l), l > 0.0);
+        lse_out[bh * p.q_len + i] = select(neg_inf(), m + log(l), l > 0.0);
     }
 }
 
@@ -426,15 +447,15 @@ fn attention_probs(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
     if (row >= rows_total()) {
         return;
     }
-    let bh = row / p.len;
-    let i = row % p.len;
+    let bh = row / p.q_len;
+    let i = row % p.q_len;
     let b = bh / p.heads;
     let h = bh % p.heads;
     let qa = row * p.dh;
-    let kbase = bh * p.len * p.dh;
+    let kbase = bh * p.k_len * p.dh;
     var m = HIDDEN;
     var l = 0.0;
-    for (var j = 0u; j < p.len; j++) {
+    for (var j = 0u; j < p.k_len; j++) {
         if (visible_fwd(b, i, j)) {
             var qk = 0.0;
             for (var c = 0u; c < vec4s(); c++) {
@@ -447,7 +468,7 @@ fn attention_probs(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
         }
     }
     let inv = select(0.0, 1.0 / l, l > 0.0);
-    for (var j = 0u; j < p.len; j++) {
+    for (var j = 0u; j < p.k_len; j++) {
         var prob = 0.0;
         if (visible_fwd(b, i, j)) {
             var qk = 0.0;
@@ -456,7 +477,7 @@ fn attention_probs(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
             }
             prob = exp(score(h, i, j, qk, bucket_fwd(i, j)) - m) * inv;
         }
-        out[row * p.len + j] = prob;
+        out[row * p.k_len + j] = prob;
     }
 }
 
@@ -474,14 +495,14 @@ fn attention_backward_stats(@builtin(global_invocation_id) gid: vec3<u32>, @buil
         stats_out[t] = st_lse[t];
         stats_out[rows + t] = d;
     }
-    if (t < p.batch * p.len) {
+    if (t < p.batch * p.k_len) {
         var seen = 1.0;
         if (p.has_mask != 0u && st_mask[t] == 0) {
             seen = 0.0;
         }
         stats_out[2u * rows + t] = seen;
     }
-    if (p.bias_kind == RELATIVE_BIAS && t + 1u < 2u * p.len) {
+    if (p.bias_kind == RELATIVE_BIAS && t + 1u < p.q_len + p.k_len) {
         stats_out[buckets_at() + t] = f32(st_buckets[t]);
     }
 }
@@ -489,7 +510,7 @@ fn attention_backward_stats(@builtin(global_invocation_id) gid: vec3<u32>, @buil
 // P and dS of query i and key j (in batch b, head h, slice bh), with the query's and the key's
 // dot products already taken: qk = q_i · k_j and dv = dout_i · v_j.
 fn p_and_ds(bh: u32, h: u32, i: u32, j: u32, qk: f32, dov: f32) -> vec2<f32> {
-    let row = bh * p.len + i;
+    let row = bh * p.q_len + i;
     let prob = exp(score(h, i, j, qk, bucket_bwd(i, j)) - stats[row]);
     return vec2<f32>(prob, prob * (dov - stats[rows_total() + row]));
 }
@@ -500,24 +521,22 @@ fn attention_backward_dkdv(
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let g = group_rows(wid, groups);
+    let g = group_rows(wid, groups, p.k_len);
     if (g.z == 0u) {
         return;
     }
     let bh = g.x;
     let b = bh / p.heads;
     let h = bh % p.heads;
-    let base = bh * p.len * p.dh;
+    let qbase = bh * p.q_len * p.dh;
+    let kbase = bh * p.k_len * p.dh;
     let key0 = g.y * ROWS;
     let r = lid / LANES;
     let lane = lid % LANES;
     let j = key0 + r;
     let n4 = vec4s();
-    // Causal: queries before the block's first key see none of its keys.
-    var query_start = 0u;
-    if (p.causal != 0u) {
-        query_start = key0;
-    }
+    // Causal: queries before the one at the block's first key see none of its keys.
+    let query_start = causal_query_start(key0);
     var dk0 = vec4<f32>(0.0);
     var dk1 = vec4<f32>(0.0);
     var dk2 = vec4<f32>(0.0);
@@ -534,15 +553,15 @@ fn attention_backward_dkdv(
     var dv5 = vec4<f32>(0.0);
     var dv6 = vec4<f32>(0.0);
     var dv7 = vec4<f32>(0.0);
-    for (var i0 = query_start; i0 < p.len; i0 += BLOCK) {
-        stage_q_dout(lid, base, i0);
+    for (var i0 = query_start; i0 < p.q_len; i0 += BLOCK) {
+        stage_q_dout(lid, qbase, i0);
         workgroupBarrier();
         for (var pair = lid; pair < ROWS * BLOCK; pair += WG) {
             let kj = key0 + pair / BLOCK;
             let i = i0 + pair % BLOCK;
             var pd = vec2<f32>(0.0);
-            if (i < p.len && kj < p.len && visible_bwd(b, i, kj)) {
-                let at = base + kj * p.dh;
+            if (i < p.q_len && kj < p.k_len && visible_bwd(b, i, kj)) {
+                let at = kbase + kj * p.dh;
                 pd = p_and_ds(bh, h, i, kj, k_dot_a(at, pair % BLOCK), v_dot_b(at, pair % BLOCK));
             }
             s_tile[pair] = pd.x;
@@ -585,10 +604,10 @@ fn attention_backward_dkdv(
         }
         workgroupBarrier();
     }
-    if (j >= p.len) {
+    if (j >= p.k_len) {
         return;
     }
-    let at = base + j * p.dh;
+    let at = kbase + j * p.dh;
     let sc = p.scale;
     store4_a(at, lane, dk0 * sc);
     store4_a(at, lane + 4u, dk1 * sc);
@@ -614,23 +633,21 @@ fn attention_backward_dq(
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let g = group_rows(wid, groups);
+    let g = group_rows(wid, groups, p.q_len);
     if (g.z == 0u) {
         return;
     }
     let bh = g.x;
     let b = bh / p.heads;
     let h = bh % p.heads;
-    let base = bh * p.len * p.dh;
+    let qbase = bh * p.q_len * p.dh;
+    let kbase = bh * p.k_len * p.dh;
     let q0 = g.y * ROWS;
     let r = lid / LANES;
     let lane = lid % LANES;
     let i = q0 + r;
     let n4 = vec4s();
-    var key_end = p.len;
-    if (p.causal != 0u) {
-        key_end = min(p.len, q0 + ROWS);
-    }
+    let key_end = causal_key_end(q0);
     var d0 = vec4<f32>(0.0);
     var d1 = vec4<f32>(0.0);
     var d2 = vec4<f32>(0.0);
@@ -643,8 +660,8 @@ fn attention_backward_dq(
     // key order, into the row's own slice of grad_b. Long runs of keys share a bucket (every key
     // past max_distance shares the last), so a running sum is written out only when the bucket
     // changes; buckets in any order still come out right.
-    let sums_buckets = p.bias_kind == RELATIVE_BIAS && lane == 0u && i < p.len;
-    let sums_at = (bh * p.len + i) * p.buckets;
+    let sums_buckets = p.bias_kind == RELATIVE_BIAS && lane == 0u && i < p.q_len;
+    let sums_at = (bh * p.q_len + i) * p.buckets;
     if (sums_buckets) {
         for (var c = 0u; c < p.buckets; c++) {
             grad_b[sums_at + c] = 0.0;
@@ -653,14 +670,14 @@ fn attention_backward_dq(
     var run_bucket = 0u;
     var run_sum = 0.0;
     for (var k0 = 0u; k0 < key_end; k0 += BLOCK) {
-        stage_kv(lid, base, k0);
+        stage_kv(lid, kbase, k0);
         workgroupBarrier();
         for (var pair = lid; pair < ROWS * BLOCK; pair += WG) {
             let qi = q0 + pair / BLOCK;
             let j = k0 + pair % BLOCK;
             var ds = 0.0;
-            if (qi < p.len && j < p.len && visible_bwd(b, qi, j)) {
-                let at = base + qi * p.dh;
+            if (qi < p.q_len && j < p.k_len && visible_bwd(b, qi, j)) {
+                let at = qbase + qi * p.dh;
                 ds = p_and_ds(bh, h, qi, j, q_dot_a(at, pair % BLOCK), dout_dot_b(at, pair % BLOCK)).y;
             }
             ds_tile[pair] = ds;
@@ -692,7 +709,7 @@ fn attention_backward_dq(
         }
         if (sums_buckets) {
             // Hidden keys have dS = 0 in ds_tile.
-            for (var jj = 0u; jj < BLOCK && k0 + jj < p.len; jj++) {
+            for (var jj = 0u; jj < BLOCK && k0 + jj < p.k_len; jj++) {
                 let bucket = bucket_bwd(i, k0 + jj);
                 if (bucket != run_bucket) {
                     grad_b[sums_at + run_bucket] += run_sum;
@@ -707,10 +724,10 @@ fn attention_backward_dq(
     if (sums_buckets) {
         grad_b[sums_at + run_bucket] += run_sum;
     }
-    if (i >= p.len) {
+    if (i >= p.q_len) {
         return;
     }
-    let at = base + i * p.dh;
+    let at = qbase + i * p.dh;
     let sc = p.scale;
     store4_a(at, lane, d0 * sc);
     store4_a(at, lane + 4u, d1 * sc);
@@ -726,18 +743,18 @@ fn attention_backward_dq(
 @compute @workgroup_size(64)
 fn attention_backward_dbias(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let t = gid.x + gid.y * groups.x * WG;
-    if (t >= p.heads * p.len * p.len) {
+    if (t >= p.heads * p.q_len * p.k_len) {
         return;
     }
-    let h = t / (p.len * p.len);
-    let i = (t / p.len) % p.len;
-    let j = t % p.len;
+    let h = t / (p.q_len * p.k_len);
+    let i = (t / p.k_len) % p.q_len;
+    let j = t % p.k_len;
     var total = 0.0;
     for (var b = 0u; b < p.batch; b++) {
         if (visible_bwd(b, i, j)) {
             let bh = b * p.heads + h;
-            let qa = (bh * p.len + i) * p.dh;
-            let ka = (bh * p.len + j) * p.dh;
+            let qa = (bh * p.q_len + i) * p.dh;
+            let ka = (bh * p.k_len + j) * p.dh;
             var qk = 0.0;
             var dov = 0.0;
             for (var c = 0u; c < vec4s(); c++) {

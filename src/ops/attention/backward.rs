@@ -9,9 +9,9 @@ use crate::error::{Result, shape_err};
 use crate::tensor::TensorMeta;
 
 /// The gradient of [`Attention`]. Inputs: the forward's inputs (q, k, v, the bias's inputs,
-/// key_mask?), then out, lse and dout. Outputs: dq, dk, dv, then for a dense bias dbias
-/// `[H, L, L]` (summed over the batch), for a relative bias each query row's dS summed per bucket,
-/// `[B, H, L, buckets]` (see `relative.rs`). With P = exp(s − lse) recomputed and
+/// key_mask?), then out, lse and dout. Outputs: dq (like q), dk, dv (like k), then for a dense
+/// bias dbias `[H, Lq, Lk]` (summed over the batch), for a relative bias each query row's dS
+/// summed per bucket, `[B, H, Lq, buckets]` (see `relative.rs`). With P = exp(s − lse) recomputed and
 /// D = rowsum(dout ∘ out): dV = Pᵀ dout, dS = P ∘ (dout·vᵀ − D), dq = dS k · scale,
 /// dk = dSᵀ q · scale, dbias = Σ_b dS.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -45,20 +45,20 @@ impl Op for AttentionBackward {
         }
         let d = self.0.check(self.name(), &inputs[..fwd], true)?;
         let (out, lse, dout) = (inputs[fwd], inputs[fwd + 1], inputs[fwd + 2]);
-        if out != inputs[0] || dout != inputs[0] || *lse != TensorMeta::f32(&[d.b, d.h, d.l]) {
+        if out != inputs[0] || dout != inputs[0] || *lse != TensorMeta::f32(&[d.b, d.h, d.lq]) {
             return shape_err(
                 self.name(),
                 format!(
-                    "needs out and dout like q {} and lse [B, H, L]; got out {out}, lse {lse}, dout {dout}",
+                    "needs out and dout like q {} and lse [B, H, Lq]; got out {out}, lse {lse}, dout {dout}",
                     inputs[0]
                 ),
             );
         }
-        let mut metas = vec![inputs[0].clone(); 3];
+        let mut metas = vec![inputs[0].clone(), inputs[1].clone(), inputs[1].clone()];
         match self.0.bias {
             BiasKind::None => {}
-            BiasKind::Dense => metas.push(TensorMeta::f32(&[d.h, d.l, d.l])),
-            BiasKind::Relative => metas.push(TensorMeta::f32(&[d.b, d.h, d.l, d.buckets])),
+            BiasKind::Dense => metas.push(TensorMeta::f32(&[d.h, d.lq, d.lk])),
+            BiasKind::Relative => metas.push(TensorMeta::f32(&[d.b, d.h, d.lq, d.buckets])),
         }
         Ok(metas)
     }
@@ -67,8 +67,7 @@ impl Op for AttentionBackward {
         let pr = Problem::new(self.0, inputs, true);
         let fwd = self.forward_inputs();
         let (out, lse, dout) = (inputs[fwd].data, inputs[fwd + 1].data, inputs[fwd + 2].data);
-        let Dims { l, dh, .. } = pr.d;
-        let slice = l * dh;
+        let Dims { lq, lk, dh, .. } = pr.d;
         let (grads, bias_grad) = outputs.split_at_mut(3);
         let [dq, dk, dv] = grads else {
             unreachable!("attention_backward has dq, dk, dv")
@@ -77,14 +76,14 @@ impl Op for AttentionBackward {
         let scratch = || BackwardScratch::new(pr.d);
         // The relative bias's per-row sums of one (b, h) are written by that (b, h)'s task.
         let by_bucket: Vec<Option<&mut [f32]>> = match (self.0.bias, bias_grad.first_mut()) {
-            (BiasKind::Relative, Some(sums)) => sums.data.chunks_mut(l * pr.d.buckets).map(Some).collect(),
+            (BiasKind::Relative, Some(sums)) => sums.data.chunks_mut(lq * pr.d.buckets).map(Some).collect(),
             _ => (0..pr.d.b * pr.d.h).map(|_| None).collect(),
         };
         // dq, dk and dv of one (b, h) depend only on that (b, h).
         dq.data
-            .par_chunks_mut(slice)
-            .zip(dk.data.par_chunks_mut(slice))
-            .zip(dv.data.par_chunks_mut(slice))
+            .par_chunks_mut(lq * dh)
+            .zip(dk.data.par_chunks_mut(lk * dh))
+            .zip(dv.data.par_chunks_mut(lk * dh))
             .zip(by_bucket)
             .enumerate()
             .for_each_init(scratch, |s, (bh, (grads, by_bucket))| {
@@ -97,7 +96,7 @@ impl Op for AttentionBackward {
             // Each head sums dS over the batch in order.
             dbias
                 .data
-                .par_chunks_mut(l * l)
+                .par_chunks_mut(lq * lk)
                 .enumerate()
                 .for_each_init(scratch, |s, (h, db)| {
                     db.fill(0.0);
@@ -105,10 +104,10 @@ impl Op for AttentionBackward {
                         let bh = b * heads + h;
                         pr.transposed(pr.k, bh, &mut s.k_t);
                         pr.transposed(pr.v, bh, &mut s.v_t);
-                        for i in 0..l {
+                        for i in 0..lq {
                             let (p, ds, dp) = (&mut s.p, &mut s.ds, &mut s.dp);
-                            pr.p_and_ds(bh * l + i, (&s.k_t, &s.v_t), saved, p, ds, dp);
-                            for (d, s) in db[i * l..][..l].iter_mut().zip(ds.iter()) {
+                            pr.p_and_ds(bh * lq + i, (&s.k_t, &s.v_t), saved, p, ds, dp);
+                            for (d, s) in db[i * lk..][..lk].iter_mut().zip(ds.iter()) {
                                 *d += s;
                             }
                         }
@@ -127,7 +126,8 @@ impl Op for AttentionBackward {
         let relative = self.0.bias == BiasKind::Relative;
         // lse and D per row, then 1/0 visibility per key, then (relative bias) the bucket of
         // each offset, so that the passes after it need one buffer less.
-        let mut scratch = vec![2 * d.rows() + d.b * d.l + if relative { 2 * d.l - 1 } else { 0 }];
+        let offsets = d.lq + d.lk - 1;
+        let mut scratch = vec![2 * d.rows() + d.b * d.lk + if relative { offsets } else { 0 }];
         // The dq pass writes the relative bias's per-row sums; without one it still binds a
         // writable buffer there, and a one-word scratch is one it never writes.
         let by_bucket = if relative {
@@ -137,29 +137,29 @@ impl Op for AttentionBackward {
             Arg::Scratch(1)
         };
         let shared = [Arg::In(0), Arg::In(1), Arg::In(2), bias, Arg::Scratch(0), dout];
-        let blocks = d.b * d.h * d.l.div_ceil(ROWS);
+        let (query_blocks, key_blocks) = (d.b * d.h * d.lq.div_ceil(ROWS), d.b * d.h * d.lk.div_ceil(ROWS));
         let mut dispatches = vec![
             dispatch(
                 "attention_backward_stats",
                 vec![out, lse, dout, mask, buckets, Arg::Scratch(0)],
-                grid(d.rows().max(d.b * d.l).max(2 * d.l - 1), 64),
+                grid(d.rows().max(d.b * d.lk).max(offsets), 64),
             ),
             dispatch(
                 "attention_backward_dkdv",
                 [&shared[..], &[Arg::Out(1), Arg::Out(2)]].concat(),
-                grid(blocks, 1),
+                grid(key_blocks, 1),
             ),
             dispatch(
                 "attention_backward_dq",
                 [&shared[..], &[Arg::Out(0), by_bucket]].concat(),
-                grid(blocks, 1),
+                grid(query_blocks, 1),
             ),
         ];
         if self.0.bias == BiasKind::Dense {
             dispatches.push(dispatch(
                 "attention_backward_dbias",
                 [&shared[..], &[Arg::Out(3)]].concat(),
-                grid(d.h * d.l * d.l, 64),
+                grid(d.h * d.lq * d.lk, 64),
             ));
         }
         GpuKernels { scratch, dispatches }

@@ -9,9 +9,9 @@ use crate::ops::vector::vectorised_fn;
 #[derive(Clone, Copy)]
 enum Bias<'a> {
     None,
-    /// `[H, L, L]`.
+    /// `[H, Lq, Lk]`.
     Dense(&'a [f32]),
-    /// The table `[buckets, H]` and the bucket of each offset j − i at `j − i + L − 1`.
+    /// The table `[buckets, H]` and the bucket of query i and key j at `j − i + Lq − 1`.
     Relative {
         table: &'a [f32],
         buckets: &'a [i32],
@@ -55,50 +55,68 @@ impl<'a> Problem<'a> {
     }
 
     fn visible(&self, b: usize, i: usize, j: usize) -> bool {
-        !(self.op.causal && j > i) && self.mask.is_none_or(|m| m[b * self.d.l + j] != 0)
+        let Dims { lq, lk, .. } = self.d;
+        // Query i sits at key position i + Lk − Lq.
+        !(self.op.causal && j + lq > i + lk) && self.mask.is_none_or(|m| m[b * lk + j] != 0)
     }
 
     /// The bias of query i and key j in head h.
     #[inline(always)]
     fn bias(&self, h: usize, i: usize, j: usize) -> f32 {
-        let Dims { h: heads, l, .. } = self.d;
+        let Dims { h: heads, lq, lk, .. } = self.d;
         match self.bias {
             Bias::None => 0.0,
-            Bias::Dense(bias) => bias[(h * l + i) * l + j],
-            Bias::Relative { table, buckets } => table[buckets[j + l - 1 - i] as usize * heads + h],
+            Bias::Dense(bias) => bias[(h * lq + i) * lk + j],
+            Bias::Relative { table, buckets } => table[buckets[j + lq - 1 - i] as usize * heads + h],
         }
     }
 
-    /// Row `row` (= (b·H + h)·L + i) of a [.., L, Dh] tensor.
+    /// Row `row` (= (b·H + h)·L + i, L the tensor's length) of a [.., L, Dh] tensor.
     pub fn at<'x>(&self, x: &'x [f32], row: usize) -> &'x [f32] {
         &x[row * self.d.dh..][..self.d.dh]
     }
 
-    /// Rows `bh·L ..` of a `[.., L, Dh]` tensor transposed into `t` (`[Dh, L]`), so that the
-    /// dot products of one row with every key are vectorised over the keys.
+    /// Key rows `bh·Lk ..` of a `[.., Lk, Dh]` tensor (k or v) transposed into `t`
+    /// (`[Dh, Lk]`), so that the dot products of one row with every key are vectorised over the
+    /// keys.
     #[inline(always)]
     pub fn transposed(&self, x: &[f32], bh: usize, t: &mut [f32]) {
-        let Dims { l, dh, .. } = self.d;
-        for (j, row) in x[bh * l * dh..][..l * dh].chunks_exact(dh).enumerate() {
+        let Dims { lk, dh, .. } = self.d;
+        for (j, row) in x[bh * lk * dh..][..lk * dh].chunks_exact(dh).enumerate() {
             for (d, &v) in row.iter().enumerate() {
-                t[d * l + j] = v;
+                t[d * lk + j] = v;
             }
         }
     }
 
-    /// How many keys row `i` may see at most: keys from there on are hidden whatever the mask.
+    /// How many keys query `i` may see at most: keys from there on are hidden whatever the mask.
     pub fn key_end(&self, i: usize) -> usize {
-        if self.op.causal { i + 1 } else { self.d.l }
+        let Dims { lq, lk, .. } = self.d;
+        if self.op.causal {
+            (i + 1 + lk).saturating_sub(lq).min(lk)
+        } else {
+            lk
+        }
+    }
+
+    /// The first query that may see key `j`.
+    pub fn query_start(&self, j: usize) -> usize {
+        let Dims { lq, lk, .. } = self.d;
+        if self.op.causal {
+            (j + lq).saturating_sub(lk)
+        } else {
+            0
+        }
     }
 
     /// `dots[j] = x · keys_t[.., j]` for the keys `j < dots.len()`, summed over the head
-    /// dimension in order; `keys_t` is one (b, h)'s `[Dh, L]` transpose.
+    /// dimension in order; `keys_t` is one (b, h)'s `[Dh, Lk]` transpose.
     #[inline(always)]
     fn dots(&self, x: &[f32], keys_t: &[f32], dots: &mut [f32]) {
-        let (l, n) = (self.d.l, dots.len());
+        let (lk, n) = (self.d.lk, dots.len());
         dots.fill(0.0);
         for (d, &xd) in x.iter().enumerate() {
-            axpy(dots, xd, &keys_t[d * l..][..n]);
+            axpy(dots, xd, &keys_t[d * lk..][..n]);
         }
     }
 
@@ -106,8 +124,8 @@ impl<'a> Problem<'a> {
     /// is the (b, h)'s keys transposed ([`Problem::transposed`]).
     #[inline(always)]
     fn scores(&self, row: usize, k_t: &[f32], s: &mut [f32]) {
-        let Dims { h: heads, l, .. } = self.d;
-        let (bh, i) = (row / l, row % l);
+        let Dims { h: heads, lq, .. } = self.d;
+        let (bh, i) = (row / lq, row % lq);
         let (b, h) = (bh / heads, bh % heads);
         let end = self.key_end(i);
         let (seen, hidden) = s.split_at_mut(end);
@@ -136,7 +154,7 @@ impl<'a> Problem<'a> {
     pub fn probs(&self, row: usize, k_t: &[f32], p: &mut [f32]) -> f32 {
         self.scores(row, k_t, p);
         // Keys from `end` on are hidden: their probabilities are 0 and add nothing to the sum.
-        let (p, hidden) = p.split_at_mut(self.key_end(row % self.d.l));
+        let (p, hidden) = p.split_at_mut(self.key_end(row % self.d.lq));
         hidden.fill(0.0);
         let max = p.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         if max == f32::NEG_INFINITY {
@@ -155,7 +173,7 @@ impl<'a> Problem<'a> {
 
     /// Row `row`'s probabilities recomputed from its lse, and dS = P ∘ (dout·vᵀ − D) with
     /// D = dout · out of the row. `k_t` and `v_t` are the (b, h)'s keys and values transposed;
-    /// `dp` is scratch of length L.
+    /// `dp` is scratch of length Lk.
     #[inline(always)]
     pub fn p_and_ds(
         &self,
@@ -166,7 +184,7 @@ impl<'a> Problem<'a> {
         ds: &mut [f32],
         dp: &mut [f32],
     ) {
-        let end = self.key_end(row % self.d.l);
+        let end = self.key_end(row % self.d.lq);
         self.scores(row, k_t, p);
         let go = self.at(dout, row);
         let delta: f32 = go.iter().zip(self.at(out, row)).map(|(a, b)| a * b).sum();
@@ -193,30 +211,30 @@ impl<'a> Problem<'a> {
         let Bias::Relative { buckets, .. } = self.bias else {
             unreachable!("only the relative bias has buckets")
         };
-        let l = self.d.l;
+        let lq = self.d.lq;
         sums.fill(0.0);
         let end = self.key_end(i);
-        for (&bucket, &ds) in buckets[l - 1 - i..][..end].iter().zip(&ds[..end]) {
+        for (&bucket, &ds) in buckets[lq - 1 - i..][..end].iter().zip(&ds[..end]) {
             sums[bucket as usize] += ds;
         }
     }
 }
 
 vectorised_fn! {
-    /// The forward of one (b, h): `out` and `lse` are its `[L, Dh]` and `[L]` parts; `k_t`
-    /// (L·Dh) and `p` (L) are scratch.
+    /// The forward of one (b, h): `out` and `lse` are its `[Lq, Dh]` and `[Lq]` parts; `k_t`
+    /// (Lk·Dh) and `p` (Lk) are scratch.
     pub fn forward_head(pr: &Problem<'_>, bh: usize, k_t: &mut [f32], p: &mut [f32], out: &mut [f32], lse: &mut [f32]) {
-        let Dims { l, dh, .. } = pr.d;
+        let Dims { lq, lk, dh, .. } = pr.d;
         pr.transposed(pr.k, bh, k_t);
         for (i, (o, lse)) in out.chunks_exact_mut(dh).zip(lse).enumerate() {
-            *lse = pr.probs(bh * l + i, k_t, p);
-            weighted_sum(o, 0..pr.key_end(i), |j| Some(p[j]), |j| pr.at(pr.v, bh * l + j));
+            *lse = pr.probs(bh * lq + i, k_t, p);
+            weighted_sum(o, 0..pr.key_end(i), |j| Some(p[j]), |j| pr.at(pr.v, bh * lk + j));
         }
     }
 }
 
-/// Scratch of one backward task: keys and values transposed (`[Dh, L]`), one query row's P,
-/// dS and dP (L each), and P and dS transposed (`[L, L]`, key-major).
+/// Scratch of one backward task: keys and values transposed (`[Dh, Lk]`), one query row's P,
+/// dS and dP (Lk each), and P and dS transposed (`[Lk, Lq]`, key-major).
 pub(super) struct BackwardScratch {
     pub k_t: Vec<f32>,
     pub v_t: Vec<f32>,
@@ -229,7 +247,7 @@ pub(super) struct BackwardScratch {
 
 impl BackwardScratch {
     pub fn new(d: Dims) -> Self {
-        let (row, square, t) = (vec![0.0; d.l], vec![0.0; d.l * d.l], vec![0.0; d.l * d.dh]);
+        let (row, square, t) = (vec![0.0; d.lk], vec![0.0; d.lq * d.lk], vec![0.0; d.lk * d.dh]);
         Self {
             k_t: t.clone(),
             v_t: t,
@@ -243,10 +261,11 @@ impl BackwardScratch {
 }
 
 vectorised_fn! {
-    /// dq, dk, dv of one (b, h), whose `[L, Dh]` parts are `grads`; `saved` is (lse, out, dout).
+    /// dq, dk, dv of one (b, h), whose `[Lq, Dh]`, `[Lk, Dh]` and `[Lk, Dh]` parts are `grads`;
+    /// `saved` is (lse, out, dout).
     /// Each gradient row is one weighted sum, added up in the order of the query loop that
     /// defines it (dq over keys, dk and dv over queries, ascending). With a relative bias,
-    /// `by_bucket` is the (b, h)'s `[L, buckets]` part of the per-row table gradient.
+    /// `by_bucket` is the (b, h)'s `[Lq, buckets]` part of the per-row table gradient.
     pub fn backward_head(
         pr: &Problem<'_>,
         bh: usize,
@@ -255,36 +274,36 @@ vectorised_fn! {
         grads: ((&mut [f32], &mut [f32]), &mut [f32]),
         by_bucket: Option<&mut [f32]>,
     ) {
-        let Dims { l, dh, .. } = pr.d;
+        let Dims { lq, lk, dh, .. } = pr.d;
         let ((dq, dk), dv) = grads;
         let mut by_bucket = by_bucket;
         let scale = pr.op.scale;
         pr.transposed(pr.k, bh, &mut s.k_t);
         pr.transposed(pr.v, bh, &mut s.v_t);
         for (i, dq) in dq.chunks_exact_mut(dh).enumerate() {
-            let row = bh * l + i;
+            let row = bh * lq + i;
             pr.p_and_ds(row, (&s.k_t, &s.v_t), saved, &mut s.p, &mut s.ds, &mut s.dp);
             let (p, ds) = (&s.p, &s.ds);
             // Hidden keys (and underflowed ones) add nothing.
             let seen = |j: usize| !(p[j] == 0.0 && ds[j] == 0.0);
             let end = pr.key_end(i);
-            weighted_sum(dq, 0..end, |j| seen(j).then(|| ds[j] * scale), |j| pr.at(pr.k, bh * l + j));
+            weighted_sum(dq, 0..end, |j| seen(j).then(|| ds[j] * scale), |j| pr.at(pr.k, bh * lk + j));
             if let Some(sums) = &mut by_bucket {
                 pr.sum_by_bucket(i, ds, &mut sums[i * pr.d.buckets..][..pr.d.buckets]);
             }
             for j in 0..end {
-                s.p_t[j * l + i] = p[j];
-                s.ds_t[j * l + i] = ds[j];
+                s.p_t[j * lq + i] = p[j];
+                s.ds_t[j * lq + i] = ds[j];
             }
         }
         let (p_t, ds_t) = (&s.p_t, &s.ds_t);
         for (j, (dk, dv)) in dk.chunks_exact_mut(dh).zip(dv.chunks_exact_mut(dh)).enumerate() {
             // The queries that may see key j.
-            let queries = if pr.op.causal { j..l } else { 0..l };
-            let (p, ds) = (&p_t[j * l..][..l], &ds_t[j * l..][..l]);
+            let queries = pr.query_start(j)..lq;
+            let (p, ds) = (&p_t[j * lq..][..lq], &ds_t[j * lq..][..lq]);
             let seen = |i: usize| !(p[i] == 0.0 && ds[i] == 0.0);
-            weighted_sum(dk, queries.clone(), |i| seen(i).then(|| ds[i] * scale), |i| pr.at(pr.q, bh * l + i));
-            weighted_sum(dv, queries, |i| seen(i).then_some(p[i]), |i| pr.at(saved.2, bh * l + i));
+            weighted_sum(dk, queries.clone(), |i| seen(i).then(|| ds[i] * scale), |i| pr.at(pr.q, bh * lq + i));
+            weighted_sum(dv, queries, |i| seen(i).then_some(p[i]), |i| pr.at(saved.2, bh * lq + i));
         }
     }
 }

@@ -1,15 +1,19 @@
 //! Fused multi-head softmax attention, its gradient, and its probabilities for inspection.
 //!
 //! `out = softmax(q·kᵀ·scale + bias + hidden)·v` per batch entry and head, where
-//! - q, k, v and out are `[B, H, L, Dh]` (batch, heads, length, head dimension, `Dh ≤ 128`);
+//! - q and out are `[B, H, Lq, Dh]`, k and v `[B, H, Lk, Dh]` (batch, heads, lengths, head
+//!   dimension, `Dh ≤ 128`). Lq = Lk in self-attention; they differ in cross-attention (a
+//!   decoder's queries, an encoder's keys) and when new queries meet cached keys. Query i sits at
+//!   position `i + Lk − Lq` among the keys (the last query with the last key): that is where
+//!   causal attention and the relative bias measure from;
 //! - the bias (optional, [`AttentionBias`]) is shared by the batch and added to the score of
-//!   query i and key j in head h. Either a dense `[H, L, L]` tensor that the caller built, or
-//!   T5's relative bias `table[bucket(j − i), h]`, which the kernels look up themselves from the
+//!   query i and key j in head h. Either a dense `[H, Lq, Lk]` tensor that the caller built, or
+//!   T5's relative bias `table[bucket(offset), h]`, which the kernels look up themselves from the
 //!   `[buckets, H]` table and the bucket of each offset, so that it costs memory linear in L;
-//! - `key_mask` (optional) is i32 `[B, L]`: 1 for a real token, 0 for padding. A padded key is
+//! - `key_mask` (optional) is i32 `[B, Lk]`: 1 for a real token, 0 for padding. A padded key is
 //!   hidden from every query of its batch entry, as is every key after the query when `causal`.
 //!
-//! The forward also outputs `lse [B, H, L]`, each query row's log Σ exp(score) over its visible
+//! The forward also outputs `lse [B, H, Lq]`, each query row's log Σ exp(score) over its visible
 //! keys, which the backward reads to recompute the probabilities instead of storing them. A row
 //! with no visible key at all (every key padded) outputs 0, has lse = −∞ (the log of an empty
 //! sum) and gets zero gradients; it never produces a NaN.
@@ -51,7 +55,8 @@ uniform! {
     pub struct AttnUniform = ATTENTION "Attn" {
         batch: u32,
         heads: u32,
-        len: u32,
+        q_len: u32,
+        k_len: u32,
         dh: u32,
         scale: f32,
         causal: u32,
@@ -65,7 +70,7 @@ uniform! {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BiasKind {
     None,
-    /// One input: the bias f32 `[H, L, L]`.
+    /// One input: the bias f32 `[H, Lq, Lk]`.
     Dense,
     /// Two inputs: the table f32 `[buckets, H]` and the bucket of each offset ([`RelativeBias`]).
     Relative,
@@ -92,10 +97,10 @@ impl BiasKind {
 
 /// Attention as a graph op. Inputs: q, k, v, then the bias inputs of `bias` ([`BiasKind`]), then
 /// `key_mask` if `has_key_mask` (see the module doc for shapes and meaning). Outputs: out
-/// `[B, H, L, Dh]` and lse `[B, H, L]`.
+/// `[B, H, Lq, Dh]` and lse `[B, H, Lq]`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Attention {
-    /// Query i sees keys 0..=i only.
+    /// Query i sees keys 0..=i + Lk − Lq only.
     pub causal: bool,
     /// Multiplies q·kᵀ before the bias is added; usually 1/√Dh.
     pub scale: f32,
@@ -106,7 +111,7 @@ pub struct Attention {
 /// The additive bias of [`AttentionOpts`].
 #[derive(Clone, Copy, Debug)]
 pub enum AttentionBias {
-    /// f32 `[H, L, L]`, built by the caller: memory quadratic in L. TUPE's positional term uses
+    /// f32 `[H, Lq, Lk]`, built by the caller: memory quadratic in L. TUPE's positional term uses
     /// it; TUPE's lengths are bounded by its learned position table's `max_len`, so that is
     /// bounded too.
     Dense(TensorId),
@@ -123,7 +128,7 @@ pub struct AttentionOpts {
     scale: f32,
     /// An additive bias shared by the batch.
     bias: Option<AttentionBias>,
-    /// i32 `[B, L]`, 1 for real tokens and 0 for padded keys.
+    /// i32 `[B, Lk]`, 1 for real tokens and 0 for padded keys.
     key_mask: Option<TensorId>,
 }
 
@@ -150,27 +155,29 @@ impl AttentionOpts {
         self
     }
 
-    /// Hides the keys where `key_mask` (if any; i32 `[B, L]`) is 0: padding.
+    /// Hides the keys where `key_mask` (if any; i32 `[B, Lk]`) is 0: padding.
     pub fn with_key_mask(mut self, key_mask: impl Into<Option<TensorId>>) -> Self {
         self.key_mask = key_mask.into();
         self
     }
 }
 
-/// (batch, heads, length, head dimension), and the rows of the relative bias's table (0 without
-/// one).
+/// (batch, heads, query and key lengths, head dimension), and the rows of the relative bias's
+/// table (0 without one).
 #[derive(Clone, Copy, Debug)]
 struct Dims {
     b: usize,
     h: usize,
-    l: usize,
+    lq: usize,
+    lk: usize,
     dh: usize,
     buckets: usize,
 }
 
 impl Dims {
+    /// Query rows.
     fn rows(&self) -> usize {
-        self.b * self.h * self.l
+        self.b * self.h * self.lq
     }
 }
 
@@ -206,13 +213,14 @@ impl Attention {
         [s.bias, s.mask, s.buckets].map(|i| Arg::In(i.unwrap_or(0)))
     }
 
-    /// The dimensions of checked inputs (q first, the optional ones from `first`).
+    /// The dimensions of checked inputs (q, k first, the optional ones from `first`).
     fn dims(&self, inputs: &[&TensorMeta], first: usize) -> Dims {
         let s = &inputs[0].shape;
         Dims {
             b: s[0],
             h: s[1],
-            l: s[2],
+            lq: s[2],
+            lk: inputs[1].shape[2],
             dh: s[3],
             // The table `[buckets, H]` is the first optional input.
             buckets: match self.bias {
@@ -226,7 +234,8 @@ impl Attention {
         AttnUniform {
             batch: word(d.b),
             heads: word(d.h),
-            len: word(d.l),
+            q_len: word(d.lq),
+            k_len: word(d.lk),
             dh: word(d.dh),
             scale: self.scale,
             causal: u32::from(self.causal),
@@ -269,47 +278,54 @@ impl Attention {
                 ),
             );
         }
-        let q = inputs[0];
-        let same = inputs[..first].iter().all(|m| *m == q);
-        let fits = q.dtype == DType::F32
-            && q.rank() == 4
-            && same
+        let (q, k) = (inputs[0], inputs[1]);
+        // k (and v) may differ from q in length only.
+        let like_q = |m: &TensorMeta| {
+            m.dtype == DType::F32
+                && m.rank() == 4
+                && m.shape[..2] == q.shape[..2]
+                && m.shape[3] == q.shape[3]
+                && m.shape[2] > 0
+        };
+        let fits = like_q(q)
             && q.shape.iter().all(|&d| d > 0)
-            && q.shape[3] <= MAX_HEAD_DIM;
+            && q.shape[3] <= MAX_HEAD_DIM
+            && like_q(k)
+            && inputs[1..first].iter().all(|m| *m == k);
         if !fits {
             return shape_err(
                 op,
                 format!(
-                    "needs q, k{} as f32 [B, H, L, Dh] of one shape, non-empty, with Dh ≤ {MAX_HEAD_DIM}; got {}",
+                    "needs q f32 [B, H, Lq, Dh] and k{} f32 [B, H, Lk, Dh], non-empty, with Dh ≤ {MAX_HEAD_DIM}; got {}",
                     if with_v { ", v" } else { "" },
                     listed(inputs)
                 ),
             );
         }
-        let (h, l) = (q.shape[1], q.shape[2]);
+        let (h, lq, lk) = (q.shape[1], q.shape[2], k.shape[2]);
         match self.bias {
             BiasKind::None => {}
             BiasKind::Dense => {
-                if *inputs[first] != TensorMeta::f32(&[h, l, l]) {
+                if *inputs[first] != TensorMeta::f32(&[h, lq, lk]) {
                     return shape_err(
                         op,
                         format!(
-                            "needs bias f32 [H, L, L] = [{h}, {l}, {l}]; got {}",
+                            "needs bias f32 [H, Lq, Lk] = [{h}, {lq}, {lk}]; got {}",
                             listed(inputs)
                         ),
                     );
                 }
             }
-            BiasKind::Relative => relative::check(inputs[first], inputs[first + 1], h, l)
+            BiasKind::Relative => relative::check(inputs[first], inputs[first + 1], h, lq, lk)
                 .or_else(|e| shape_err(op, format!("{e}; got {}", listed(inputs))))?,
         }
         if let Some(i) = slots.mask
-            && *inputs[i] != TensorMeta::i32(&[q.shape[0], l])
+            && *inputs[i] != TensorMeta::i32(&[q.shape[0], lk])
         {
             return shape_err(
                 op,
                 format!(
-                    "needs key_mask i32 [B, L] = [{}, {l}]; got {}",
+                    "needs key_mask i32 [B, Lk] = [{}, {lk}]; got {}",
                     q.shape[0],
                     listed(inputs)
                 ),
@@ -329,22 +345,22 @@ impl Op for Attention {
 
     fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
         let d = self.check(self.name(), inputs, true)?;
-        Ok(vec![inputs[0].clone(), TensorMeta::f32(&[d.b, d.h, d.l])])
+        Ok(vec![inputs[0].clone(), TensorMeta::f32(&[d.b, d.h, d.lq])])
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let pr = Problem::new(*self, inputs, true);
-        let Dims { l, dh, .. } = pr.d;
+        let Dims { lq, lk, dh, .. } = pr.d;
         let [out, lse] = outputs else {
             unreachable!("attention has two outputs")
         };
         // One task per (b, h): its keys are transposed once for all its queries.
         out.data
-            .par_chunks_mut(l * dh)
-            .zip(lse.data.par_chunks_mut(l))
+            .par_chunks_mut(lq * dh)
+            .zip(lse.data.par_chunks_mut(lq))
             .enumerate()
             .for_each_init(
-                || (vec![0.0; l * dh], vec![0.0; l]),
+                || (vec![0.0; lk * dh], vec![0.0; lk]),
                 |(k_t, p), (bh, (out, lse))| forward_head(&pr, bh, k_t, p, out, lse),
             );
     }
@@ -365,7 +381,7 @@ impl Op for Attention {
                 Arg::Out(0),
                 Arg::Out(1),
             ],
-            grid(d.b * d.h * d.l.div_ceil(ROWS), 1),
+            grid(d.b * d.h * d.lq.div_ceil(ROWS), 1),
         ))
     }
 
@@ -422,8 +438,8 @@ impl AttentionOpts {
 }
 
 impl Graph {
-    /// Multi-head attention of q, k, v `[B, H, L, Dh]`; returns out `[B, H, L, Dh]`. See
-    /// [`Attention`] and the module doc for the options.
+    /// Multi-head attention of q `[B, H, Lq, Dh]` over k, v `[B, H, Lk, Dh]`; returns out
+    /// `[B, H, Lq, Dh]`. See [`Attention`] and the module doc for the options.
     pub fn attention(
         &mut self,
         q: TensorId,
@@ -435,7 +451,7 @@ impl Graph {
         Ok(self.apply(opts.op(), &inputs)?[0])
     }
 
-    /// The probabilities `[B, H, L, L]` that [`Graph::attention`] with the same options would
+    /// The probabilities `[B, H, Lq, Lk]` that [`Graph::attention`] with the same options would
     /// use; for inspection, with no gradient.
     pub fn attention_probs(&mut self, q: TensorId, k: TensorId, opts: AttentionOpts) -> Result<TensorId> {
         let inputs: Vec<TensorId> = [q, k].into_iter().chain(opts.optional_inputs()).collect();

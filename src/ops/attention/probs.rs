@@ -7,7 +7,7 @@ use super::{Arg, Attention, Dims, Dispatch, GpuKernels, In, Op, Out, grid};
 use crate::error::Result;
 use crate::tensor::TensorMeta;
 
-/// The attention probabilities `[B, H, L, L]` for inspection (the visualizer): the same
+/// The attention probabilities `[B, H, Lq, Lk]` for inspection (the visualizer): the same
 /// softmax as [`Attention`], 0 for hidden keys and for rows with no visible key. Inputs: q, k,
 /// then the bias's inputs and key_mask as the wrapped [`Attention`] says (no v). No gradient.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -20,18 +20,18 @@ impl Op for AttentionProbs {
 
     fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
         let d = self.0.check(self.name(), inputs, false)?;
-        Ok(vec![TensorMeta::f32(&[d.b, d.h, d.l, d.l])])
+        Ok(vec![TensorMeta::f32(&[d.b, d.h, d.lq, d.lk])])
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let pr = Problem::new(self.0, inputs, false);
-        let Dims { l, dh, .. } = pr.d;
-        outputs[0].data.par_chunks_mut(l * l).enumerate().for_each_init(
-            || vec![0.0; l * dh],
+        let Dims { lq, lk, dh, .. } = pr.d;
+        outputs[0].data.par_chunks_mut(lq * lk).enumerate().for_each_init(
+            || vec![0.0; lk * dh],
             |k_t, (bh, probs)| {
                 pr.transposed(pr.k, bh, k_t);
-                for (i, p) in probs.chunks_exact_mut(l).enumerate() {
-                    pr.probs(bh * l + i, k_t, p);
+                for (i, p) in probs.chunks_exact_mut(lk).enumerate() {
+                    pr.probs(bh * lq + i, k_t, p);
                 }
             },
         );

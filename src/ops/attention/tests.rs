@@ -13,9 +13,10 @@ use crate::testing::*;
 #[derive(Clone)]
 enum Bias {
     None,
-    /// The parameter `bias` `[H, L, L]`.
+    /// The parameter `bias` `[H, Lq, Lk]`.
     Dense,
-    /// The parameter `table` `[buckets, H]` and the input `buckets` `[2L − 1]` with these values.
+    /// The parameter `table` `[buckets, H]` and the input `buckets` `[Lq + Lk − 1]` with these
+    /// values.
     Relative {
         buckets: usize,
         ids: Vec<i32>,
@@ -26,7 +27,10 @@ enum Bias {
 /// relative bias's buckets) inputs.
 #[derive(Clone)]
 struct Case {
+    /// q's `[B, H, Lq, Dh]`.
     shape: [usize; 4],
+    /// Lk, when it is not Lq.
+    k_len: Option<usize>,
     causal: bool,
     bias: Bias,
     /// Real tokens per batch entry; the rest of each row of the key mask is padding.
@@ -38,6 +42,7 @@ impl Case {
     fn new(shape: [usize; 4]) -> Self {
         Self {
             shape,
+            k_len: None,
             causal: false,
             bias: Bias::None,
             lengths: None,
@@ -47,6 +52,23 @@ impl Case {
 
     fn causal(self) -> Self {
         Self { causal: true, ..self }
+    }
+
+    /// Keys (and values) of length `k_len`: cross-attention.
+    fn keys(self, k_len: usize) -> Self {
+        Self {
+            k_len: Some(k_len),
+            ..self
+        }
+    }
+
+    fn lk(&self) -> usize {
+        self.k_len.unwrap_or(self.shape[2])
+    }
+
+    fn k_shape(&self) -> [usize; 4] {
+        let [b, h, _, dh] = self.shape;
+        [b, h, self.lk(), dh]
     }
 
     fn bias(self) -> Self {
@@ -69,7 +91,7 @@ impl Case {
     /// A relative bias whose offsets fall in random buckets: the kernels must not rely on T5's
     /// buckets being monotone in the offset.
     fn scrambled(self, buckets: usize) -> Self {
-        let ids = random_ints(2 * self.shape[2] - 1, buckets as i32, 5);
+        let ids = random_ints(self.shape[2] + self.lk() - 1, buckets as i32, 5);
         Self {
             bias: Bias::Relative { buckets, ids },
             ..self
@@ -88,7 +110,7 @@ impl Case {
     }
 
     fn key_mask(&self) -> Option<Vec<i32>> {
-        let l = self.shape[2];
+        let l = self.lk();
         let lengths = self.lengths.as_ref()?;
         Some(
             lengths
@@ -100,19 +122,20 @@ impl Case {
 
     /// The optional inputs, and the options that name them.
     fn opts(&self, g: &mut Graph, feeds: &mut Vec<(TensorId, Feed)>) -> AttentionOpts {
-        let [b, h, l, _] = self.shape;
+        let [b, h, lq, _] = self.shape;
+        let lk = self.lk();
         let bias = match &self.bias {
             Bias::None => None,
-            Bias::Dense => Some(AttentionBias::Dense(param(g, "bias", &[h, l, l]))),
+            Bias::Dense => Some(AttentionBias::Dense(param(g, "bias", &[h, lq, lk]))),
             Bias::Relative { buckets, ids } => {
                 let table = param(g, "table", &[*buckets, h]);
-                let (buckets, feed) = int_input(g, "buckets", &[2 * l - 1], ids.clone());
+                let (buckets, feed) = int_input(g, "buckets", &[lq + lk - 1], ids.clone());
                 feeds.push(feed);
                 Some(AttentionBias::Relative(RelativeBias { table, buckets }))
             }
         };
         let key_mask = self.key_mask().map(|values| {
-            let (t, feed) = int_input(g, "key_mask", &[b, l], values);
+            let (t, feed) = int_input(g, "key_mask", &[b, lk], values);
             feeds.push(feed);
             t
         });
@@ -125,7 +148,8 @@ impl Case {
     fn attention(&self) -> impl Fn(&mut Graph) -> Built + 'static {
         let case = self.clone();
         move |g| {
-            let [q, k, v] = ["q", "k", "v"].map(|n| param(g, n, &case.shape));
+            let q = param(g, "q", &case.shape);
+            let [k, v] = ["k", "v"].map(|n| param(g, n, &case.k_shape()));
             let mut feeds = vec![];
             let opts = case.opts(g, &mut feeds);
             Built {
@@ -138,7 +162,8 @@ impl Case {
     fn probs(&self) -> impl Fn(&mut Graph) -> Built + 'static {
         let case = self.clone();
         move |g| {
-            let [q, k] = ["q", "k"].map(|n| param(g, n, &case.shape));
+            let q = param(g, "q", &case.shape);
+            let k = param(g, "k", &case.k_shape());
             let mut feeds = vec![];
             let opts = case.opts(g, &mut feeds);
             Built {
@@ -245,6 +270,18 @@ fn matches_pytorch() {
         ("bias", base.clone().bias()),
         ("mask", base.clone().lengths(&[7, 4])),
         ("causal_bias_mask", base.clone().causal().bias().lengths(&[7, 4])),
+        (
+            "cross_mask",
+            Case::new([2, 2, 5, 6]).scale(0.4).keys(9).lengths(&[9, 6]),
+        ),
+        (
+            "cross_causal_bias",
+            Case::new([2, 2, 5, 6]).scale(0.4).keys(9).causal().bias(),
+        ),
+        (
+            "cross_long_queries_bias",
+            Case::new([2, 2, 7, 6]).scale(0.4).keys(4).bias(),
+        ),
     ];
     for (name, case) in cases {
         check_reference("attention", name, &case.attention(), 1e-5, 1e-4);
@@ -332,9 +369,19 @@ fn bad_shapes_name_the_op_and_every_shape() {
     let plain = AttentionOpts::new(1.0);
     let table = param(&mut g, "table", &[4, 3]);
     let buckets = g.input("buckets", crate::tensor::TensorMeta::i32(&[10]));
+    // k and v may be longer or shorter than q, but not than each other.
     let err = g.attention(q, k, v_short, plain).unwrap_err().to_string();
     assert!(
         err.starts_with("attention: ") && err.contains("[2, 3, 5, 8]") && err.contains("[2, 3, 4, 8]"),
+        "{err}"
+    );
+    let other_heads = param(&mut g, "other_heads", &[2, 2, 5, 8]);
+    let err = g
+        .attention(q, other_heads, other_heads, plain)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("v f32 [B, H, Lk, Dh]") && err.contains("k [2, 2, 5, 8]"),
         "{err}"
     );
     let err = g.attention(wide, wide, wide, plain).unwrap_err().to_string();
@@ -359,7 +406,7 @@ fn bad_shapes_name_the_op_and_every_shape() {
     let err = g.attention(q, k, q, relative).unwrap_err().to_string();
     assert!(
         err.starts_with("attention: ")
-            && err.contains("buckets i32 [2L − 1] = [9]")
+            && err.contains("buckets i32 [Lq + Lk − 1] = [9]")
             && err.contains("table [4, 3], buckets [10] i32"),
         "{err}"
     );
@@ -480,4 +527,47 @@ fn relative_bias_probabilities_gpu_match_cpu() {
         let got = forward(gpu.clone(), &case.probs(), &Overrides::default());
         assert_close("probs", &got, &want, 1e-6, 1e-4);
     }
+}
+
+/// Queries and keys of different lengths (cross-attention; new queries over cached keys), on
+/// every path: causal aligned at the end (query i at key position i + Lk − Lq), dense and
+/// relative biases, padded keys, rows with no visible key (Lq > Lk, causal), several workgroups.
+#[test]
+fn gpu_matches_cpu_with_different_query_and_key_lengths() {
+    let cases = [
+        Case::new([2, 3, 5, 16]).keys(37).lengths(&[37, 20]),
+        Case::new([2, 3, 37, 16]).keys(5).bias(),
+        Case::new([2, 2, 19, 8]).keys(41).causal().bias(),
+        Case::new([2, 2, 41, 8]).keys(19).causal().lengths(&[19, 7]),
+        Case::new([1, 2, 1, 16]).keys(130).causal().scrambled(6),
+        Case::new([1, 2, 23, 5]).keys(70).scrambled(9).lengths(&[50]),
+        Case::new([2, 1, 130, 8]).keys(3).causal(),
+    ];
+    for case in cases {
+        check_gpu_matches_cpu(&case.attention(), 1e-5, 1e-4);
+        let want = forward(cpu(), &case.probs(), &Overrides::default());
+        if let Some(gpu) = gpu() {
+            let got = forward(gpu, &case.probs(), &Overrides::default());
+            assert_close("probs", &got, &want, 1e-6, 1e-4);
+        }
+    }
+}
+
+/// With Lq ≠ Lk the gradients of q, k, v and both biases still match finite differences, and
+/// a causal query that precedes every key outputs 0 with zero gradients.
+#[test]
+fn cross_length_gradients_match_finite_differences() {
+    let cases = [
+        Case::new([2, 2, 3, 4]).keys(6).causal().bias().lengths(&[6, 4]),
+        Case::new([1, 2, 6, 3]).keys(4).causal().scrambled(3),
+    ];
+    for case in cases {
+        check_gradients(&case.attention(), 1e-2, 1e-2, 20);
+    }
+    // Queries 0 and 1 of 5 sit before key 0 of 3 (positions −2 and −1): no visible key.
+    let case = Case::new([1, 1, 5, 4]).keys(3).causal();
+    let r = run(cpu(), &case.attention(), 3, &Overrides::default());
+    assert!(r.out[..8].iter().all(|&v| v == 0.0), "{:?}", &r.out[..8]);
+    assert!(r.out[8..].iter().any(|&v| v != 0.0));
+    assert!(r.grads["q"][..8].iter().all(|&v| v == 0.0));
 }

@@ -558,7 +558,10 @@ fn bad_shapes_are_errors() {
         ..flow
     };
     let err = g.ode_flow(too_tight, theta, p0).unwrap_err().to_string();
-    assert!(err.contains("rtol 0.000000001 is below what its f32 state resolves"), "{err}");
+    assert!(
+        err.contains("rtol 0.000000001 is below what its f32 state resolves"),
+        "{err}"
+    );
     assert!(check_status(&[0.0, -1.0, 0.0]).is_err());
 }
 
