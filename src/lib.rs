@@ -27,6 +27,7 @@ pub mod ode;
 pub mod ops;
 pub mod optim;
 pub mod params;
+pub mod score;
 pub mod shaders;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod study;
