@@ -11,18 +11,22 @@ mod bins;
 mod cmudict;
 mod corpus;
 mod language_model;
+mod pair_tokenizer;
 mod prompted;
 mod synthetic;
 mod tokenizer;
+mod word_tokenizer;
 
 pub use batch::Batch;
 pub use bins::{BinTotals, LengthBins};
 pub use cmudict::{Pronunciation, Pronunciations, parse_cmudict};
 pub use corpus::{CMUDICT, MOBY_DICK};
 pub use language_model::LanguageModelData;
+pub use pair_tokenizer::PairTokenizer;
 pub use prompted::Example;
 pub use synthetic::SyntheticTask;
 pub use tokenizer::{BOS, CharTokenizer, EOS, PAD, SPECIAL_TOKENS};
+pub use word_tokenizer::WordTokenizer;
 
 /// The target of a position that carries no loss (a prompt or padding), shared by the data and
 /// the cross-entropy loss (`Graph::cross_entropy`'s `ignore_index`). -100 as in PyTorch, so
