@@ -5,24 +5,45 @@
 //! - [`Pronunciations`]: `word=phonemes` from the CMU dictionary, loss on the phonemes only.
 //! - [`SyntheticTask`]: copy (`abc|abc`) and reverse (`abc|cba`), to test length extrapolation.
 //! - [`LengthBins`]: loss and accuracy per sequence-length bin, for evaluation.
+//!
+//! For an encoder-decoder, (source, target) [`Pair`]s in [`PairBatch`]es, split by source length
+//! into training pairs and evaluation bins ([`PairData`]), with one [`PairTokenizer`] for both sides:
+//!
+//! - [`cmudict_pairs`]: spelling → phonemes (`hello` → `HH AH0 L OW1`), each phoneme one token.
+//! - [`PairTask`]: reverse, sort and decimal addition of generated strings.
+//! - [`text_pairs`]: a tab-separated file of one's own, by character or by [`WordTokenizer`] word.
 
 mod batch;
 mod bins;
 mod cmudict;
+mod cmudict_pairs;
 mod corpus;
 mod language_model;
+mod pair_data;
+mod pair_tokenizer;
+mod pairs;
 mod prompted;
 mod synthetic;
+mod synthetic_pairs;
+mod text_pairs;
 mod tokenizer;
+mod word_tokenizer;
 
 pub use batch::Batch;
 pub use bins::{BinTotals, LengthBins};
 pub use cmudict::{Pronunciation, Pronunciations, parse_cmudict};
+pub use cmudict_pairs::{cmudict_pairs, pronunciation_pairs};
 pub use corpus::{CMUDICT, MOBY_DICK};
 pub use language_model::LanguageModelData;
+pub use pair_data::{LengthSplit, MaxLengths, PairBin, PairData, source_bin, source_bin_lengths};
+pub use pair_tokenizer::PairTokenizer;
+pub use pairs::{Pair, PairBatch};
 pub use prompted::Example;
 pub use synthetic::SyntheticTask;
+pub use synthetic_pairs::PairTask;
+pub use text_pairs::{Tokenization, text_pairs};
 pub use tokenizer::{BOS, CharTokenizer, EOS, PAD, SPECIAL_TOKENS};
+pub use word_tokenizer::WordTokenizer;
 
 /// The target of a position that carries no loss (a prompt or padding), shared by the data and
 /// the cross-entropy loss (`Graph::cross_entropy`'s `ignore_index`). -100 as in PyTorch, so

@@ -8,8 +8,8 @@ use rand::{Rng, RngExt};
 use super::{Batch, CharTokenizer, Example};
 use crate::error::{Error, Result};
 
-/// The symbols the strings are drawn from.
-const SYMBOLS: &str = "abcdefghijklmnopqrstuvwxyz";
+/// The symbols the strings are drawn from (here and in the seq2seq tasks of `synthetic_pairs`).
+pub(super) const SYMBOLS: &str = "abcdefghijklmnopqrstuvwxyz";
 const SEPARATOR: char = '|';
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
