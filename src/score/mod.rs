@@ -19,7 +19,7 @@ pub use bleu::{Bleu, MAX_ORDER, corpus_bleu};
 pub use edit::edit_distance;
 pub use tokenize::tokenize_13a;
 
-use crate::data::LengthBins;
+use crate::data::{source_bin, source_bin_lengths};
 
 /// The sums behind the scores of some decoded sequences, and their texts for BLEU.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -103,16 +103,25 @@ fn ratio(numerator: usize, denominator: usize) -> f64 {
     }
 }
 
-/// [`SequenceTotals`] per bin of source length, the bins of [`LengthBins`] (1–32, 33–64,
-/// 65–128, …) so that generated output and teacher-forced loss line up by length.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// [`SequenceTotals`] per bin of source length, the bins of the pair data
+/// ([`crate::data::source_bin`]): the training lengths 1..=N, then N+1..=2N, 2N+1..=4N, …, so
+/// that each bin past the first is a step further from what the model was trained on. With
+/// N = 32 they are [`crate::data::LengthBins`]' bins, so that generated output and
+/// teacher-forced loss line up by length.
+#[derive(Clone, Debug, PartialEq)]
 pub struct SequenceScores {
+    /// N: the longest source trained on.
+    train_max_len: usize,
     bins: Vec<SequenceTotals>,
 }
 
 impl SequenceScores {
-    pub fn new() -> Self {
-        Self::default()
+    /// Scores binned from sources of up to `train_max_len` tokens (the training lengths).
+    pub fn new(train_max_len: usize) -> Self {
+        Self {
+            train_max_len,
+            bins: Vec::new(),
+        }
     }
 
     /// Adds one decoded sequence whose source had `source_len` tokens: its tokens (for accuracy,
@@ -126,7 +135,7 @@ impl SequenceScores {
         hypothesis_text: &str,
         reference_text: &str,
     ) {
-        let bin = LengthBins::bin_of(source_len);
+        let bin = source_bin(source_len, self.train_max_len);
         if self.bins.len() <= bin {
             self.bins.resize(bin + 1, SequenceTotals::default());
         }
@@ -156,8 +165,13 @@ impl SequenceScores {
         );
     }
 
-    /// Adds every bin of `other`, its texts after this one's.
+    /// Adds every bin of `other` (binned from the same training length), its texts after this
+    /// one's.
     pub fn merge(&mut self, other: &SequenceScores) {
+        assert_eq!(
+            self.train_max_len, other.train_max_len,
+            "merging scores binned from different training lengths"
+        );
         if self.bins.len() < other.bins.len() {
             self.bins.resize(other.bins.len(), SequenceTotals::default());
         }
@@ -172,7 +186,7 @@ impl SequenceScores {
             .iter()
             .enumerate()
             .filter(|(_, t)| t.sequences > 0)
-            .map(|(b, t)| (LengthBins::bin_lengths(b), t))
+            .map(|(b, t)| (source_bin_lengths(b, self.train_max_len), t))
     }
 
     /// All bins together.

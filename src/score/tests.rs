@@ -17,7 +17,7 @@ fn record(scores: &mut SequenceScores, source_len: usize, hypothesis: &str, refe
 
 /// Two sequences in the first bin (sources of 5 and 32) and two in the second (33 and 64).
 fn four_sequences() -> SequenceScores {
-    let mut scores = SequenceScores::new();
+    let mut scores = SequenceScores::new(32);
     record(&mut scores, 5, "abc", "abc"); // exact: 3 of 3 positions, no edit
     record(&mut scores, 32, "ab", "abc"); // stops early: 2 of 3 positions, 1 deletion
     record(&mut scores, 33, "axcd", "abc"); // runs on: a, c of 4 positions; 1 substitution, 1 insertion
@@ -80,7 +80,7 @@ fn ratios_per_bin_and_in_total() {
 
 #[test]
 fn empty_bins_are_skipped_and_nothing_counts_as_zero() {
-    let mut scores = SequenceScores::new();
+    let mut scores = SequenceScores::new(32);
     assert_eq!(scores.bins().count(), 0);
     let empty = scores.total();
     assert_eq!(
@@ -97,14 +97,14 @@ fn empty_bins_are_skipped_and_nothing_counts_as_zero() {
 #[test]
 fn merging_equals_recording_in_one() {
     let all = four_sequences();
-    let mut first = SequenceScores::new();
+    let mut first = SequenceScores::new(32);
     record(&mut first, 5, "abc", "abc");
     record(&mut first, 32, "ab", "abc");
     // The second accumulator has more bins than the first: merge grows it.
-    let mut second = SequenceScores::new();
+    let mut second = SequenceScores::new(32);
     record(&mut second, 33, "axcd", "abc");
     record(&mut second, 64, "bc", "abc");
-    let mut merged = SequenceScores::new();
+    let mut merged = SequenceScores::new(32);
     merged.merge(&first);
     merged.merge(&second);
     assert_eq!(merged, all);
@@ -114,7 +114,7 @@ fn merging_equals_recording_in_one() {
 
 #[test]
 fn words_are_the_tokens_and_texts_go_to_bleu() {
-    let mut scores = SequenceScores::new();
+    let mut scores = SequenceScores::new(32);
     scores.record_words(5, "HH AH0 L OW1", "HH AH0 L OW1");
     scores.record_words(5, "W ER1 L D", "W ER1 L D Z");
     scores.record_words(40, "the cat sat on the mat", "the cat sat on the mat");
@@ -133,4 +133,19 @@ fn words_are_the_tokens_and_texts_go_to_bleu() {
     // Every n-gram of the hypotheses matches; only the brevity penalty, exp(1 − 9/8), is left.
     assert_eq!((expected.counts, expected.totals), ([8, 6, 4, 2], [8, 6, 4, 2]));
     assert!((expected.score - 100.0 * (1.0f64 - 9.0 / 8.0).exp()).abs() < 1e-9);
+}
+
+/// Bins start at the training length: trained on words of up to 8 letters, a 9-letter word is
+/// in the second bin (9–16) and a 20-letter one in the third (17–32).
+#[test]
+fn bins_follow_the_training_length() {
+    let mut scores = SequenceScores::new(8);
+    for (len, hypothesis) in [(3, "A B"), (8, "A B"), (9, "A C"), (20, "A")] {
+        scores.record_words(len, hypothesis, "A B");
+    }
+    let bins: Vec<(std::ops::RangeInclusive<usize>, usize, usize)> = scores
+        .bins()
+        .map(|(lengths, t)| (lengths, t.sequences, t.exact))
+        .collect();
+    assert_eq!(bins, [(1..=8, 2, 2), (9..=16, 1, 0), (17..=32, 1, 0)]);
 }
