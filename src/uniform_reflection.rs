@@ -190,7 +190,7 @@ crate::kernel::uniform! {
 crate::kernel::uniform! {
     /// attention.wgsl's `Attn` with `scale` declared as a u32.
     struct MistypedAttn = ATTENTION "Attn" {
-        batch: u32, heads: u32, len: u32, dh: u32, scale: u32,
+        batch: u32, heads: u32, q_len: u32, k_len: u32, dh: u32, scale: u32,
         causal: u32, bias_kind: u32, has_mask: u32, buckets: u32,
     }
 }
@@ -207,7 +207,7 @@ fn a_swapped_or_mistyped_member_is_caught() {
         (
             Layout::of::<MistypedAttn>(),
             &crate::shaders::ATTENTION,
-            "member 4 is `scale: f32` at byte 16 in WGSL but `scale: u32` at byte 16",
+            "member 5 is `scale: f32` at byte 20 in WGSL but `scale: u32` at byte 20",
         ),
     ] {
         let module = parse(shader);
