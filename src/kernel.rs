@@ -174,6 +174,16 @@ macro_rules! uniform {
 }
 pub(crate) use uniform;
 
+/// Up to eight dimensions as the two vec4 words a uniform holds them in (`array<vec4<u32>, 2>`):
+/// `values` from word `at` on, `fill` in the other words.
+pub fn eight_words(values: &[usize], at: usize, fill: u32) -> [[u32; 4]; 2] {
+    let mut words = [[fill; 4]; 2];
+    for (i, &v) in (at..).zip(values) {
+        words[i / 4][i % 4] = word(v);
+    }
+    words
+}
+
 /// A dimension as a uniform word. Graphs check sizes when they are built, so one that does not
 /// fit is a bug in a shape rule.
 pub fn word(value: usize) -> u32 {

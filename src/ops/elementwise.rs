@@ -8,7 +8,7 @@ use super::vector::vectorised_fn;
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
-use crate::kernel::uniform;
+use crate::kernel::{eight_words, uniform};
 use crate::tensor::{DType, MAX_RANK, TensorMeta, broadcast_shapes, broadcast_strides};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,9 +77,10 @@ impl Op for Binary {
             rank: word(out.len()),
             kind: self.0 as u32,
             _pad: 0,
-            shape: padded(out),
-            a_strides: padded(&broadcast_strides(&inputs[0].shape, out)),
-            b_strides: padded(&broadcast_strides(&inputs[1].shape, out)),
+            // Padded with zeros to the eight words the kernel reads.
+            shape: eight_words(out, 0, 0),
+            a_strides: eight_words(&broadcast_strides(&inputs[0].shape, out), 0, 0),
+            b_strides: eight_words(&broadcast_strides(&inputs[1].shape, out), 0, 0),
         };
         GpuKernels::single(Dispatch::new(
             "binary",
@@ -187,15 +188,6 @@ pub(crate) fn same_f32_shape(op: &'static str, x: &TensorMeta) -> Result<Vec<Ten
         return shape_err(op, format!("needs an f32 tensor, got {x}"));
     }
     Ok(vec![x.clone()])
-}
-
-/// A shape or stride vector padded with zeros to the eight words (two vec4s) the kernel reads.
-fn padded(v: &[usize]) -> [[u32; 4]; 2] {
-    let mut w = [[0; 4]; 2];
-    for (i, &x) in v.iter().enumerate() {
-        w[i / 4][i % 4] = word(x);
-    }
-    w
 }
 
 uniform! {

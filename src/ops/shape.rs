@@ -7,7 +7,7 @@ use super::strided::par_gather;
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
-use crate::kernel::uniform;
+use crate::kernel::{eight_words, uniform};
 use crate::tensor::{MAX_RANK, TensorMeta, numel, split_at_axis, strides};
 
 /// Same elements, new shape. The planner gives the output the input's buffer, so nothing runs.
@@ -427,13 +427,7 @@ uniform! {
 pub(crate) fn strided_gather(out_shape: &[usize], src_strides: &[usize]) -> GpuKernels {
     let n = numel(out_shape);
     // Pad at the front to rank 8: size 1 (coordinate 0), any nonzero stride.
-    let front = |v: &[usize], fill: u32| -> [[u32; 4]; 2] {
-        let mut w = [[fill; 4]; 2];
-        for (i, &x) in (MAX_RANK - v.len()..).zip(v) {
-            w[i / 4][i % 4] = word(x);
-        }
-        w
-    };
+    let front = |v: &[usize], fill: u32| eight_words(v, MAX_RANK - v.len(), fill);
     let uniform = GatherUniform {
         n: word(n),
         _pad0: 0,

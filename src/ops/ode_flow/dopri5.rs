@@ -19,7 +19,7 @@
 //! f64 solves (see the tests).
 
 use super::{FlowGradient, ITERATIONS_PER_DISPATCH, OdeFlow, WORKGROUP};
-use crate::kernel::{Repeat, uniform, word};
+use crate::kernel::{Repeat, eight_words, uniform, word};
 use crate::ode::{Activation, Tolerance};
 use crate::ops::{Arg, Dispatch, GpuKernels, grid};
 
@@ -164,8 +164,6 @@ impl OdeFlow {
             }
         }
         let groups = bounds.len() - 1;
-        bounds.resize(8, 0);
-        let b = |i: usize| [0, 1, 2, 3].map(|j| word(bounds[4 * i + j]));
         Dopri5Uniform {
             blocks: word(blocks),
             d: word(d),
@@ -187,7 +185,7 @@ impl OdeFlow {
             pad0: 0,
             pad1: 0,
             pad2: 0,
-            bounds: [b(0), b(1)],
+            bounds: eight_words(&bounds, 0, 0),
         }
     }
 
