@@ -135,26 +135,40 @@ impl GpuBackend {
         let mut encoder = self.device.create_command_encoder(&Default::default());
         encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, buffer.size());
         self.queue.submit([encoder.finish()]);
-        let (tx, rx) = futures_channel::oneshot::channel();
-        staging.map_async(wgpu::MapMode::Read, .., move |r| {
-            let _ = tx.send(r);
-        });
-        // Natively the map completes only when the device is polled; the web polls by itself.
-        #[cfg(not(target_arch = "wasm32"))]
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::Gpu(e.to_string()))?;
-        rx.await
-            .map_err(|_| Error::Gpu("readback was cancelled".into()))?
-            .map_err(|e| Error::Gpu(format!("readback failed: {e}")))?;
-        let words = {
-            let view = staging
-                .get_mapped_range(..)
-                .map_err(|e| Error::Gpu(e.to_string()))?;
-            bytemuck::cast_slice(&view).to_vec()
-        };
-        staging.unmap();
+        let words = mapped_words(&self.device, &staging).await?;
         self.check_errors()?;
         Ok(words)
     }
+}
+
+/// The words of `staging` (a MAP_READ buffer whose copy has been submitted), mapped and unmapped
+/// again: every readback, whole tensors and a repeated kernel's flag alike.
+async fn mapped_words(
+    #[cfg_attr(
+        target_arch = "wasm32",
+        expect(unused_variables, reason = "the web polls by itself")
+    )]
+    device: &wgpu::Device,
+    staging: &wgpu::Buffer,
+) -> Result<Vec<u32>> {
+    let (tx, rx) = futures_channel::oneshot::channel();
+    staging.map_async(wgpu::MapMode::Read, .., move |r| {
+        let _ = tx.send(r);
+    });
+    // Natively the map completes only when the device is polled; the web polls by itself.
+    #[cfg(not(target_arch = "wasm32"))]
+    device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| Error::Gpu(e.to_string()))?;
+    rx.await
+        .map_err(|_| Error::Gpu("readback was cancelled".into()))?
+        .map_err(|e| Error::Gpu(format!("readback failed: {e}")))?;
+    let words = {
+        let view = staging
+            .get_mapped_range(..)
+            .map_err(|e| Error::Gpu(e.to_string()))?;
+        bytemuck::cast_slice(&view).to_vec()
+    };
+    staging.unmap();
+    Ok(words)
 }

@@ -87,6 +87,9 @@ pub(super) struct GpuProgram {
     /// For errors about a step's repeated kernel.
     #[cfg(not(target_arch = "wasm32"))]
     op_names: Vec<&'static str>,
+    /// Where a repeated kernel's flag is copied to be read after each round.
+    #[cfg(not(target_arch = "wasm32"))]
+    flag_staging: wgpu::Buffer,
 }
 
 impl GpuProgram {
@@ -160,6 +163,13 @@ impl GpuProgram {
             scratch: RefCell::new(scratch_all),
             #[cfg(not(target_arch = "wasm32"))]
             op_names: program.iter().map(|s| s.op.name()).collect(),
+            #[cfg(not(target_arch = "wasm32"))]
+            flag_staging: device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("repeat flag"),
+                size: 4,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
         })
     }
 
@@ -184,12 +194,6 @@ impl GpuProgram {
     /// read back after each.
     #[cfg(not(target_arch = "wasm32"))]
     fn run_repeated(&self, i: usize, repeat: Repeat) -> Result<()> {
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("repeat flag"),
-            size: 4,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
         let (mut done, mut round) = (0, 1);
         while done < repeat.max_runs {
             let runs = round.min(repeat.max_runs - done);
@@ -200,14 +204,14 @@ impl GpuProgram {
             encoder.copy_buffer_to_buffer(
                 &self.scratch.borrow()[step][scratch],
                 word as u64 * 4,
-                &staging,
+                &self.flag_staging,
                 0,
                 4,
             );
             self.queue.submit([encoder.finish()]);
             done += runs;
             round = (round * 2).min(MAX_ROUND);
-            match self.read_flag(&staging)? {
+            match pollster::block_on(super::mapped_words(&self.device, &self.flag_staging))?[0] {
                 REPEAT_GOING => {}
                 REPEAT_DONE => return Ok(()),
                 // The runs after the kernel filled its buffer did nothing: they do not count.
@@ -222,22 +226,6 @@ impl GpuProgram {
             }
         }
         Ok(())
-    }
-
-    #[cfg(not(target_arch = "wasm32"))]
-    fn read_flag(&self, staging: &wgpu::Buffer) -> Result<u32> {
-        staging.map_async(wgpu::MapMode::Read, .., |_| {});
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::Gpu(e.to_string()))?;
-        let flag = {
-            let view = staging
-                .get_mapped_range(..)
-                .map_err(|e| Error::Gpu(e.to_string()))?;
-            bytemuck::cast_slice::<u8, u32>(&view)[0]
-        };
-        staging.unmap();
-        Ok(flag)
     }
 
     #[cfg(not(target_arch = "wasm32"))]
