@@ -76,24 +76,23 @@ impl OdeFlow {
     pub(super) fn fixed_backward(&self, blocks: usize) -> GpuKernels {
         let flow = self;
         let (d, params_len) = (flow.dim, flow.param_len());
-        let dispatch = |entry, steps, workgroups| {
-            let mut args = vec![
-                Arg::In(0),
-                Arg::In(1),
-                Arg::In(2),
-                Arg::Out(0),
-                Arg::Out(1),
-                Arg::Scratch(0),
-                Arg::Scratch(1),
-                Arg::Scratch(2),
-            ];
-            // reduce_theta writes the backward's status where the others read the trajectory:
-            // a ninth storage buffer would pass the common limit of eight.
-            if entry == "reduce_theta" {
-                args[1] = Arg::Out(2);
-            }
-            Dispatch::new(entry, &flow.uniform(blocks, steps), args, workgroups)
+        let args = [
+            Arg::In(0),
+            Arg::In(1),
+            Arg::In(2),
+            Arg::Out(0),
+            Arg::Out(1),
+            Arg::Scratch(0),
+            Arg::Scratch(1),
+            Arg::Scratch(2),
+        ];
+        let dispatch = |entry, steps, args: &[Arg], workgroups| {
+            Dispatch::new(entry, &flow.uniform(blocks, steps), args.to_vec(), workgroups)
         };
+        // reduce_theta writes the backward's status where the others read the trajectory: a
+        // ninth storage buffer would pass the common limit of eight.
+        let mut reduce_args = args;
+        reduce_args[1] = Arg::Out(2);
         let one_per_block = grid(blocks * WORKGROUP, WORKGROUP);
         let walk = |entry, kernel| flow.chunks(kernel).into_iter().map(move |steps| (entry, steps));
         let steps: Vec<(&'static str, (usize, usize))> = match flow.gradient {
@@ -105,8 +104,13 @@ impl OdeFlow {
         };
         let dispatches = steps
             .into_iter()
-            .map(|(entry, steps)| dispatch(entry, steps, one_per_block))
-            .chain([dispatch("reduce_theta", (0, 0), grid(params_len, WORKGROUP))])
+            .map(|(entry, steps)| dispatch(entry, steps, &args, one_per_block))
+            .chain([dispatch(
+                "reduce_theta",
+                (0, 0),
+                &reduce_args,
+                grid(params_len, WORKGROUP),
+            )])
             .collect();
         let starts_len = flow.total_steps() * blocks * d;
         GpuKernels {
