@@ -10,6 +10,32 @@ use crate::error::{Error, Result};
 /// The upper end of the first bin; each later bin doubles it.
 const FIRST_BIN_MAX: usize = 32;
 
+/// The bin of a source of `len` tokens when training reached `train_max_len`: bin 0 holds the
+/// training lengths 1..=N, bin k ≥ 1 holds N·2^(k−1)+1 ..= N·2^k.
+///
+/// [`LengthBins`] is this with N fixed at 32, a fit for text windows. Anchored
+/// at the training length instead, the trained lengths have a bin of their own, which every longer
+/// bin is compared with, and short data gets bins at all: every word of the CMU dictionary (28
+/// letters at most) falls in `LengthBins`' first bin.
+pub fn source_bin(len: usize, train_max_len: usize) -> usize {
+    let mut bin = 0;
+    let mut end = train_max_len.max(1);
+    while len > end {
+        end = end.saturating_mul(2);
+        bin += 1;
+    }
+    bin
+}
+
+/// The source lengths of bin `bin` (see [`source_bin`]).
+pub fn source_bin_lengths(bin: usize, train_max_len: usize) -> RangeInclusive<usize> {
+    let n = train_max_len.max(1);
+    match bin {
+        0 => 1..=n,
+        _ => (n << (bin - 1)) + 1..=n << bin,
+    }
+}
+
 /// Loss and correct predictions summed over the counted tokens of some sequences.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct BinTotals {
@@ -58,19 +84,11 @@ impl LengthBins {
     }
 
     pub fn bin_of(len: usize) -> usize {
-        if len <= FIRST_BIN_MAX {
-            0
-        } else {
-            // ⌈log2 len⌉ − 5: 33..=64 → 1, 65..=128 → 2.
-            (usize::BITS - (len - 1).leading_zeros()) as usize - FIRST_BIN_MAX.trailing_zeros() as usize
-        }
+        source_bin(len, FIRST_BIN_MAX)
     }
 
     pub fn bin_lengths(bin: usize) -> RangeInclusive<usize> {
-        match bin {
-            0 => 1..=FIRST_BIN_MAX,
-            _ => (FIRST_BIN_MAX << (bin - 1)) + 1..=FIRST_BIN_MAX << bin,
-        }
+        source_bin_lengths(bin, FIRST_BIN_MAX)
     }
 
     /// Adds one sequence of length `len` with the given totals over its counted tokens.
@@ -197,6 +215,30 @@ impl fmt::Display for LengthBins {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bins_double_from_the_training_length() {
+        assert_eq!(
+            [1, 8, 9, 16, 17, 32, 33].map(|len| source_bin(len, 8)),
+            [0, 0, 1, 1, 2, 2, 3]
+        );
+        assert_eq!(source_bin_lengths(0, 8), 1..=8);
+        assert_eq!(source_bin_lengths(1, 8), 9..=16);
+        assert_eq!(source_bin_lengths(3, 8), 33..=64);
+        // LengthBins' (N = 32): ⌈log2 len⌉ − 5 past the first bin, 33..=64 → 1, 65..=128 → 2.
+        for len in [1usize, 32, 33, 64, 65, 200, 1000] {
+            let log_formula = if len <= 32 {
+                0
+            } else {
+                (usize::BITS - (len - 1).leading_zeros()) as usize - 5
+            };
+            assert_eq!(LengthBins::bin_of(len), log_formula, "{len}");
+        }
+        for bin in 0..5 {
+            let first = if bin == 0 { 1 } else { (32 << (bin - 1)) + 1 };
+            assert_eq!(LengthBins::bin_lengths(bin), first..=32 << bin);
+        }
+    }
 
     #[test]
     fn cross_entropy_and_argmax_of_known_scores() {

@@ -30,12 +30,12 @@ mod tokenizer;
 mod word_tokenizer;
 
 pub use batch::Batch;
-pub use bins::{BinTotals, LengthBins};
+pub use bins::{BinTotals, LengthBins, source_bin, source_bin_lengths};
 pub use cmudict::{Pronunciation, Pronunciations, parse_cmudict};
 pub use cmudict_pairs::{cmudict_pairs, pronunciation_pairs};
 pub use corpus::{CMUDICT, MOBY_DICK};
 pub use language_model::LanguageModelData;
-pub use pair_data::{LengthSplit, MaxLengths, PairBin, PairData, source_bin, source_bin_lengths};
+pub use pair_data::{LengthSplit, MaxLengths, PairBin, PairData};
 pub use pair_tokenizer::PairTokenizer;
 pub use pairs::{Pair, PairBatch};
 pub use prompted::Example;

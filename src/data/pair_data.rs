@@ -9,7 +9,7 @@ use rand::{Rng, RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::pairs::fits;
-use super::{Pair, PairBatch, PairTokenizer, SPECIAL_TOKENS};
+use super::{Pair, PairBatch, PairTokenizer, SPECIAL_TOKENS, source_bin, source_bin_lengths};
 use crate::error::{Error, Result};
 
 /// How pairs are divided between training and evaluation.
@@ -219,32 +219,6 @@ impl PairBin {
     }
 }
 
-/// The bin of a source of `len` tokens when training reached `train_max_len`: bin 0 holds the
-/// training lengths 1..=N, bin k ≥ 1 holds N·2^(k−1)+1 ..= N·2^k.
-///
-/// [`LengthBins`](super::LengthBins) is this with N fixed at 32, a fit for text windows. Anchored
-/// at the training length instead, the trained lengths have a bin of their own, which every longer
-/// bin is compared with, and short data gets bins at all: every word of the CMU dictionary (28
-/// letters at most) falls in `LengthBins`' first bin.
-pub fn source_bin(len: usize, train_max_len: usize) -> usize {
-    let mut bin = 0;
-    let mut end = train_max_len.max(1);
-    while len > end {
-        end = end.saturating_mul(2);
-        bin += 1;
-    }
-    bin
-}
-
-/// The source lengths of bin `bin` (see [`source_bin`]).
-pub fn source_bin_lengths(bin: usize, train_max_len: usize) -> RangeInclusive<usize> {
-    let n = train_max_len.max(1);
-    match bin {
-        0 => 1..=n,
-        _ => (n << (bin - 1)) + 1..=n << bin,
-    }
-}
-
 /// `[longest source, longest target + 1]` of `pairs`.
 fn shape(pairs: &[Pair]) -> [usize; 2] {
     let longest = |side: fn(&Pair) -> usize| pairs.iter().map(side).max().unwrap_or(0);
@@ -298,27 +272,6 @@ mod tests {
             train_max_len,
             valid_fraction,
             seed,
-        }
-    }
-
-    #[test]
-    fn bins_double_from_the_training_length() {
-        assert_eq!(
-            [1, 8, 9, 16, 17, 32, 33].map(|len| source_bin(len, 8)),
-            [0, 0, 1, 1, 2, 2, 3]
-        );
-        assert_eq!(source_bin_lengths(0, 8), 1..=8);
-        assert_eq!(source_bin_lengths(1, 8), 9..=16);
-        assert_eq!(source_bin_lengths(3, 8), 33..=64);
-        // At N = 32 they are LengthBins' bins.
-        for len in [1, 32, 33, 64, 65, 200, 1000] {
-            assert_eq!(source_bin(len, 32), crate::data::LengthBins::bin_of(len));
-        }
-        for bin in 0..5 {
-            assert_eq!(
-                source_bin_lengths(bin, 32),
-                crate::data::LengthBins::bin_lengths(bin)
-            );
         }
     }
 
