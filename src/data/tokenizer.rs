@@ -10,6 +10,8 @@
 //! The separator between a prompt and its answer (`=` in `hello=HH AH0 L OW1`, `|` in `abc|cba`)
 //! is an ordinary character, so decoded sequences read as the task is written.
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -19,6 +21,59 @@ pub const BOS: i32 = 1;
 pub const EOS: i32 = 2;
 /// The special tokens' names, in id order; characters take the ids after them.
 pub const SPECIAL_TOKENS: [&str; 3] = ["<pad>", "<bos>", "<eos>"];
+
+/// The special tokens as a stored tokenizer lists them.
+pub(super) fn stored_specials() -> Vec<String> {
+    SPECIAL_TOKENS.iter().map(|s| s.to_string()).collect()
+}
+
+/// A stored tokenizer's special tokens must be this build's.
+pub(super) fn check_specials(specials: &[String]) -> std::result::Result<(), String> {
+    if specials == SPECIAL_TOKENS {
+        return Ok(());
+    }
+    Err(format!(
+        "tokenizer special tokens {specials:?} differ from this build's {SPECIAL_TOKENS:?}"
+    ))
+}
+
+/// A stored tokenizer's entries must be sorted and unique (lookups are binary searches); `kind`
+/// names them in the error.
+pub(super) fn check_sorted<T: PartialOrd + fmt::Debug>(
+    entries: &[T],
+    kind: &str,
+) -> std::result::Result<(), String> {
+    match entries.windows(2).find(|pair| pair[0] >= pair[1]) {
+        Some(pair) => Err(format!(
+            "tokenizer {kind} must be sorted and unique, but {:?} comes before {:?}",
+            pair[0], pair[1]
+        )),
+        None => Ok(()),
+    }
+}
+
+/// What an id decodes to: a special token, or entry `i` of the vocabulary after them.
+pub(super) enum Token {
+    Special(&'static str),
+    Entry(usize),
+}
+
+/// Token `id` at `position` of a sequence, in a vocabulary of `vocab_size` ids; an id outside it
+/// is an error naming both.
+pub(super) fn token_of(id: i32, position: usize, vocab_size: usize) -> Result<Token> {
+    let index = usize::try_from(id)
+        .ok()
+        .filter(|&i| i < vocab_size)
+        .ok_or_else(|| {
+            Error::Input(format!(
+                "token id {id} at position {position} is outside the vocabulary of {vocab_size} ids"
+            ))
+        })?;
+    Ok(match index.checked_sub(SPECIAL_TOKENS.len()) {
+        Some(entry) => Token::Entry(entry),
+        None => Token::Special(SPECIAL_TOKENS[index]),
+    })
+}
 
 /// Maps characters to ids `SPECIAL_TOKENS.len()..` in sorted order, and back.
 ///
@@ -40,7 +95,7 @@ struct StoredTokenizer {
 impl From<CharTokenizer> for StoredTokenizer {
     fn from(tokenizer: CharTokenizer) -> Self {
         Self {
-            specials: SPECIAL_TOKENS.iter().map(|s| s.to_string()).collect(),
+            specials: stored_specials(),
             chars: tokenizer.chars.into_iter().collect(),
         }
     }
@@ -50,19 +105,9 @@ impl TryFrom<StoredTokenizer> for CharTokenizer {
     type Error = String;
 
     fn try_from(stored: StoredTokenizer) -> Result<Self, String> {
-        if stored.specials != SPECIAL_TOKENS {
-            return Err(format!(
-                "tokenizer special tokens {:?} differ from this build's {SPECIAL_TOKENS:?}",
-                stored.specials
-            ));
-        }
+        check_specials(&stored.specials)?;
         let chars: Vec<char> = stored.chars.chars().collect();
-        if let Some(pair) = chars.windows(2).find(|pair| pair[0] >= pair[1]) {
-            return Err(format!(
-                "tokenizer characters must be sorted and unique, but {:?} comes before {:?}",
-                pair[0], pair[1]
-            ));
-        }
+        check_sorted(&chars, "characters")?;
         Ok(Self { chars })
     }
 }
@@ -117,18 +162,9 @@ impl CharTokenizer {
     pub fn decode(&self, ids: &[i32]) -> Result<String> {
         let mut text = String::with_capacity(ids.len());
         for (position, &id) in ids.iter().enumerate() {
-            let index = usize::try_from(id)
-                .ok()
-                .filter(|&i| i < self.vocab_size())
-                .ok_or_else(|| {
-                    Error::Input(format!(
-                        "token id {id} at position {position} is outside the vocabulary of {} ids",
-                        self.vocab_size()
-                    ))
-                })?;
-            match index.checked_sub(SPECIAL_TOKENS.len()) {
-                Some(char_index) => text.push(self.chars[char_index]),
-                None => text.push_str(SPECIAL_TOKENS[index]),
+            match token_of(id, position, self.vocab_size())? {
+                Token::Entry(i) => text.push(self.chars[i]),
+                Token::Special(name) => text.push_str(name),
             }
         }
         Ok(text)

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::SPECIAL_TOKENS;
+use super::tokenizer::{Token, check_sorted, check_specials, stored_specials, token_of};
 use crate::error::{Error, Result};
 
 /// Maps words (non-empty, without whitespace) to ids `SPECIAL_TOKENS.len()..` in sorted order,
@@ -30,7 +31,7 @@ struct StoredWordTokenizer {
 impl From<WordTokenizer> for StoredWordTokenizer {
     fn from(tokenizer: WordTokenizer) -> Self {
         Self {
-            specials: SPECIAL_TOKENS.iter().map(|s| s.to_string()).collect(),
+            specials: stored_specials(),
             words: tokenizer.words,
         }
     }
@@ -40,21 +41,11 @@ impl TryFrom<StoredWordTokenizer> for WordTokenizer {
     type Error = String;
 
     fn try_from(stored: StoredWordTokenizer) -> Result<Self, String> {
-        if stored.specials != SPECIAL_TOKENS {
-            return Err(format!(
-                "tokenizer special tokens {:?} differ from this build's {SPECIAL_TOKENS:?}",
-                stored.specials
-            ));
-        }
+        check_specials(&stored.specials)?;
         if let Some(word) = stored.words.iter().find(|w| !is_word(w)) {
             return Err(format!("tokenizer word {word:?} is empty or holds whitespace"));
         }
-        if let Some(pair) = stored.words.windows(2).find(|pair| pair[0] >= pair[1]) {
-            return Err(format!(
-                "tokenizer words must be sorted and unique, but {:?} comes before {:?}",
-                pair[0], pair[1]
-            ));
-        }
+        check_sorted(&stored.words, "words")?;
         Ok(Self { words: stored.words })
     }
 }
@@ -140,18 +131,9 @@ impl WordTokenizer {
 
     /// The word or special token's name of `id`, found at `position`.
     fn token(&self, position: usize, id: i32) -> Result<&str> {
-        let index = usize::try_from(id)
-            .ok()
-            .filter(|&i| i < self.vocab_size())
-            .ok_or_else(|| {
-                Error::Input(format!(
-                    "token id {id} at position {position} is outside the vocabulary of {} ids",
-                    self.vocab_size()
-                ))
-            })?;
-        Ok(match index.checked_sub(SPECIAL_TOKENS.len()) {
-            Some(word_index) => &self.words[word_index],
-            None => SPECIAL_TOKENS[index],
+        Ok(match token_of(id, position, self.vocab_size())? {
+            Token::Entry(i) => &self.words[i],
+            Token::Special(name) => name,
         })
     }
 
