@@ -426,17 +426,23 @@ fn dopri5_long_solve_matches_cpu() {
     }
 }
 
-#[test]
-fn dopri5_failures_match_on_cpu_and_gpu() {
+/// A smooth dopri5 problem of 2 blocks over 9 positions (Δ 0.1, max_steps 1000): the flow, θ
+/// and p0.
+fn nine_positions(gradient: FlowGradient) -> (OdeFlow, Vec<f32>, Vec<f32>) {
     let flow = OdeFlow {
         grid: Grid {
             positions: 9,
             delta: 0.1,
         },
-        ..config((6, 6), Activation::Tanh, 9, dopri5(1000), FlowGradient::Backprop)
+        ..config((6, 6), Activation::Tanh, 9, dopri5(1000), gradient)
     };
     let theta: Vec<f32> = random_vec(flow.param_len(), 3).iter().map(|v| v * 0.4).collect();
-    let p0 = random_vec(2 * 6, 4);
+    (flow, theta, random_vec(2 * 6, 4))
+}
+
+#[test]
+fn dopri5_failures_match_on_cpu_and_gpu() {
+    let (flow, theta, p0) = nine_positions(FlowGradient::Backprop);
     let limited = |max_steps| OdeFlow {
         method: dopri5(max_steps),
         ..flow
@@ -609,15 +615,7 @@ fn statuses(
 /// pass and its attempts, on the CPU and the GPU (it used to report ok with NaN gradients).
 #[test]
 fn a_failed_backward_solve_is_an_error() {
-    let flow = OdeFlow {
-        grid: Grid {
-            positions: 9,
-            delta: 0.1,
-        },
-        ..config((6, 6), Activation::Tanh, 9, dopri5(1000), FlowGradient::Adjoint)
-    };
-    let theta: Vec<f32> = random_vec(flow.param_len(), 3).iter().map(|v| v * 0.4).collect();
-    let p0 = random_vec(2 * 6, 4);
+    let (flow, theta, p0) = nine_positions(FlowGradient::Adjoint);
     for backend in backends() {
         let on = backend.describe();
         let (forward, backward, dtheta) = statuses(backend.clone(), flow, &theta, &p0);
