@@ -72,6 +72,8 @@ pub struct Graph {
     pub(crate) tensors: Vec<TensorInfo>,
     pub(crate) nodes: Vec<Node>,
     pub(crate) checks: Vec<Check>,
+    /// Put in front of every parameter name declared now ([`Graph::with_param_prefix`]).
+    param_prefix: String,
 }
 
 impl Graph {
@@ -86,14 +88,30 @@ impl Graph {
 
     /// A trainable f32 parameter. Names are unique: they are the keys of checkpoints.
     pub fn param(&mut self, name: &str, shape: &[usize], init: Init) -> Result<TensorId> {
+        let name = &format!("{}{name}", self.param_prefix);
         if self
             .tensors
             .iter()
-            .any(|t| t.name == name && matches!(t.source, Source::Param(_)))
+            .any(|t| t.name == *name && matches!(t.source, Source::Param(_)))
         {
             return Err(Error::Graph(format!("parameter `{name}` declared twice")));
         }
         Ok(self.push_tensor(TensorMeta::f32(shape), name.to_string(), Source::Param(init)))
+    }
+
+    /// Runs `build` with `prefix` in front of the names of the parameters it declares (after any
+    /// prefix already set): the encoder and the decoder of a seq2seq model declare the same parts
+    /// (`blocks.0.ln1`, a position table) under `encoder.` and `decoder.`.
+    pub fn with_param_prefix<T>(
+        &mut self,
+        prefix: &str,
+        build: impl FnOnce(&mut Self) -> Result<T>,
+    ) -> Result<T> {
+        let outer = self.param_prefix.len();
+        self.param_prefix.push_str(prefix);
+        let built = build(self);
+        self.param_prefix.truncate(outer);
+        built
     }
 
     /// Appends a node; returns its outputs. Shape errors name the op and the shapes given.

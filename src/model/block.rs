@@ -2,12 +2,14 @@
 //! (Euler) block or as a Runge-Kutta block of the ODE Transformer (see [`Block`]).
 //!
 //! `F(y) = a + Drop(FFN(LN2(y + a)))` with `a = Drop(Attn(LN1(y)))`, so that the residual block
-//! `y + F(y)` is the usual pre-norm block. The parameters are declared once per block and every
-//! stage evaluates `F` with them. The stage inputs (`y + ½F1`, …) and the block's output are each
-//! one `rk_combine` (or `rk_gated`) node, whose backward is one kernel too.
+//! `y + F(y)` is the usual pre-norm block. A seq2seq decoder block also attends to the encoder's
+//! output: `a = s + Drop(Cross(LN_cross(y + s)))` with `s = Drop(Attn(LN1(y)))`. The parameters are
+//! declared once per block and every stage evaluates `F` with them. The stage inputs (`y + ½F1`,
+//! …) and the block's output are each one `rk_combine` (or `rk_gated`) node, whose backward is one
+//! kernel too.
 
 use super::config::{Block, ModelConfig};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, TensorId};
 use crate::ops::attention::{AttentionBias, AttentionOpts};
 
@@ -17,11 +19,16 @@ pub(super) const INIT_STD: f32 = 0.02;
 /// Layer normalisation's epsilon (PyTorch's default).
 pub const LN_EPS: f32 = 1e-5;
 
-/// What every block of one graph shares.
+/// What every block of one stack (the model's, or a seq2seq model's encoder or decoder) shares.
 pub(super) struct BlockInputs {
     pub batch: usize,
     pub len: usize,
-    /// Each position attends only to itself and earlier ones (the causal LM).
+    /// How each block steps (the config's `block`, or a decoder's `decoder_block`).
+    pub step: Block,
+    /// The number of blocks in the stack (the residual projections' init and the dropout salts
+    /// depend on it).
+    pub layers: usize,
+    /// Each position attends only to itself and earlier ones (the causal LM, a decoder).
     pub causal: bool,
     pub key_mask: Option<TensorId>,
     /// Added to every layer's attention logits.
@@ -30,12 +37,31 @@ pub(super) struct BlockInputs {
     pub attention_scale: f32,
     /// The step's seed input and the drop probability, in training graphs of a model with dropout.
     pub dropout: Option<(TensorId, f32)>,
+    /// The stack's dropout salts start here, so that no two stacks of a graph share a mask.
+    pub salt_base: u32,
     /// `[L, 3D]` per block: its q|k|v biases (FLOATER's compatible form), in place of the
     /// projection's static bias; empty when none.
     pub qkv_bias: Vec<TensorId>,
     /// Probed graphs ([`super::GraphOptions::probed`]): each block also outputs its attention
     /// probabilities ([`BlockOutput::attention_probs`]).
     pub probed: bool,
+    /// A decoder's attention to the encoder's output; `None` in every other stack.
+    pub cross: Option<CrossInputs>,
+    /// Incremental decoding: the keys and values `[B, H, t, Dh]` of the earlier positions, for
+    /// each block and stage (`cache[layer][stage]`), put before this step's own; empty when the
+    /// graph sees the whole sequence.
+    pub cache: Vec<Vec<(TensorId, TensorId)>>,
+}
+
+/// A decoder's cross-attention inputs.
+pub(super) struct CrossInputs {
+    /// Per block, the encoder output's keys and values `[B, H, S, Dh]` ([`cross_keys_values`]).
+    pub keys_values: Vec<(TensorId, TensorId)>,
+    /// i32 `[B, S]`: 1 for a source token, 0 for padding.
+    pub key_mask: TensorId,
+    /// `[T, D]` per block: the q biases of FLOATER's compatible form, in place of the static
+    /// bias; empty when none.
+    pub q_bias: Vec<TensorId>,
 }
 
 /// What [`block`] adds to a graph.
@@ -44,6 +70,11 @@ pub(super) struct BlockOutput {
     /// In probed graphs, the attention probabilities `[B, H, L, L]` of the block's first stage
     /// (the one that sees its input; a residual block has only that one).
     pub attention_probs: Option<TensorId>,
+    /// In probed decoder graphs, the first stage's cross-attention probabilities `[B, H, T, S]`.
+    pub cross_probs: Option<TensorId>,
+    /// Every stage's self-attention keys and values `[B, H, L, Dh]` (this step's own, without
+    /// the cache): what incremental decoding keeps for the next step.
+    pub keys_values: Vec<(TensorId, TensorId)>,
 }
 
 /// `x · W + b` with `W [inputs, outputs]` (PyTorch's `nn.Linear.weight` is its transpose), or
@@ -115,37 +146,127 @@ struct BlockParams {
     ln1: LayerNorm,
     qkv: Linear,
     out: Linear,
+    cross: Option<CrossParams>,
     ln2: LayerNorm,
     up: Linear,
     down: Linear,
 }
 
+/// A decoder block's cross-attention: its layer norm and q and output projections (the k/v
+/// projection of the encoder's output is [`cross_keys_values`]').
+struct CrossParams {
+    ln: LayerNorm,
+    q: Linear,
+    out: Linear,
+}
+
+/// A Linear with a static bias unless the position encoding supplies one (FLOATER's compatible
+/// form).
+fn linear_maybe_biased(
+    g: &mut Graph,
+    prefix: &str,
+    inputs: usize,
+    outputs: usize,
+    bias_given: bool,
+) -> Result<Linear> {
+    let init = Init::Normal(INIT_STD);
+    if bias_given {
+        Linear::declare_without_bias(g, prefix, inputs, outputs, init)
+    } else {
+        Linear::declare(g, prefix, inputs, outputs, init)
+    }
+}
+
+/// GPT-2: the projections into the residual stream start smaller, so the stream's variance does
+/// not grow with depth.
+fn residual_init(layers: usize) -> Init {
+    Init::Normal(INIT_STD / (2.0 * layers as f32).sqrt())
+}
+
 impl BlockParams {
-    /// `qkv_bias_given`: the position encoding supplies the q|k|v biases, so the projection has none.
-    fn declare(g: &mut Graph, c: &ModelConfig, layer: usize, qkv_bias_given: bool) -> Result<Self> {
+    fn declare(g: &mut Graph, c: &ModelConfig, layer: usize, shared: &BlockInputs) -> Result<Self> {
         let prefix = format!("blocks.{layer}");
         let d = c.d_model;
-        let normal = Init::Normal(INIT_STD);
-        // GPT-2: the projections into the residual stream start smaller, so the stream's variance
-        // does not grow with depth.
-        let residual = Init::Normal(INIT_STD / (2.0 * c.layers as f32).sqrt());
+        let residual = residual_init(shared.layers);
+        let ln1 = LayerNorm::declare(g, &format!("{prefix}.ln1"), d)?;
+        let qkv = linear_maybe_biased(
+            g,
+            &format!("{prefix}.attn.qkv"),
+            d,
+            3 * d,
+            !shared.qkv_bias.is_empty(),
+        )?;
+        let out = Linear::declare(g, &format!("{prefix}.attn.out"), d, d, residual)?;
+        let cross = match &shared.cross {
+            Some(cross) => Some(CrossParams {
+                ln: LayerNorm::declare(g, &format!("{prefix}.ln_cross"), d)?,
+                q: linear_maybe_biased(g, &format!("{prefix}.cross.q"), d, d, !cross.q_bias.is_empty())?,
+                out: Linear::declare(g, &format!("{prefix}.cross.out"), d, d, residual)?,
+            }),
+            None => None,
+        };
         Ok(Self {
             layer,
-            ln1: LayerNorm::declare(g, &format!("{prefix}.ln1"), d)?,
-            qkv: if qkv_bias_given {
-                Linear::declare_without_bias(g, &format!("{prefix}.attn.qkv"), d, 3 * d, normal)?
-            } else {
-                Linear::declare(g, &format!("{prefix}.attn.qkv"), d, 3 * d, normal)?
-            },
-            out: Linear::declare(g, &format!("{prefix}.attn.out"), d, d, residual)?,
+            ln1,
+            qkv,
+            out,
+            cross,
             ln2: LayerNorm::declare(g, &format!("{prefix}.ln2"), d)?,
-            up: Linear::declare(g, &format!("{prefix}.ffn.up"), d, c.ffn, normal)?,
+            up: Linear::declare(g, &format!("{prefix}.ffn.up"), d, c.ffn, Init::Normal(INIT_STD))?,
             down: Linear::declare(g, &format!("{prefix}.ffn.down"), c.ffn, d, residual)?,
         })
     }
 }
 
-/// One evaluation of the sub-block: `a = Drop(Attn(LN1 y))` and `h = Drop(FFN(LN2(y + a)))`.
+/// The keys and values `[B, H, S, Dh]` of decoder block `layer`'s cross-attention, from the
+/// encoder's output `memory [B, S, D]`: one `[D, 2D]` projection `blocks.{layer}.cross.kv` (k
+/// columns, then v), its bias static or FLOATER's `[S, 2D]` source-position biases.
+pub(super) fn cross_keys_values(
+    g: &mut Graph,
+    c: &ModelConfig,
+    layer: usize,
+    memory: TensorId,
+    kv_bias: Option<TensorId>,
+) -> Result<(TensorId, TensorId)> {
+    let d = c.d_model;
+    let &[b, s, _] = g.shape(memory) else {
+        return Err(Error::Graph(format!(
+            "the encoder's output must be [B, S, D], got {:?}",
+            g.shape(memory)
+        )));
+    };
+    let kv = linear_maybe_biased(
+        g,
+        &format!("blocks.{layer}.cross.kv"),
+        d,
+        2 * d,
+        kv_bias.is_some(),
+    )?;
+    let mut kv = kv.apply(g, memory)?;
+    if let Some(bias) = kv_bias {
+        kv = g.add(kv, bias)?;
+    }
+    let shape = [b, s, c.heads, c.head_dim()];
+    Ok((heads(g, kv, 0, shape)?, heads(g, kv, 1, shape)?))
+}
+
+/// Part `part` (D wide) of the last axis of `x [B, L, parts·D]`, split into heads
+/// `[B, H, L, Dh]`.
+fn heads(g: &mut Graph, x: TensorId, part: usize, [b, l, h, dh]: [usize; 4]) -> Result<TensorId> {
+    let d = h * dh;
+    let t = g.slice(x, 2, part * d, (part + 1) * d)?;
+    let t = g.reshape(t, &[b, l, h, dh])?;
+    g.permute(t, &[0, 2, 1, 3])
+}
+
+/// Heads `[B, H, L, Dh]` merged back into `[B, L, D]`.
+fn merge_heads(g: &mut Graph, x: TensorId, [b, l, d]: [usize; 3]) -> Result<TensorId> {
+    let x = g.permute(x, &[0, 2, 1, 3])?;
+    g.reshape(x, &[b, l, d])
+}
+
+/// One evaluation of the sub-block: `a = Drop(Attn(LN1 y))` (a decoder's: plus its
+/// cross-attention) and `h = Drop(FFN(LN2(y + a)))`.
 struct Stage {
     /// `y + a`.
     mid: TensorId,
@@ -153,6 +274,9 @@ struct Stage {
     h: TensorId,
     /// The attention probabilities, where the stage was asked for them.
     probs: Option<TensorId>,
+    cross_probs: Option<TensorId>,
+    /// The self-attention's own keys and values.
+    keys_values: (TensorId, TensorId),
 }
 
 /// The block's output for input `x` (the position term, if it goes to every block, already
@@ -164,14 +288,16 @@ pub(super) fn block(
     layer: usize,
     shared: &BlockInputs,
 ) -> Result<BlockOutput> {
-    let p = BlockParams::declare(g, c, layer, !shared.qkv_bias.is_empty())?;
-    let f = |g: &mut Graph, y: TensorId, stage: usize| -> Result<TensorId> {
+    let p = BlockParams::declare(g, c, layer, shared)?;
+    let mut keys_values = Vec::new();
+    let mut f = |g: &mut Graph, y: TensorId, stage: usize| -> Result<TensorId> {
         let s = sub_block(g, c, &p, y, stage, shared)?;
+        keys_values.push(s.keys_values);
         g.add(s.a, s.h)
     };
     // Every kind begins with a stage on the block's input: the one probed.
     let first = sub_block(g, c, &p, x, 0, shared)?;
-    let out = match c.block {
+    let out = match shared.step {
         // (y + a) + h, as the pre-norm block has always been computed.
         Block::Residual => g.add(first.mid, first.h),
         Block::Rk2 { gamma } => {
@@ -206,9 +332,12 @@ pub(super) fn block(
             )
         }
     }?;
+    keys_values.insert(0, first.keys_values);
     Ok(BlockOutput {
         out,
         attention_probs: first.probs,
+        cross_probs: first.cross_probs,
+        keys_values,
     })
 }
 
@@ -221,48 +350,112 @@ fn sub_block(
     stage: usize,
     shared: &BlockInputs,
 ) -> Result<Stage> {
+    let probed = shared.probed && stage == 0;
+    let salt = |site| shared.salt_base + dropout_salt(shared.layers, p.layer, stage, site);
     let h = p.ln1.apply(g, y)?;
-    let (h, probs) = self_attention(g, c, p, h, shared, shared.probed && stage == 0)?;
-    let a = dropout(g, h, shared, dropout_salt(c.layers, p.layer, stage, 1))?;
-    let mid = g.add(y, a)?;
+    let attended = self_attention(g, c, p, h, stage, shared, probed)?;
+    let mut a = dropout(g, attended.out, shared, salt(1))?;
+    let mut mid = g.add(y, a)?;
+    let mut cross_probs = None;
+    if let (Some(params), Some(cross)) = (&p.cross, &shared.cross) {
+        let h = params.ln.apply(g, mid)?;
+        let (h, probs) = cross_attention(g, c, params, p.layer, h, cross, shared, probed)?;
+        cross_probs = probs;
+        // The cross site's salts follow every self-attention and FFN site of the stack.
+        let h = dropout(g, h, shared, salt(1) + cross_salt_offset(shared.layers))?;
+        a = g.add(a, h)?;
+        mid = g.add(mid, h)?;
+    }
     let h = p.ln2.apply(g, mid)?;
     let h = p.up.apply(g, h)?;
     let h = g.gelu(h)?;
     let h = p.down.apply(g, h)?;
-    let h = dropout(g, h, shared, dropout_salt(c.layers, p.layer, stage, 2))?;
-    Ok(Stage { mid, a, h, probs })
+    let h = dropout(g, h, shared, salt(2))?;
+    Ok(Stage {
+        mid,
+        a,
+        h,
+        probs: attended.probs,
+        cross_probs,
+        keys_values: attended.keys_values,
+    })
+}
+
+/// A self-attention's output `[B, L, D]`, its probabilities if asked, and its own keys and
+/// values.
+struct Attended {
+    out: TensorId,
+    probs: Option<TensorId>,
+    keys_values: (TensorId, TensorId),
 }
 
 /// Multi-head self-attention of `x [B, L, D]`: one fused q|k|v projection, heads split to
-/// `[B, H, L, Dh]`, the fused attention op, heads merged, the output projection.
+/// `[B, H, L, Dh]`, the cached keys and values of earlier positions (incremental decoding) put
+/// first, the fused attention op, heads merged, the output projection.
 fn self_attention(
     g: &mut Graph,
     c: &ModelConfig,
     p: &BlockParams,
     x: TensorId,
+    stage: usize,
     shared: &BlockInputs,
     probed: bool,
-) -> Result<(TensorId, Option<TensorId>)> {
-    let (b, l, d, h, dh) = (shared.batch, shared.len, c.d_model, c.heads, c.head_dim());
+) -> Result<Attended> {
+    let (b, l, d) = (shared.batch, shared.len, c.d_model);
+    let shape = [b, l, c.heads, c.head_dim()];
     let mut qkv = p.qkv.apply(g, x)?;
     if let Some(&bias) = shared.qkv_bias.get(p.layer) {
         qkv = g.add(qkv, bias)?;
     }
-    let mut split = |part: usize| -> Result<TensorId> {
-        let t = g.slice(qkv, 2, part * d, (part + 1) * d)?;
-        let t = g.reshape(t, &[b, l, h, dh])?;
-        g.permute(t, &[0, 2, 1, 3])
+    let (q, k, v) = (
+        heads(g, qkv, 0, shape)?,
+        heads(g, qkv, 1, shape)?,
+        heads(g, qkv, 2, shape)?,
+    );
+    let (all_k, all_v) = match shared.cache.get(p.layer).and_then(|stages| stages.get(stage)) {
+        Some(&(cached_k, cached_v)) => (g.concat(&[cached_k, k], 2)?, g.concat(&[cached_v, v], 2)?),
+        None => (k, v),
     };
-    let (q, k, v) = (split(0)?, split(1)?, split(2)?);
     let opts = AttentionOpts::new(shared.attention_scale)
         .causal(shared.causal)
         .with_bias(shared.attention_bias)
         .with_key_mask(shared.key_mask);
+    let probs = probed.then(|| g.attention_probs(q, all_k, opts)).transpose()?;
+    let out = g.attention(q, all_k, all_v, opts)?;
+    let out = merge_heads(g, out, [b, l, d])?;
+    Ok(Attended {
+        out: p.out.apply(g, out)?,
+        probs,
+        keys_values: (k, v),
+    })
+}
+
+/// A decoder block's attention from `x [B, T, D]` to the encoder's output, at the usual scale
+/// 1/√Dh and with no position bias (the positions are in the queries and, through the encoder,
+/// in the keys), source padding hidden.
+#[allow(clippy::too_many_arguments)]
+fn cross_attention(
+    g: &mut Graph,
+    c: &ModelConfig,
+    params: &CrossParams,
+    layer: usize,
+    x: TensorId,
+    cross: &CrossInputs,
+    shared: &BlockInputs,
+    probed: bool,
+) -> Result<(TensorId, Option<TensorId>)> {
+    let (b, l, d) = (shared.batch, shared.len, c.d_model);
+    let mut q = params.q.apply(g, x)?;
+    if let Some(&bias) = cross.q_bias.get(layer) {
+        q = g.add(q, bias)?;
+    }
+    let q = heads(g, q, 0, [b, l, c.heads, c.head_dim()])?;
+    let (k, v) = cross.keys_values[layer];
+    let opts = AttentionOpts::new(1.0 / (c.head_dim() as f32).sqrt()).with_key_mask(Some(cross.key_mask));
     let probs = probed.then(|| g.attention_probs(q, k, opts)).transpose()?;
     let out = g.attention(q, k, v, opts)?;
-    let out = g.permute(out, &[0, 2, 1, 3])?;
-    let out = g.reshape(out, &[b, l, d])?;
-    Ok((p.out.apply(g, out)?, probs))
+    let out = merge_heads(g, out, [b, l, d])?;
+    Ok((params.out.apply(g, out)?, probs))
 }
 
 /// The dropout salt of the embeddings; see [`dropout_salt`] for the blocks'.
@@ -273,6 +466,12 @@ pub(super) const EMBEDDING_DROPOUT_SALT: u32 = 0;
 /// `2·layer + 2`, and no two sites of a graph share one, so each draws its own mask.
 fn dropout_salt(layers: usize, layer: usize, stage: usize, site: usize) -> u32 {
     (2 * (stage * layers + layer) + site) as u32
+}
+
+/// How far a decoder's cross-attention salts sit above its self-attention salts: past every
+/// site of the stack's (up to 4) stages.
+fn cross_salt_offset(layers: usize) -> u32 {
+    (2 * 4 * layers) as u32
 }
 
 /// `x` through dropout in training graphs of a model with dropout; `x` itself otherwise.
@@ -318,6 +517,11 @@ mod tests {
             let shared = BlockInputs {
                 batch: B,
                 len: L,
+                step: kind,
+                layers: 1,
+                salt_base: 0,
+                cross: None,
+                cache: Vec::new(),
                 causal: true,
                 key_mask: None,
                 attention_bias: None,

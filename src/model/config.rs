@@ -165,7 +165,7 @@ pub enum EmbedScale {
 }
 
 /// What the model predicts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ModelKind {
     /// Decoder-only: causal attention, next-token logits `[B, L, vocab]`.
@@ -178,6 +178,22 @@ pub enum ModelKind {
     /// Bidirectional encoder: position 0 holds the data layer's BOS token, used as [CLS]; its
     /// final state is classified into `n_classes`, logits `[B, n_classes]`.
     Encoder { n_classes: usize },
+    /// Encoder-decoder: the config's `layers` encoder blocks (stepped as `block`) read the source
+    /// bidirectionally, source padding hidden by a key mask; `decoder_layers` decoder blocks
+    /// (stepped as `decoder_block`) read the target causally and attend to the encoder's output.
+    /// One token table serves the source, the target and (tied) the output layer; next-token
+    /// logits `[B, T, vocab]`.
+    Seq2Seq {
+        /// The output layer is the token table, transposed (the ODE Transformer's shared
+        /// embeddings); otherwise its own `[d_model, vocab]` weight. Defaults to true.
+        #[serde(default = "tied_by_default")]
+        tied_head: bool,
+        decoder_layers: usize,
+        /// How each decoder block steps; defaults to `residual` (the ODE Transformer puts its
+        /// Runge-Kutta blocks in the encoder for translation).
+        #[serde(default)]
+        decoder_block: Block,
+    },
 }
 
 fn tied_by_default() -> bool {
@@ -236,6 +252,14 @@ impl ModelConfig {
         {
             return config_err(format!("block.gamma must be finite, got {gamma:?}"));
         }
+        if let ModelKind::Seq2Seq {
+            decoder_layers,
+            decoder_block,
+            ..
+        } = self.kind
+        {
+            self.validate_decoder(decoder_layers, decoder_block)?;
+        }
         if let ModelKind::Encoder { n_classes: 0 } = self.kind {
             return config_err("an encoder needs n_classes ≥ 1, got 0".into());
         }
@@ -257,7 +281,7 @@ impl ModelConfig {
         if self.posenc.unties_cls() && !matches!(self.kind, ModelKind::Encoder { .. }) {
             return config_err(
                 "untie_cls resets the positional term of [CLS] (position 0), which only an encoder \
-                 has; set untie_cls = false for a causal LM"
+                 with a classifier has; set untie_cls = false for a causal LM or a seq2seq model"
                     .into(),
             );
         }
@@ -289,6 +313,41 @@ impl ModelConfig {
         Ok(())
     }
 
+    /// The decoder's sizes, and what the seq2seq decoder can be built with.
+    fn validate_decoder(&self, decoder_layers: usize, decoder_block: Block) -> Result<()> {
+        let limit = size_limit("layers");
+        if !(1..=limit).contains(&decoder_layers) {
+            return config_err(format!(
+                "decoder_layers must be in 1..={limit}, got {decoder_layers}"
+            ));
+        }
+        if let Block::Rk2 { gamma } = decoder_block
+            && !gamma.iter().all(|c| c.is_finite())
+        {
+            return config_err(format!("decoder_block.gamma must be finite, got {gamma:?}"));
+        }
+        let specials = crate::data::BOS.max(crate::data::EOS) as usize;
+        if self.vocab <= specials {
+            return config_err(format!(
+                "a seq2seq model starts each target with BOS (id {}) and ends it with EOS (id {}), \
+                 but vocab is {}",
+                crate::data::BOS,
+                crate::data::EOS,
+                self.vocab
+            ));
+        }
+        if let PosEnc::Floater(floater) = &self.posenc
+            && floater.resolve_every > 1
+        {
+            return config_err(format!(
+                "a seq2seq model solves FLOATER's flows every step; resolve_every = {} caches them \
+                 for the decoder-only models only",
+                floater.resolve_every
+            ));
+        }
+        Ok(())
+    }
+
     /// The number of parameters, from the sizes alone (an upper estimate: every matrix and
     /// table the largest variant of each part has), so that a model too large to hold is refused
     /// before anything is built. Saturating: the sizes are untrusted.
@@ -298,6 +357,14 @@ impl ModelConfig {
         let block = (4 * d)
             .saturating_mul(d)
             .saturating_add((2 * d).saturating_mul(ffn));
+        // A decoder block has a cross-attention (4 d × d) on top of a block's parts.
+        let decoder = match self.kind {
+            ModelKind::Seq2Seq { decoder_layers, .. } => block
+                .saturating_add((4 * d).saturating_mul(d))
+                .saturating_mul(decoder_layers as u64)
+                .saturating_add(max_len.saturating_mul(d)),
+            _ => 0,
+        };
         // Embedding, head, a position table of max_len rows, and FLOATER's or TUPE's own
         // matrices (a few d × d) on top.
         vocab
@@ -306,16 +373,17 @@ impl ModelConfig {
             .saturating_add(max_len.saturating_mul(d))
             .saturating_add(block.saturating_mul(layers))
             .saturating_add(d.saturating_mul(d).saturating_mul(8))
+            .saturating_add(decoder)
     }
 
-    /// What a position encoding reads of the model.
+    /// What a position encoding reads of the model (of a seq2seq model: of its encoder).
     pub fn dims(&self) -> ModelDims {
         ModelDims {
             d_model: self.d_model,
             heads: self.heads,
             layers: self.layers,
             max_len: self.max_len,
-            bidirectional: matches!(self.kind, ModelKind::Encoder { .. }),
+            bidirectional: !matches!(self.kind, ModelKind::CausalLm { .. }),
         }
     }
 

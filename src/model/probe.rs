@@ -47,6 +47,7 @@ pub async fn attention_maps(model: &Model, params: &ParamStore, tokens: &[i32]) 
     let targets = match model.config().kind {
         ModelKind::CausalLm { .. } => vec![IGNORE_INDEX; len],
         ModelKind::Encoder { .. } => vec![0],
+        ModelKind::Seq2Seq { .. } => return Err(super::transformer::needs_build_seq2seq()),
     };
     graph.feed(&exec, tokens, &targets, None)?;
     exec.run()?;

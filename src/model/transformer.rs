@@ -110,6 +110,18 @@ impl GraphOptions {
         Ok(())
     }
 
+    pub(super) fn is_training(&self) -> bool {
+        self.training
+    }
+
+    pub(super) fn is_probed(&self) -> bool {
+        self.probed
+    }
+
+    pub(super) fn takes_cached_encodings(&self) -> bool {
+        self.cached_encodings
+    }
+
     fn encodings(&self) -> EncodingSource {
         if self.cached_encodings {
             EncodingSource::Input
@@ -134,7 +146,11 @@ impl Model {
     /// a checkpoint to be checked against before anything is.
     pub fn declare_params(&self) -> Result<Graph> {
         let mut g = Graph::new();
-        self.build(&mut g, 1, 1, GraphOptions::default())?;
+        if matches!(self.config.kind, ModelKind::Seq2Seq { .. }) {
+            self.build_seq2seq(&mut g, 1, 1, 1, GraphOptions::default())?;
+        } else {
+            self.build(&mut g, 1, 1, GraphOptions::default())?;
+        }
         Ok(g)
     }
 
@@ -147,6 +163,9 @@ impl Model {
         options: GraphOptions,
     ) -> Result<ModelGraph> {
         options.validate()?;
+        if matches!(self.config.kind, ModelKind::Seq2Seq { .. }) {
+            return Err(needs_build_seq2seq());
+        }
         if batch == 0 || len == 0 {
             return Err(Error::Input(format!(
                 "a model graph needs at least one row and one position, got batch {batch}, length {len}"
@@ -180,6 +199,11 @@ impl Model {
         let shared = BlockInputs {
             batch,
             len,
+            step: c.block,
+            layers: c.layers,
+            salt_base: 0,
+            cross: None,
+            cache: Vec::new(),
             causal: matches!(c.kind, ModelKind::CausalLm { .. }),
             key_mask,
             // At most one is set: TUPE's dense term or T5's relative bias.
@@ -216,6 +240,7 @@ impl Model {
                 };
                 (logits, g.input("targets", TensorMeta::i32(&[batch, len])))
             }
+            ModelKind::Seq2Seq { .. } => return Err(needs_build_seq2seq()),
             ModelKind::Encoder { n_classes } => {
                 let cls = g.slice(x, 1, 0, 1)?;
                 let cls = g.reshape(cls, &[batch, d])?;
@@ -247,6 +272,11 @@ impl Model {
     }
 }
 
+/// What [`Model::build`] says of a seq2seq model.
+pub(super) fn needs_build_seq2seq() -> Error {
+    Error::Input("a seq2seq model reads a source and a target; build it with Model::build_seq2seq".into())
+}
+
 impl ModelGraph {
     /// Validates and writes one batch: tokens and targets row-major (`[B, L]`, and targets `[B]`
     /// for an encoder), the key padding mask (1 = token, 0 = pad) if any, and the constants.
@@ -256,7 +286,7 @@ impl ModelGraph {
     pub fn feed(&self, exec: &Executor, tokens: &[i32], targets: &[i32], mask: Option<&[f32]>) -> Result<()> {
         let (b, l) = (self.batch, self.len);
         let targets_len = match self.kind {
-            ModelKind::CausalLm { .. } => b * l,
+            ModelKind::CausalLm { .. } | ModelKind::Seq2Seq { .. } => b * l,
             ModelKind::Encoder { .. } => b,
         };
         if tokens.len() != b * l || targets.len() != targets_len || mask.is_some_and(|m| m.len() != b * l) {
@@ -374,7 +404,7 @@ impl ModelGraph {
 
     fn check_targets(&self, targets: &[i32]) -> Result<()> {
         let (classes, what) = match self.kind {
-            ModelKind::CausalLm { .. } => (self.vocab, "vocabulary"),
+            ModelKind::CausalLm { .. } | ModelKind::Seq2Seq { .. } => (self.vocab, "vocabulary"),
             ModelKind::Encoder { n_classes } => (n_classes, "classes"),
         };
         let ignored = |t: i32| t == IGNORE_INDEX && !self.is_encoder();

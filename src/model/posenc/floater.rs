@@ -139,10 +139,10 @@ fn xavier_normal_std(d: usize) -> f32 {
     (2.0 / (2 * d + 1) as f32).sqrt()
 }
 
-/// Xavier-uniform's bound for the `[3, layers, D]` initial biases, with PyTorch's fans of a 3-d
-/// tensor (fan_in = layers·D, fan_out = 3·D), as the authors' `proj_bias`.
-fn qkv_initial_bound(layers: usize, d: usize) -> f32 {
-    (6.0 / ((layers + 3) * d) as f32).sqrt()
+/// Xavier-uniform's bound for the `[parts, layers, D]` initial biases, with PyTorch's fans of a
+/// 3-d tensor (fan_in = layers·D, fan_out = parts·D), as the authors' `proj_bias`.
+fn initial_bound(parts: usize, layers: usize, d: usize) -> f32 {
+    (6.0 / ((layers + parts) * d) as f32).sqrt()
 }
 
 /// FLOATER's settings. In TOML, `posenc = { type = "floater" }` is the authors' form and solver;
@@ -445,18 +445,41 @@ pub(super) fn build_bias(
     layers: usize,
     source: EncodingSource,
 ) -> Result<FloaterTerms> {
+    let (encodings, parts) = solve_biases(g, config, len, d, layers, 3, source)?;
+    let per_block = parts
+        .iter()
+        .map(|parts| g.concat(parts, 1))
+        .collect::<Result<_>>()?;
+    Ok(FloaterTerms { per_block, encodings })
+}
+
+/// One flow over `parts` biases per block, `[parts, layers, D]` from the learned initial value
+/// `posenc.floater.qkv_initial`, solved through `len` positions: the trajectory `[L, parts·layers,
+/// D]` and each block's parts `[L, D]` (part p of block n is row p·layers + n). The encoder's flow
+/// has 3 parts (q, k, v); a seq2seq decoder's has 4 over target positions (self-attention q, k, v
+/// and cross-attention q) and 2 over source positions (cross-attention k, v), the authors'
+/// `proj_bias_selfattn` and `proj_bias_encattn_kv`.
+pub(super) fn solve_biases(
+    g: &mut Graph,
+    config: &FloaterConfig,
+    len: usize,
+    d: usize,
+    layers: usize,
+    parts: usize,
+    source: EncodingSource,
+) -> Result<(TensorId, Vec<Vec<TensorId>>)> {
     config
         .validate(d)
         .map_err(|e| Error::Input(format!("model config: {e}")))?;
-    let rows = 3 * layers;
-    // [L, 3·layers, D]: the flow's own layout, as the additive form's.
+    let rows = parts * layers;
+    // [L, parts·layers, D]: the flow's own layout, as the additive form's.
     let trajectory = match source {
         EncodingSource::Solve => {
             let theta = dynamics(g, "posenc.floater", d, Init::Normal(xavier_normal_std(d)))?;
             let initial = g.param(
                 QKV_INITIAL_NAME,
-                &[3, layers, d],
-                Init::Uniform(qkv_initial_bound(layers, d)),
+                &[parts, layers, d],
+                Init::Uniform(initial_bound(parts, layers, d)),
             )?;
             let initial = g.reshape(initial, &[rows, d])?;
             g.ode_flow(config.flow(len, d), theta, initial)?.0
@@ -465,20 +488,16 @@ pub(super) fn build_bias(
     };
     let per_block = (0..layers)
         .map(|n| {
-            let parts = (0..3)
+            (0..parts)
                 .map(|part| {
                     let row = part * layers + n;
                     let column = g.slice(trajectory, 1, row, row + 1)?;
                     g.reshape(column, &[len, d])
                 })
-                .collect::<Result<Vec<_>>>()?;
-            g.concat(&parts, 1)
+                .collect::<Result<Vec<_>>>()
         })
         .collect::<Result<_>>()?;
-    Ok(FloaterTerms {
-        per_block,
-        encodings: trajectory,
-    })
+    Ok((trajectory, per_block))
 }
 
 /// h's parameters `{prefix}.w1`, `.b1`, `.w2`, `.b2`, flattened into θ in FloaterDynamics' layout.

@@ -152,6 +152,70 @@ pub fn build_from(
     }
 }
 
+/// A seq2seq decoder's position terms over `len` target positions (`dims` the decoder's, not
+/// bidirectional), and its cross-attention q biases `[T, D]` per block (empty but for FLOATER):
+/// [`build`]'s terms, except that FLOATER's compatible form solves one flow of 4 parts per block,
+/// the self-attention's q, k, v biases and the cross-attention's q bias (the authors'
+/// `proj_bias_selfattn`).
+pub fn build_decoder(
+    g: &mut Graph,
+    posenc: &PosEnc,
+    dims: ModelDims,
+    len: usize,
+) -> Result<(PositionTerms, Vec<TensorId>)> {
+    let PosEnc::Floater(floater) = posenc else {
+        return Ok((build(g, posenc, dims, len)?, Vec::new()));
+    };
+    if floater.form == FloaterForm::Additive {
+        return Ok((build(g, posenc, dims, len)?, Vec::new()));
+    }
+    let (table, values) = sinusoidal::build(g, len, dims.d_model);
+    let (encodings, parts) = floater::solve_biases(
+        g,
+        floater,
+        len,
+        dims.d_model,
+        dims.layers,
+        4,
+        EncodingSource::Solve,
+    )?;
+    let mut qkv_bias = Vec::with_capacity(dims.layers);
+    let mut cross_q = Vec::with_capacity(dims.layers);
+    for block in &parts {
+        qkv_bias.push(g.concat(&block[..3], 1)?);
+        cross_q.push(block[3]);
+    }
+    let terms = PositionTerms {
+        at_input: Some(table),
+        qkv_bias,
+        encodings: Some(encodings),
+        constants: vec![(table, Constant::F32(values))],
+        ..PositionTerms::default()
+    };
+    Ok((terms, cross_q))
+}
+
+/// FLOATER's compatible form in a seq2seq decoder: the cross-attention k|v biases `[S, 2D]` of
+/// each of the decoder's `dims.layers` blocks, from one flow over the `len` source positions (the
+/// authors' `proj_bias_encattn_kv`); empty for every other encoding.
+pub fn build_cross_kv(g: &mut Graph, posenc: &PosEnc, dims: ModelDims, len: usize) -> Result<Vec<TensorId>> {
+    match posenc {
+        PosEnc::Floater(floater) if floater.form == FloaterForm::Bias => {
+            let (_, parts) = floater::solve_biases(
+                g,
+                floater,
+                len,
+                dims.d_model,
+                dims.layers,
+                2,
+                EncodingSource::Solve,
+            )?;
+            parts.iter().map(|block| g.concat(block, 1)).collect()
+        }
+        _ => Ok(Vec::new()),
+    }
+}
+
 fn build_tupe(
     g: &mut Graph,
     config: ModelDims,

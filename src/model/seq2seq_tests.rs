@@ -1,0 +1,204 @@
+//! The seq2seq graph on every position encoding: it builds, its loss and gradients are finite
+//! and equal on the CPU and the GPU, every parameter gets a gradient, and the parameter names are
+//! the documented ones.
+
+use std::rc::Rc;
+
+use crate::backend::Backend;
+use crate::data::{Pair, PairBatch};
+use crate::exec::Executor;
+use crate::graph::{Graph, TensorId};
+use crate::model::{
+    Block, EmbedScale, FloaterConfig, FloaterForm, GraphOptions, Model, ModelConfig, ModelKind, PosEnc,
+};
+use crate::params::ParamStore;
+use crate::testing::{assert_close, cpu, gpu};
+
+pub(crate) fn config(posenc: PosEnc, block: Block, decoder_block: Block) -> ModelConfig {
+    ModelConfig {
+        vocab: 12,
+        d_model: 8,
+        heads: 2,
+        layers: 2,
+        ffn: 16,
+        dropout: 0.0,
+        max_len: 8,
+        kind: ModelKind::Seq2Seq {
+            tied_head: true,
+            decoder_layers: 1,
+            decoder_block,
+        },
+        posenc,
+        embed_scale: EmbedScale::SqrtD,
+        block,
+    }
+}
+
+pub(crate) fn every_posenc() -> Vec<PosEnc> {
+    let floater = FloaterConfig::default();
+    vec![
+        PosEnc::None,
+        PosEnc::Sinusoidal { every_block: false },
+        PosEnc::Sinusoidal { every_block: true },
+        PosEnc::Learned,
+        PosEnc::Relative {
+            buckets: 8,
+            max_distance: 20,
+        },
+        PosEnc::TupeA { untie_cls: false },
+        PosEnc::TupeR {
+            untie_cls: false,
+            buckets: 8,
+            max_distance: 20,
+        },
+        PosEnc::Floater(floater),
+        PosEnc::Floater(FloaterConfig {
+            form: FloaterForm::Additive,
+            ..floater
+        }),
+    ]
+}
+
+/// Two pairs of different lengths, padded: sources [2, 5], targets [2, 4].
+pub(crate) fn batch() -> PairBatch {
+    let pairs = [
+        Pair {
+            source: vec![3, 4, 5, 6, 7],
+            target: vec![8, 9, 10],
+        },
+        Pair {
+            source: vec![11, 3],
+            target: vec![4],
+        },
+    ];
+    PairBatch::new(&pairs, 5, 4).unwrap()
+}
+
+/// Loss and every gradient (by parameter name) on `backend`.
+fn loss_and_gradients(model: &Model, backend: Rc<dyn Backend>) -> (f32, Vec<(String, Vec<f32>)>) {
+    let b = batch();
+    let mut g = Graph::new();
+    let built = model
+        .build_seq2seq(
+            &mut g,
+            b.rows(),
+            b.source_len(),
+            b.target_len(),
+            GraphOptions::default(),
+        )
+        .unwrap();
+    let grads: Vec<(String, TensorId)> = g
+        .backward(built.loss)
+        .unwrap()
+        .iter()
+        .map(|(p, grad)| (g.info(p).name.clone(), grad))
+        .collect();
+    let params = ParamStore::init(backend, &g, 7).unwrap();
+    let mut outputs = vec![built.loss];
+    outputs.extend(grads.iter().map(|(_, t)| *t));
+    let exec = Executor::new(&g, &outputs, &params).unwrap();
+    built.feed(&exec, &b).unwrap();
+    exec.run().unwrap();
+    let loss = exec.read_blocking(built.loss).unwrap()[0];
+    let grads = grads
+        .into_iter()
+        .map(|(name, t)| (name, exec.read_blocking(t).unwrap()))
+        .collect();
+    (loss, grads)
+}
+
+#[test]
+fn every_encoding_trains_both_sides_and_the_gpu_agrees() {
+    let gpu = gpu();
+    for posenc in every_posenc() {
+        let model = Model::new(config(posenc, Block::Rk2 { gamma: [0.5, 0.5] }, Block::Residual)).unwrap();
+        let (loss, grads) = loss_and_gradients(&model, cpu());
+        // Near the uniform loss ln 12 at init (the tied √D-scaled table gives logits of std ~1).
+        assert!((loss - 12f32.ln()).abs() < 1.5, "{posenc:?}: loss {loss}");
+        let declared = model.declare_params().unwrap();
+        assert_eq!(grads.len(), declared.params().count(), "{posenc:?}");
+        for (name, grad) in &grads {
+            assert!(grad.iter().all(|v| v.is_finite()), "{posenc:?}: {name}");
+            // The padded source position's embedding row (PAD) and a few tables may be zero;
+            // every weight matrix of both sides must learn.
+            if name.ends_with("weight") && !name.contains("tupe") {
+                assert!(
+                    grad.iter().any(|&v| v != 0.0),
+                    "{posenc:?}: {name} has no gradient"
+                );
+            }
+        }
+        if let Some(gpu) = &gpu {
+            let (gpu_loss, gpu_grads) = loss_and_gradients(&model, gpu.clone());
+            assert_close("loss", &[gpu_loss], &[loss], 1e-5, 1e-4);
+            for ((name, ours), (_, theirs)) in gpu_grads.iter().zip(&grads) {
+                assert_close(name, ours, theirs, 1e-5, 1e-3);
+            }
+        }
+    }
+}
+
+#[test]
+fn each_side_has_its_own_position_parameters_and_floater_three_flows() {
+    let names = |posenc: PosEnc| -> Vec<String> {
+        let model = Model::new(config(posenc, Block::Residual, Block::Residual)).unwrap();
+        let g = model.declare_params().unwrap();
+        g.params().map(|(name, _)| name.to_string()).collect()
+    };
+    let learned = names(PosEnc::Learned);
+    assert!(
+        learned.contains(&"encoder.pos_emb.weight".to_string()),
+        "{learned:?}"
+    );
+    assert!(
+        learned.contains(&"decoder.pos_emb.weight".to_string()),
+        "{learned:?}"
+    );
+    assert!(learned.contains(&"tok_emb.weight".to_string()));
+    assert!(learned.contains(&"decoder.blocks.0.cross.kv.bias".to_string()));
+    assert!(!learned.contains(&"lm_head.weight".to_string()));
+    let floater = names(PosEnc::Floater(FloaterConfig::default()));
+    for (name, shape) in [
+        ("encoder.posenc.floater.qkv_initial", [3, 2, 8]),
+        ("decoder.posenc.floater.qkv_initial", [4, 1, 8]),
+        ("decoder.cross.posenc.floater.qkv_initial", [2, 1, 8]),
+    ] {
+        let model = Model::new(config(
+            PosEnc::Floater(FloaterConfig::default()),
+            Block::Residual,
+            Block::Residual,
+        ))
+        .unwrap();
+        let g = model.declare_params().unwrap();
+        let meta = g.params().find(|(n, _)| *n == name).map(|(_, m)| m.shape.clone());
+        assert_eq!(meta, Some(shape.to_vec()), "{name}: {floater:?}");
+    }
+    // The compatible form's biases replace the static ones.
+    for absent in [
+        "encoder.blocks.0.attn.qkv.bias",
+        "decoder.blocks.0.cross.q.bias",
+        "decoder.blocks.0.cross.kv.bias",
+    ] {
+        assert!(!floater.contains(&absent.to_string()), "{absent}");
+    }
+}
+
+#[test]
+fn a_source_longer_than_a_learned_table_is_an_error_naming_both_lengths() {
+    let model = Model::new(config(PosEnc::Learned, Block::Residual, Block::Residual)).unwrap();
+    let mut g = Graph::new();
+    let err = model
+        .build_seq2seq(&mut g, 1, 9, 3, GraphOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("sequence length 9 is over the learned position table's max_len 8"),
+        "{err}"
+    );
+    let mut g = Graph::new();
+    let err = model
+        .build(&mut g, 1, 3, GraphOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("build it with Model::build_seq2seq"), "{err}");
+}
