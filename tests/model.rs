@@ -383,7 +383,7 @@ fn relative_bias_runs_at_twice_the_training_length() {
         let a = tokens(2, len, 30, 4);
         let targets = match kind {
             ModelKind::Encoder { .. } => vec![2, 0],
-            ModelKind::CausalLm { .. } => shifted(&a, len),
+            ModelKind::CausalLm { .. } | ModelKind::Seq2Seq { .. } => shifted(&a, len),
         };
         let (logits, loss) = h.run(&a, &targets, None);
         assert!(
@@ -528,7 +528,7 @@ fn gpu_gives_the_cpu_logits_loss_and_gradients() {
             .collect();
         let targets = match kind {
             ModelKind::Encoder { .. } => vec![2, 0],
-            ModelKind::CausalLm { .. } => shifted(&a, len),
+            ModelKind::CausalLm { .. } | ModelKind::Seq2Seq { .. } => shifted(&a, len),
         };
         let on = |backend| {
             let h = harness(config.clone(), batch, len, true, backend);
