@@ -1,10 +1,12 @@
 //! Using a trained model: load it from a checkpoint, then predict the next character or continue
 //! a prompt. The same code runs natively and in the browser.
 
+mod decode;
 mod encodings;
 mod generate;
 mod saved;
 
+pub use decode::{DecodeOptions, Hypothesis, MAX_BEAM, Seq2SeqDecoder};
 pub use encodings::EncodingCache;
 pub use generate::Generator;
 pub use saved::SavedModel;

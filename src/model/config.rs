@@ -133,6 +133,17 @@ impl TryFrom<BlockSpec> for Block {
     }
 }
 
+impl Block {
+    /// How many times a block of this kind evaluates `F`.
+    pub fn stages(&self) -> usize {
+        match self {
+            Self::Residual => 1,
+            Self::Rk2 { .. } | Self::Rk2Gated => 2,
+            Self::Rk4 => 4,
+        }
+    }
+}
+
 impl From<Block> for BlockSpec {
     fn from(block: Block) -> Self {
         let (kind, gamma) = match block {

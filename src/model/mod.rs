@@ -92,8 +92,6 @@ mod config;
 pub mod posenc;
 pub mod probe;
 mod seq2seq;
-#[cfg(test)]
-mod seq2seq_tests;
 mod transformer;
 
 pub use block::LN_EPS;
@@ -103,5 +101,5 @@ pub use posenc::{
     EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, PosEnc, SolverMethod,
     encodings_shape,
 };
-pub use seq2seq::Seq2SeqGraph;
+pub use seq2seq::{DecoderStep, Seq2SeqGraph, SourceMemory};
 pub use transformer::{GraphOptions, Model, ModelGraph};

@@ -106,8 +106,8 @@ pub fn build_from(
             buckets,
             max_distance,
         } => {
-            let (bias, values) =
-                relative::build(g, len, config.heads, config.bidirectional, buckets, max_distance)?;
+            let values = buckets_by_offset(len, config.bidirectional, buckets, max_distance);
+            let bias = relative::build(g, config.heads, buckets, &values)?;
             Ok(PositionTerms {
                 relative_bias: Some(bias),
                 constants: vec![(bias.buckets, Constant::I32(values))],
@@ -214,6 +214,119 @@ pub fn build_cross_kv(g: &mut Graph, posenc: &PosEnc, dims: ModelDims, len: usiz
         }
         _ => Ok(Vec::new()),
     }
+}
+
+/// One incremental decoding step's position terms: the decoder's, for its one query at position
+/// `t` over the keys 0..=t (`dims` the decoder's), and the cross-attention q biases `[1, D]` per
+/// block (FLOATER's compatible form). Everything is this graph's own (a table row, T5's table
+/// through the buckets of offsets −t..0, TUPE's `[H, 1, t + 1]` row of its term), except
+/// FLOATER's flow: it is solved once for every position ([`build_decoder`]) and its row t is the
+/// input [`PositionTerms::encodings`] `[1, rows, D]`.
+pub fn build_step(g: &mut Graph, posenc: &PosEnc, dims: ModelDims, t: usize) -> Result<(PositionTerms, Vec<TensorId>)> {
+    let row_of_table = |g: &mut Graph| {
+        let table = sinusoidal::sinusoidal_table(t + 1, dims.d_model);
+        let row = g.input(sinusoidal::INPUT_NAME, crate::tensor::TensorMeta::f32(&[1, dims.d_model]));
+        (row, Constant::F32(table[t * dims.d_model..].to_vec()))
+    };
+    match *posenc {
+        PosEnc::None => Ok((PositionTerms::default(), Vec::new())),
+        PosEnc::Sinusoidal { every_block } => {
+            let (row, values) = row_of_table(g);
+            let mut terms = PositionTerms {
+                constants: vec![(row, values)],
+                ..PositionTerms::default()
+            };
+            if every_block {
+                terms.at_block = vec![row; dims.layers];
+            } else {
+                terms.at_input = Some(row);
+            }
+            Ok((terms, Vec::new()))
+        }
+        PosEnc::Learned => {
+            let rows = learned::build(g, t + 1, dims.max_len, dims.d_model)?;
+            let terms = PositionTerms {
+                at_input: Some(g.slice(rows, 0, t, t + 1)?),
+                ..PositionTerms::default()
+            };
+            Ok((terms, Vec::new()))
+        }
+        PosEnc::Relative {
+            buckets,
+            max_distance,
+        } => {
+            // The op reads entry j for key j of the one query: the offsets −t..0, the first t + 1
+            // of the 2t + 1 a square graph's input holds.
+            let mut values = buckets_by_offset(t + 1, false, buckets, max_distance);
+            values.truncate(t + 1);
+            let bias = relative::build(g, dims.heads, buckets, &values)?;
+            let terms = PositionTerms {
+                relative_bias: Some(bias),
+                constants: vec![(bias.buckets, Constant::I32(values))],
+                ..PositionTerms::default()
+            };
+            Ok((terms, Vec::new()))
+        }
+        PosEnc::TupeA { untie_cls } => tupe_row(g, dims, t, None, untie_cls),
+        PosEnc::TupeR {
+            untie_cls,
+            buckets,
+            max_distance,
+        } => tupe_row(g, dims, t, Some((false, buckets, max_distance)), untie_cls),
+        PosEnc::Floater(floater) => {
+            let source = EncodingSource::Input;
+            match floater.form {
+                FloaterForm::Additive => {
+                    let terms = floater::build(g, &floater, 1, dims.d_model, dims.layers, source)?;
+                    let mut positions = PositionTerms {
+                        encodings: Some(terms.encodings),
+                        ..PositionTerms::default()
+                    };
+                    if floater.every_block {
+                        positions.at_block = terms.per_block;
+                    } else {
+                        positions.at_input = terms.per_block.first().copied();
+                    }
+                    Ok((positions, Vec::new()))
+                }
+                FloaterForm::Bias => {
+                    let (row, values) = row_of_table(g);
+                    let (encodings, parts) =
+                        floater::solve_biases(g, &floater, 1, dims.d_model, dims.layers, 4, source)?;
+                    let mut qkv_bias = Vec::with_capacity(dims.layers);
+                    let mut cross_q = Vec::with_capacity(dims.layers);
+                    for block in &parts {
+                        qkv_bias.push(g.concat(&block[..3], 1)?);
+                        cross_q.push(block[3]);
+                    }
+                    let terms = PositionTerms {
+                        at_input: Some(row),
+                        qkv_bias,
+                        encodings: Some(encodings),
+                        constants: vec![(row, values)],
+                        ..PositionTerms::default()
+                    };
+                    Ok((terms, cross_q))
+                }
+            }
+        }
+    }
+}
+
+/// TUPE's term for the query at `t`: row t of the `[H, t + 1, t + 1]` term of the first t + 1
+/// positions.
+fn tupe_row(
+    g: &mut Graph,
+    dims: ModelDims,
+    t: usize,
+    relative: Option<(bool, usize, usize)>,
+    untie_cls: bool,
+) -> Result<(PositionTerms, Vec<TensorId>)> {
+    let mut terms = build_tupe(g, dims, t + 1, relative, untie_cls)?;
+    if let Some(square) = terms.attention_bias {
+        terms.attention_bias = Some(g.slice(square, 1, t, t + 1)?);
+    }
+    Ok((terms, Vec::new()))
 }
 
 fn build_tupe(

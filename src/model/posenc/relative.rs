@@ -71,21 +71,14 @@ pub fn bucket_matrix(len: usize, bidirectional: bool, buckets: usize, max_distan
         .collect()
 }
 
-/// The table `[buckets, heads]` and the bucket-of-each-offset input, for the attention op to add
-/// to every layer's logits; and that input's values.
-pub(super) fn build(
-    g: &mut Graph,
-    len: usize,
-    heads: usize,
-    bidirectional: bool,
-    buckets: usize,
-    max_distance: usize,
-) -> Result<(RelativeBias, Vec<i32>)> {
-    let bias = RelativeBias {
+/// The table `[buckets, heads]` and the bucket-of-each-offset input for the attention op to add
+/// to every layer's logits, the input to be fed `by_offset` (the buckets of a square graph's
+/// `2L − 1` offsets, [`buckets_by_offset`], or a decoding step's).
+pub(super) fn build(g: &mut Graph, heads: usize, buckets: usize, by_offset: &[i32]) -> Result<RelativeBias> {
+    Ok(RelativeBias {
         table: g.param(PARAM_NAME, &[buckets, heads], Init::Normal(INIT_STD))?,
-        buckets: g.input(INPUT_NAME, TensorMeta::i32(&[2 * len - 1])),
-    };
-    Ok((bias, buckets_by_offset(len, bidirectional, buckets, max_distance)))
+        buckets: g.input(INPUT_NAME, TensorMeta::i32(&[by_offset.len()])),
+    })
 }
 
 /// The bias as a `[heads, len, len]` tensor (TUPE-R, which adds it to its positional term before

@@ -43,6 +43,12 @@
 //!
 //! and `encoder.ln_f.*`, `decoder.ln_f.*`, `tok_emb.weight`, `lm_head.weight` (untied head).
 
+mod step;
+#[cfg(test)]
+mod tests;
+
+pub use step::{DecoderStep, SourceMemory};
+
 use super::block::{self, BlockInputs, CrossInputs, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm};
 use super::config::{EmbedScale, ModelConfig, ModelKind};
 use super::posenc::{self, Constant, ModelDims, PositionTerms};
@@ -86,9 +92,8 @@ pub struct Seq2SeqGraph {
     pub cross_probs: Vec<TensorId>,
 }
 
-/// A seq2seq model's sizes as its encoder and decoder read them.
+/// A seq2seq model's decoder as its graphs read it (the encoder's are the config's `dims()`).
 pub(super) struct Sides {
-    pub encoder: ModelDims,
     pub decoder: ModelDims,
     pub decoder_block: super::Block,
     pub tied_head: bool,
@@ -107,7 +112,6 @@ impl Sides {
             ));
         };
         Ok(Self {
-            encoder: c.dims(),
             decoder: ModelDims {
                 layers: decoder_layers,
                 bidirectional: false,
@@ -206,6 +210,81 @@ pub(super) fn output_logits(
     }
 }
 
+/// The encoder's part of a graph: its inputs, position terms, blocks and output.
+pub(super) struct Encoded {
+    /// i32 `[B, S]`.
+    pub source: TensorId,
+    /// i32 `[B, S]`.
+    pub source_mask: TensorId,
+    pub positions: PositionTerms,
+    pub blocks: Vec<block::BlockOutput>,
+    /// The final norm of the last block's output, `[B, S, D]`.
+    pub memory: TensorId,
+}
+
+/// The encoder over `batch` sources of `source_len` tokens.
+pub(super) fn encode(
+    g: &mut Graph,
+    c: &ModelConfig,
+    batch: usize,
+    source_len: usize,
+    tok_emb: TensorId,
+    dropout: Option<(TensorId, f32)>,
+    probed: bool,
+) -> Result<Encoded> {
+    let source = g.input("source", TensorMeta::i32(&[batch, source_len]));
+    let source_mask = g.input("source_mask", TensorMeta::i32(&[batch, source_len]));
+    g.with_param_prefix("encoder.", |g| {
+        let positions = posenc::build(g, &c.posenc, c.dims(), source_len)?;
+        let x = embed(g, c, tok_emb, source, &positions, dropout, EMBEDDING_DROPOUT_SALT)?;
+        let (attention_bias, attention_scale) = attention_terms(c, &positions);
+        let shared = BlockInputs {
+            batch,
+            len: source_len,
+            step: c.block,
+            layers: c.layers,
+            causal: false,
+            key_mask: Some(source_mask),
+            attention_bias,
+            attention_scale,
+            dropout,
+            salt_base: 0,
+            qkv_bias: positions.qkv_bias.clone(),
+            probed,
+            cross: None,
+            cache: Vec::new(),
+        };
+        let (x, blocks) = stack(g, c, x, &positions, &shared)?;
+        let memory = LayerNorm::declare(g, "ln_f", c.d_model)?.apply(g, x)?;
+        Ok(Encoded {
+            source,
+            source_mask,
+            positions,
+            blocks,
+            memory,
+        })
+    })
+}
+
+/// Every decoder block's cross-attention keys and values `[B, H, S, Dh]` of the encoder's output
+/// `memory`, with FLOATER's source-position biases where the encoding has them.
+pub(super) fn cross_memory(
+    g: &mut Graph,
+    c: &ModelConfig,
+    sides: &Sides,
+    memory: TensorId,
+    source_len: usize,
+) -> Result<Vec<(TensorId, TensorId)>> {
+    g.with_param_prefix("decoder.", |g| {
+        let kv_bias = g.with_param_prefix("cross.", |g| {
+            posenc::build_cross_kv(g, &c.posenc, sides.decoder, source_len)
+        })?;
+        (0..sides.decoder.layers)
+            .map(|layer| block::cross_keys_values(g, c, layer, memory, kv_bias.get(layer).copied()))
+            .collect()
+    })
+}
+
 impl Model {
     /// The teacher-forced graph of a seq2seq model for `batch` pairs of sources of `source_len`
     /// and targets of `target_len` tokens (BOS included), built for what `options` say (cached
@@ -239,44 +318,13 @@ impl Model {
         let probed = options.is_probed();
         let tok_emb = token_table(g, c)?;
 
-        // The encoder.
-        let source = g.input("source", TensorMeta::i32(&[batch, source_len]));
-        let source_mask = g.input("source_mask", TensorMeta::i32(&[batch, source_len]));
-        let (memory, encoder_positions, encoder_blocks) = g.with_param_prefix("encoder.", |g| {
-            let positions = posenc::build(g, &c.posenc, sides.encoder, source_len)?;
-            let x = embed(g, c, tok_emb, source, &positions, dropout, EMBEDDING_DROPOUT_SALT)?;
-            let (attention_bias, attention_scale) = attention_terms(c, &positions);
-            let shared = BlockInputs {
-                batch,
-                len: source_len,
-                step: c.block,
-                layers: c.layers,
-                causal: false,
-                key_mask: Some(source_mask),
-                attention_bias,
-                attention_scale,
-                dropout,
-                salt_base: 0,
-                qkv_bias: positions.qkv_bias.clone(),
-                probed,
-                cross: None,
-                cache: Vec::new(),
-            };
-            let (x, blocks) = stack(g, c, x, &positions, &shared)?;
-            let memory = LayerNorm::declare(g, "ln_f", c.d_model)?.apply(g, x)?;
-            Ok((memory, positions, blocks))
-        })?;
-
+        let encoded = encode(g, c, batch, source_len, tok_emb, dropout, probed)?;
+        let memory = cross_memory(g, c, &sides, encoded.memory, source_len)?;
+        let source_mask = encoded.source_mask;
         // The decoder.
         let target_in = g.input("target_in", TensorMeta::i32(&[batch, target_len]));
         let (y, decoder_positions, decoder_blocks) = g.with_param_prefix("decoder.", |g| {
             let (positions, cross_q_bias) = posenc::build_decoder(g, &c.posenc, sides.decoder, target_len)?;
-            let kv_bias = g.with_param_prefix("cross.", |g| {
-                posenc::build_cross_kv(g, &c.posenc, sides.decoder, source_len)
-            })?;
-            let keys_values = (0..sides.decoder.layers)
-                .map(|layer| block::cross_keys_values(g, c, layer, memory, kv_bias.get(layer).copied()))
-                .collect::<Result<Vec<_>>>()?;
             let y = embed(g, c, tok_emb, target_in, &positions, dropout, DECODER_SALTS)?;
             let (attention_bias, attention_scale) = attention_terms(c, &positions);
             let shared = BlockInputs {
@@ -293,7 +341,7 @@ impl Model {
                 qkv_bias: positions.qkv_bias.clone(),
                 probed,
                 cross: Some(CrossInputs {
-                    keys_values,
+                    keys_values: memory,
                     key_mask: source_mask,
                     q_bias: cross_q_bias,
                 }),
@@ -308,13 +356,13 @@ impl Model {
         let loss = g.cross_entropy(logits, targets, IGNORE_INDEX)?;
         g.name(loss, "loss");
 
-        let mut constants = encoder_positions.constants;
+        let mut constants = encoded.positions.constants;
         constants.extend(decoder_positions.constants);
         Ok(Seq2SeqGraph {
             batch,
             source_len,
             target_len,
-            source,
+            source: encoded.source,
             source_mask,
             target_in,
             targets,
@@ -323,7 +371,7 @@ impl Model {
             vocab: c.vocab,
             constants,
             dropout_seed: dropout.map(|(seed, _)| seed),
-            encoder_probs: encoder_blocks.iter().filter_map(|b| b.attention_probs).collect(),
+            encoder_probs: encoded.blocks.iter().filter_map(|b| b.attention_probs).collect(),
             decoder_probs: decoder_blocks.iter().filter_map(|b| b.attention_probs).collect(),
             cross_probs: decoder_blocks.iter().filter_map(|b| b.cross_probs).collect(),
         })

@@ -202,3 +202,127 @@ fn a_source_longer_than_a_learned_table_is_an_error_naming_both_lengths() {
         .to_string();
     assert!(err.contains("build it with Model::build_seq2seq"), "{err}");
 }
+
+/// The teacher-forced logits `[rows, T, vocab]` of `batch` on `params`' backend.
+fn full_logits(model: &Model, params: &ParamStore, b: &PairBatch) -> Vec<f32> {
+    let mut g = Graph::new();
+    let built = model
+        .build_seq2seq(&mut g, b.rows(), b.source_len(), b.target_len(), GraphOptions::default())
+        .unwrap();
+    let exec = Executor::new(&g, &[built.logits], params).unwrap();
+    built.feed(&exec, b).unwrap();
+    exec.run().unwrap();
+    exec.read_blocking(built.logits).unwrap()
+}
+
+/// The same logits, one position at a time through the step graphs, each step's keys and values
+/// appended to the cache of the next.
+fn incremental_logits(model: &Model, params: &ParamStore, b: &PairBatch) -> Vec<f32> {
+    let (rows, source_len, target_len) = (b.rows(), b.source_len(), b.target_len());
+    let c = model.config();
+    let mask: Vec<i32> = b.source_mask().iter().map(|&m| i32::from(m > 0.5)).collect();
+    let mut g = Graph::new();
+    let source = model.build_source_memory(&mut g, rows, source_len).unwrap();
+    let outputs: Vec<TensorId> = source.keys_values.iter().flat_map(|&(k, v)| [k, v]).collect();
+    let exec = Executor::new(&g, &outputs, params).unwrap();
+    source.feed(&exec, b.source(), &mask).unwrap();
+    exec.run().unwrap();
+    let memory: Vec<(Vec<f32>, Vec<f32>)> = source
+        .keys_values
+        .iter()
+        .map(|&(k, v)| (exec.read_blocking(k).unwrap(), exec.read_blocking(v).unwrap()))
+        .collect();
+    let mut g = Graph::new();
+    let flow = model.build_decoder_flow(&mut g, target_len).unwrap().map(|t| {
+        let exec = Executor::new(&g, &[t], params).unwrap();
+        exec.run().unwrap();
+        exec.read_blocking(t).unwrap()
+    });
+    let mut cache: Vec<Vec<(Vec<f32>, Vec<f32>)>> = Vec::new();
+    let mut logits = vec![0.0; rows * target_len * c.vocab];
+    for t in 0..target_len {
+        let mut g = Graph::new();
+        let step = model.build_decoder_step(&mut g, rows, source_len, t).unwrap();
+        let mut outputs = vec![step.logits];
+        outputs.extend(step.keys_values.iter().flatten().flat_map(|&(k, v)| [k, v]));
+        let exec = Executor::new(&g, &outputs, params).unwrap();
+        let tokens: Vec<i32> = (0..rows).map(|r| b.target_in()[r * target_len + t]).collect();
+        exec.set_i32(step.token, &tokens).unwrap();
+        exec.set_i32(step.source_mask, &mask).unwrap();
+        for (&(k, v), (keys, values)) in step.memory.iter().zip(&memory) {
+            exec.set_f32(k, keys).unwrap();
+            exec.set_f32(v, values).unwrap();
+        }
+        for (inputs, cached) in step.cache.iter().zip(&cache) {
+            for (&(k, v), (keys, values)) in inputs.iter().zip(cached) {
+                exec.set_f32(k, keys).unwrap();
+                exec.set_f32(v, values).unwrap();
+            }
+        }
+        if let (Some(input), Some(flow)) = (step.encodings, &flow) {
+            let row = flow.len() / target_len;
+            exec.set_f32(input, &flow[t * row..(t + 1) * row]).unwrap();
+        }
+        step.feed_constants(&exec).unwrap();
+        exec.run().unwrap();
+        let step_logits = exec.read_blocking(step.logits).unwrap();
+        for r in 0..rows {
+            logits[(r * target_len + t) * c.vocab..][..c.vocab]
+                .copy_from_slice(&step_logits[r * c.vocab..(r + 1) * c.vocab]);
+        }
+        // Append along the position axis of [rows, H, t, Dh].
+        let append = |old: Option<&Vec<f32>>, new: Vec<f32>| -> Vec<f32> {
+            let chunk = new.len() / (rows * c.heads);
+            let Some(old) = old else { return new };
+            old.chunks(t * chunk)
+                .zip(new.chunks(chunk))
+                .flat_map(|(o, n)| o.iter().chain(n).copied())
+                .collect()
+        };
+        cache = step
+            .keys_values
+            .iter()
+            .enumerate()
+            .map(|(block, stages)| {
+                stages
+                    .iter()
+                    .enumerate()
+                    .map(|(stage, &(k, v))| {
+                        let old = cache.get(block).map(|b| &b[stage]);
+                        (
+                            append(old.map(|o| &o.0), exec.read_blocking(k).unwrap()),
+                            append(old.map(|o| &o.1), exec.read_blocking(v).unwrap()),
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+    }
+    logits
+}
+
+/// Incremental decoding with the key/value cache gives the full decoder's logits at every
+/// position, for every encoding, Runge-Kutta decoder blocks included, on the CPU and the GPU.
+#[test]
+fn cached_incremental_decoding_gives_the_full_decoder_s_logits() {
+    let mut backends = vec![cpu()];
+    backends.extend(gpu());
+    for backend in backends {
+        for (posenc, decoder_block) in every_posenc()
+            .into_iter()
+            .map(|p| (p, Block::Residual))
+            .chain([
+                (PosEnc::Sinusoidal { every_block: false }, Block::Rk4),
+                (PosEnc::Floater(FloaterConfig::default()), Block::Rk2Gated),
+            ])
+        {
+            let model = Model::new(config(posenc, Block::Rk2 { gamma: [0.5, 0.5] }, decoder_block)).unwrap();
+            let params = ParamStore::init(backend.clone(), &model.declare_params().unwrap(), 3).unwrap();
+            let b = batch();
+            let full = full_logits(&model, &params, &b);
+            let incremental = incremental_logits(&model, &params, &b);
+            let what = format!("{posenc:?}, decoder {decoder_block:?} on {:?}", backend.kind());
+            assert_close(&what, &incremental, &full, 2e-5, 1e-4);
+        }
+    }
+}
