@@ -200,7 +200,12 @@ impl Seq2SeqDecoder {
         let mut tokens = Vec::with_capacity(n * source_len);
         let mut mask = Vec::with_capacity(n * source_len);
         for source in sources {
-            tokens.extend(source.iter().copied().chain(std::iter::repeat_n(PAD, source_len - source.len())));
+            tokens.extend(
+                source
+                    .iter()
+                    .copied()
+                    .chain(std::iter::repeat_n(PAD, source_len - source.len())),
+            );
             mask.extend((0..source_len).map(|i| i32::from(i < source.len())));
         }
         graph.feed(&exec, &tokens, &mask)?;
@@ -224,9 +229,11 @@ impl Seq2SeqDecoder {
         };
         let exec = Executor::new(&g, &[trajectory], &self.params)?;
         exec.run()?;
-        exec.check()
-            .await
-            .map_err(|e| Error::Input(format!("the decoder's position encodings cannot be computed: {e}")))?;
+        exec.check().await.map_err(|e| {
+            Error::Input(format!(
+                "the decoder's position encodings cannot be computed: {e}"
+            ))
+        })?;
         Ok(Some(exec.read(trajectory).await?))
     }
 
@@ -244,7 +251,9 @@ impl Seq2SeqDecoder {
         while steps.by_position.len() <= t {
             let mut g = Graph::new();
             let position = steps.by_position.len();
-            let step = self.model.build_decoder_step(&mut g, inputs.rows, inputs.source_len, position)?;
+            let step = self
+                .model
+                .build_decoder_step(&mut g, inputs.rows, inputs.source_len, position)?;
             let mut outputs = vec![step.logits];
             outputs.extend(step.keys_values.iter().flatten().flat_map(|&(k, v)| [k, v]));
             let exec = Executor::new(&g, &outputs, &self.params)?;
@@ -288,7 +297,8 @@ impl Seq2SeqDecoder {
                 options.beam
             )));
         }
-        if !(options.length_penalty.is_finite() && options.max_len_a.is_finite() && options.max_len_a >= 0.0) {
+        if !(options.length_penalty.is_finite() && options.max_len_a.is_finite() && options.max_len_a >= 0.0)
+        {
             return Err(Error::Input(format!(
                 "the length penalty and max_len_a must be finite (max_len_a ≥ 0), got {} and {}",
                 options.length_penalty, options.max_len_a
@@ -304,7 +314,10 @@ impl Seq2SeqDecoder {
                     "source {i} is empty: a seq2seq model needs at least one source token"
                 )));
             }
-            if let Some(&t) = source.iter().find(|&&t| usize::try_from(t).map_or(true, |t| t >= vocab)) {
+            if let Some(&t) = source
+                .iter()
+                .find(|&&t| usize::try_from(t).map_or(true, |t| t >= vocab))
+            {
                 return Err(Error::Input(format!(
                     "source {i} holds token id {t}, outside the vocabulary [0, {vocab})"
                 )));

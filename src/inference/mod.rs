@@ -2,6 +2,8 @@
 //! a prompt. The same code runs natively and in the browser.
 
 mod decode;
+#[cfg(test)]
+mod decode_tests;
 mod encodings;
 mod generate;
 mod saved;

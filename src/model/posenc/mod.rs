@@ -222,10 +222,18 @@ pub fn build_cross_kv(g: &mut Graph, posenc: &PosEnc, dims: ModelDims, len: usiz
 /// through the buckets of offsets −t..0, TUPE's `[H, 1, t + 1]` row of its term), except
 /// FLOATER's flow: it is solved once for every position ([`build_decoder`]) and its row t is the
 /// input [`PositionTerms::encodings`] `[1, rows, D]`.
-pub fn build_step(g: &mut Graph, posenc: &PosEnc, dims: ModelDims, t: usize) -> Result<(PositionTerms, Vec<TensorId>)> {
+pub fn build_step(
+    g: &mut Graph,
+    posenc: &PosEnc,
+    dims: ModelDims,
+    t: usize,
+) -> Result<(PositionTerms, Vec<TensorId>)> {
     let row_of_table = |g: &mut Graph| {
         let table = sinusoidal::sinusoidal_table(t + 1, dims.d_model);
-        let row = g.input(sinusoidal::INPUT_NAME, crate::tensor::TensorMeta::f32(&[1, dims.d_model]));
+        let row = g.input(
+            sinusoidal::INPUT_NAME,
+            crate::tensor::TensorMeta::f32(&[1, dims.d_model]),
+        );
         (row, Constant::F32(table[t * dims.d_model..].to_vec()))
     };
     match *posenc {

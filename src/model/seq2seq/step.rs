@@ -60,7 +60,12 @@ pub struct DecoderStep {
 impl Model {
     /// The encoder of a seq2seq model for `batch` sources of `source_len` tokens, with every
     /// decoder block's cross-attention keys and values as outputs.
-    pub fn build_source_memory(&self, g: &mut Graph, batch: usize, source_len: usize) -> Result<SourceMemory> {
+    pub fn build_source_memory(
+        &self,
+        g: &mut Graph,
+        batch: usize,
+        source_len: usize,
+    ) -> Result<SourceMemory> {
         let c = self.config();
         let sides = Sides::of(c)?;
         if batch == 0 || source_len == 0 {
@@ -113,11 +118,15 @@ impl Model {
         let tok_emb = token_table(g, c)?;
         let token = g.input("token", TensorMeta::i32(&[batch, 1]));
         let source_mask = g.input("source_mask", TensorMeta::i32(&[batch, source_len]));
-        let heads_input = |g: &mut Graph, name: &str, len: usize| {
-            g.input(name, TensorMeta::f32(&[batch, heads, len, dh]))
-        };
+        let heads_input =
+            |g: &mut Graph, name: &str, len: usize| g.input(name, TensorMeta::f32(&[batch, heads, len, dh]));
         let memory: Vec<(TensorId, TensorId)> = (0..sides.decoder.layers)
-            .map(|_| (heads_input(g, "memory.k", source_len), heads_input(g, "memory.v", source_len)))
+            .map(|_| {
+                (
+                    heads_input(g, "memory.k", source_len),
+                    heads_input(g, "memory.v", source_len),
+                )
+            })
             .collect();
         let cache: Vec<Vec<(TensorId, TensorId)>> = if position == 0 {
             Vec::new()
@@ -125,7 +134,12 @@ impl Model {
             (0..sides.decoder.layers)
                 .map(|_| {
                     (0..sides.decoder_block.stages())
-                        .map(|_| (heads_input(g, "cache.k", position), heads_input(g, "cache.v", position)))
+                        .map(|_| {
+                            (
+                                heads_input(g, "cache.k", position),
+                                heads_input(g, "cache.v", position),
+                            )
+                        })
                         .collect()
                 })
                 .collect()

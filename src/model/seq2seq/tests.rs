@@ -207,7 +207,13 @@ fn a_source_longer_than_a_learned_table_is_an_error_naming_both_lengths() {
 fn full_logits(model: &Model, params: &ParamStore, b: &PairBatch) -> Vec<f32> {
     let mut g = Graph::new();
     let built = model
-        .build_seq2seq(&mut g, b.rows(), b.source_len(), b.target_len(), GraphOptions::default())
+        .build_seq2seq(
+            &mut g,
+            b.rows(),
+            b.source_len(),
+            b.target_len(),
+            GraphOptions::default(),
+        )
         .unwrap();
     let exec = Executor::new(&g, &[built.logits], params).unwrap();
     built.feed(&exec, b).unwrap();
@@ -308,14 +314,10 @@ fn cached_incremental_decoding_gives_the_full_decoder_s_logits() {
     let mut backends = vec![cpu()];
     backends.extend(gpu());
     for backend in backends {
-        for (posenc, decoder_block) in every_posenc()
-            .into_iter()
-            .map(|p| (p, Block::Residual))
-            .chain([
-                (PosEnc::Sinusoidal { every_block: false }, Block::Rk4),
-                (PosEnc::Floater(FloaterConfig::default()), Block::Rk2Gated),
-            ])
-        {
+        for (posenc, decoder_block) in every_posenc().into_iter().map(|p| (p, Block::Residual)).chain([
+            (PosEnc::Sinusoidal { every_block: false }, Block::Rk4),
+            (PosEnc::Floater(FloaterConfig::default()), Block::Rk2Gated),
+        ]) {
             let model = Model::new(config(posenc, Block::Rk2 { gamma: [0.5, 0.5] }, decoder_block)).unwrap();
             let params = ParamStore::init(backend.clone(), &model.declare_params().unwrap(), 3).unwrap();
             let b = batch();
