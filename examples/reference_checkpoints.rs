@@ -7,18 +7,17 @@
 //! ±0.1, so that unit gains, zero biases and near-zero tables cannot hide a transposed or
 //! misplaced tensor, and TUPE's [CLS] values θ1, θ2 (0 at init) are not zero. The batch is in
 //! the metadata's training state, under `reference_batch`:
-//! `{ "batch": B, "len": L, "tokens": [B·L], "targets": [B·L] or [B], "mask": [B·L] or null }`.
-
-use posflow::model::GraphOptions;
+//! `{ "batch": B, "len": L, "tokens": [B·L], "targets": [B·L] or [B], "mask": [B·L] or null }`,
+//! or for a seq2seq model the arrays of its [`PairBatch`]: `{ "batch": B, "source_len": S,
+//! "target_len": T, "source": [B·S], "source_mask": [B·S], "target_in": [B·T], "targets": [B·T] }`.
 
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use posflow::Graph;
 use posflow::backend::CpuBackend;
 use posflow::checkpoint::{Checkpoint, Metadata, TrainingState};
-use posflow::data::{BOS, CharTokenizer, IGNORE_INDEX, PAD};
-use posflow::model::{EmbedScale, Model, ModelConfig, ModelKind, PosEnc};
+use posflow::data::{BOS, CharTokenizer, IGNORE_INDEX, PAD, Pair, PairBatch, PairTokenizer};
+use posflow::model::{Block, EmbedScale, Model, ModelConfig, ModelKind, PosEnc};
 use posflow::params::ParamStore;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -29,6 +28,11 @@ const CHARS: &str = "abcdefghijklmnopq";
 const BATCH: usize = 3;
 const LEN: usize = 9;
 const NUDGE: f32 = 0.1;
+/// The seq2seq batch: each row's source and target length, all padded to the longest (the
+/// decoder takes one position more, for BOS in and EOS out).
+const PAIR_LENGTHS: [(usize, usize); BATCH] = [(7, 5), (4, 2), (2, 3)];
+const SOURCE_LEN: usize = 7;
+const TARGET_LEN: usize = 6;
 
 /// A model variant and the real length of each row (shorter rows are padded and masked).
 struct Case {
@@ -49,7 +53,7 @@ fn config(kind: ModelKind, posenc: PosEnc) -> ModelConfig {
         kind,
         posenc,
         embed_scale: EmbedScale::None,
-        block: posflow::model::Block::Residual,
+        block: Block::Residual,
     }
 }
 
@@ -169,22 +173,91 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// The seq2seq variants, each evaluated on the padded [`PAIR_LENGTHS`] batch.
+fn seq2seq_cases() -> Vec<(&'static str, ModelConfig)> {
+    let seq2seq = |tied_head, decoder_layers, decoder_block, posenc| {
+        let kind = ModelKind::Seq2Seq {
+            tied_head,
+            decoder_layers,
+            decoder_block,
+        };
+        config(kind, posenc)
+    };
+    vec![
+        (
+            "seq2seq_sinusoidal_tied_sqrt_d",
+            ModelConfig {
+                embed_scale: EmbedScale::SqrtD,
+                ..seq2seq(
+                    true,
+                    2,
+                    Block::Residual,
+                    PosEnc::Sinusoidal { every_block: false },
+                )
+            },
+        ),
+        // T5's buckets both ways in the encoder and backward in the decoder, one table each.
+        (
+            "seq2seq_relative_untied_rk2_encoder",
+            ModelConfig {
+                block: Block::Rk2 { gamma: [0.5, 0.5] },
+                ..seq2seq(
+                    false,
+                    1,
+                    Block::Residual,
+                    PosEnc::Relative {
+                        buckets: 8,
+                        max_distance: 20,
+                    },
+                )
+            },
+        ),
+        // The authors' translation model with every default: three flows, two decoder layers so
+        // that the rows of each flow's blocks are told apart.
+        (
+            "seq2seq_floater_compatible",
+            ModelConfig {
+                embed_scale: EmbedScale::SqrtD,
+                ..seq2seq(true, 2, Block::Residual, floater("{}"))
+            },
+        ),
+        // TUPE-R on both sides (the decoder's buckets look back; untie_cls is an encoder-only
+        // setting), RK4 steps in the decoder, and Dh = 4.
+        (
+            "seq2seq_tupe_r_rk4_decoder_4_heads",
+            ModelConfig {
+                heads: 4,
+                ..seq2seq(
+                    true,
+                    1,
+                    Block::Rk4,
+                    PosEnc::TupeR {
+                        untie_cls: false,
+                        buckets: 8,
+                        max_distance: 20,
+                    },
+                )
+            },
+        ),
+    ]
+}
+
 fn floater(settings: &str) -> PosEnc {
     PosEnc::Floater(serde_json::from_str(settings).expect("FLOATER settings"))
 }
 
 /// Tokens (BOS, then characters, then PAD), targets and, for padded rows, the key mask.
-fn batch(case: &Case, rng: &mut ChaCha8Rng) -> serde_json::Value {
-    let vocab = case.config.vocab as i32;
-    let padded = case.lengths.iter().any(|&n| n < LEN);
+fn batch(config: &ModelConfig, lengths: [usize; BATCH], rng: &mut ChaCha8Rng) -> serde_json::Value {
+    let vocab = config.vocab as i32;
+    let padded = lengths.iter().any(|&n| n < LEN);
     let (mut tokens, mut targets, mut mask) = (Vec::new(), Vec::new(), Vec::new());
-    for (row, &n) in case.lengths.iter().enumerate() {
+    for (row, &n) in lengths.iter().enumerate() {
         let real: Vec<i32> = (0..n)
             .map(|p| if p == 0 { BOS } else { rng.random_range(3..vocab) })
             .collect();
         tokens.extend(real.iter().copied().chain(std::iter::repeat_n(PAD, LEN - n)));
         mask.extend((0..LEN).map(|p| i32::from(p < n)));
-        if let ModelKind::CausalLm { .. } = case.config.kind {
+        if let ModelKind::CausalLm { .. } = config.kind {
             // Next tokens; the last real position and the padding count no loss, nor (as a
             // prompt would) the first target of row 0.
             targets.extend((0..LEN).map(|p| match p {
@@ -194,7 +267,7 @@ fn batch(case: &Case, rng: &mut ChaCha8Rng) -> serde_json::Value {
             }));
         }
     }
-    if let ModelKind::Encoder { n_classes } = case.config.kind {
+    if let ModelKind::Encoder { n_classes } = config.kind {
         targets = (0..BATCH)
             .map(|_| rng.random_range(0..n_classes as i32))
             .collect();
@@ -208,17 +281,48 @@ fn batch(case: &Case, rng: &mut ChaCha8Rng) -> serde_json::Value {
     })
 }
 
+/// Random pairs of [`PAIR_LENGTHS`], as the model is fed them.
+fn pair_batch(vocab: usize, rng: &mut ChaCha8Rng) -> posflow::Result<serde_json::Value> {
+    let mut tokens = |n| -> Vec<i32> { (0..n).map(|_| rng.random_range(3..vocab as i32)).collect() };
+    let pairs: Vec<Pair> = PAIR_LENGTHS
+        .iter()
+        .map(|&(source, target)| Pair {
+            source: tokens(source),
+            target: tokens(target),
+        })
+        .collect();
+    let batch = PairBatch::new(&pairs, SOURCE_LEN, TARGET_LEN)?;
+    let mask: Vec<i32> = batch.source_mask().iter().map(|&m| i32::from(m > 0.5)).collect();
+    Ok(json!({
+        "batch": BATCH,
+        "source_len": SOURCE_LEN,
+        "target_len": TARGET_LEN,
+        "source": batch.source(),
+        "source_mask": mask,
+        "target_in": batch.target_in(),
+        "targets": batch.target_out(),
+    }))
+}
+
 fn main() -> posflow::Result<()> {
     let Some(outdir) = std::env::args().nth(1).map(PathBuf::from) else {
         eprintln!("usage: cargo run --example reference_checkpoints -- OUTDIR");
         std::process::exit(2);
     };
     std::fs::create_dir_all(&outdir).map_err(|e| posflow::Error::Input(format!("{outdir:?}: {e}")))?;
-    let tokenizer = serde_json::to_string(&CharTokenizer::from_text(CHARS)).expect("tokenizer JSON");
-    for (seed, case) in cases().into_iter().enumerate() {
+    let chars = CharTokenizer::from_text(CHARS);
+    let tokenizer = serde_json::to_string(&chars).expect("tokenizer JSON");
+    let pair_tokenizer = PairTokenizer::Chars(chars).to_json();
+    // Decoder-only cases with their row lengths, then the seq2seq ones (seeds continue).
+    let decoder_only = cases()
+        .into_iter()
+        .map(|case| (case.name, case.config, Some(case.lengths)));
+    let seq2seq = seq2seq_cases()
+        .into_iter()
+        .map(|(name, config)| (name, config, None));
+    for (seed, (name, config, lengths)) in decoder_only.chain(seq2seq).enumerate() {
         let seed = seed as u64;
-        let mut g = Graph::new();
-        Model::new(case.config.clone())?.build(&mut g, BATCH, LEN, GraphOptions::default())?;
+        let g = Model::new(config.clone())?.declare_params()?;
         let params = ParamStore::init(Rc::new(CpuBackend::new()), &g, seed)?;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let names: Vec<String> = params.iter().map(|(name, _)| name.to_string()).collect();
@@ -229,14 +333,18 @@ fn main() -> posflow::Result<()> {
                 .collect();
             params.set(name, &nudged)?;
         }
+        let (batch, tokenizer) = match lengths {
+            Some(lengths) => (batch(&config, lengths, &mut rng), &tokenizer),
+            None => (pair_batch(config.vocab, &mut rng)?, &pair_tokenizer),
+        };
         let mut extra = serde_json::Map::new();
-        extra.insert("reference_batch".into(), batch(&case, &mut rng));
+        extra.insert("reference_batch".into(), batch);
         let metadata = Metadata {
-            config: serde_json::to_string(&case.config).expect("config JSON"),
+            config: serde_json::to_string(&config).expect("config JSON"),
             training: TrainingState { step: 0, seed, extra },
             tokenizer: Some(tokenizer.clone()),
         };
-        let path = outdir.join(format!("{}.safetensors", case.name));
+        let path = outdir.join(format!("{name}.safetensors"));
         Checkpoint::save(&params, None, metadata, &path)?;
         println!("wrote {}", path.display());
     }

@@ -1,6 +1,7 @@
 //! posflow's Transformer against the same model in PyTorch, without Python: each checkpoint under
 //! `tests/reference/models/` (from `examples/reference_checkpoints.rs`) is built from its own
-//! config, restored, and run forward and backward on its stored batch; logits, loss and every
+//! config (`Model::build`, or `Model::build_seq2seq` with its stored pairs), restored, and run
+//! forward and backward on its stored batch; logits, loss and every
 //! gradient must match `<name>.expected.safetensors`, which `tests/reference/model_reference.py`
 //! computed in float64 from the checkpoint's tensors by their documented names. Regenerate both:
 //!
@@ -17,6 +18,7 @@ use std::rc::Rc;
 
 use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::checkpoint::Checkpoint;
+use posflow::data::{EOS, IGNORE_INDEX, Pair, PairBatch};
 use posflow::exec::Executor;
 use posflow::model::{GraphOptions, Model, ModelConfig, ModelKind};
 use posflow::params::ParamStore;
@@ -25,7 +27,7 @@ use safetensors::SafeTensors;
 use serde::Deserialize;
 
 /// The committed checkpoints, one per model variant.
-const CASES: [&str; 12] = [
+const CASES: [&str; 16] = [
     "lm_tied_sinusoidal_sqrt_d",
     "lm_untied_learned_4_heads",
     "lm_sinusoidal_every_block",
@@ -38,29 +40,41 @@ const CASES: [&str; 12] = [
     "lm_floater_input_rk4_tanh",
     "lm_floater_compatible",
     "lm_floater_compatible_midpoint_delta_0_1",
+    "seq2seq_sinusoidal_tied_sqrt_d",
+    "seq2seq_relative_untied_rk2_encoder",
+    "seq2seq_floater_compatible",
+    "seq2seq_tupe_r_rk4_decoder_4_heads",
 ];
 
 /// The largest |posflow − PyTorch| allowed for any logit, the loss or any gradient element.
 /// Reached, worst tensor of each case (CPU / lavapipe GPU):
 ///
-/// | case                            | CPU     | GPU     |
-/// |---------------------------------|---------|---------|
-/// | lm_tied_sinusoidal_sqrt_d       | 9.5e-7  | 4.8e-7  |
-/// | lm_untied_learned_4_heads       | 1.5e-7  | 1.5e-7  |
-/// | lm_sinusoidal_every_block       | 1.2e-7  | 2.4e-7  |
-/// | lm_relative_padded              | 1.8e-7  | 2.1e-7  |
-/// | encoder_relative_padded         | 4.3e-7  | 2.7e-7  |
-/// | lm_no_posenc                    | 1.2e-7  | 1.2e-7  |
-/// | lm_tupe_a_4_heads               | 2.4e-7  | 1.2e-7  |
-/// | encoder_tupe_r_untie_cls_padded | 1.2e-7  | 1.3e-7  |
-/// | lm_floater_every_block_midpoint | 1.4e-6  | 1.4e-6  |
-/// | lm_floater_input_rk4_tanh       | 1.8e-7  | 2.4e-7  |
-/// | lm_floater_compatible           | 4.8e-7  | 9.5e-7  |
-/// | lm_floater_compatible_midpoint_delta_0_1 | 9.5e-7 | 9.5e-7 |
+/// | case                                     | CPU     | GPU     |
+/// |------------------------------------------|---------|---------|
+/// | lm_tied_sinusoidal_sqrt_d                | 9.5e-7  | 4.8e-7  |
+/// | lm_untied_learned_4_heads                | 1.5e-7  | 1.5e-7  |
+/// | lm_sinusoidal_every_block                | 1.2e-7  | 2.4e-7  |
+/// | lm_relative_padded                       | 1.8e-7  | 2.1e-7  |
+/// | encoder_relative_padded                  | 4.3e-7  | 2.7e-7  |
+/// | lm_no_posenc                             | 1.2e-7  | 1.2e-7  |
+/// | lm_tupe_a_4_heads                        | 2.4e-7  | 1.2e-7  |
+/// | encoder_tupe_r_untie_cls_padded          | 1.2e-7  | 1.3e-7  |
+/// | lm_floater_every_block_midpoint          | 1.4e-6  | 1.4e-6  |
+/// | lm_floater_input_rk4_tanh                | 1.8e-7  | 2.4e-7  |
+/// | lm_floater_compatible                    | 4.8e-7  | 9.5e-7  |
+/// | lm_floater_compatible_midpoint_delta_0_1 | 9.5e-7  | 9.5e-7  |
+/// | seq2seq_sinusoidal_tied_sqrt_d           | 4.8e-7  | 4.8e-7  |
+/// | seq2seq_relative_untied_rk2_encoder      | 1.2e-7  | 2.4e-7  |
+/// | seq2seq_floater_compatible               | 4.8e-7  | 4.8e-7  |
+/// | seq2seq_tupe_r_rk4_decoder_4_heads       | 2.4e-7  | 1.6e-7  |
 ///
 /// The FLOATER cases' reference solves the ODE with torchdiffeq (`odeint` differentiated through
 /// for backprop, `odeint_adjoint` for the adjoint), so they pin the whole model, dynamics and
-/// initial values included. `lm_floater_compatible` is the authors' form with every default.
+/// initial values included. `lm_floater_compatible` is the authors' form with every default, and
+/// `seq2seq_floater_compatible` their translation model: three flows (the encoder's, the
+/// decoder's over target positions, the cross-attention's over source positions) and two decoder
+/// layers. Every seq2seq batch pads both sources (the key mask of the encoder and of the
+/// cross-attention) and targets (`IGNORE_INDEX`).
 const TOLERANCE: f32 = 1e-4;
 
 /// And each tensor's worst error at most this fraction of its largest value (at least
@@ -85,6 +99,48 @@ struct ReferenceBatch {
     mask: Option<Vec<f32>>,
 }
 
+/// A seq2seq checkpoint's batch: a [`PairBatch`]'s arrays.
+#[derive(Deserialize)]
+struct PairReferenceBatch {
+    batch: usize,
+    source_len: usize,
+    target_len: usize,
+    source: Vec<i32>,
+    source_mask: Vec<f32>,
+    target_in: Vec<i32>,
+    targets: Vec<i32>,
+}
+
+impl PairReferenceBatch {
+    /// The pairs behind the stored arrays, batched again: the arrays must come back unchanged,
+    /// so that posflow is fed exactly what PyTorch read.
+    fn pair_batch(&self) -> PairBatch {
+        let pairs: Vec<Pair> = (0..self.batch)
+            .map(|row| {
+                let source = &self.source[row * self.source_len..][..self.source_len];
+                let mask = &self.source_mask[row * self.source_len..][..self.source_len];
+                let targets = &self.targets[row * self.target_len..][..self.target_len];
+                let end = targets
+                    .iter()
+                    .position(|&t| t == EOS)
+                    .expect("every row ends in EOS");
+                Pair {
+                    source: source[..mask.iter().filter(|&&m| m > 0.5).count()].to_vec(),
+                    target: targets[..end].to_vec(),
+                }
+            })
+            .collect();
+        let batch = PairBatch::new(&pairs, self.source_len, self.target_len).unwrap();
+        assert_eq!(batch.source(), self.source);
+        assert_eq!(batch.source_mask(), self.source_mask);
+        assert_eq!(batch.target_in(), self.target_in);
+        assert_eq!(batch.target_out(), self.targets);
+        let padded = self.targets.contains(&IGNORE_INDEX) && self.source_mask.contains(&0.0);
+        assert!(padded, "the batch should pad both sources and targets");
+        batch
+    }
+}
+
 /// Logits, loss and the gradient of every parameter by name.
 struct Values {
     logits: Vec<f32>,
@@ -92,37 +148,67 @@ struct Values {
     grads: BTreeMap<String, Vec<f32>>,
 }
 
+/// What writes a graph's batch into an executor of it.
+type Feed = Box<dyn Fn(&Executor)>;
+
 /// posflow's values for the checkpoint of `case`, on `backend`.
 fn posflow_values(case: &str, backend: Rc<dyn Backend>) -> Values {
     let path = checkpoint_path(case);
     let metadata = Checkpoint::read_metadata(&path).unwrap();
     let model = Model::new(ModelConfig::from_json(&metadata.config).unwrap()).unwrap();
-    let batch: ReferenceBatch =
-        serde_json::from_value(metadata.training.extra["reference_batch"].clone()).unwrap();
+    let stored = metadata.training.extra["reference_batch"].clone();
     let mut g = Graph::new();
-    let built = match batch.mask {
-        Some(_) => model.build(&mut g, batch.batch, batch.len, GraphOptions::default().padded()),
-        None => model.build(&mut g, batch.batch, batch.len, GraphOptions::default()),
-    }
-    .unwrap();
+    let (logits, loss, feed): (TensorId, TensorId, Feed) =
+        if let ModelKind::Seq2Seq { .. } = model.config().kind {
+            let batch = serde_json::from_value::<PairReferenceBatch>(stored)
+                .unwrap()
+                .pair_batch();
+            let built = model
+                .build_seq2seq(
+                    &mut g,
+                    batch.rows(),
+                    batch.source_len(),
+                    batch.target_len(),
+                    GraphOptions::default(),
+                )
+                .unwrap();
+            let (logits, loss) = (built.logits, built.loss);
+            (
+                logits,
+                loss,
+                Box::new(move |exec| built.feed(exec, &batch).unwrap()),
+            )
+        } else {
+            let batch: ReferenceBatch = serde_json::from_value(stored).unwrap();
+            let options = match batch.mask {
+                Some(_) => GraphOptions::default().padded(),
+                None => GraphOptions::default(),
+            };
+            let built = model.build(&mut g, batch.batch, batch.len, options).unwrap();
+            let (logits, loss) = (built.logits, built.loss);
+            let feed = move |exec: &Executor| {
+                built
+                    .feed(exec, &batch.tokens, &batch.targets, batch.mask.as_deref())
+                    .unwrap()
+            };
+            (logits, loss, Box::new(feed))
+        };
     let grads: Vec<(String, TensorId)> = g
-        .backward(built.loss)
+        .backward(loss)
         .unwrap()
         .iter()
         .map(|(p, grad)| (g.info(p).name.clone(), grad))
         .collect();
     let params = ParamStore::init(backend, &g, 0).unwrap();
     Checkpoint::load(&path).unwrap().restore(&params, None).unwrap();
-    let mut outputs = vec![built.logits, built.loss];
+    let mut outputs = vec![logits, loss];
     outputs.extend(grads.iter().map(|(_, grad)| *grad));
     let exec = Executor::new(&g, &outputs, &params).unwrap();
-    built
-        .feed(&exec, &batch.tokens, &batch.targets, batch.mask.as_deref())
-        .unwrap();
+    feed(&exec);
     exec.run().unwrap();
     Values {
-        logits: exec.read_blocking(built.logits).unwrap(),
-        loss: exec.read_blocking(built.loss).unwrap()[0],
+        logits: exec.read_blocking(logits).unwrap(),
+        loss: exec.read_blocking(loss).unwrap()[0],
         grads: grads
             .into_iter()
             .map(|(name, grad)| (name, exec.read_blocking(grad).unwrap()))

@@ -2,10 +2,20 @@
 
 The model is the one of src/model/mod.rs, written out op by op: the parameter names and layouts of
 its table (linear weights are [in, out], used as `x @ W + b`; the columns of `attn.qkv` are
-[q | k | v], head h taking columns h·Dh..(h+1)·Dh of each), pre-norm blocks, GELU (erf), layer norm
-with eps 1e-5, softmax attention with the position encoding's terms, a causal mask for the LM and
-the key mask for padding, the tied or untied LM head or the encoder's [CLS] head, and the mean
-cross-entropy over targets other than -100. Everything runs in float64.
+[q | k | v], head h taking columns h·Dh..(h+1)·Dh of each), pre-norm blocks stepped as residual or
+Runge-Kutta blocks (src/model/config.rs, `Block`), GELU (erf), layer norm with eps 1e-5, softmax
+attention with the position encoding's terms, a causal mask for the LM and the key mask for
+padding, the tied or untied LM head or the encoder's [CLS] head, and the mean cross-entropy over
+targets other than -100. Everything runs in float64.
+
+The seq2seq kind is src/model/seq2seq.rs's: an encoder (bidirectional, source padding masked,
+final norm `encoder.ln_f`) and a causal decoder whose blocks also attend to the encoder's output
+(`ln_cross`, `cross.q`, `cross.kv` = [k | v] of the memory, `cross.out`; scale 1/√Dh, no
+position bias, padded sources masked), each side with its own position parameters under its
+prefix, one token table for both sides and the tied head. FLOATER's compatible form solves three
+flows: the encoder's [3, layers, D] q/k/v biases, the decoder's [4, decoder_layers, D] (self q/k/v
+and cross q) over target positions, and `decoder.cross.`'s [2, decoder_layers, D] (cross k/v) over
+source positions.
 
     python3 model_reference.py generate [DIR]
         writes the checkpoints of examples/reference_checkpoints.rs to DIR (default: models/ beside
@@ -17,8 +27,8 @@ cross-entropy over targets other than -100. Everything runs in float64.
 
     python3 model_reference.py CHECKPOINT [TEXT]
         the loss and logits of any posflow checkpoint: on TEXT (encoded with the checkpoint's
-        tokenizer, BOS first; next-character loss for a causal LM), or else on the checkpoint's
-        `reference_batch`.
+        tokenizer, BOS first; next-character loss for a causal LM; not for a seq2seq model), or
+        else on the checkpoint's `reference_batch`.
 
 A position encoding is one function below, registered in POSENCS by its config `type`: it returns
 the terms it contributes (see PositionTerms), so a new one is one more function and one more
@@ -45,6 +55,8 @@ from gen_relative import t5_bucket
 
 IGNORE_INDEX = -100
 BOS = 1
+# The seq2seq kind's config name (serde's snake case of `ModelKind::Seq2Seq`).
+SEQ2SEQ = "seq2_seq"
 SPECIALS = ["<pad>", "<bos>", "<eos>"]
 LN_EPS = 1e-5
 HERE = pathlib.Path(__file__).resolve().parent
@@ -70,10 +82,12 @@ class PositionTerms:
     """What an encoding adds: `at_input` / `at_every_block` [L, D] added to the embeddings / to each
     block's input (`at_block`: block i's own [L, D], FLOATER); `qkv_bias`: block i's [L, 3D] added to
     its q|k|v projection, which then has no static bias (FLOATER's compatible form); `attention_bias` [H, L, L] added to every
-    layer's attention logits; `attention_scale`, the factor on q·k when it is not 1/√Dh (TUPE)."""
+    layer's attention logits; `attention_scale`, the factor on q·k when it is not 1/√Dh (TUPE).
+    A seq2seq decoder's FLOATER also gives block i's cross-attention `cross_q_bias` [T, D] and
+    `cross_kv_bias` [S, 2D], in place of their static biases."""
 
     def __init__(self, at_input=None, at_every_block=None, attention_bias=None, attention_scale=None,
-                 at_block=None, qkv_bias=None, qkv_static_bias=True):
+                 at_block=None, qkv_bias=None, qkv_static_bias=True, cross_q_bias=None, cross_kv_bias=None):
         self.at_input = at_input
         self.at_every_block = at_every_block
         self.at_block = at_block
@@ -81,6 +95,8 @@ class PositionTerms:
         self.qkv_static_bias = qkv_static_bias
         self.attention_bias = attention_bias
         self.attention_scale = attention_scale
+        self.cross_q_bias = cross_q_bias
+        self.cross_kv_bias = cross_kv_bias
 
 
 def posenc_none(cfg, p, length):
@@ -118,7 +134,7 @@ def relative_bias(cfg, p, length):
     positions = torch.arange(length, dtype=torch.long)
     buckets = t5_bucket(
         positions[None, :] - positions[:, None],  # key j minus query i
-        bidirectional=cfg["kind"]["type"] == "encoder",
+        bidirectional=cfg["bidirectional"],
         num_buckets=enc.get("buckets", 32),
         max_distance=enc.get("max_distance", 128),
     )
@@ -207,15 +223,22 @@ def floater_solve(enc, p, prefix, p0, length):
     return solve(h, p0, t, method=method, options=options)
 
 
+def floater_biases(cfg, p, prefix, parts, length):
+    """The compatible form's flow `prefix` over [parts, layers, D] from the learned b(0) =
+    `{prefix}.qkv_initial`: for each block i, its parts [L, D] (part j is b[:, j, i])."""
+    d, layers = cfg["d_model"], cfg["layers"]
+    b0 = p[f"{prefix}.qkv_initial"]
+    b = floater_solve(cfg["posenc"], p, prefix, b0.reshape(parts * layers, d), length)
+    b = b.reshape(length, parts, layers, d)
+    return [[b[:, j, i] for j in range(parts)] for i in range(layers)]
+
+
 def posenc_floater(cfg, p, length):
     enc, d, layers = cfg["posenc"], cfg["d_model"], cfg["layers"]
     if enc["form"] == "bias":
         # The compatible form as the authors ran it: the sinusoidal model whose q/k/v biases
         # (none static) are one flow's solution over [3, layers, D] from the learned b(0).
-        b0 = p["posenc.floater.qkv_initial"]
-        b = floater_solve(enc, p, "posenc.floater", b0.reshape(3 * layers, d), length)
-        b = b.reshape(length, 3, layers, d)
-        biases = [torch.cat([b[:, 0, i], b[:, 1, i], b[:, 2, i]], dim=-1) for i in range(layers)]
+        biases = [torch.cat(qkv, dim=-1) for qkv in floater_biases(cfg, p, "posenc.floater", 3, length)]
         return PositionTerms(at_input=sinusoidal_table(length, d), qkv_bias=biases, qkv_static_bias=False)
     trajectory = floater_solve(enc, p, "posenc.floater", p["posenc.floater.initial"], length)
     if enc.get("every_block", True):
@@ -234,6 +257,30 @@ POSENCS = {
 }
 
 
+def position_terms(cfg, p, length):
+    if cfg["posenc"]["type"] not in POSENCS:
+        raise SystemExit(f"model_reference.py has no {cfg['posenc']['type']} position encoding yet")
+    return POSENCS[cfg["posenc"]["type"]](cfg, p, length)
+
+
+def decoder_terms(cfg, p, target_len, source_len):
+    """A seq2seq decoder's terms: its side's encoding over the targets, except FLOATER's compatible
+    form: the sinusoidal table at the input, one flow of 4 parts per block over the targets (self
+    q, k, v; cross q) and one of 2 under `cross.` over the sources (cross k, v)."""
+    enc = cfg["posenc"]
+    if enc["type"] != "floater" or enc["form"] != "bias":
+        return position_terms(cfg, p, target_len)
+    parts = floater_biases(cfg, p, "posenc.floater", 4, target_len)
+    kv = floater_biases(cfg, p, "cross.posenc.floater", 2, source_len)
+    return PositionTerms(
+        at_input=sinusoidal_table(target_len, cfg["d_model"]),
+        qkv_bias=[torch.cat(block[:3], dim=-1) for block in parts],
+        qkv_static_bias=False,
+        cross_q_bias=[block[3] for block in parts],
+        cross_kv_bias=[torch.cat(block, dim=-1) for block in kv],
+    )
+
+
 # ---- the Transformer ----------------------------------------------------------------------------
 
 
@@ -245,71 +292,172 @@ def layer_norm(p, prefix, x):
     return F.layer_norm(x, x.shape[-1:], p[f"{prefix}.gain"], p[f"{prefix}.bias"], LN_EPS)
 
 
-def self_attention(cfg, p, prefix, x, terms, key_mask, qkv_bias=None):
+def heads(x, h):
+    """[B, L, D] -> [B, H, L, Dh]: head h is columns h·Dh..(h+1)·Dh."""
+    b, length, d = x.shape
+    return x.view(b, length, h, d // h).transpose(1, 2)
+
+
+def attend(q, k, v, scale, bias, allowed):
+    """softmax(q·k·scale + bias, where allowed) · v, heads merged back to [B, Lq, D]."""
+    scores = q @ k.transpose(-1, -2) * scale
+    if bias is not None:
+        scores = scores + bias
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ v
+    b, h, length, dh = out.shape
+    return out.transpose(1, 2).reshape(b, length, h * dh)
+
+
+def allowed_keys(b, queries, keys, causal, key_mask):
+    """[B, 1, Lq, Lk]: which keys each query may attend to."""
+    allowed = torch.ones(b, 1, queries, keys, dtype=torch.bool)
+    if causal:
+        allowed = allowed & torch.ones(queries, keys, dtype=torch.bool).tril()
+    if key_mask is not None:
+        allowed = allowed & (key_mask != 0)[:, None, None, :]
+    return allowed
+
+
+def self_attention(cfg, p, prefix, x, terms, causal, key_mask, qkv_bias=None):
     b, length, d = x.shape
     h = cfg["heads"]
-    dh = d // h
     if terms.qkv_static_bias:
         qkv = linear(p, f"{prefix}.qkv", x)
     else:
         qkv = x @ p[f"{prefix}.qkv.weight"]
     if qkv_bias is not None:
         qkv = qkv + qkv_bias
-    q, k, v = qkv.split(d, dim=-1)
-    q, k, v = (t.view(b, length, h, dh).transpose(1, 2) for t in (q, k, v))
-    scores = q @ k.transpose(-1, -2)
-    if terms.attention_scale is None:
-        scores = scores / math.sqrt(dh)
+    q, k, v = (heads(t, h) for t in qkv.split(d, dim=-1))
+    scale = 1 / math.sqrt(d // h) if terms.attention_scale is None else terms.attention_scale
+    out = attend(q, k, v, scale, terms.attention_bias, allowed_keys(b, length, length, causal, key_mask))
+    return linear(p, f"{prefix}.out", out)
+
+
+def cross_attention(cfg, p, prefix, x, cross, q_bias, kv_bias):
+    """Decoder block `prefix`'s attention from x [B, T, D] to the encoder's output [B, S, D]: the
+    usual 1/√Dh, no position bias, padded sources hidden. Static q and k|v biases, or FLOATER's."""
+    b, length, d = x.shape
+    h = cfg["heads"]
+    if q_bias is None:
+        q, kv = linear(p, f"{prefix}.q", x), linear(p, f"{prefix}.kv", cross.memory)
     else:
-        scores = scores * terms.attention_scale
-    if terms.attention_bias is not None:
-        scores = scores + terms.attention_bias
-    allowed = torch.ones(b, 1, length, length, dtype=torch.bool)
-    if cfg["kind"]["type"] == "causal_lm":
-        allowed = allowed & torch.ones(length, length, dtype=torch.bool).tril()
-    if key_mask is not None:
-        allowed = allowed & (key_mask != 0)[:, None, None, :]
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    out = torch.softmax(scores, dim=-1) @ v
-    return linear(p, f"{prefix}.out", out.transpose(1, 2).reshape(b, length, d))
+        q = x @ p[f"{prefix}.q.weight"] + q_bias
+        kv = cross.memory @ p[f"{prefix}.kv.weight"] + kv_bias
+    q, k, v = heads(q, h), heads(kv[..., :d], h), heads(kv[..., d:], h)
+    allowed = allowed_keys(b, length, cross.memory.shape[1], False, cross.source_mask)
+    return linear(p, f"{prefix}.out", attend(q, k, v, 1 / math.sqrt(d // h), None, allowed))
 
 
-def forward(cfg, p, tokens, key_mask=None):
-    """Logits: [B, L, vocab] for a causal LM, [B, n_classes] for an encoder. Checks that every
-    parameter of the checkpoint is used and that none is missing."""
-    used = set()
-    p = UsedParams(p, used)
-    b, length = tokens.shape
-    d = cfg["d_model"]
-    block = cfg.get("block", {"type": "residual"})["type"]
-    if block != "residual":
-        # gen_rk_block.py holds the reference of one Runge-Kutta block; this model is residual only.
-        raise SystemExit(f"model_reference.py builds residual blocks only, this checkpoint has {block} blocks")
-    if cfg["posenc"]["type"] not in POSENCS:
-        raise SystemExit(f"model_reference.py has no {cfg['posenc']['type']} position encoding yet")
-    terms = POSENCS[cfg["posenc"]["type"]](cfg, p, length)
-    x = p["tok_emb.weight"][tokens]
-    if cfg.get("embed_scale", "none") == "sqrt_d":
-        x = x * math.sqrt(d)
-    if terms.at_input is not None:
-        x = x + terms.at_input
+class Cross:
+    """A decoder's view of the encoder: its output [B, S, D] and the source mask [B, S]."""
+
+    def __init__(self, memory, source_mask):
+        self.memory, self.source_mask = memory, source_mask
+
+
+def sub_block(cfg, p, i, y, terms, causal, key_mask, cross):
+    """Block i's F(y) = a + FFN(LN2(y + a)), a = Attn(LN1 y) (a decoder's: s + Cross(LN_cross(y + s)),
+    s its self-attention)."""
+    prefix = f"blocks.{i}"
+    qkv_bias = None if terms.qkv_bias is None else terms.qkv_bias[i]
+    normed = layer_norm(p, f"{prefix}.ln1", y)
+    a = self_attention(cfg, p, f"{prefix}.attn", normed, terms, causal, key_mask, qkv_bias)
+    if cross is not None:
+        q_bias = None if terms.cross_q_bias is None else terms.cross_q_bias[i]
+        kv_bias = None if terms.cross_kv_bias is None else terms.cross_kv_bias[i]
+        normed = layer_norm(p, f"{prefix}.ln_cross", y + a)
+        a = a + cross_attention(cfg, p, f"{prefix}.cross", normed, cross, q_bias, kv_bias)
+    hidden = F.gelu(linear(p, f"{prefix}.ffn.up", layer_norm(p, f"{prefix}.ln2", y + a)))
+    return a + linear(p, f"{prefix}.ffn.down", hidden)
+
+
+def step(block, f, y):
+    """One block's output from its input y and its sub-block f (the ODE Transformer's steps)."""
+    kind = block["type"]
+    if kind == "residual":
+        return y + f(y)
+    if kind == "rk2":
+        g1, g2 = block["gamma"]
+        f1 = f(y)
+        return y + g1 * f1 + g2 * f(y + f1)
+    if kind == "rk4":
+        f1 = f(y)
+        f2 = f(y + f1 / 2)
+        f3 = f(y + f2 / 2)
+        f4 = f(y + f3)
+        return y + (f1 + 2 * f2 + 2 * f3 + f4) / 6
+    # gen_rk_block.py holds the reference of the gated block.
+    raise SystemExit(f"model_reference.py has no {kind} blocks")
+
+
+def stack(cfg, p, x, terms, block, causal, key_mask, cross=None):
+    """cfg["layers"] blocks, each stepped as `block`, with the position terms at their inputs."""
     for i in range(cfg["layers"]):
         if terms.at_every_block is not None:
             x = x + terms.at_every_block
         if terms.at_block is not None:
             x = x + terms.at_block[i]
-        normed = layer_norm(p, f"blocks.{i}.ln1", x)
-        qkv_bias = None if terms.qkv_bias is None else terms.qkv_bias[i]
-        x = x + self_attention(cfg, p, f"blocks.{i}.attn", normed, terms, key_mask, qkv_bias)
-        hidden = F.gelu(linear(p, f"blocks.{i}.ffn.up", layer_norm(p, f"blocks.{i}.ln2", x)))
-        x = x + linear(p, f"blocks.{i}.ffn.down", hidden)
+        x = step(block, lambda y, i=i: sub_block(cfg, p, i, y, terms, causal, key_mask, cross), x)
+    return x
+
+
+def embed(cfg, p, tokens, terms):
+    x = p["tok_emb.weight"][tokens]
+    if cfg.get("embed_scale", "none") == "sqrt_d":
+        x = x * math.sqrt(cfg["d_model"])
+    if terms.at_input is not None:
+        x = x + terms.at_input
+    return x
+
+
+def side(cfg, layers, bidirectional):
+    """The config a stack and its position encoding read: its number of blocks, and whether T5's
+    buckets tell left from right."""
+    return dict(cfg, layers=layers, bidirectional=bidirectional)
+
+
+def lm_head(cfg, p, x, tied):
+    # The tied head reads the table unscaled, whatever embed_scale.
+    return x @ (p["tok_emb.weight"].T if tied else p["lm_head.weight"])
+
+
+def forward_decoder_only(cfg, p, tokens, key_mask=None):
+    """Logits: [B, L, vocab] for a causal LM, [B, n_classes] for an encoder."""
     kind = cfg["kind"]
-    if kind["type"] == "causal_lm":
-        x = layer_norm(p, "ln_f", x)
-        # The tied head reads the table unscaled, whatever embed_scale.
-        logits = x @ (p["tok_emb.weight"].T if kind.get("tied_head", True) else p["lm_head.weight"])
+    causal = kind["type"] == "causal_lm"
+    cfg = side(cfg, cfg["layers"], bidirectional=kind["type"] == "encoder")
+    terms = position_terms(cfg, p, tokens.shape[1])
+    block = cfg.get("block", {"type": "residual"})
+    x = stack(cfg, p, embed(cfg, p, tokens, terms), terms, block, causal, key_mask)
+    if causal:
+        return lm_head(cfg, p, layer_norm(p, "ln_f", x), kind.get("tied_head", True))
+    return linear(p, "cls_head", layer_norm(p, "ln_f", x[:, 0]))
+
+
+def forward_seq2seq(cfg, p, source, source_mask, target_in):
+    """Teacher-forced next-token logits [B, T, vocab]."""
+    kind = cfg["kind"]
+    encoder, decoder = p.prefixed("encoder."), p.prefixed("decoder.")
+    enc_cfg = side(cfg, cfg["layers"], bidirectional=True)
+    terms = position_terms(enc_cfg, encoder, source.shape[1])
+    x = stack(enc_cfg, encoder, embed(cfg, p, source, terms), terms, cfg["block"], False, source_mask)
+    cross = Cross(layer_norm(encoder, "ln_f", x), source_mask)
+    dec_cfg = side(cfg, kind["decoder_layers"], bidirectional=False)
+    terms = decoder_terms(dec_cfg, decoder, target_in.shape[1], source.shape[1])
+    y = stack(dec_cfg, decoder, embed(cfg, p, target_in, terms), terms, kind["decoder_block"], True, None, cross)
+    return lm_head(cfg, p, layer_norm(decoder, "ln_f", y), kind["tied_head"])
+
+
+def forward(cfg, p, inputs):
+    """The model's logits on `inputs` (see reference_batch). Checks that every parameter of the
+    checkpoint is used and that none is missing."""
+    used = set()
+    p = UsedParams(p, used)
+    if cfg["kind"]["type"] == SEQ2SEQ:
+        logits = forward_seq2seq(cfg, p, *inputs)
     else:
-        logits = linear(p, "cls_head", layer_norm(p, "ln_f", x[:, 0]))
+        logits = forward_decoder_only(cfg, p, *inputs)
     unused = set(p.params) - used
     if unused:
         sys.exit(f"checkpoint tensors the model does not use: {sorted(unused)}")
@@ -319,14 +467,19 @@ def forward(cfg, p, tokens, key_mask=None):
 class UsedParams:
     """The parameters by name, recording which were read; a missing name is a clear error."""
 
-    def __init__(self, params, used):
-        self.params, self.used = params, used
+    def __init__(self, params, used, prefix=""):
+        self.params, self.used, self.prefix = params, used, prefix
 
     def __getitem__(self, name):
+        name = self.prefix + name
         if name not in self.params:
             sys.exit(f"the checkpoint has no tensor {name}, which its config needs")
         self.used.add(name)
         return self.params[name]
+
+    def prefixed(self, prefix):
+        """The parameters under `prefix` (a seq2seq side's), by their names without it."""
+        return UsedParams(self.params, self.used, self.prefix + prefix)
 
 
 def loss_of(cfg, logits, targets):
@@ -335,17 +488,21 @@ def loss_of(cfg, logits, targets):
     return F.cross_entropy(flat, targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
-def reference_batch(metadata):
-    """(tokens [B, L], targets, key mask or None) stored by examples/reference_checkpoints.rs."""
+def reference_batch(cfg, metadata):
+    """(the model's inputs, targets) stored by examples/reference_checkpoints.rs: inputs (tokens
+    [B, L], key mask or None), or a seq2seq model's (source [B, S], source mask, target_in [B, T])."""
     batch = json.loads(metadata["training"]).get("reference_batch")
     if batch is None:
         sys.exit("this checkpoint stores no reference_batch: give a TEXT to evaluate it on")
-    shape = (batch["batch"], batch["len"])
-    tokens = torch.tensor(batch["tokens"], dtype=torch.long).view(shape)
+    ids = lambda name, *shape: torch.tensor(batch[name], dtype=torch.long).view(*shape)
     targets = torch.tensor(batch["targets"], dtype=torch.long)
-    mask = batch["mask"]
-    mask = None if mask is None else torch.tensor(mask, dtype=torch.long).view(shape)
-    return tokens, targets, mask
+    if cfg["kind"]["type"] == SEQ2SEQ:
+        rows, source, target = batch["batch"], batch["source_len"], batch["target_len"]
+        inputs = ids("source", rows, source), ids("source_mask", rows, source), ids("target_in", rows, target)
+        return inputs, targets
+    shape = (batch["batch"], batch["len"])
+    mask = None if batch["mask"] is None else ids("mask", *shape)
+    return (ids("tokens", *shape), mask), targets
 
 
 # ---- commands -----------------------------------------------------------------------------------
@@ -355,9 +512,9 @@ def expect(path):
     """Writes `<name>.expected.safetensors` beside the checkpoint: logits, loss, grad/<param>."""
     path = pathlib.Path(path)
     cfg, metadata, params = load(path)
-    tokens, targets, mask = reference_batch(metadata)
+    inputs, targets = reference_batch(cfg, metadata)
     leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
-    logits = forward(cfg, leaves, tokens, mask)
+    logits = forward(cfg, leaves, inputs)
     loss = loss_of(cfg, logits, targets)
     loss.backward()
     out = {"logits": logits.detach(), "loss": loss.detach().reshape(1)}
@@ -399,14 +556,18 @@ def encode(metadata, text):
 def evaluate(path, text=None):
     cfg, metadata, params = load(path)
     if text is None:
-        tokens, targets, mask = reference_batch(metadata)
-        print(f"{path}: the checkpoint's reference batch, {tuple(tokens.shape)}")
+        inputs, targets = reference_batch(cfg, metadata)
+        shapes = [tuple(x.shape) for x in inputs if x is not None]
+        print(f"{path}: the checkpoint's reference batch, {shapes}")
+    elif cfg["kind"]["type"] == SEQ2SEQ:
+        sys.exit("a seq2seq checkpoint is evaluated on its reference batch only")
     else:
-        tokens, mask = encode(metadata, text), None
+        tokens = encode(metadata, text)
+        inputs = tokens, None
         # Next characters for a causal LM; an encoder's class is unknown, so no loss.
         targets = torch.cat([tokens[:, 1:], torch.tensor([[IGNORE_INDEX]])], dim=1)
     with torch.no_grad():
-        logits = forward(cfg, params, tokens, mask)
+        logits = forward(cfg, params, inputs)
         if cfg["kind"]["type"] == "causal_lm" or text is None:
             print(f"loss {loss_of(cfg, logits, targets).item():.6f}")
     torch.set_printoptions(precision=4, linewidth=120)
