@@ -193,7 +193,8 @@ pub enum ModelKind {
     /// bidirectionally, source padding hidden by a key mask; `decoder_layers` decoder blocks
     /// (stepped as `decoder_block`) read the target causally and attend to the encoder's output.
     /// One token table serves the source, the target and (tied) the output layer; next-token
-    /// logits `[B, T, vocab]`.
+    /// logits `[B, T, vocab]`. In a config: `type = "seq2seq"`.
+    #[serde(rename = "seq2seq")]
     Seq2Seq {
         /// The output layer is the token table, transposed (the ODE Transformer's shared
         /// embeddings); otherwise its own `[d_model, vocab]` weight. Defaults to true.

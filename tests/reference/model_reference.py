@@ -56,7 +56,7 @@ from gen_relative import t5_bucket
 IGNORE_INDEX = -100
 BOS = 1
 # The seq2seq kind's config name (serde's snake case of `ModelKind::Seq2Seq`).
-SEQ2SEQ = "seq2_seq"
+SEQ2SEQ = "seq2seq"
 SPECIALS = ["<pad>", "<bos>", "<eos>"]
 LN_EPS = 1e-5
 HERE = pathlib.Path(__file__).resolve().parent
