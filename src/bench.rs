@@ -17,7 +17,7 @@ use crate::model::{
 use crate::optim::AdamW;
 use crate::params::ParamStore;
 use crate::tensor::TensorMeta;
-use crate::train::TrainingProgram;
+use crate::train::{BatchShape, TrainingProgram};
 
 /// The time of one square product `[size, size] · [size, size]`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -205,7 +205,7 @@ pub fn train(backend: &Rc<dyn Backend>, bench: &TrainBench, steps: usize) -> Res
     let mut program = TrainingProgram::new(
         &model,
         backend.clone(),
-        (batch, len),
+        BatchShape::Tokens { batch, len },
         0,
         bench.optimizer.clone(),
         &[],
@@ -225,7 +225,7 @@ pub fn train(backend: &Rc<dyn Backend>, bench: &TrainBench, steps: usize) -> Res
             .unzip();
         let start = Instant::now();
         program.launch(step, bench.optimizer.lr, |graph, exec| {
-            graph.feed(exec, &tokens, &targets, None)
+            graph.as_tokens()?.feed(exec, &tokens, &targets, None)
         })?;
         pollster::block_on(program.check())?;
         let loss = pollster::block_on(program.loss())?;

@@ -8,8 +8,11 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use posflow::backend::Backend;
 use posflow::checkpoint::{Checkpoint, remove_interrupted_save};
-use posflow::inference::Generator;
-use posflow::train::{DEFAULT_RUN, EvalReport, Progress, RunConfig, StepStats, Trainer, fit, saved_run};
+use posflow::data::PairTokenizer;
+use posflow::inference::{DecodeOptions, Generator, Seq2SeqDecoder};
+use posflow::train::{
+    DEFAULT_RUN, EvalReport, Progress, RunConfig, StepStats, TaskTokenizer, Trainer, fit, saved_run,
+};
 use rand::SeedableRng;
 
 #[derive(Args)]
@@ -109,10 +112,11 @@ pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
         && args.sample_chars > 0
     {
         // Refused now rather than after the run: the sample is the last thing it does.
-        trainer
-            .tokenizer()
-            .encode(prompt)
-            .map_err(|e| posflow::Error::Input(format!("[train] sample_prompt: {e}")))?;
+        match trainer.tokenizer() {
+            TaskTokenizer::Chars(chars) => chars.encode(prompt).map(drop),
+            TaskTokenizer::Pairs(pairs) => pairs.encode_source(prompt).map(drop),
+        }
+        .map_err(|e| posflow::Error::Input(format!("[train] sample_prompt: {e}")))?;
     }
     let mut bar = Bar::new(&trainer);
     let summary = fit(&mut trainer, &mut bar)?;
@@ -124,10 +128,14 @@ pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
     if let Some(prompt) = &trainer.run().train.sample_prompt
         && args.sample_chars > 0
     {
+        let chars = match trainer.tokenizer() {
+            TaskTokenizer::Chars(chars) => chars,
+            TaskTokenizer::Pairs(pairs) => return translate_sample(&trainer, &pairs, prompt),
+        };
         let mut generator = Generator::new(
             trainer.model(),
             trainer.params(),
-            trainer.tokenizer(),
+            chars,
             trainer.model().config().max_len,
         )?;
         if trainer.run().data.starts_with_bos() {
@@ -140,6 +148,22 @@ pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
             posflow::error::printable(&text)
         );
     }
+    Ok(())
+}
+
+/// A seq2seq run's sample: its prompt translated with a beam of 4.
+fn translate_sample(trainer: &Trainer, tokenizer: &PairTokenizer, prompt: &str) -> posflow::Result<()> {
+    let decoder = Seq2SeqDecoder::new(trainer.model(), trainer.params())?;
+    let source = tokenizer.encode_source(prompt)?;
+    let options = DecodeOptions {
+        beam: 4,
+        ..DecodeOptions::default()
+    };
+    let best = pollster::block_on(decoder.decode(&[source], &options))?;
+    println!(
+        "sample (beam 4): {prompt} → {}",
+        posflow::error::printable(&tokenizer.decode_target(&best[0].tokens)?)
+    );
     Ok(())
 }
 

@@ -16,7 +16,8 @@ const PLUS: char = '+';
 
 /// A task's length is its source's, in characters, so that one [`LengthSplit`] means the same for
 /// every task.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum PairTask {
     /// `abc` → `cba`: random lower-case letters, reversed.
     Reverse,

@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{Decay, Schedule};
+use crate::data::{PairTask, Tokenization};
 use crate::error::{Error, Result};
 use crate::model::{ModelConfig, ModelKind, refuse_other_settings};
 use crate::optim::AdamW;
@@ -81,7 +82,46 @@ pub enum DataConfig {
     Copy { min_len: usize, max_len: usize },
     /// `abc|cba` with strings of `min_len..=max_len` symbols.
     Reverse { min_len: usize, max_len: usize },
+    /// Seq2seq: spelling → pronunciation pairs of the CMU dictionary (letters → ARPAbet
+    /// phonemes), trained on words of up to `train_max_len` letters and evaluated on held-out
+    /// words of those lengths and on every longer word, in bins (FLOATER's short-to-long
+    /// experiment on real data). Needs a `seq2seq` model.
+    CmudictPairs {
+        train_max_len: usize,
+        valid_fraction: f64,
+    },
+    /// Seq2seq: synthetic pairs (`reverse`, `sort` or `addition`), `per_length` of each source
+    /// length in `min_len..=max_len`, trained on sources up to `train_max_len`.
+    SyntheticPairs {
+        pairs: PairTask,
+        min_len: usize,
+        max_len: usize,
+        per_length: usize,
+        train_max_len: usize,
+        valid_fraction: f64,
+    },
+    /// Seq2seq: a tab-separated file of one's own (`source<TAB>target` per line), cut into
+    /// characters or whitespace-separated words (`tokenization`).
+    TextPairs {
+        path: PathBuf,
+        tokenization: Tokenization,
+        train_max_len: usize,
+        valid_fraction: f64,
+    },
 }
+
+impl DataConfig {
+    /// Whether the task is pairs of sequences, for a seq2seq model.
+    pub fn is_pairs(&self) -> bool {
+        matches!(
+            self,
+            Self::CmudictPairs { .. } | Self::SyntheticPairs { .. } | Self::TextPairs { .. }
+        )
+    }
+}
+
+/// Synthetic pairs of each source length when the config does not say.
+const DEFAULT_PER_LENGTH: usize = 500;
 
 /// The share of the text or dictionary held out for validation when the config does not say.
 const DEFAULT_VALID_FRACTION: f64 = 0.05;
@@ -101,6 +141,10 @@ struct DataSpec {
     valid_fraction: Option<f64>,
     min_len: Option<usize>,
     max_len: Option<usize>,
+    train_max_len: Option<usize>,
+    per_length: Option<usize>,
+    pairs: Option<PairTask>,
+    tokenization: Option<Tokenization>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -111,6 +155,9 @@ enum TaskName {
     Cmudict,
     Copy,
     Reverse,
+    CmudictPairs,
+    SyntheticPairs,
+    TextPairs,
 }
 
 impl TryFrom<DataSpec> for DataConfig {
@@ -124,12 +171,26 @@ impl TryFrom<DataSpec> for DataConfig {
             ("valid_fraction", spec.valid_fraction.is_some()),
             ("min_len", spec.min_len.is_some()),
             ("max_len", spec.max_len.is_some()),
+            ("train_max_len", spec.train_max_len.is_some()),
+            ("per_length", spec.per_length.is_some()),
+            ("pairs", spec.pairs.is_some()),
+            ("tokenization", spec.tokenization.is_some()),
         ];
         let takes: &[&str] = match spec.task {
             T::MobyDick => &["seq_len", "valid_fraction"],
             T::TextFile => &["path", "seq_len", "valid_fraction"],
             T::Cmudict => &["valid_fraction"],
             T::Copy | T::Reverse => &["min_len", "max_len"],
+            T::CmudictPairs => &["train_max_len", "valid_fraction"],
+            T::SyntheticPairs => &[
+                "pairs",
+                "min_len",
+                "max_len",
+                "per_length",
+                "train_max_len",
+                "valid_fraction",
+            ],
+            T::TextPairs => &["path", "tokenization", "train_max_len", "valid_fraction"],
         };
         refuse_other_settings(&given, takes)?;
         fn needs<V>(key: &str, value: Option<V>) -> std::result::Result<V, String> {
@@ -154,6 +215,24 @@ impl TryFrom<DataSpec> for DataConfig {
             T::Reverse => Self::Reverse {
                 min_len: needs("min_len", spec.min_len)?,
                 max_len: needs("max_len", spec.max_len)?,
+            },
+            T::CmudictPairs => Self::CmudictPairs {
+                train_max_len: needs("train_max_len", spec.train_max_len)?,
+                valid_fraction,
+            },
+            T::SyntheticPairs => Self::SyntheticPairs {
+                pairs: needs("pairs", spec.pairs)?,
+                min_len: needs("min_len", spec.min_len)?,
+                max_len: needs("max_len", spec.max_len)?,
+                per_length: spec.per_length.unwrap_or(DEFAULT_PER_LENGTH),
+                train_max_len: needs("train_max_len", spec.train_max_len)?,
+                valid_fraction,
+            },
+            T::TextPairs => Self::TextPairs {
+                path: needs("path", spec.path)?,
+                tokenization: spec.tokenization.unwrap_or(Tokenization::Chars),
+                train_max_len: needs("train_max_len", spec.train_max_len)?,
+                valid_fraction,
             },
         })
     }
@@ -307,12 +386,22 @@ impl RunConfig {
     /// Checks what the trainer relies on; errors name the key and its value.
     pub fn validate(&self) -> Result<()> {
         self.model.validate()?;
-        if !matches!(self.model.kind, ModelKind::CausalLm { .. }) {
-            return Err(Error::Input(
-                "[model] kind: the trainer's tasks are all next-token prediction, so the model must \
-                 be a causal_lm"
-                    .into(),
-            ));
+        match (self.data.is_pairs(), self.model.kind) {
+            (false, ModelKind::CausalLm { .. }) | (true, ModelKind::Seq2Seq { .. }) => {}
+            (false, _) => {
+                return Err(Error::Input(
+                    "[model] kind: this task is next-token prediction, so the model must be a causal_lm \
+                     (a pair task trains a seq2seq model)"
+                        .into(),
+                ));
+            }
+            (true, _) => {
+                return Err(Error::Input(
+                    "[model] kind: a pair task maps sources to targets, so the model must be a seq2seq \
+                     model: kind = { type = \"seq2seq\", decoder_layers = N }"
+                        .into(),
+                ));
+            }
         }
         let t = &self.train;
         if t.steps == 0 || t.batch == 0 {
@@ -360,6 +449,7 @@ impl RunConfig {
         {
             let from = match self.data {
                 DataConfig::Copy { .. } | DataConfig::Reverse { .. } => "2 · [data] max_len + 2",
+                _ if self.data.is_pairs() => "the sources of [data] train_max_len",
                 _ => "[data] seq_len",
             };
             return Err(Error::Input(format!(
@@ -427,6 +517,37 @@ impl DataConfig {
                     MAX_SEQUENCE / 2
                 )));
             }
+            Self::CmudictPairs {
+                train_max_len,
+                valid_fraction,
+            }
+            | Self::TextPairs {
+                train_max_len,
+                valid_fraction,
+                ..
+            }
+            | Self::SyntheticPairs {
+                train_max_len,
+                valid_fraction,
+                ..
+            } if !(1..=MAX_SEQUENCE).contains(&train_max_len) || !(0.0..1.0).contains(&valid_fraction) => {
+                return Err(Error::Input(format!(
+                    "[data] needs 1 <= train_max_len <= {MAX_SEQUENCE} and 0 <= valid_fraction < 1, got \
+                     {train_max_len} and {valid_fraction}"
+                )));
+            }
+            Self::SyntheticPairs {
+                min_len,
+                max_len,
+                per_length,
+                ..
+            } if min_len == 0 || min_len > max_len || max_len > MAX_SEQUENCE / 2 || per_length == 0 => {
+                return Err(Error::Input(format!(
+                    "[data] needs 1 <= min_len <= max_len <= {} and per_length >= 1, got {min_len}, \
+                     {max_len} and {per_length}",
+                    MAX_SEQUENCE / 2
+                )));
+            }
             _ => {}
         }
         Ok(())
@@ -445,6 +566,10 @@ impl DataConfig {
             // <bos> string | string: the inputs leave out the final <eos>.
             Self::Copy { max_len, .. } | Self::Reverse { max_len, .. } => Some(2 * max_len + 2),
             Self::Cmudict { .. } => None,
+            // A seq2seq model's longest training source (its targets are another length).
+            Self::CmudictPairs { train_max_len, .. }
+            | Self::SyntheticPairs { train_max_len, .. }
+            | Self::TextPairs { train_max_len, .. } => Some(train_max_len),
         }
     }
 }

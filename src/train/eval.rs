@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use super::eval_pairs::PairReport;
 use super::task::EvalSet;
 use crate::data::LengthBins;
 use crate::error::Result;
@@ -29,6 +30,8 @@ pub struct EvalReport {
     pub failures: Vec<(usize, String)>,
     /// The longest training sequence: bins past it measure extrapolation.
     pub train_len: usize,
+    /// A seq2seq model's scores by bin of source length (then `bins` is empty).
+    pub pairs: Option<PairReport>,
 }
 
 impl Evaluator {
@@ -37,6 +40,10 @@ impl Evaluator {
             model,
             graphs: HashMap::new(),
         }
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
     }
 
     /// Evaluates `params` (always the same store for one evaluator: its graphs are bound to it) on
@@ -111,6 +118,13 @@ impl fmt::Display for EvalReport {
     /// A table: one row per length bin, marked where all its lengths are longer than training,
     /// then the lengths that failed.
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        if let Some(pairs) = &self.pairs {
+            write!(f, "{pairs}")?;
+            for (length, why) in &self.failures {
+                writeln!(f, "sources from {length}: not evaluated: {why}")?;
+            }
+            return Ok(());
+        }
         writeln!(
             f,
             "{:>10}  {:>8}  {:>8}  {:>9}  {:>9}",

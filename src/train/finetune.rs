@@ -6,7 +6,7 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::program::TrainingProgram;
+use super::program::{BatchShape, TrainingProgram};
 use crate::data::{CharTokenizer, LanguageModelData};
 use crate::error::{Error, Result};
 use crate::model::Model;
@@ -78,7 +78,10 @@ impl FineTune {
         let program = TrainingProgram::with_params(
             model,
             params.clone(),
-            (settings.batch, settings.seq_len),
+            BatchShape::Tokens {
+                batch: settings.batch,
+                len: settings.seq_len,
+            },
             adamw,
             &settings.trainable,
         )?;
@@ -104,7 +107,7 @@ impl FineTune {
             .data
             .sample_batch(&mut rng, self.settings.batch, self.settings.seq_len)?;
         self.program.launch(self.step, self.settings.lr, |graph, exec| {
-            graph.feed_batch(exec, &batch)
+            graph.as_tokens()?.feed_batch(exec, &batch)
         })?;
         self.program.check().await.map_err(|e| {
             Error::Training(format!(

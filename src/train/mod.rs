@@ -4,6 +4,7 @@
 
 mod config;
 mod eval;
+mod eval_pairs;
 mod finetune;
 #[cfg(not(target_arch = "wasm32"))]
 mod fit;
@@ -16,14 +17,15 @@ mod trainer;
 
 pub use config::{DEFAULT_RUN, DataConfig, MAX_SEQUENCE, RunConfig, TrainConfig, check_eval_lengths};
 pub use eval::{EvalReport, Evaluator};
+pub use eval_pairs::PairReport;
 pub use finetune::{FineTune, FineTuneSettings};
 #[cfg(not(target_arch = "wasm32"))]
 pub use fit::{FitSummary, Progress, fit};
 #[cfg(not(target_arch = "wasm32"))]
 pub use metrics::MetricsLog;
 pub use metrics::Record;
-pub use program::TrainingProgram;
+pub use program::{BatchShape, TrainGraph, TrainingProgram};
 pub use saved::{RUN_KEY, check_same_tokenizer, saved_run};
 pub use schedule::{Decay, Schedule};
-pub use task::{EvalSet, Task};
+pub use task::{EvalSet, Task, TaskTokenizer, TrainBatch};
 pub use trainer::{StepStats, Trainer, WarmStart};

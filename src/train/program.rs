@@ -19,14 +19,61 @@ use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Graph, TensorId};
 use crate::model::GraphOptions;
-use crate::model::{Model, ModelGraph, PosEnc};
+use crate::model::{Model, ModelGraph, ModelKind, PosEnc, Seq2SeqGraph};
 use crate::optim::{AdamW, Optimizer};
 use crate::params::ParamStore;
 use crate::tensor::TensorMeta;
 
+/// The training graph of one batch shape: a causal LM's or encoder's, or a seq2seq model's.
+#[derive(Clone, Debug)]
+pub enum TrainGraph {
+    Tokens(ModelGraph),
+    Pairs(Seq2SeqGraph),
+}
+
+/// A training step's batch shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchShape {
+    /// `batch` rows of `len` tokens.
+    Tokens { batch: usize, len: usize },
+    /// `batch` pairs of `source_len` source tokens and `target_len` target positions.
+    Pairs {
+        batch: usize,
+        source_len: usize,
+        target_len: usize,
+    },
+}
+
+impl TrainGraph {
+    fn loss(&self) -> TensorId {
+        match self {
+            Self::Tokens(g) => g.loss,
+            Self::Pairs(g) => g.loss,
+        }
+    }
+
+    /// A causal LM's or encoder's graph; an error naming the kind for a seq2seq graph.
+    pub fn as_tokens(&self) -> Result<&ModelGraph> {
+        match self {
+            Self::Tokens(g) => Ok(g),
+            Self::Pairs(_) => Err(Error::Input(
+                "this is a seq2seq model's training step: it takes pairs, not token sequences".into(),
+            )),
+        }
+    }
+
+    /// Tokens the graph computes on per step, padding included.
+    pub fn tokens(&self) -> usize {
+        match self {
+            Self::Tokens(g) => g.batch * g.len,
+            Self::Pairs(g) => g.batch * (g.source_len + g.target_len),
+        }
+    }
+}
+
 /// One compiled graph and its executor, with the AdamW update appended.
 struct Program {
-    graph: ModelGraph,
+    graph: TrainGraph,
     exec: Executor,
 }
 
@@ -34,17 +81,17 @@ impl Program {
     /// `trainable`: name prefixes of the parameters to train, all when empty.
     fn new(
         g: &mut Graph,
-        graph: ModelGraph,
+        graph: TrainGraph,
         params: &ParamStore,
         optimizer: &Optimizer,
         keep: Option<TensorId>,
         trainable: &[String],
     ) -> Result<Self> {
-        let mut grads = g.backward(graph.loss)?;
+        let mut grads = g.backward(graph.loss())?;
         if !trainable.is_empty() {
             grads.retain(|p| trainable.iter().any(|prefix| g.info(p).name.starts_with(prefix)));
         }
-        let mut outputs = vec![graph.loss];
+        let mut outputs = vec![graph.loss()];
         outputs.extend(keep);
         outputs.extend(grads.iter().map(|(_, grad)| grad));
         let mut exec = Executor::new(g, &outputs, params)?;
@@ -80,14 +127,14 @@ impl TrainingProgram {
     pub fn new(
         model: &Model,
         backend: Rc<dyn Backend>,
-        (batch, len): (usize, usize),
+        shape: BatchShape,
         seed: u64,
         adamw: AdamW,
         trainable: &[String],
     ) -> Result<Self> {
         let g = model.declare_params()?;
         let params = ParamStore::init(backend, &g, seed)?;
-        Self::with_params(model, params, (batch, len), adamw, trainable)
+        Self::with_params(model, params, shape, adamw, trainable)
     }
 
     /// The training step over existing parameters (e.g. a checkpoint's, shared with a
@@ -96,10 +143,55 @@ impl TrainingProgram {
     pub fn with_params(
         model: &Model,
         params: ParamStore,
-        (batch, len): (usize, usize),
+        shape: BatchShape,
         adamw: AdamW,
         trainable: &[String],
     ) -> Result<Self> {
+        let is_seq2seq = matches!(model.config().kind, ModelKind::Seq2Seq { .. });
+        let (batch, len) = match shape {
+            BatchShape::Tokens { batch, len } if !is_seq2seq => (batch, len),
+            BatchShape::Pairs {
+                batch,
+                source_len,
+                target_len,
+            } if is_seq2seq => {
+                let optimizer = Optimizer::new(adamw, &params)?;
+                let mut g = Graph::new();
+                let graph = model.build_seq2seq(
+                    &mut g,
+                    batch,
+                    source_len,
+                    target_len,
+                    GraphOptions::default().training(),
+                )?;
+                let solving = Program::new(
+                    &mut g,
+                    TrainGraph::Pairs(graph),
+                    &params,
+                    &optimizer,
+                    None,
+                    trainable,
+                )?;
+                return Ok(Self {
+                    params,
+                    optimizer,
+                    solving,
+                    cached: None,
+                    last_solved: false,
+                });
+            }
+            _ => {
+                return Err(Error::Input(if is_seq2seq {
+                    "a seq2seq model trains on pairs of sequences: use a pair task ([data] task = \
+                     \"cmudict_pairs\", \"synthetic_pairs\" or \"text_pairs\")"
+                        .into()
+                } else {
+                    "a pair task ([data] cmudict_pairs, synthetic_pairs, text_pairs) trains a seq2seq \
+                     model: set [model] kind = { type = \"seq2seq\", decoder_layers = N }"
+                        .into()
+                }));
+            }
+        };
         if let Some(prefix) = trainable
             .iter()
             .find(|prefix| !params.iter().any(|(name, _)| name.starts_with(prefix.as_str())))
@@ -119,7 +211,14 @@ impl TrainingProgram {
         };
         // The solving program keeps its encodings only when cached steps will take them.
         let keep = if every > 1 { graph.encodings } else { None };
-        let solving = Program::new(&mut g, graph, &params, &optimizer, keep, trainable)?;
+        let solving = Program::new(
+            &mut g,
+            TrainGraph::Tokens(graph),
+            &params,
+            &optimizer,
+            keep,
+            trainable,
+        )?;
         let cached = if every > 1 {
             let mut g = Graph::new();
             let graph = model.build(
@@ -133,7 +232,14 @@ impl TrainingProgram {
                 .expect("a cached FLOATER graph takes its encodings");
             let meta = g.info(input).meta.clone();
             Some(Cached {
-                program: Program::new(&mut g, graph, &params, &optimizer, None, trainable)?,
+                program: Program::new(
+                    &mut g,
+                    TrainGraph::Tokens(graph),
+                    &params,
+                    &optimizer,
+                    None,
+                    trainable,
+                )?,
                 every,
                 meta,
                 encodings: None,
@@ -164,7 +270,7 @@ impl TrainingProgram {
     }
 
     /// The solving program's graph: its batch shape, and what `feed` writes.
-    pub fn graph(&self) -> &ModelGraph {
+    pub fn graph(&self) -> &TrainGraph {
         &self.solving.graph
     }
 
@@ -211,7 +317,7 @@ impl TrainingProgram {
         &mut self,
         step: usize,
         lr: f32,
-        feed: impl FnOnce(&ModelGraph, &Executor) -> Result<()>,
+        feed: impl FnOnce(&TrainGraph, &Executor) -> Result<()>,
     ) -> Result<()> {
         let solve = self.solves_at(step);
         let program = match &self.cached {
@@ -220,10 +326,9 @@ impl TrainingProgram {
                     .encodings
                     .as_deref()
                     .expect("solves_at solves without encodings");
-                cached
-                    .program
-                    .graph
-                    .feed_encodings(&cached.program.exec, encodings)?;
+                if let TrainGraph::Tokens(graph) = &cached.program.graph {
+                    graph.feed_encodings(&cached.program.exec, encodings)?;
+                }
                 &cached.program
             }
             _ => &self.solving,
@@ -242,12 +347,8 @@ impl TrainingProgram {
             return Ok(());
         }
         self.solving.exec.check().await?;
-        if let Some(cached) = &mut self.cached {
-            let encodings = self
-                .solving
-                .graph
-                .encodings
-                .expect("a FLOATER graph has encodings");
+        if let (Some(cached), TrainGraph::Tokens(graph)) = (&mut self.cached, &self.solving.graph) {
+            let encodings = graph.encodings.expect("a FLOATER graph has encodings");
             cached.encodings = Some(self.solving.exec.read(encodings).await?);
         }
         Ok(())
@@ -259,6 +360,6 @@ impl TrainingProgram {
             Some(cached) if !self.last_solved => &cached.program,
             _ => &self.solving,
         };
-        Ok(program.exec.read(program.graph.loss).await?[0])
+        Ok(program.exec.read(program.graph.loss()).await?[0])
     }
 }

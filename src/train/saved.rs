@@ -5,8 +5,9 @@
 use std::path::PathBuf;
 
 use super::config::{DataConfig, RunConfig};
+use super::task::TaskTokenizer;
 use crate::checkpoint::Metadata;
-use crate::data::CharTokenizer;
+use crate::data::{CharTokenizer, PairTokenizer};
 use crate::error::{Error, Result};
 use crate::model::ModelConfig;
 
@@ -42,9 +43,23 @@ pub fn saved_run(metadata: &Metadata) -> Result<RunConfig> {
 
 /// Refuses data whose tokenizer is not the one the checkpoint's model was trained with: the same
 /// ids would mean other characters. Lists a few characters that differ.
-pub fn check_same_tokenizer(metadata: &Metadata, data: &CharTokenizer) -> Result<()> {
+pub fn check_same_tokenizer(metadata: &Metadata, data: &TaskTokenizer) -> Result<()> {
     let Some(json) = &metadata.tokenizer else {
         return Ok(());
+    };
+    let data = match data {
+        TaskTokenizer::Chars(chars) => chars,
+        TaskTokenizer::Pairs(pairs) => {
+            return if PairTokenizer::from_json(json).is_ok_and(|saved| &saved == pairs) {
+                Ok(())
+            } else {
+                Err(Error::Input(
+                    "the data's vocabulary differs from the checkpoint's tokenizer, so its ids would \
+                     mean other tokens; use the data the model was trained on"
+                        .into(),
+                ))
+            };
+        }
     };
     let saved = CharTokenizer::from_json(json)?;
     if &saved == data {
@@ -77,7 +92,7 @@ impl DataConfig {
     /// The task with its file set to `file`; an error for a task that reads no file.
     pub fn with_file(mut self, file: PathBuf) -> Result<Self> {
         match &mut self {
-            Self::TextFile { path, .. } => {
+            Self::TextFile { path, .. } | Self::TextPairs { path, .. } => {
                 *path = file;
                 Ok(self)
             }
@@ -91,7 +106,7 @@ impl DataConfig {
     /// The task without its file: what a checkpoint's data config is compared on, and what
     /// [`saved_run`] leaves for the user to fill.
     pub fn without_file(mut self) -> Self {
-        if let Self::TextFile { path, .. } = &mut self {
+        if let Self::TextFile { path, .. } | Self::TextPairs { path, .. } = &mut self {
             *path = PathBuf::new();
         }
         self

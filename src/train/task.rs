@@ -9,7 +9,8 @@ use rand_chacha::ChaCha8Rng;
 
 use super::config::DataConfig;
 use crate::data::{
-    Batch, CharTokenizer, LanguageModelData, LengthBins, MOBY_DICK, Pronunciations, SyntheticTask,
+    Batch, CharTokenizer, LanguageModelData, LengthBins, LengthSplit, MOBY_DICK, MaxLengths, PairBatch,
+    PairData, PairTokenizer, Pronunciations, SyntheticTask, cmudict_pairs, text_pairs,
 };
 use crate::error::{Error, Result};
 
@@ -30,7 +31,50 @@ pub enum Task {
         task: SyntheticTask,
         lengths: RangeInclusive<usize>,
     },
+    /// Pairs of sequences for a seq2seq model, split by source length.
+    Pairs(PairData),
 }
+
+/// The tokenizer of a task: characters for the language-model tasks, the shared vocabulary of
+/// sources and targets for the pair tasks. A checkpoint stores it as JSON.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TaskTokenizer {
+    Chars(CharTokenizer),
+    Pairs(PairTokenizer),
+}
+
+impl TaskTokenizer {
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            Self::Chars(t) => t.vocab_size(),
+            Self::Pairs(t) => t.vocab_size(),
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        match self {
+            Self::Chars(t) => t.to_json(),
+            Self::Pairs(t) => t.to_json(),
+        }
+    }
+}
+
+/// One training batch: token sequences for a causal LM, pairs for a seq2seq model.
+pub enum TrainBatch {
+    Tokens(Batch),
+    Pairs(PairBatch),
+}
+
+/// The split of every pair task: the held-out pairs do not depend on the run's seed, so that runs
+/// of several seeds are scored on the same pairs.
+const PAIR_SPLIT_SEED: u64 = 0;
+
+/// The longest pair a pair task takes: far past what these models train on; a learned position
+/// table's own limit is checked when the graph is built, naming it.
+const PAIR_MAX_LENGTHS: MaxLengths = MaxLengths {
+    source_len: 4096,
+    target_len: 4096,
+};
 
 /// The batches of one requested evaluation length, or why the data cannot serve it.
 pub struct EvalSet {
@@ -41,13 +85,57 @@ pub struct EvalSet {
 
 impl DataConfig {
     /// The task's tokenizer, without loading more than it needs.
-    pub fn tokenizer(&self) -> Result<CharTokenizer> {
-        Ok(match self {
+    pub fn tokenizer(&self) -> Result<TaskTokenizer> {
+        Ok(TaskTokenizer::Chars(match self {
             Self::MobyDick { .. } => CharTokenizer::from_text(MOBY_DICK),
             Self::TextFile { path, .. } => CharTokenizer::from_text(&read_text(path)?),
             Self::Cmudict { valid_fraction } => Pronunciations::cmudict(*valid_fraction)?.tokenizer().clone(),
             Self::Copy { .. } | Self::Reverse { .. } => SyntheticTask::tokenizer(),
-        })
+            Self::SyntheticPairs { pairs, .. } => return Ok(TaskTokenizer::Pairs(pairs.tokenizer())),
+            Self::CmudictPairs { .. } | Self::TextPairs { .. } => {
+                return Ok(TaskTokenizer::Pairs(self.pairs()?.tokenizer().clone()));
+            }
+        }))
+    }
+
+    /// A pair task's data.
+    fn pairs(&self) -> Result<PairData> {
+        let split = |train_max_len, valid_fraction| LengthSplit {
+            train_max_len,
+            valid_fraction,
+            seed: PAIR_SPLIT_SEED,
+        };
+        match self {
+            &Self::CmudictPairs {
+                train_max_len,
+                valid_fraction,
+            } => cmudict_pairs(&split(train_max_len, valid_fraction), PAIR_MAX_LENGTHS),
+            &Self::SyntheticPairs {
+                pairs,
+                min_len,
+                max_len,
+                per_length,
+                train_max_len,
+                valid_fraction,
+            } => pairs.data(
+                min_len..=max_len,
+                per_length,
+                &split(train_max_len, valid_fraction),
+                PAIR_MAX_LENGTHS,
+            ),
+            Self::TextPairs {
+                path,
+                tokenization,
+                train_max_len,
+                valid_fraction,
+            } => text_pairs(
+                &read_text(path)?,
+                *tokenization,
+                &split(*train_max_len, *valid_fraction),
+                PAIR_MAX_LENGTHS,
+            ),
+            _ => Err(Error::Input("this task is not a task of pairs".into())),
+        }
     }
 }
 
@@ -119,6 +207,9 @@ impl Task {
                 task: SyntheticTask::Reverse,
                 lengths: min_len..=max_len,
             },
+            DataConfig::CmudictPairs { .. }
+            | DataConfig::SyntheticPairs { .. }
+            | DataConfig::TextPairs { .. } => Self::Pairs(config.pairs()?),
         })
     }
 
@@ -132,35 +223,54 @@ impl Task {
         })
     }
 
-    pub fn tokenizer(&self) -> CharTokenizer {
-        match self {
+    pub fn tokenizer(&self) -> TaskTokenizer {
+        TaskTokenizer::Chars(match self {
             Self::Text { tokenizer, .. } => tokenizer.clone(),
             Self::Pronunciations { data, .. } => data.tokenizer().clone(),
             Self::Synthetic { .. } => SyntheticTask::tokenizer(),
-        }
+            Self::Pairs(data) => return TaskTokenizer::Pairs(data.tokenizer().clone()),
+        })
     }
 
     /// The length of every training batch (shorter rows are padded; a causal LM needs no mask for
-    /// padding at the end of a row).
+    /// padding at the end of a row); a pair task's longest training source.
     pub fn train_len(&self) -> usize {
         match self {
             Self::Text { seq_len, .. } => *seq_len,
             Self::Pronunciations { train_len, .. } => *train_len,
             Self::Synthetic { lengths, .. } => 2 * lengths.end() + 2,
+            Self::Pairs(data) => data.train_shape()[0],
+        }
+    }
+
+    /// `[source_len, target_len]` of every training batch of a pair task; `None` for the others.
+    pub fn pair_shape(&self) -> Option<[usize; 2]> {
+        match self {
+            Self::Pairs(data) => Some(data.train_shape()),
+            _ => None,
+        }
+    }
+
+    /// A pair task's data.
+    pub fn pair_data(&self) -> Option<&PairData> {
+        match self {
+            Self::Pairs(data) => Some(data),
+            _ => None,
         }
     }
 
     /// Training batch number `step` of a run seeded with `seed`: a function of the two alone, so a
     /// resumed run sees exactly the batches the uninterrupted one would have.
-    pub fn train_batch(&self, seed: u64, step: usize, rows: usize) -> Result<Batch> {
+    pub fn train_batch(&self, seed: u64, step: usize, rows: usize) -> Result<TrainBatch> {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         rng.set_stream(step as u64);
         let batch = match self {
             Self::Text { data, seq_len, .. } => data.sample_batch(&mut rng, rows, *seq_len)?,
             Self::Pronunciations { data, .. } => data.sample_batch(&mut rng, rows)?,
             Self::Synthetic { task, lengths } => task.sample_batch(&mut rng, rows, lengths.clone())?,
+            Self::Pairs(data) => return Ok(TrainBatch::Pairs(data.sample_batch(&mut rng, rows)?)),
         };
-        batch.pad_to(self.train_len())
+        Ok(TrainBatch::Tokens(batch.pad_to(self.train_len())?))
     }
 
     /// The evaluation batches for each of `lengths` (the dictionary ignores them: its words have
@@ -193,6 +303,8 @@ impl Task {
                 })
                 .collect(),
             Self::Pronunciations { data, .. } => vec![dictionary_eval_set(data, rows, max_batches)],
+            // Scored by decoding, bin by bin: see `Evaluator::evaluate_pairs`.
+            Self::Pairs(_) => Vec::new(),
         }
     }
 }

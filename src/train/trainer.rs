@@ -6,12 +6,11 @@ use std::rc::Rc;
 
 use super::config::RunConfig;
 use super::eval::{EvalReport, Evaluator};
-use super::program::TrainingProgram;
+use super::program::{BatchShape, TrainGraph, TrainingProgram};
 use super::saved::{RUN_KEY, check_same_tokenizer, saved_run};
-use super::task::Task;
+use super::task::{Task, TaskTokenizer, TrainBatch};
 use crate::backend::Backend;
 use crate::checkpoint::{Checkpoint, Metadata, TrainingState};
-use crate::data::CharTokenizer;
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::model::posenc::{QKV_INITIAL_NAME, qkv_initial_from_static_biases};
@@ -65,10 +64,22 @@ impl Trainer {
             )));
         }
         let model = Model::new(run.model.clone())?;
+        let batch = run.train.batch;
+        let shape = match task.pair_shape() {
+            Some([source_len, target_len]) => BatchShape::Pairs {
+                batch,
+                source_len,
+                target_len,
+            },
+            None => BatchShape::Tokens {
+                batch,
+                len: task.train_len(),
+            },
+        };
         let program = TrainingProgram::new(
             &model,
             backend,
-            (run.train.batch, task.train_len()),
+            shape,
             run.train.seed,
             run.adamw(),
             &run.train.trainable,
@@ -175,8 +186,13 @@ impl Trainer {
         self.program.params()
     }
 
-    pub fn tokenizer(&self) -> CharTokenizer {
+    pub fn tokenizer(&self) -> TaskTokenizer {
         self.task.tokenizer()
+    }
+
+    /// The run's data.
+    pub fn task(&self) -> &Task {
+        &self.task
     }
 
     /// Steps completed.
@@ -190,8 +206,7 @@ impl Trainer {
 
     /// Tokens per training batch, padding included: what the engine computes on.
     pub fn tokens_per_step(&self) -> usize {
-        let graph = self.program.graph();
-        graph.batch * graph.len
+        self.program.graph().tokens()
     }
 
     /// One training step. A non-finite loss or gradient is an error naming the step; checkpoints
@@ -203,10 +218,22 @@ impl Trainer {
         let lr = self.run.schedule().lr(step);
         // A new mask every step, the same on resume: a function of the seed and the step alone.
         let dropout_seed = (t.seed as u32) ^ (step as u32).wrapping_mul(0x9E37_79B9);
-        self.program.launch(step, lr, |graph, exec| {
-            graph.feed_batch(exec, &batch)?;
-            graph.set_dropout_seed(exec, dropout_seed)
-        })?;
+        self.program
+            .launch(step, lr, |graph, exec| match (graph, &batch) {
+                (TrainGraph::Tokens(graph), TrainBatch::Tokens(batch)) => {
+                    graph.feed_batch(exec, batch)?;
+                    graph.set_dropout_seed(exec, dropout_seed)
+                }
+                (TrainGraph::Pairs(graph), TrainBatch::Pairs(batch)) => {
+                    graph.feed(exec, batch)?;
+                    graph.set_dropout_seed(exec, dropout_seed)
+                }
+                _ => Err(Error::Input(
+                    "the task's batches do not fit the model: a seq2seq model trains on pairs, the others \
+                 on token sequences"
+                        .into(),
+                )),
+            })?;
         if let Err(e) = self.program.check().await {
             // The solver's own message, without its "training:" (the wrapper below adds it).
             let e = match e {
@@ -247,6 +274,12 @@ impl Trainer {
     /// Loss and accuracy on the validation data at the config's evaluation lengths.
     pub async fn evaluate(&mut self) -> EvalReport {
         let t = &self.run.train;
+        if let Some(data) = self.task.pair_data() {
+            return self
+                .evaluator
+                .evaluate_pairs(self.program.params(), data, t.batch, t.eval_batches)
+                .await;
+        }
         let sets = self.task.eval_sets(&t.eval_lengths, t.batch, t.eval_batches);
         self.evaluator
             .evaluate(self.program.params(), sets, self.task.train_len())
