@@ -14,6 +14,7 @@ use posflow::mlp::{MlpConfig, train_mlp};
 use cli::inspect::{EvalArgs, ExportArgs, SampleArgs, eval, export, sample};
 use cli::study::{StudyArgs, study};
 use cli::train::{TrainArgs, train};
+use cli::translate::{TranslateArgs, translate};
 #[cfg(feature = "viz")]
 use cli::viz::{VizArgs, viz};
 use cli::{at_least_one, positive};
@@ -51,6 +52,8 @@ enum Command {
     Eval(EvalArgs),
     /// Continue a prompt with a checkpoint's language model.
     Sample(SampleArgs),
+    /// Decode sources with a seq2seq checkpoint (greedy or beam search).
+    Translate(TranslateArgs),
     /// Copy a checkpoint without its optimizer state (a third of the size), for inference.
     Export(ExportArgs),
     /// Train a two-layer MLP on an XOR-like regression task: the engine in miniature.
@@ -136,6 +139,7 @@ fn run(cli: Cli) -> posflow::Result<()> {
         Command::Study(args) => study(choice, args),
         Command::Eval(args) => eval(backend(choice)?, args),
         Command::Sample(args) => sample(backend(choice)?, args),
+        Command::Translate(args) => translate(backend(choice)?, args),
         Command::Export(args) => export(args),
         Command::Devices => devices(),
         #[cfg(feature = "viz")]

@@ -124,7 +124,7 @@ pub fn sample(backend: Rc<dyn Backend>, args: SampleArgs) -> posflow::Result<()>
     }
     if args.probabilities {
         let mut context = if starts_with_bos { vec![BOS] } else { Vec::new() };
-        context.extend(saved.tokenizer.encode(&args.prompt)?);
+        context.extend(saved.tokenizer.chars()?.encode(&args.prompt)?);
         let probs = pollster::block_on(generator.next_probabilities(&context))?;
         let by_token: serde_json::Map<String, serde_json::Value> = probs
             .iter()

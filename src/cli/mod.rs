@@ -5,6 +5,7 @@
 pub mod inspect;
 pub mod study;
 pub mod train;
+pub mod translate;
 #[cfg(feature = "viz")]
 pub mod viz;
 

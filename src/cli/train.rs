@@ -8,11 +8,9 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use posflow::backend::Backend;
 use posflow::checkpoint::{Checkpoint, remove_interrupted_save};
-use posflow::data::PairTokenizer;
+use posflow::data::{PairTokenizer, TaskTokenizer};
 use posflow::inference::{DecodeOptions, Generator, Seq2SeqDecoder};
-use posflow::train::{
-    DEFAULT_RUN, EvalReport, Progress, RunConfig, StepStats, TaskTokenizer, Trainer, fit, saved_run,
-};
+use posflow::train::{DEFAULT_RUN, EvalReport, Progress, RunConfig, StepStats, Trainer, fit, saved_run};
 use rand::SeedableRng;
 
 #[derive(Args)]

@@ -5,7 +5,7 @@ use std::rc::Rc;
 use super::Generator;
 use crate::backend::Backend;
 use crate::checkpoint::{Checkpoint, Metadata};
-use crate::data::CharTokenizer;
+use crate::data::TaskTokenizer;
 use crate::error::{Error, Result};
 use crate::model::{Model, ModelConfig};
 use crate::params::ParamStore;
@@ -13,7 +13,7 @@ use crate::params::ParamStore;
 pub struct SavedModel {
     pub model: Model,
     pub params: ParamStore,
-    pub tokenizer: CharTokenizer,
+    pub tokenizer: TaskTokenizer,
     pub metadata: Metadata,
 }
 
@@ -24,7 +24,7 @@ impl SavedModel {
         let metadata = checkpoint.metadata().clone();
         let config: ModelConfig = serde_json::from_str(&metadata.config)
             .map_err(|e| Error::Input(format!("the checkpoint's model config does not parse: {e}")))?;
-        let tokenizer = CharTokenizer::from_json(metadata.tokenizer.as_deref().ok_or_else(|| {
+        let tokenizer = TaskTokenizer::from_json(metadata.tokenizer.as_deref().ok_or_else(|| {
             Error::Input("the checkpoint has no tokenizer, so text cannot be turned into tokens".into())
         })?)?;
         if tokenizer.vocab_size() != config.vocab {
@@ -52,7 +52,7 @@ impl SavedModel {
     /// A text generator over this model, conditioning on up to `max_len` tokens.
     pub fn generator(&self) -> Result<Generator> {
         let window = self.model.config().max_len;
-        Generator::new(&self.model, &self.params, self.tokenizer.clone(), window)
+        Generator::new(&self.model, &self.params, self.tokenizer.chars()?.clone(), window)
     }
 
     /// [`SavedModel::from_checkpoint`] for the file at `path`.

@@ -27,5 +27,5 @@ pub use metrics::Record;
 pub use program::{BatchShape, TrainGraph, TrainingProgram};
 pub use saved::{RUN_KEY, check_same_tokenizer, saved_run};
 pub use schedule::{Decay, Schedule};
-pub use task::{EvalSet, Task, TaskTokenizer, TrainBatch};
+pub use task::{EvalSet, Task, TrainBatch};
 pub use trainer::{StepStats, Trainer, WarmStart};

@@ -5,9 +5,8 @@
 use std::path::PathBuf;
 
 use super::config::{DataConfig, RunConfig};
-use super::task::TaskTokenizer;
 use crate::checkpoint::Metadata;
-use crate::data::{CharTokenizer, PairTokenizer};
+use crate::data::{CharTokenizer, PairTokenizer, TaskTokenizer};
 use crate::error::{Error, Result};
 use crate::model::ModelConfig;
 

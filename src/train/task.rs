@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use super::config::DataConfig;
 use crate::data::{
     Batch, CharTokenizer, LanguageModelData, LengthBins, LengthSplit, MOBY_DICK, MaxLengths, PairBatch,
-    PairData, PairTokenizer, Pronunciations, SyntheticTask, cmudict_pairs, text_pairs,
+    PairData, Pronunciations, SyntheticTask, TaskTokenizer, cmudict_pairs, text_pairs,
 };
 use crate::error::{Error, Result};
 
@@ -33,30 +33,6 @@ pub enum Task {
     },
     /// Pairs of sequences for a seq2seq model, split by source length.
     Pairs(PairData),
-}
-
-/// The tokenizer of a task: characters for the language-model tasks, the shared vocabulary of
-/// sources and targets for the pair tasks. A checkpoint stores it as JSON.
-#[derive(Clone, Debug, PartialEq)]
-pub enum TaskTokenizer {
-    Chars(CharTokenizer),
-    Pairs(PairTokenizer),
-}
-
-impl TaskTokenizer {
-    pub fn vocab_size(&self) -> usize {
-        match self {
-            Self::Chars(t) => t.vocab_size(),
-            Self::Pairs(t) => t.vocab_size(),
-        }
-    }
-
-    pub fn to_json(&self) -> String {
-        match self {
-            Self::Chars(t) => t.to_json(),
-            Self::Pairs(t) => t.to_json(),
-        }
-    }
 }
 
 /// One training batch: token sequences for a causal LM, pairs for a seq2seq model.

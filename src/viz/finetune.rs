@@ -199,7 +199,13 @@ fn new_run(s: &mut State, text: &str, steps: usize) -> Result<Run> {
         lr: s.fine_tune.lr,
         seed: 0,
     };
-    let tune = FineTune::new(&saved.model, &saved.params, &saved.tokenizer, text, settings)?;
+    let tune = FineTune::new(
+        &saved.model,
+        &saved.params,
+        saved.tokenizer.chars()?,
+        text,
+        settings,
+    )?;
     Ok(Run {
         checkpoint: s.active,
         tune: Some(Box::new(tune)),

@@ -86,6 +86,7 @@ impl LoadedCheckpoint {
         ids.extend(
             self.saved
                 .tokenizer
+                .chars()?
                 .encode(text)
                 .map_err(|e| Error::Input(format!("the text has a character the model never saw: {e}")))?,
         );

@@ -186,7 +186,7 @@ impl Loaded {
     /// The next token's distribution after `prompt`, by character (special tokens by name, as
     /// `posflow sample --probabilities` prints it).
     pub async fn probabilities(&self, prompt: &str) -> Result<Map<String, Value>> {
-        let tokenizer = &self.saved.tokenizer;
+        let tokenizer = self.saved.tokenizer.chars()?;
         let mut context = if self.starts_with_bos {
             vec![BOS]
         } else {
