@@ -139,7 +139,8 @@ fn run(cli: Cli) -> posflow::Result<()> {
         Command::Study(args) => study(choice, args),
         Command::Eval(args) => eval(backend(choice)?, args),
         Command::Sample(args) => sample(backend(choice)?, args),
-        Command::Translate(args) => translate(backend(choice)?, args),
+        // Its stdout is the translations alone, one per source, for pipes.
+        Command::Translate(args) => translate(backend_noted_on_stderr(choice)?, args),
         Command::Export(args) => export(args),
         Command::Devices => devices(),
         #[cfg(feature = "viz")]
@@ -162,6 +163,12 @@ fn run(cli: Cli) -> posflow::Result<()> {
 fn backend(choice: DeviceChoice) -> posflow::Result<Rc<dyn Backend>> {
     let backend = pollster::block_on(select_backend(choice))?;
     println!("device: {}", backend.describe());
+    Ok(backend)
+}
+
+fn backend_noted_on_stderr(choice: DeviceChoice) -> posflow::Result<Rc<dyn Backend>> {
+    let backend = pollster::block_on(select_backend(choice))?;
+    eprintln!("device: {}", backend.describe());
     Ok(backend)
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::eval::EvalReport;
-use super::metrics::{MetricsLog, Record};
+use super::metrics::{DecodedScores, MetricsLog, Record};
 use super::trainer::{StepStats, Trainer};
 use crate::error::{Error, Result};
 
@@ -73,7 +73,8 @@ pub fn fit(trainer: &mut Trainer, progress: &mut dyn Progress) -> Result<FitSumm
 
         let done = trainer.step();
         if (t.eval_every > 0 && done.is_multiple_of(t.eval_every)) || trainer.is_done() {
-            if !t.eval_lengths.is_empty() {
+            // A pair task is scored on its own bins of source length.
+            if !t.eval_lengths.is_empty() || trainer.task().pair_data().is_some() {
                 let report = pollster::block_on(trainer.evaluate());
                 if let Some(log) = &mut log {
                     write_eval(log, done, &report)?;
@@ -101,14 +102,34 @@ fn create_parent(path: &Path) -> Result<()> {
 }
 
 fn write_eval(log: &mut MetricsLog, step: usize, report: &EvalReport) -> Result<()> {
+    let bin = |lengths: &std::ops::RangeInclusive<usize>| format!("{}-{}", lengths.start(), lengths.end());
     for (lengths, totals) in report.bins.bins() {
         log.write(&Record::Eval {
             step,
-            bin: format!("{}-{}", lengths.start(), lengths.end()),
+            bin: bin(&lengths),
             loss: totals.mean_loss() as f32,
             accuracy: totals.accuracy() as f32,
             tokens: totals.tokens,
+            decoded: None,
         })?;
+    }
+    if let Some(pairs) = &report.pairs {
+        for ((lengths, forced), (_, decoded)) in pairs.forced.iter().zip(pairs.decoded.bins()) {
+            log.write(&Record::Eval {
+                step,
+                bin: bin(lengths),
+                loss: forced.mean_loss() as f32,
+                accuracy: forced.accuracy() as f32,
+                tokens: forced.tokens,
+                decoded: Some(DecodedScores {
+                    sequences: decoded.sequences,
+                    exact_match: decoded.exact_match() as f32,
+                    token_accuracy: decoded.token_accuracy() as f32,
+                    error_rate: decoded.error_rate() as f32,
+                    bleu: decoded.bleu().score as f32,
+                }),
+            })?;
+        }
     }
     Ok(())
 }

@@ -31,7 +31,20 @@ pub enum Record {
         loss: f32,
         accuracy: f32,
         tokens: usize,
+        /// A seq2seq model's greedy decoding of the bin (absent for the other models).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        decoded: Option<DecodedScores>,
     },
+}
+
+/// What greedy decoding scored on one bin of a seq2seq evaluation.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecodedScores {
+    pub sequences: usize,
+    pub exact_match: f32,
+    pub token_accuracy: f32,
+    pub error_rate: f32,
+    pub bleu: f32,
 }
 
 /// Natively only: the web reads logs as text (`viz::metrics::parse_metrics`).

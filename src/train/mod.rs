@@ -23,7 +23,7 @@ pub use finetune::{FineTune, FineTuneSettings};
 pub use fit::{FitSummary, Progress, fit};
 #[cfg(not(target_arch = "wasm32"))]
 pub use metrics::MetricsLog;
-pub use metrics::Record;
+pub use metrics::{DecodedScores, Record};
 pub use program::{BatchShape, TrainGraph, TrainingProgram};
 pub use saved::{RUN_KEY, check_same_tokenizer, saved_run};
 pub use schedule::{Decay, Schedule};
