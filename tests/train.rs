@@ -342,7 +342,7 @@ fn generation_sees_only_the_context_and_slides_past_the_window() {
     let run = tiny_run(r#"{ type = "relative", buckets = 8, max_distance = 32 }"#, "");
     let mut trainer = Trainer::new(cpu(), run).unwrap();
     losses(&mut trainer, 3);
-    let tokenizer = trainer.tokenizer();
+    let tokenizer = trainer.tokenizer().chars().unwrap().clone();
     let generator = Generator::new(trainer.model(), trainer.params(), tokenizer.clone(), 16).unwrap();
     let exact = |context: &[i32]| -> Vec<f32> {
         let mut g = Graph::new();

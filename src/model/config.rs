@@ -640,7 +640,7 @@ mod tests {
             .to_string();
         assert!(
             err.contains(
-                "untie_cls resets the positional term of [CLS] (position 0), which only an encoder has"
+                "untie_cls resets the positional term of [CLS] (position 0), which only an encoder with a classifier has"
             ),
             "{err}"
         );

@@ -133,6 +133,7 @@ mod tests {
             loss: 2.25,
             accuracy: 0.5,
             tokens: 640,
+            decoded: None,
         };
         MetricsLog::append(&path).unwrap().write(&train).unwrap();
         MetricsLog::append(&path).unwrap().write(&eval).unwrap();
