@@ -14,7 +14,7 @@ use posflow::mlp::{MlpConfig, train_mlp};
 use cli::inspect::{EvalArgs, ExportArgs, SampleArgs, eval, export, sample};
 use cli::study::{StudyArgs, study};
 use cli::train::{TrainArgs, train};
-use cli::translate::{TranslateArgs, translate};
+use cli::translate::{BenchDecodeArgs, TranslateArgs, bench_decode, translate};
 #[cfg(feature = "viz")]
 use cli::viz::{VizArgs, viz};
 use cli::{at_least_one, positive};
@@ -115,6 +115,9 @@ enum Bench {
         #[arg(long, value_delimiter = ',', default_values_t = ["learned".to_string()])]
         variants: Vec<String>,
     },
+    /// Sentences/s of greedy and beam decoding with seq2seq checkpoints, side by side, on their
+    /// run's evaluation sources (the first checkpoint's).
+    Decode(BenchDecodeArgs),
 }
 
 fn main() -> ExitCode {
@@ -146,6 +149,9 @@ fn run(cli: Cli) -> posflow::Result<()> {
         #[cfg(feature = "viz")]
         Command::Viz(args) => viz(backend(choice)?, args),
         Command::Mlp(args) => mlp(backend(choice)?, args),
+        Command::Bench {
+            what: Bench::Decode(args),
+        } => bench_decode(backend(choice)?, args),
         Command::Bench {
             what: Bench::Matmul { sizes, repeats },
         } => bench_matmul(&backend(choice)?, &sizes, repeats),

@@ -410,7 +410,7 @@ fn tupe_untie_cls_in_a_causal_lm_is_a_config_error() {
     assert_eq!(
         err,
         "model config: untie_cls resets the positional term of [CLS] (position 0), which only an \
-         encoder has; set untie_cls = false for a causal LM"
+         encoder with a classifier has; set untie_cls = false for a causal LM or a seq2seq model"
     );
 }
 

@@ -132,3 +132,89 @@ fn read_lines(path: &std::path::Path) -> posflow::Result<Vec<String>> {
     let text = std::fs::read_to_string(path).map_err(|e| cannot(&e))?;
     Ok(text.lines().map(str::to_owned).collect())
 }
+
+#[derive(Args)]
+pub struct BenchDecodeArgs {
+    /// Seq2seq checkpoints to time (at least one; all with one vocabulary).
+    #[arg(long, required = true)]
+    checkpoint: Vec<PathBuf>,
+    /// Sources to decode per round, from the first checkpoint's evaluation pairs.
+    #[arg(long, default_value_t = 256, value_parser = at_least_one)]
+    sentences: usize,
+    /// Beam sizes to time (1 is greedy).
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 4],
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_BEAM as u64))]
+    beams: Vec<usize>,
+    /// Sources decoded together.
+    #[arg(long, default_value_t = 32, value_parser = at_least_one)]
+    batch: usize,
+    /// Timed rounds (the median is reported), after one untimed round.
+    #[arg(long, default_value_t = 3, value_parser = at_least_one)]
+    rounds: usize,
+}
+
+/// `posflow bench decode`.
+pub fn bench_decode(backend: Rc<dyn Backend>, args: BenchDecodeArgs) -> posflow::Result<()> {
+    let models = args
+        .checkpoint
+        .iter()
+        .map(|path| SavedModel::load(backend.clone(), path))
+        .collect::<posflow::Result<Vec<_>>>()?;
+    if let Some((path, _)) = args
+        .checkpoint
+        .iter()
+        .zip(&models)
+        .find(|(_, m)| m.tokenizer != models[0].tokenizer)
+    {
+        return Err(Error::Input(format!(
+            "{} has another vocabulary than {}: the checkpoints must decode the same sources",
+            path.display(),
+            args.checkpoint[0].display()
+        )));
+    }
+    let run = posflow::train::saved_run(&models[0].metadata)?;
+    let task = posflow::train::Task::load(&run.data)?;
+    let data = task.pair_data().ok_or_else(|| {
+        Error::Input(format!(
+            "{} was not trained on a pair task: bench decode times seq2seq checkpoints",
+            args.checkpoint[0].display()
+        ))
+    })?;
+    let sources: Vec<Vec<i32>> = data
+        .eval()
+        .iter()
+        .flat_map(|bin| bin.pairs())
+        .map(|pair| pair.source.clone())
+        .take(args.sentences)
+        .collect();
+    let decoders = models
+        .iter()
+        .map(|m| Seq2SeqDecoder::new(&m.model, &m.params))
+        .collect::<posflow::Result<Vec<_>>>()?;
+    println!(
+        "{} sources of {:.1} tokens on average, batches of {}, median of {} rounds (decoders alternating)",
+        sources.len(),
+        sources.iter().map(Vec::len).sum::<usize>() as f64 / sources.len() as f64,
+        args.batch,
+        args.rounds
+    );
+    let rows = posflow::bench::decode(&decoders, &sources, &args.beams, args.batch, args.rounds)?;
+    println!(
+        "{:<40} {:>5} {:>12} {:>10} {:>9} {:>11}",
+        "checkpoint", "beam", "sentences/s", "tokens/s", "vs first", "output len"
+    );
+    for (path, per_beam) in args.checkpoint.iter().zip(&rows) {
+        for (row, first) in per_beam.iter().zip(&rows[0]) {
+            println!(
+                "{:<40} {:>5} {:>12.1} {:>10.0} {:>8.2}x {:>11.2}",
+                path.display(),
+                row.beam,
+                row.sentences_per_second,
+                row.tokens_per_second,
+                row.sentences_per_second / first.sentences_per_second,
+                row.mean_output_len
+            );
+        }
+    }
+    Ok(())
+}
