@@ -436,7 +436,12 @@ fn a_sinusoidal_checkpoint_warm_starts_the_compatible_form() {
         let n = floater.params().get(name).unwrap().meta.numel();
         floater.params().set(name, &vec![0.0; n]).unwrap();
     }
-    let text = floater.tokenizer().chars().unwrap().encode("Call me Ishmael.").unwrap();
+    let text = floater
+        .tokenizer()
+        .chars()
+        .unwrap()
+        .encode("Call me Ishmael.")
+        .unwrap();
     assert_eq!(
         logits_of(floater.model(), floater.params(), &text),
         logits_of(sinusoidal.model(), sinusoidal.params(), &text)

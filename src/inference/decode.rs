@@ -14,6 +14,7 @@
 //! every new hypothesis takes its parent row's cache plus the parent's new keys and values.
 
 use std::cell::RefCell;
+use std::rc::Rc;
 
 use crate::data::{BOS, EOS, PAD};
 use crate::error::{Error, Result};
@@ -73,7 +74,7 @@ pub struct Seq2SeqDecoder {
 #[derive(Default)]
 struct StepGraphs {
     shape: (usize, usize),
-    by_position: Vec<(DecoderStep, Executor)>,
+    by_position: Vec<Rc<(DecoderStep, Executor)>>,
 }
 
 /// A live hypothesis.
@@ -237,14 +238,14 @@ impl Seq2SeqDecoder {
         Ok(Some(exec.read(trajectory).await?))
     }
 
-    /// One step at position `t`: every row's next-token logits `[rows, vocab]` and its keys and
-    /// values `[rows, H, 1, Dh]` per block and stage.
-    async fn step(&self, t: usize, inputs: StepInputs<'_>) -> Result<(Vec<f32>, KeysValues)> {
-        let shape = (inputs.rows, inputs.source_len);
+    /// The step graph at position `t` for `rows` rows of sources of `source_len`, built on first
+    /// use and kept (a new shape replaces the kept ones). Shared out, so that no borrow of the
+    /// cache is held while a step runs.
+    fn step_graph(&self, rows: usize, source_len: usize, t: usize) -> Result<Rc<(DecoderStep, Executor)>> {
         let mut steps = self.steps.borrow_mut();
-        if steps.shape != shape {
+        if steps.shape != (rows, source_len) {
             *steps = StepGraphs {
-                shape,
+                shape: (rows, source_len),
                 by_position: Vec::new(),
             };
         }
@@ -253,13 +254,20 @@ impl Seq2SeqDecoder {
             let position = steps.by_position.len();
             let step = self
                 .model
-                .build_decoder_step(&mut g, inputs.rows, inputs.source_len, position)?;
+                .build_decoder_step(&mut g, rows, source_len, position)?;
             let mut outputs = vec![step.logits];
             outputs.extend(step.keys_values.iter().flatten().flat_map(|&(k, v)| [k, v]));
             let exec = Executor::new(&g, &outputs, &self.params)?;
-            steps.by_position.push((step, exec));
+            steps.by_position.push(Rc::new((step, exec)));
         }
-        let (step, exec) = &steps.by_position[t];
+        Ok(steps.by_position[t].clone())
+    }
+
+    /// One step at position `t`: every row's next-token logits `[rows, vocab]` and its keys and
+    /// values `[rows, H, 1, Dh]` per block and stage.
+    async fn step(&self, t: usize, inputs: StepInputs<'_>) -> Result<(Vec<f32>, KeysValues)> {
+        let graphs = self.step_graph(inputs.rows, inputs.source_len, t)?;
+        let (step, exec) = &*graphs;
         exec.set_i32(step.token, inputs.tokens)?;
         exec.set_i32(step.source_mask, inputs.mask)?;
         for (&(k, v), (keys, values)) in step.memory.iter().zip(inputs.memory) {
