@@ -157,6 +157,22 @@ fn train_then_translate_from_the_command_line_and_refuse_bad_sources() {
         "{printed}"
     );
 
+    // `posflow eval` scores every source-length bin by decoding, as training's evaluation does.
+    let out = posflow_in(&dir, &["eval", "--checkpoint", "reverse.safetensors"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let header = printed
+        .lines()
+        .find(|l| l.contains("BLEU"))
+        .unwrap_or_else(|| panic!("{printed}"));
+    assert!(header.contains("error") && header.contains("exact"), "{printed}");
+    let rows: Vec<&str> = printed
+        .lines()
+        .filter(|l| l.trim_start().starts_with("1-4") || l.trim_start().starts_with("5-8"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{printed}");
+    assert!(rows[1].ends_with("> trained"), "{printed}");
+
     let translate = |args: &[&str]| {
         let mut all = vec!["translate", "--checkpoint", "reverse.safetensors"];
         all.extend_from_slice(args);

@@ -18,7 +18,8 @@ use rand::SeedableRng;
 pub struct EvalArgs {
     #[arg(long)]
     checkpoint: PathBuf,
-    /// Sequence lengths to evaluate at; longer than training measures extrapolation.
+    /// Sequence lengths to evaluate at; longer than training measures extrapolation. A seq2seq
+    /// model is scored on its pair data's source-length bins instead.
     #[arg(long, value_delimiter = ',', default_values_t = [64, 128, 256, 512], value_parser = sequence_length)]
     lengths: Vec<usize>,
     /// At most this many batches per length (default: the run's eval_batches).
@@ -102,9 +103,17 @@ pub fn eval(backend: Rc<dyn Backend>, args: EvalArgs) -> posflow::Result<()> {
     let task = Task::load(&run.data)?;
     check_same_tokenizer(&saved.metadata, &task.tokenizer())?;
     let batches = args.batches.unwrap_or(run.train.eval_batches);
-    let sets = task.eval_sets(&args.lengths, run.train.batch, batches);
     let mut evaluator = Evaluator::new(saved.model.clone());
-    let report = pollster::block_on(evaluator.evaluate(&saved.params, sets, task.train_len()));
+    let report = match task.pair_data() {
+        // A seq2seq model is scored by decoding every source-length bin of its pair data.
+        Some(pairs) => {
+            pollster::block_on(evaluator.evaluate_pairs(&saved.params, pairs, run.train.batch, batches))
+        }
+        None => {
+            let sets = task.eval_sets(&args.lengths, run.train.batch, batches);
+            pollster::block_on(evaluator.evaluate(&saved.params, sets, task.train_len()))
+        }
+    };
     println!(
         "{} at step {} (trained on sequences of {}):\n{report}",
         args.checkpoint.display(),

@@ -5,21 +5,47 @@ use serde::{Deserialize, Serialize};
 use super::results::RunResult;
 use super::spread::Spread;
 
-/// What a claim compares, from an evaluation.
+/// What a claim compares, from an evaluation: the teacher-forced loss and accuracy of every model,
+/// and for a seq2seq model what greedy decoding scored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Metric {
     Loss,
     Accuracy,
+    /// Decoded sequences equal to their reference.
+    ExactMatch,
+    /// Decoded tokens equal to the reference's at the same position.
+    TokenAccuracy,
+    /// Edit distance over reference tokens (the phoneme error rate for the dictionary).
+    ErrorRate,
+    /// Corpus BLEU, 0–100.
+    Bleu,
 }
 
 impl Metric {
-    /// Whether `a` is strictly better than `b`: lower loss, higher accuracy.
+    /// Every metric, in the order reports show them.
+    pub const ALL: [Metric; 6] = [
+        Self::Accuracy,
+        Self::Loss,
+        Self::ErrorRate,
+        Self::ExactMatch,
+        Self::TokenAccuracy,
+        Self::Bleu,
+    ];
+
+    /// Loss and error rate fall as a model gets better; the others rise.
+    pub fn lower_is_better(self) -> bool {
+        matches!(self, Self::Loss | Self::ErrorRate)
+    }
+
+    /// Whether only a seq2seq model's decoding measures it.
+    pub fn is_decoded(self) -> bool {
+        !matches!(self, Self::Loss | Self::Accuracy)
+    }
+
+    /// Whether `a` is strictly better than `b`.
     pub fn better(self, a: f64, b: f64) -> bool {
-        match self {
-            Self::Loss => a < b,
-            Self::Accuracy => a > b,
-        }
+        if self.lower_is_better() { a < b } else { a > b }
     }
 
     pub fn at_least_as_good(self, a: f64, target: f64) -> bool {
@@ -30,13 +56,35 @@ impl Metric {
         match self {
             Self::Loss => "loss",
             Self::Accuracy => "accuracy",
+            Self::ExactMatch => "exact_match",
+            Self::TokenAccuracy => "token_accuracy",
+            Self::ErrorRate => "error_rate",
+            Self::Bleu => "bleu",
         }
     }
 
-    pub fn of(self, value: &super::results::BinValue) -> f64 {
+    /// As a table's heading or a picture's axis.
+    pub fn title(self) -> &'static str {
         match self {
-            Self::Loss => value.loss,
-            Self::Accuracy => value.accuracy,
+            Self::Loss => "Loss",
+            Self::Accuracy => "Accuracy",
+            Self::ExactMatch => "Exact match (greedy decoding)",
+            Self::TokenAccuracy => "Token accuracy (greedy decoding)",
+            Self::ErrorRate => "Error rate (greedy decoding)",
+            Self::Bleu => "BLEU (greedy decoding)",
+        }
+    }
+
+    /// Its value in one bin; `None` for a decoding metric of a bin that was not decoded.
+    pub fn of(self, value: &super::results::BinValue) -> Option<f64> {
+        let decoded = value.decoded.as_ref();
+        match self {
+            Self::Loss => Some(value.loss),
+            Self::Accuracy => Some(value.accuracy),
+            Self::ExactMatch => decoded.map(|d| d.exact_match as f64),
+            Self::TokenAccuracy => decoded.map(|d| d.token_accuracy as f64),
+            Self::ErrorRate => decoded.map(|d| d.error_rate as f64),
+            Self::Bleu => decoded.map(|d| d.bleu as f64),
         }
     }
 }
@@ -171,7 +219,7 @@ fn final_spread(results: &[RunResult], variant: &str, metric: Metric, bin: &str)
     let values: Vec<f64> = results
         .iter()
         .filter(|r| r.variant == variant)
-        .filter_map(|r| r.final_bin(bin).map(|v| metric.of(v)))
+        .filter_map(|r| r.final_bin(bin).and_then(|v| metric.of(v)))
         .collect();
     Spread::of(&values)
 }
@@ -211,9 +259,10 @@ fn judge_pair(results: &[RunResult], metric: Metric, bin: &str, better: &str, wo
         (Some(a), Some(b)) => {
             let in_order = metric.better(a.mean, b.mean);
             // The better's range edge nearest the worse must still beat the worse's nearest edge.
-            let separated = match metric {
-                Metric::Loss => a.mean + a.sd < b.mean - b.sd,
-                Metric::Accuracy => a.mean - a.sd > b.mean + b.sd,
+            let separated = if metric.lower_is_better() {
+                a.mean + a.sd < b.mean - b.sd
+            } else {
+                a.mean - a.sd > b.mean + b.sd
             };
             (in_order, in_order && separated)
         }
@@ -250,9 +299,9 @@ fn judge_reach(
                 r.evals
                     .iter()
                     .find(|e| {
-                        e.bins
-                            .iter()
-                            .any(|b| b.bin == bin && metric.at_least_as_good(metric.of(b), target))
+                        e.bins.iter().any(|b| {
+                            b.bin == bin && metric.of(b).is_some_and(|v| metric.at_least_as_good(v, target))
+                        })
                     })
                     .map(|e| e.step)
             }),

@@ -1,6 +1,6 @@
 use super::{ClaimSpec, Measured, Metric, Verdict, judge};
 use crate::study::results::{BinValue, EvalPoint, RunResult};
-use crate::train::RunConfig;
+use crate::train::{DecodedScores, RunConfig};
 
 const BIN: &str = "65-128";
 
@@ -48,6 +48,7 @@ fn run(variant: &str, seed: u64, values: &[f64]) -> RunResult {
                     bin: BIN.into(),
                     loss: v,
                     accuracy: v,
+                    decoded: None,
                 }],
             })
             .collect(),
@@ -147,6 +148,72 @@ fn an_order_holds_only_when_every_pair_is_in_order_and_apart() {
         panic!()
     };
     assert!(pairs[0].separated && pairs[1].worse_value.is_none() && !pairs[1].in_order);
+}
+
+/// The runs with decoding scores in every bin: error rate, exact match and token accuracy equal to
+/// the bin's value, BLEU 100× it.
+fn decoded(results: &[RunResult]) -> Vec<RunResult> {
+    let mut results = results.to_vec();
+    for bin in results
+        .iter_mut()
+        .flat_map(|r| &mut r.evals)
+        .flat_map(|e| &mut e.bins)
+    {
+        let v = bin.accuracy as f32;
+        bin.decoded = Some(DecodedScores {
+            sequences: 10,
+            exact_match: v,
+            token_accuracy: v,
+            error_rate: v,
+            bleu: 100.0 * v,
+        });
+    }
+    results
+}
+
+#[test]
+fn decoding_metrics_rank_in_their_direction_and_need_decoded_bins() {
+    let apart = finals(&[
+        ("a", &[0.89, 0.90, 0.91]),
+        ("b", &[0.69, 0.70, 0.71]),
+        ("c", &[0.49, 0.50, 0.51]),
+    ]);
+    let scored = decoded(&apart);
+    // Lower error rates are better; higher BLEU, exact match and token accuracy are.
+    for (metric, holds, not) in [
+        (Metric::ErrorRate, ["c", "b", "a"], ["a", "b", "c"]),
+        (Metric::Bleu, ["a", "b", "c"], ["c", "b", "a"]),
+        (Metric::ExactMatch, ["a", "b", "c"], ["c", "b", "a"]),
+        (Metric::TokenAccuracy, ["a", "b", "c"], ["c", "b", "a"]),
+    ] {
+        assert_eq!(
+            judge(&order(metric, &holds), &scored).verdict,
+            Verdict::Holds,
+            "{metric:?}"
+        );
+        assert_eq!(
+            judge(&order(metric, &not), &scored).verdict,
+            Verdict::NotShown,
+            "{metric:?}"
+        );
+    }
+    let outcome = judge(&order(Metric::Bleu, &["a", "b"]), &scored);
+    let Measured::Order { pairs } = &outcome.measured else {
+        panic!()
+    };
+    assert!((pairs[0].better_value.as_ref().unwrap().mean - 90.0).abs() < 1e-4);
+
+    // Bins evaluated without decoding have no value: the claim is not shown.
+    let outcome = judge(&order(Metric::ErrorRate, &["c", "b", "a"]), &apart);
+    assert_eq!(outcome.verdict, Verdict::NotShown);
+    let Measured::Order { pairs } = &outcome.measured else {
+        panic!()
+    };
+    assert!(
+        pairs
+            .iter()
+            .all(|p| p.better_value.is_none() && p.worse_value.is_none())
+    );
 }
 
 fn reaches(metric: Metric) -> ClaimSpec {

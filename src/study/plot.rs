@@ -76,13 +76,13 @@ pub fn write_pictures(
         )?;
     }
     if !summary.bins.is_empty() {
-        for metric in [Metric::Accuracy, Metric::Loss] {
+        for metric in summary.metrics() {
             let file = format!("length_{}.svg", metric.name());
             draw(
                 &file,
                 format!(
                     "Final {} per length bin, mean ± 1 sd over seeds; shaded: past the training length",
-                    metric.name()
+                    metric.title().to_lowercase()
                 ),
                 per_length(&out.join(&file), study, summary, metric),
             )?;
@@ -260,31 +260,35 @@ fn curves(path: &Path, study: &Study, title: &str, y_desc: &str, bands: &[(usize
 fn per_length(path: &Path, study: &Study, summary: &StudySummary, metric: Metric) -> Drawn {
     let bins = &summary.bins;
     let n = bins.len() as f64;
-    let spread = |b: &super::summary::BinSummary| match metric {
-        Metric::Loss => b.loss.clone(),
-        Metric::Accuracy => b.accuracy.clone(),
-    };
+    let spread = |b: &super::summary::BinSummary| b.get(metric).cloned();
+    let hi = summary
+        .variants
+        .iter()
+        .flat_map(|v| v.bins.iter().filter_map(spread))
+        .map(|s| s.mean + s.sd)
+        .fold(0.0, f64::max);
     let top = match metric {
         // A little room above 100%, so that points there are not cut by the frame.
-        Metric::Accuracy => 1.04,
-        Metric::Loss => {
-            let hi = summary
-                .variants
-                .iter()
-                .flat_map(|v| v.bins.iter().filter_map(spread))
-                .map(|s| s.mean + s.sd)
-                .fold(0.0, f64::max);
-            if hi > 0.0 { hi * 1.15 } else { 1.0 }
-        }
+        Metric::Accuracy | Metric::ExactMatch | Metric::TokenAccuracy => 1.04,
+        Metric::Bleu => 104.0,
+        // Edit distance can pass the reference's length.
+        Metric::ErrorRate => (hi * 1.15).max(1.04),
+        Metric::Loss if hi > 0.0 => hi * 1.15,
+        Metric::Loss => 1.0,
+    };
+    let length = if metric.is_decoded() {
+        "source length"
+    } else {
+        "sequence length"
     };
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
             format!(
-                "{}: final {} per sequence length (mean ± 1 sd over {})",
+                "{}: final {} per {length} (mean ± 1 sd over {})",
                 study.name,
-                metric.name(),
+                metric.name().replace('_', " "),
                 seeds(study)
             ),
             (FONT, 22),
@@ -319,7 +323,7 @@ fn per_length(path: &Path, study: &Study, summary: &StudySummary, metric: Metric
     };
     let percent = |y: &f64| format!("{:.0}%", 100.0 * y);
     let mut mesh = chart.configure_mesh();
-    mesh.x_desc("sequence length (tokens), by bin")
+    mesh.x_desc(format!("{length} (tokens), by bin"))
         .x_labels(bins.len() + 1)
         .x_label_formatter(&label)
         .disable_x_mesh()
@@ -329,6 +333,14 @@ fn per_length(path: &Path, study: &Study, summary: &StudySummary, metric: Metric
     match metric {
         Metric::Accuracy => mesh.y_desc("token accuracy").y_label_formatter(&percent),
         Metric::Loss => mesh.y_desc("loss, nats/token"),
+        Metric::Bleu => mesh.y_desc("corpus BLEU"),
+        Metric::ExactMatch => mesh
+            .y_desc("decoded sequences exactly right")
+            .y_label_formatter(&percent),
+        Metric::TokenAccuracy => mesh.y_desc("decoded token accuracy").y_label_formatter(&percent),
+        Metric::ErrorRate => mesh
+            .y_desc("edit distance / reference tokens")
+            .y_label_formatter(&percent),
     };
     mesh.draw()?;
 
@@ -371,9 +383,10 @@ fn per_length(path: &Path, study: &Study, summary: &StudySummary, metric: Metric
         .label_font((FONT, 15))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.4))
-        .position(match metric {
-            Metric::Accuracy => SeriesLabelPosition::LowerLeft,
-            Metric::Loss => SeriesLabelPosition::UpperLeft,
+        .position(if metric.lower_is_better() {
+            SeriesLabelPosition::UpperLeft
+        } else {
+            SeriesLabelPosition::LowerLeft
         })
         .draw()?;
     root.present()?;

@@ -161,8 +161,8 @@ fn markdown(r: &Report, study: &Study) -> String {
         md,
         "\n## Final evaluation\n\nMean ± sample sd over the seeds; — where a variant could not evaluate a bin.\n"
     );
-    for metric in [Metric::Accuracy, Metric::Loss] {
-        let _ = writeln!(md, "### {}\n", capitalize(metric.name()));
+    for metric in s.metrics() {
+        let _ = writeln!(md, "### {}\n", metric.title());
         let header: Vec<String> = s.bins.iter().map(|bin| mark_bin(bin, s.train_len)).collect();
         let _ = writeln!(md, "| variant | {} |", header.join(" | "));
         let _ = writeln!(md, "|---|{}", "---|".repeat(s.bins.len()));
@@ -170,13 +170,7 @@ fn markdown(r: &Report, study: &Study) -> String {
             let cells: Vec<String> = v
                 .bins
                 .iter()
-                .map(|bin| {
-                    let value = match metric {
-                        Metric::Loss => &bin.loss,
-                        Metric::Accuracy => &bin.accuracy,
-                    };
-                    value.as_ref().map_or("—".into(), |v| show(metric, v))
-                })
+                .map(|bin| bin.get(metric).map_or("—".into(), |v| show(metric, v)))
                 .collect();
             let _ = writeln!(md, "| {} | {} |", v.label, cells.join(" | "));
         }
@@ -308,7 +302,10 @@ fn claim_line(c: &ClaimOutcome, study: &Study) -> String {
 fn show(metric: Metric, v: &Spread) -> String {
     match metric {
         Metric::Loss => format!("{:.3} ± {:.3}", v.mean, v.sd),
-        Metric::Accuracy => format!("{:.1} ± {:.1}%", 100.0 * v.mean, 100.0 * v.sd),
+        Metric::Bleu => format!("{:.2} ± {:.2}", v.mean, v.sd),
+        Metric::Accuracy | Metric::ExactMatch | Metric::TokenAccuracy | Metric::ErrorRate => {
+            format!("{:.1} ± {:.1}%", 100.0 * v.mean, 100.0 * v.sd)
+        }
     }
 }
 
@@ -325,13 +322,6 @@ fn mark_bin(bin: &str, train_len: Option<usize>) -> String {
         Some(len) if bin_start(bin) > len => format!("{bin} ‡"),
         _ => bin.to_string(),
     }
-}
-
-fn capitalize(s: &str) -> String {
-    let mut chars = s.chars();
-    chars
-        .next()
-        .map_or(String::new(), |c| c.to_uppercase().chain(chars).collect())
 }
 
 /// Compact JSON of a config part, for one line of settings.

@@ -6,15 +6,17 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::train::{Record, RunConfig};
+use crate::train::{DecodedScores, Record, RunConfig};
 
-/// Loss and accuracy of one length bin at one evaluation.
+/// Loss and accuracy of one length bin at one evaluation, and a seq2seq model's decoding scores.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BinValue {
     /// As the metrics log writes it, e.g. "33-64".
     pub bin: String,
     pub loss: f64,
     pub accuracy: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decoded: Option<DecodedScores>,
 }
 
 /// One evaluation: the steps completed and every bin evaluated.
@@ -65,12 +67,14 @@ impl RunResult {
                     bin,
                     loss,
                     accuracy,
+                    decoded,
                     ..
                 } => {
                     let value = BinValue {
                         bin: bin.clone(),
                         loss: *loss as f64,
                         accuracy: *accuracy as f64,
+                        decoded: *decoded,
                     };
                     match evals.last_mut() {
                         Some(last) if last.step == *step => last.bins.push(value),

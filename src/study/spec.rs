@@ -54,6 +54,8 @@ pub struct Variant {
     pub run: RunConfig,
     /// The length bins its evaluations will report, shortest first.
     pub bins: Vec<String>,
+    /// Whether its evaluations decode (a pair task's seq2seq model), so that decoding metrics exist.
+    pub decodes: bool,
 }
 
 impl Variant {
@@ -127,7 +129,7 @@ impl Study {
                 return Err(err(format!("two variants are named `{}`", v.name)));
             }
             let run = variant_run(&file.base, &v.set, &v.name).map_err(|e| err(e.to_string()))?;
-            let bins = eval_bins(&run).map_err(|e| err(format!("variant `{}`: {e}", v.name)))?;
+            let (bins, decodes) = eval_bins(&run).map_err(|e| err(format!("variant `{}`: {e}", v.name)))?;
             variants.push(Variant {
                 name: v.name,
                 label: v.label,
@@ -135,6 +137,7 @@ impl Study {
                 warm_start: v.warm_start,
                 run,
                 bins,
+                decodes,
             });
         }
         let variants = dependency_order(variants).map_err(err)?;
@@ -175,10 +178,19 @@ fn variant_run(base: &toml::Table, set: &toml::Table, name: &str) -> Result<RunC
     })
 }
 
-/// The bins a run's evaluation reports: the length bins of the rows its evaluation sets hold.
-fn eval_bins(run: &RunConfig) -> Result<Vec<String>> {
+/// The bins a run's evaluation reports: the length bins of the rows its evaluation sets hold, or
+/// a pair task's source-length bins; and whether it decodes (pair tasks do).
+fn eval_bins(run: &RunConfig) -> Result<(Vec<String>, bool)> {
     let t = &run.train;
     let task = Task::load(&run.data)?;
+    if let Some(pairs) = task.pair_data() {
+        let bins = pairs
+            .eval()
+            .iter()
+            .map(|bin| format!("{}-{}", bin.lengths().start(), bin.lengths().end()))
+            .collect();
+        return Ok((bins, true));
+    }
     let mut bins = BTreeSet::new();
     for set in task.eval_sets(&t.eval_lengths, t.batch, t.eval_batches) {
         for batch in set.batches.iter().flatten() {
@@ -187,13 +199,14 @@ fn eval_bins(run: &RunConfig) -> Result<Vec<String>> {
             }
         }
     }
-    Ok(bins
+    let bins = bins
         .into_iter()
         .map(|bin| {
             let lengths = LengthBins::bin_lengths(bin);
             format!("{}-{}", lengths.start(), lengths.end())
         })
-        .collect())
+        .collect();
+    Ok((bins, false))
 }
 
 /// Orders variants so that each comes after the one it warm-starts from (otherwise keeping the
@@ -247,6 +260,13 @@ fn check_claim(claim: &ClaimSpec, variants: &[Variant]) -> std::result::Result<(
                 known.join(", ")
             ));
         };
+        if claim.metric().is_decoded() && !variant.decodes {
+            return Err(format!(
+                "metric \"{}\" scores decoded sequences, and variant `{name}` is not a seq2seq model \
+                 on a pair task; use loss or accuracy",
+                claim.metric().name()
+            ));
+        }
         if !variant.bins.iter().any(|b| b == claim.bin()) {
             return Err(format!(
                 "bin \"{}\" is not among the length bins variant `{name}` evaluates ({}); bins are \

@@ -156,7 +156,8 @@ fn bad_claims_are_refused_naming_what_is_wrong() {
         ),
         (
             "kind = \"order\"\nmetric = \"perplexity\"\nbin = \"33-64\"\norder = [\"relative\", \"learned\"]",
-            "unknown variant `perplexity`, expected `loss` or `accuracy`",
+            "unknown variant `perplexity`, expected one of `loss`, `accuracy`, `exact_match`, \
+             `token_accuracy`, `error_rate`, `bleu`",
         ),
         (
             "kind = \"order\"\nmetric = \"loss\"\nbin = \"65-128\"\norder = [\"relative\", \"learned\"]",
@@ -172,6 +173,11 @@ fn bad_claims_are_refused_naming_what_is_wrong() {
         ),
         ("kind = \"better\"\nmetric = \"loss\"", "unknown variant `better`"),
         (
+            "kind = \"order\"\nmetric = \"error_rate\"\nbin = \"1-32\"\norder = [\"relative\", \"learned\"]",
+            "claim `c`: metric \"error_rate\" scores decoded sequences, and variant `relative` is not a \
+             seq2seq model on a pair task; use loss or accuracy",
+        ),
+        (
             "kind = \"order\"\nmetric = \"loss\"\nbin = \"1-32\"\norder = [\"relative\", \"learned\"]\nwhy = 1",
             "unknown field `why`",
         ),
@@ -179,4 +185,25 @@ fn bad_claims_are_refused_naming_what_is_wrong() {
         let err = refused(&claim(body));
         assert!(err.contains(says), "{body}: {err}");
     }
+}
+
+#[test]
+fn every_committed_study_loads_with_its_claims_checked() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("studies");
+    let mut loaded = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let study = Study::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            loaded.push(study);
+        }
+    }
+    // A pair task's bins are source-length bins anchored at its training length, and it decodes.
+    let s2l = loaded.iter().find(|s| s.name == "cmudict_s2l").unwrap();
+    for v in &s2l.variants {
+        assert_eq!(v.bins, ["1-8", "9-16", "17-32"], "{}", v.name);
+        assert!(v.decodes, "{}", v.name);
+    }
+    let copy = loaded.iter().find(|s| s.name == "copy_s2l").unwrap();
+    assert!(copy.variants.iter().all(|v| !v.decodes));
 }

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::claims::{ClaimOutcome, judge};
+use super::claims::{ClaimOutcome, Metric, judge};
 use super::results::RunResult;
 use super::spec::Study;
 use super::spread::Spread;
@@ -15,6 +15,28 @@ pub struct BinSummary {
     /// `None` where no seed evaluated the bin (a learned table shorter than its lengths).
     pub loss: Option<Spread>,
     pub accuracy: Option<Spread>,
+    /// A seq2seq model's greedy decoding; absent for the other models.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exact_match: Option<Spread>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_accuracy: Option<Spread>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_rate: Option<Spread>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bleu: Option<Spread>,
+}
+
+impl BinSummary {
+    pub fn get(&self, metric: Metric) -> Option<&Spread> {
+        match metric {
+            Metric::Loss => self.loss.as_ref(),
+            Metric::Accuracy => self.accuracy.as_ref(),
+            Metric::ExactMatch => self.exact_match.as_ref(),
+            Metric::TokenAccuracy => self.token_accuracy.as_ref(),
+            Metric::ErrorRate => self.error_rate.as_ref(),
+            Metric::Bleu => self.bleu.as_ref(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -70,10 +92,17 @@ pub fn summarize(study: &Study, results: &[RunResult]) -> StudySummary {
                 label: v.label().to_string(),
                 bins: bins
                     .iter()
-                    .map(|bin| BinSummary {
-                        bin: bin.clone(),
-                        loss: spread(&|r| r.final_bin(bin).map(|b| b.loss)),
-                        accuracy: spread(&|r| r.final_bin(bin).map(|b| b.accuracy)),
+                    .map(|bin| {
+                        let of = |metric: Metric| spread(&|r| r.final_bin(bin).and_then(|b| metric.of(b)));
+                        BinSummary {
+                            bin: bin.clone(),
+                            loss: of(Metric::Loss),
+                            accuracy: of(Metric::Accuracy),
+                            exact_match: of(Metric::ExactMatch),
+                            token_accuracy: of(Metric::TokenAccuracy),
+                            error_rate: of(Metric::ErrorRate),
+                            bleu: of(Metric::Bleu),
+                        }
                     })
                     .collect(),
                 seconds: spread(&|r| Some(r.seconds)),
@@ -86,5 +115,21 @@ pub fn summarize(study: &Study, results: &[RunResult]) -> StudySummary {
         train_len: study.base.data.train_len(),
         variants,
         claims: study.claims.iter().map(|c| judge(c, results)).collect(),
+    }
+}
+
+impl StudySummary {
+    /// The metrics some variant has a value of: loss and accuracy always, decoding scores for
+    /// seq2seq studies.
+    pub fn metrics(&self) -> Vec<Metric> {
+        Metric::ALL
+            .into_iter()
+            .filter(|&m| {
+                self.variants
+                    .iter()
+                    .flat_map(|v| &v.bins)
+                    .any(|b| b.get(m).is_some())
+            })
+            .collect()
     }
 }
