@@ -260,8 +260,13 @@ fn attention_rows_are_distributions_over_the_typed_tokens() {
     assert_eq!(view.truncated_from, Some(16));
     assert_eq!(view.tokens[..3], ["m", "e", "·"]);
     assert_eq!(
-        (view.maps.layers.len(), view.maps.heads, view.maps.len),
-        (2, 2, 12)
+        (
+            view.maps.layers.len(),
+            view.maps.heads,
+            view.maps.queries,
+            view.maps.keys
+        ),
+        (2, 2, 12, 12)
     );
     for layer in 0..2 {
         for head in 0..2 {

@@ -399,6 +399,19 @@ impl ModelConfig {
         }
     }
 
+    /// What a seq2seq model's decoder-side position encodings read (causal, `decoder_layers`
+    /// blocks); `None` for the other kinds.
+    pub fn decoder_dims(&self) -> Option<ModelDims> {
+        match self.kind {
+            ModelKind::Seq2Seq { decoder_layers, .. } => Some(ModelDims {
+                layers: decoder_layers,
+                bidirectional: false,
+                ..self.dims()
+            }),
+            _ => None,
+        }
+    }
+
     pub fn head_dim(&self) -> usize {
         self.d_model / self.heads
     }

@@ -80,7 +80,7 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State, jobs: &mut Vec<Job>) {
         if let Some(full) = view.truncated_from {
             ui.weak(format!(
                 "The text has {full} tokens; the model's position table has {}, so only those are shown.",
-                view.maps.len
+                view.maps.keys
             ));
         }
         let colormap = Colormap::Sequential { max: 1.0 };
@@ -100,14 +100,14 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State, jobs: &mut Vec<Job>) {
                         Heatmap {
                             id: format!("attention {} {layer} {head}", checkpoint.name),
                             values: view.maps.head(layer, head),
-                            rows: view.maps.len,
-                            cols: view.maps.len,
+                            rows: view.maps.queries,
+                            cols: view.maps.keys,
                             colormap,
                             row_title: "query",
                             col_title: "key",
                             row_labels: Some(&view.tokens),
                             col_labels: Some(&view.tokens),
-                            valid_rows: view.maps.len,
+                            valid_rows: view.maps.queries,
                             row_mark: None,
                         }
                         .show(ui, egui::vec2(side, side));

@@ -185,6 +185,12 @@ fn new_run(s: &mut State, text: &str, steps: usize) -> Result<Run> {
         .get(s.active)
         .cloned()
         .ok_or_else(|| Error::Input("load a checkpoint to fine-tune its position encoder".into()))?;
+    if loaded.decoder.is_some() {
+        return Err(Error::Input(format!(
+            "{} is a seq2seq model: fine-tuning trains a language model's position encoder on plain text",
+            loaded.name
+        )));
+    }
     let prefixes = position_prefixes(&loaded);
     if prefixes.is_empty() {
         return Err(Error::Input(cannot_fine_tune(&loaded)));
@@ -315,7 +321,8 @@ fn finish_step(s: &mut State, step: Step, result: Result<f32>) {
 }
 
 /// Whatever was computed from `checkpoint`'s old values is computed again: its encodings (a new
-/// version), its generator's FLOATER solution, its attention maps, TUPE correlation and completion.
+/// version), its generator's FLOATER solution, its attention maps, TUPE correlation, completion and
+/// translation.
 fn params_changed(s: &mut State, checkpoint: usize) {
     *s.fine_tune.versions.entry(checkpoint).or_default() += 1;
     if let Some(generator) = &s.checkpoints[checkpoint].generator {
@@ -331,6 +338,9 @@ fn params_changed(s: &mut State, checkpoint: usize) {
     s.tupe.remove(&checkpoint);
     if s.completion.key.as_ref().is_some_and(|(i, ..)| *i == checkpoint) {
         s.completion = Computed::default();
+    }
+    if s.translation.key.as_ref().is_some_and(|(i, ..)| *i == checkpoint) {
+        s.translation = Computed::default();
     }
 }
 

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use eframe::egui;
 
 use super::jobs::{Job, Spawner, run_queue};
-use super::{FineTuneStatus, LoadedCheckpoint, State, View, finetune, metrics, posenc, prompt};
+use super::{FineTuneStatus, LoadedCheckpoint, State, View, finetune, metrics, posenc, prompt, translate};
 use crate::error::Result;
 
 /// Shared access to the viewer's state for the page around it (e.g. `window.posflow` in the web
@@ -134,6 +134,34 @@ impl ViewerHandle {
         match (&s.completion.key, s.completion.result()) {
             (Some((_, prompt, _)), Some(Ok(_))) => Some(prompt.clone()),
             _ => None,
+        }
+    }
+
+    /// The translate view's source and beam.
+    pub fn source(&self) -> (String, usize) {
+        let s = self.state.borrow();
+        (s.translate.source.clone(), s.translate.beam)
+    }
+
+    /// Sets the translate view's source and beam and decodes it with the active checkpoint;
+    /// [`ViewerHandle::last_translation`] has the output once the job is done.
+    pub fn set_source(&self, source: &str, beam: usize) {
+        let job = self.update(|s| {
+            s.translate.source = source.to_string();
+            s.translate.beam = beam.clamp(1, crate::inference::MAX_BEAM);
+            translate::request(s, s.active)
+        });
+        self.spawn_all(job);
+    }
+
+    /// The translate view's latest finished decoding: (source, output), or `None` while none
+    /// is ready; an error decoding it is `Err` with the message the view shows.
+    pub fn last_translation(&self) -> Option<std::result::Result<(String, String), String>> {
+        let s = self.state.borrow();
+        let (_, source, _) = s.translation.key.as_ref()?;
+        match s.translation.result()? {
+            Ok(t) => Some(Ok((source.clone(), t.output.clone()))),
+            Err(e) => Some(Err(e.clone())),
         }
     }
 

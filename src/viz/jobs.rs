@@ -8,7 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 
-use super::{State, attention, finetune, posenc, prompt, tupe};
+use super::{State, attention, finetune, posenc, prompt, translate, tupe};
 use crate::error::Result;
 
 /// A job: a future that runs a model and stores what it found.
@@ -100,6 +100,11 @@ pub(crate) enum Job {
         prompt: String,
         chars: usize,
     },
+    Translation {
+        checkpoint: usize,
+        source: String,
+        beam: usize,
+    },
     FineTuneStep(finetune::Step),
 }
 
@@ -147,6 +152,14 @@ async fn run_job(state: Rc<RefCell<State>>, job: Job) {
         } => {
             let result = prompt::complete(&checkpoint(i), &prompt, chars).await;
             state.borrow_mut().completion.store(&(i, prompt, chars), result);
+        }
+        Job::Translation {
+            checkpoint: i,
+            source,
+            beam,
+        } => {
+            let result = translate::translate(&checkpoint(i), &source, beam).await;
+            state.borrow_mut().translation.store(&(i, source, beam), result);
         }
         Job::FineTuneStep(step) => finetune::run_step(&state, step).await,
     }

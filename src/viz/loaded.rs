@@ -1,13 +1,13 @@
 //! A checkpoint as the viewer holds it: the saved model, a greedy text generator for a language
-//! model, and what its run config says about its data.
+//! model or a decoder for a seq2seq model, and what its run config says about its data.
 
 use std::rc::Rc;
 
 use crate::backend::Backend;
 use crate::checkpoint::Checkpoint;
-use crate::data::{BOS, SPECIAL_TOKENS};
+use crate::data::{BOS, PairTokenizer, SPECIAL_TOKENS, TaskTokenizer};
 use crate::error::{Error, Result};
-use crate::inference::{Generator, SavedModel};
+use crate::inference::{Generator, SavedModel, Seq2SeqDecoder};
 use crate::model::{ModelKind, PosEnc};
 use crate::train::saved_run;
 
@@ -15,8 +15,10 @@ pub struct LoadedCheckpoint {
     /// What the user called it (a file name).
     pub name: String,
     pub saved: SavedModel,
-    /// For a causal LM; an encoder does not generate text.
+    /// For a causal LM; an encoder does not generate text, a seq2seq model translates.
     pub generator: Option<Generator>,
+    /// For a seq2seq model: beam search with its key/value cache.
+    pub decoder: Option<Seq2SeqDecoder>,
     /// Its training sequences begin with <bos> (the prompted tasks, and every encoder).
     pub starts_with_bos: bool,
     /// The length it was trained on, where its run config says.
@@ -32,8 +34,19 @@ impl LoadedCheckpoint {
         let run = saved_run(&saved.metadata).ok();
         let config = saved.model.config();
         let is_encoder = matches!(config.kind, ModelKind::Encoder { .. });
+        let is_seq2seq = matches!(config.kind, ModelKind::Seq2Seq { .. });
         let starts_with_bos = is_encoder || run.as_ref().is_some_and(|r| r.data.starts_with_bos());
-        let generator = if is_encoder {
+        let decoder = if is_seq2seq {
+            if !matches!(saved.tokenizer, TaskTokenizer::Pairs(_)) {
+                return Err(Error::Input(format!(
+                    "{name}: a seq2seq model whose tokenizer is not a pair tokenizer"
+                )));
+            }
+            Some(Seq2SeqDecoder::new(&saved.model, &saved.params)?)
+        } else {
+            None
+        };
+        let generator = if is_encoder || is_seq2seq {
             None
         } else {
             let generator = saved.generator()?;
@@ -48,17 +61,31 @@ impl LoadedCheckpoint {
             train_len: run.and_then(|r| r.data.train_len()),
             saved,
             generator,
+            decoder,
             starts_with_bos,
         })
+    }
+
+    /// A seq2seq model's source and target vocabulary; `None` for the other kinds.
+    pub fn pair_tokenizer(&self) -> Option<&PairTokenizer> {
+        match (&self.decoder, &self.saved.tokenizer) {
+            (Some(_), TaskTokenizer::Pairs(pairs)) => Some(pairs),
+            _ => None,
+        }
     }
 
     /// One line: the model's shape and position encoding.
     pub fn describe(&self) -> String {
         let c = self.saved.model.config();
+        let layers = match c.kind {
+            ModelKind::Seq2Seq { decoder_layers, .. } => {
+                format!("seq2seq, {} + {decoder_layers} layers", c.layers)
+            }
+            _ => format!("{} layers", c.layers),
+        };
         format!(
-            "{}, {} layers, d {}, {} heads, step {}",
+            "{}, {layers}, d {}, {} heads, step {}",
             posenc_name(&c.posenc),
-            c.layers,
             c.d_model,
             c.heads,
             self.saved.metadata.training.step
@@ -75,9 +102,14 @@ impl LoadedCheckpoint {
         .then_some(c.max_len)
     }
 
-    /// `text` as token ids, after <bos> where the model expects one. A character the model never
-    /// saw is an error naming it.
+    /// `text` as token ids, after <bos> where the model expects one (a seq2seq model: as a
+    /// source). A character the model never saw is an error naming it.
     pub fn encode(&self, text: &str) -> Result<Vec<i32>> {
+        if let Some(pairs) = self.pair_tokenizer() {
+            return pairs
+                .encode_source(text)
+                .map_err(|e| Error::Input(format!("the source has a token the model never saw: {e}")));
+        }
         let mut ids = if self.starts_with_bos {
             vec![BOS]
         } else {

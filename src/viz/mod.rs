@@ -4,8 +4,9 @@
 //! Views, one module each: position encodings as heatmaps at any length ([`posenc`]), with the
 //! position encoder fine-tuned live on a typed text beneath them ([`finetune`]), attention
 //! patterns of a typed text ([`attention`]), TUPE's positional correlation ([`tupe`]), loss
-//! curves from a metrics log ([`metrics`]), and greedy completions with next-character
-//! probabilities ([`prompt`]). Several checkpoints load side by side.
+//! curves from a metrics log ([`metrics`]), greedy completions with next-character
+//! probabilities ([`prompt`]), and a seq2seq model's decoding of a typed source with its
+//! cross-attention ([`translate`]). Several checkpoints load side by side.
 //!
 //! Nothing here touches files, threads or blocking calls, so it compiles for wasm32: checkpoints
 //! and logs come in as bytes and strings ([`ViewerHandle`]), and everything that runs a model is
@@ -25,6 +26,7 @@ mod loaded;
 pub mod metrics;
 pub mod posenc;
 pub mod prompt;
+pub mod translate;
 pub mod tupe;
 
 use std::cell::RefCell;
@@ -50,15 +52,17 @@ pub enum View {
     Tupe,
     Metrics,
     Prompt,
+    Translate,
 }
 
 impl View {
-    pub const ALL: [View; 5] = [
+    pub const ALL: [View; 6] = [
         View::PositionEncodings,
         View::Attention,
         View::Tupe,
         View::Metrics,
         View::Prompt,
+        View::Translate,
     ];
 
     /// The tab's title.
@@ -69,6 +73,7 @@ impl View {
             View::Tupe => "TUPE correlation",
             View::Metrics => "Loss curves",
             View::Prompt => "Prompt",
+            View::Translate => "Translate",
         }
     }
 
@@ -80,6 +85,7 @@ impl View {
             View::Tupe => "tupe",
             View::Metrics => "metrics",
             View::Prompt => "prompt",
+            View::Translate => "translate",
         }
     }
 }
@@ -90,7 +96,7 @@ pub(crate) struct State {
     pub(crate) checkpoints: Vec<Rc<LoadedCheckpoint>>,
     /// Shown side by side in the position-encoding view.
     pub(crate) compared: Vec<bool>,
-    /// The one the attention, TUPE and prompt views use.
+    /// The one the attention, TUPE, prompt and translate views use.
     pub(crate) active: usize,
     pub(crate) logs: Vec<(String, Vec<Record>)>,
     pub(crate) errors: Vec<String>,
@@ -103,6 +109,9 @@ pub(crate) struct State {
     pub(crate) tupe: HashMap<usize, Computed<(), tupe::TupeCorrelation>>,
     pub(crate) prompt: prompt::Settings,
     pub(crate) completion: Computed<(usize, String, usize), prompt::Completion>,
+    pub(crate) translate: translate::Settings,
+    /// By (checkpoint, source, beam).
+    pub(crate) translation: Computed<(usize, String, usize), translate::Translation>,
     pub(crate) fine_tune: finetune::FineTuning,
     /// Where the prompt view drew its text field in the last frame (egui points), if it did.
     pub(crate) prompt_field: Option<egui::Rect>,
@@ -140,6 +149,8 @@ impl Viewer {
             tupe: HashMap::new(),
             prompt: prompt::Settings::default(),
             completion: Computed::default(),
+            translate: translate::Settings::default(),
+            translation: Computed::default(),
             fine_tune: finetune::FineTuning::default(),
             prompt_field: None,
             pending: 0,
@@ -223,6 +234,7 @@ fn view_contents(ui: &mut egui::Ui, s: &mut State, view: View, jobs: &mut Vec<Jo
             View::Tupe => tupe::show(ui, s, jobs),
             View::Metrics => metrics::show(ui, s),
             View::Prompt => prompt::show(ui, s, jobs),
+            View::Translate => translate::show(ui, s, jobs),
         });
 }
 
@@ -238,7 +250,7 @@ fn side_panel(ui: &mut egui::Ui, s: &mut State) {
             ui.checkbox(&mut s.compared[i], "")
                 .on_hover_text("show in the side-by-side position-encoding view");
             ui.radio_value(&mut s.active, i, &c.name)
-                .on_hover_text("the checkpoint the attention, TUPE and prompt views use");
+                .on_hover_text("the checkpoint the attention, TUPE, prompt and translate views use");
         });
         ui.weak(c.describe());
     }

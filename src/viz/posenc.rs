@@ -7,11 +7,11 @@ use eframe::egui;
 use super::colormap::{Colormap, legend};
 use super::heatmap::Heatmap;
 use super::{Job, LoadedCheckpoint, State, show_result};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Graph, TensorId};
 use crate::inference::SavedModel;
-use crate::model::posenc::{self, Constant};
+use crate::model::posenc::{self, Constant, PositionTerms};
 use crate::model::{FloaterForm, PosEnc};
 
 /// Parameter names from the table in `model/mod.rs` (checkpoints rely on them; the position
@@ -64,6 +64,9 @@ pub struct PositionEncodings {
 pub async fn position_encodings(loaded: &LoadedCheckpoint, len: usize) -> Result<PositionEncodings> {
     let saved = &loaded.saved;
     let c = saved.model.config();
+    if c.decoder_dims().is_some() {
+        return seq2seq_encodings(saved, len).await;
+    }
     let name = super::posenc_name(&c.posenc);
     match c.posenc {
         PosEnc::None => Ok(PositionEncodings {
@@ -125,6 +128,86 @@ pub async fn position_encodings(loaded: &LoadedCheckpoint, len: usize) -> Result
     }
 }
 
+/// A seq2seq model's encodings: each side has its own (parameters under `encoder.` and
+/// `decoder.`), and FLOATER's compatible form adds a third flow over source positions for the
+/// cross-attention keys and values, as the authors' translation model does.
+async fn seq2seq_encodings(saved: &SavedModel, len: usize) -> Result<PositionEncodings> {
+    let c = saved.model.config();
+    let name = super::posenc_name(&c.posenc);
+    let tables = async |table: &str, label: &str| -> Result<Vec<EncodingMap>> {
+        Ok(vec![
+            table_map(
+                saved,
+                &format!("encoder.{table}"),
+                &format!("encoder: {label}"),
+                len,
+            )
+            .await?,
+            table_map(
+                saved,
+                &format!("decoder.{table}"),
+                &format!("decoder: {label}"),
+                len,
+            )
+            .await?,
+        ])
+    };
+    let (maps, note) = match c.posenc {
+        PosEnc::None => (
+            Vec::new(),
+            "No position encoding: the encoder reads its source as a bag of tokens; the decoder has only its \
+             causal mask."
+                .to_string(),
+        ),
+        PosEnc::Relative {
+            buckets,
+            max_distance,
+        } => (
+            Vec::new(),
+            format!(
+                "T5 relative position bias on both sides: a trained bias per head for the bucket of j - i \
+                 ({buckets} buckets up to {max_distance}); the encoder's buckets tell left from right, the \
+                 decoder's look back only. Cross-attention has none. No absolute table to draw."
+            ),
+        ),
+        PosEnc::Learned => (
+            tables(LEARNED_TABLE, "input").await?,
+            format!(
+                "{name}: each side has its own trained [max_len = {}, d] table added to its token embeddings.",
+                c.max_len
+            ),
+        ),
+        PosEnc::TupeA { .. } | PosEnc::TupeR { .. } => (
+            tables(TUPE_TABLE, "absolute table").await?,
+            format!(
+                "{name}: in both self-attentions, each side with its own table (never added to the residual \
+                 stream); cross-attention has no positional term."
+            ),
+        ),
+        PosEnc::Sinusoidal { .. } => (
+            computed_both_sides(saved, len).await?,
+            format!("{name}: the same fixed sin/cos table on both sides; any length."),
+        ),
+        PosEnc::Floater(f) => (
+            computed_both_sides(saved, len).await?,
+            match f.form {
+                FloaterForm::Additive => format!(
+                    "{name}: each side's own ODE solution at t = i·{} added before its blocks; any length.",
+                    f.delta
+                ),
+                FloaterForm::Bias => format!(
+                    "{name}, as the authors' translation model: sinusoidal tables at both inputs; one flow for \
+                     the encoder's q/k/v biases, one over target positions for the decoder's q/k/v and \
+                     cross-attention q biases, one over source positions for the cross-attention k/v biases \
+                     (t = i·{}). Pick a map above; solved live for any length.",
+                    f.delta
+                ),
+            },
+        ),
+    };
+    Ok(PositionEncodings { maps, note })
+}
+
 /// The first `len` rows of the `[max_len, d]` parameter `name`; rows past its end stay empty.
 async fn table_map(saved: &SavedModel, name: &str, label: &str, len: usize) -> Result<EncodingMap> {
     let d = saved.model.config().d_model;
@@ -141,39 +224,103 @@ async fn table_map(saved: &SavedModel, name: &str, label: &str, len: usize) -> R
     })
 }
 
+/// A position term to read and how to label it: `parts` names the `[L, D]` blocks of a wider
+/// tensor (`q`, `k`, `v` biases side by side), or is empty for a `[L, D]` term.
+struct Wanted {
+    label: String,
+    tensor: TensorId,
+    parts: &'static [&'static str],
+}
+
+/// What a built [`PositionTerms`] adds to the residual stream or the q|k|v projections, labelled
+/// after `side` ("" or e.g. "encoder: "). A table added to every block is one tensor, shown once.
+fn wanted_terms(terms: &PositionTerms, side: &str, wanted: &mut Vec<Wanted>) {
+    if let Some(tensor) = terms.at_input {
+        wanted.push(Wanted {
+            label: format!("{side}input"),
+            tensor,
+            parts: &[],
+        });
+    }
+    let mut seen = Vec::new();
+    for (i, &t) in terms.at_block.iter().enumerate() {
+        if !seen.contains(&t) {
+            seen.push(t);
+            let label = if terms.at_block.iter().all(|&b| b == t) {
+                format!("{side}every block")
+            } else {
+                format!("{side}block {i}")
+            };
+            wanted.push(Wanted {
+                label,
+                tensor: t,
+                parts: &[],
+            });
+        }
+    }
+    wanted.extend(terms.qkv_bias.iter().enumerate().map(|(i, &tensor)| Wanted {
+        label: format!("{side}block {i}:"),
+        tensor,
+        parts: &["q bias", "k bias", "v bias"],
+    }));
+}
+
 /// Builds `posenc::build` alone for `len` positions, runs it, and reads every term it adds to
 /// the residual stream or to the q|k|v projections.
 async fn computed(saved: &SavedModel, len: usize) -> Result<Vec<EncodingMap>> {
     let c = saved.model.config();
-    let d = c.d_model;
     let mut g = Graph::new();
     let terms = posenc::build(&mut g, &c.posenc, c.dims(), len)?;
-    // A table added to every block is one tensor, shown once.
-    let mut wanted: Vec<(String, TensorId)> = Vec::new();
-    if let Some(t) = terms.at_input {
-        wanted.push(("input".into(), t));
-    }
-    for (i, &t) in terms.at_block.iter().enumerate() {
-        if !wanted.iter().any(|&(_, w)| w == t) {
-            let label = if terms.at_block.iter().all(|&b| b == t) {
-                "every block".to_string()
-            } else {
-                format!("block {i}")
-            };
-            wanted.push((label, t));
-        }
-    }
-    let qkv_from = wanted.len();
-    wanted.extend(
-        terms
-            .qkv_bias
-            .iter()
-            .enumerate()
-            .map(|(i, &t)| (format!("block {i}"), t)),
-    );
-    let outputs: Vec<TensorId> = wanted.iter().map(|&(_, t)| t).collect();
-    let exec = Executor::new(&g, &outputs, &saved.params)?;
-    for (t, values) in &terms.constants {
+    let mut wanted = Vec::new();
+    wanted_terms(&terms, "", &mut wanted);
+    read_maps(saved, &g, &terms.constants, wanted, len).await
+}
+
+/// A seq2seq model's position terms on both sides for `len` positions: the encoder's (source
+/// positions), the decoder's (target positions, with FLOATER's cross-attention q biases), and
+/// FLOATER's cross-attention k/v biases from its flow over source positions.
+async fn computed_both_sides(saved: &SavedModel, len: usize) -> Result<Vec<EncodingMap>> {
+    let c = saved.model.config();
+    let decoder = c
+        .decoder_dims()
+        .ok_or_else(|| Error::Input("not a seq2seq model".into()))?;
+    let mut g = Graph::new();
+    let encoder_terms = g.with_param_prefix("encoder.", |g| posenc::build(g, &c.posenc, c.dims(), len))?;
+    let (decoder_terms, cross_q) =
+        g.with_param_prefix("decoder.", |g| posenc::build_decoder(g, &c.posenc, decoder, len))?;
+    let cross_kv = g.with_param_prefix("decoder.", |g| {
+        g.with_param_prefix("cross.", |g| posenc::build_cross_kv(g, &c.posenc, decoder, len))
+    })?;
+    let mut wanted = Vec::new();
+    wanted_terms(&encoder_terms, "encoder: ", &mut wanted);
+    wanted_terms(&decoder_terms, "decoder: ", &mut wanted);
+    wanted.extend(cross_q.iter().enumerate().map(|(i, &tensor)| Wanted {
+        label: format!("decoder: block {i}: cross-attention q bias"),
+        tensor,
+        parts: &[],
+    }));
+    wanted.extend(cross_kv.iter().enumerate().map(|(i, &tensor)| Wanted {
+        label: format!("source positions: block {i}: cross-attention"),
+        tensor,
+        parts: &["k bias", "v bias"],
+    }));
+    let mut constants = encoder_terms.constants;
+    constants.extend(decoder_terms.constants);
+    read_maps(saved, &g, &constants, wanted, len).await
+}
+
+/// Runs `g` for the `wanted` terms (constants fed) and splits each into `[len, D]` maps.
+async fn read_maps(
+    saved: &SavedModel,
+    g: &Graph,
+    constants: &[(TensorId, Constant)],
+    wanted: Vec<Wanted>,
+    len: usize,
+) -> Result<Vec<EncodingMap>> {
+    let d = saved.model.config().d_model;
+    let outputs: Vec<TensorId> = wanted.iter().map(|w| w.tensor).collect();
+    let exec = Executor::new(g, &outputs, &saved.params)?;
+    for (t, values) in constants {
         match values {
             Constant::F32(v) => exec.set_f32(*t, v)?,
             Constant::I32(v) => exec.set_i32(*t, v)?,
@@ -182,32 +329,28 @@ async fn computed(saved: &SavedModel, len: usize) -> Result<Vec<EncodingMap>> {
     exec.run()?;
     exec.check().await?;
     let mut maps = Vec::new();
-    for (k, (label, t)) in wanted.into_iter().enumerate() {
-        let values = exec.read(t).await?;
-        if k < qkv_from {
-            maps.push(EncodingMap {
-                label,
-                positions: len,
-                dims: d,
-                values,
-                valid_positions: len,
-            });
-        } else {
-            // `[L, 3D]`: the q, k and v biases side by side.
-            for (part, which) in ["q", "k", "v"].into_iter().enumerate() {
-                let values = values
-                    .chunks(3 * d)
-                    .flat_map(|row| &row[part * d..(part + 1) * d])
-                    .copied()
-                    .collect();
-                maps.push(EncodingMap {
-                    label: format!("{label}: {which} bias"),
-                    positions: len,
-                    dims: d,
-                    values,
-                    valid_positions: len,
-                });
-            }
+    for w in wanted {
+        let values = exec.read(w.tensor).await?;
+        let map = |label: String, values: Vec<f32>| EncodingMap {
+            label,
+            positions: len,
+            dims: d,
+            values,
+            valid_positions: len,
+        };
+        if w.parts.is_empty() {
+            maps.push(map(w.label, values));
+            continue;
+        }
+        // `[L, parts · D]`: the parts side by side in each row.
+        let width = w.parts.len() * d;
+        for (part, name) in w.parts.iter().enumerate() {
+            let values = values
+                .chunks(width)
+                .flat_map(|row| &row[part * d..(part + 1) * d])
+                .copied()
+                .collect();
+            maps.push(map(format!("{} {name}", w.label), values));
         }
     }
     Ok(maps)

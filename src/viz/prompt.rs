@@ -40,10 +40,17 @@ pub struct Completion {
 /// of the first one.
 pub async fn complete(loaded: &LoadedCheckpoint, prompt: &str, chars: usize) -> Result<Completion> {
     let generator = loaded.generator.as_ref().ok_or_else(|| {
-        Error::Input(format!(
-            "{} is an encoder (a classifier): it does not generate text",
-            loaded.name
-        ))
+        Error::Input(if loaded.decoder.is_some() {
+            format!(
+                "{} is a seq2seq model: it translates a source (the Translate tab) rather than continue text",
+                loaded.name
+            )
+        } else {
+            format!(
+                "{} is an encoder (a classifier): it does not generate text",
+                loaded.name
+            )
+        })
     })?;
     let context = loaded.encode(prompt)?;
     if context.is_empty() {

@@ -44,8 +44,14 @@ pub async fn tupe_correlation(saved: &SavedModel) -> Result<TupeCorrelation> {
     };
     let absolute_only = PosEnc::TupeA { untie_cls: false };
     let len = c.max_len;
+    // A seq2seq model's is its encoder's (the decoder has a table of its own).
+    let prefix = if c.decoder_dims().is_some() {
+        "encoder."
+    } else {
+        ""
+    };
     let mut g = Graph::new();
-    let terms = posenc::build(&mut g, &absolute_only, c.dims(), len)?;
+    let terms = g.with_param_prefix(prefix, |g| posenc::build(g, &absolute_only, c.dims(), len))?;
     let bias = terms
         .attention_bias
         .ok_or_else(|| Error::Graph("TUPE-A built no attention bias".into()))?;
@@ -60,8 +66,8 @@ pub async fn tupe_correlation(saved: &SavedModel) -> Result<TupeCorrelation> {
     let values = exec.read(bias).await?;
     let untied = if untie_cls {
         Some((
-            saved.params.read(CLS_TO_OTHERS).await?,
-            saved.params.read(OTHERS_TO_CLS).await?,
+            saved.params.read(&format!("{prefix}{CLS_TO_OTHERS}")).await?,
+            saved.params.read(&format!("{prefix}{OTHERS_TO_CLS}")).await?,
         ))
     } else {
         None

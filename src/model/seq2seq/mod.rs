@@ -101,22 +101,21 @@ pub(super) struct Sides {
 
 impl Sides {
     pub fn of(c: &ModelConfig) -> Result<Self> {
-        let ModelKind::Seq2Seq {
-            tied_head,
-            decoder_layers,
-            decoder_block,
-        } = c.kind
+        let (
+            ModelKind::Seq2Seq {
+                tied_head,
+                decoder_block,
+                ..
+            },
+            Some(decoder),
+        ) = (c.kind, c.decoder_dims())
         else {
             return Err(Error::Input(
                 "this model is not a seq2seq model; build it with Model::build".into(),
             ));
         };
         Ok(Self {
-            decoder: ModelDims {
-                layers: decoder_layers,
-                bidirectional: false,
-                ..c.dims()
-            },
+            decoder,
             decoder_block,
             tied_head,
         })
