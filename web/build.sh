@@ -39,5 +39,5 @@ mv "$bound.opt" "$bound"
 after=$(stat -c %s "$bound")
 
 cp "$web/index.html" "$web/main.js" "$web/style.css" "$dist/"
-cp "$web/assets/web_demo.safetensors" "$dist/assets/"
+cp "$web/assets/"*.safetensors "$dist/assets/"
 echo "built $dist: wasm $before bytes from wasm-bindgen, $after after wasm-opt -O"

@@ -5,13 +5,17 @@
 //   posflow.status()                 → {ready, backend: "webgpu"|"cpu", device, fallback,
 //                                       model, error, timings}
 //   posflow.complete(prompt, chars)  → Promise<string>  prompt + greedy continuation
+//   posflow.translate(source, beam)  → Promise<{output, score}> a seq2seq model's beam search
 //   posflow.probabilities(prompt)    → Promise<{char: p}> the next character's distribution
 //   posflow.loadCheckpoint(bytes, name?) → Promise<model info>; rejects on a bad file
+//   posflow.loadShipped(name)        → Promise<model info>: 'web_demo' (the language model) or
+//                                       'cmudict_seq2seq' (spelling → pronunciation)
 //   posflow.selectView(name)         → selects the viewer's tab: position_encodings, attention,
-//                                       tupe, metrics or prompt
+//                                       tupe, metrics, prompt or translate
 //   posflow.setPrompt(prompt)        → sets the viewer's prompt and completes it
+//   posflow.setSource(source, beam)  → sets the translate view's source and decodes it
 //   posflow.viewerStatus()           → {status, view, checkpoints, errors, prompt,
-//                                       completedPrompt, promptField, encodingsSums}
+//                                       completedPrompt, promptField, encodingsSums, translation}
 //   posflow.lastCompletion()         → the viewer's latest completion (prompt included) or null
 //   posflow.fineTune(text, steps)    → starts fine-tuning the viewer's position encoder (its
 //                                       heatmap follows); throws on a text the model cannot learn
@@ -20,8 +24,13 @@
 
 import init, * as wasm from './pkg/posflow_web.js';
 
-const CHECKPOINT = 'assets/web_demo.safetensors';
+// The checkpoints the page ships; the first is loaded at start.
+const SHIPPED = {
+  web_demo: 'assets/web_demo.safetensors',
+  cmudict_seq2seq: 'assets/cmudict_seq2seq.safetensors',
+};
 const COMPLETION_CHARS = 80;
+const BEAM = 4;
 
 const $ = (id) => document.getElementById(id);
 
@@ -54,8 +63,11 @@ function showError(error) {
 function showStatus() {
   const m = state.model;
   const backend = state.backend === 'webgpu' ? `WebGPU (${state.device})` : 'the CPU in WebAssembly';
+  const layers = m?.kind === 'seq2seq'
+    ? `seq2seq, ${m.layers} encoder + ${m.decoder_layers} decoder layers`
+    : `${m?.layers} layers`;
   const model = m
-    ? ` · ${m.name}: ${m.layers} layers, d_model ${m.d_model}, ${m.heads} heads, ` +
+    ? ` · ${m.name}: ${layers}, d_model ${m.d_model}, ${m.heads} heads, ` +
       `${m.parameters.toLocaleString('en')} parameters, position encoding ${m.posenc.type}`
     : '';
   $('status').textContent = `Running on ${backend}${model}`;
@@ -83,6 +95,9 @@ const api = {
   probabilities(prompt) {
     return serial(() => wasm.probabilities(prompt));
   },
+  translate(source, beam = BEAM) {
+    return serial(() => wasm.translate(source, beam));
+  },
   async loadCheckpoint(bytes, name = 'checkpoint') {
     const data = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
     const info = await serial(() => wasm.loadCheckpoint(data, name));
@@ -90,11 +105,21 @@ const api = {
     showStatus();
     return info;
   },
+  async loadShipped(name) {
+    const path = SHIPPED[name];
+    if (!path) throw new Error(`no shipped checkpoint is called ${name}: ${Object.keys(SHIPPED).join(', ')}`);
+    const response = await fetch(path);
+    if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
+    return api.loadCheckpoint(await response.arrayBuffer(), `${name}.safetensors`);
+  },
   selectView(name) {
     wasm.selectView(name);
   },
   setPrompt(prompt) {
     wasm.setPrompt(prompt);
+  },
+  setSource(source, beam = BEAM) {
+    wasm.setSource(source, beam);
   },
   viewerStatus() {
     return wasm.viewerStatus();
@@ -138,10 +163,19 @@ async function boot() {
       `Running on the CPU in WebAssembly (same results): ${started.fallback}.`;
   }
   await wasm.mountViewer($('viewer'));
-  const response = await fetch(CHECKPOINT);
-  if (!response.ok) throw new Error(`${CHECKPOINT}: HTTP ${response.status}`);
   api.selectView('prompt');
-  await api.loadCheckpoint(await response.arrayBuffer(), 'web_demo.safetensors');
+  await api.loadShipped('web_demo');
+  for (const button of document.querySelectorAll('button[data-shipped]')) {
+    button.addEventListener('click', async () => {
+      try {
+        await api.loadShipped(button.dataset.shipped);
+        showError(null);
+      } catch (e) {
+        showError(`Could not load ${button.dataset.shipped}: ${e.message ?? e}`);
+      }
+    });
+    button.disabled = false;
+  }
   $('checkpoint-file').addEventListener('change', (event) => {
     const [file] = event.target.files;
     if (file) loadFile(file);

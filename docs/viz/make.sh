@@ -30,3 +30,8 @@ export_views() {
 export_views --checkpoint "$runs/tupe_a.safetensors" --checkpoint "$runs/floater.safetensors" --export docs/viz
 export_views --checkpoint "$runs/floater.safetensors" --checkpoint "$runs/tupe_a.safetensors" --export "$runs/tupe"
 cp "$runs/tupe/tupe.png" docs/viz/tupe.png
+# The translate view: the seq2seq model the browser demo ships (spelling → pronunciation,
+# FLOATER; web/README.md says how it was trained).
+"$posflow" --device cpu viz --checkpoint web/assets/cmudict_seq2seq.safetensors --length 24 \
+    --source extraordinarily --export "$runs/seq2seq"
+cp "$runs/seq2seq/translate.png" docs/viz/translate.png

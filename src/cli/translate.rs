@@ -199,15 +199,21 @@ pub fn bench_decode(backend: Rc<dyn Backend>, args: BenchDecodeArgs) -> posflow:
         args.rounds
     );
     let rows = posflow::bench::decode(&decoders, &sources, &args.beams, args.batch, args.rounds)?;
+    let names: Vec<String> = args.checkpoint.iter().map(|p| p.display().to_string()).collect();
+    let width = names
+        .iter()
+        .map(|n| n.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("checkpoint".len());
     println!(
-        "{:<40} {:>5} {:>12} {:>10} {:>9} {:>11}",
+        "{:<width$} {:>5} {:>12} {:>10} {:>9} {:>11}",
         "checkpoint", "beam", "sentences/s", "tokens/s", "vs first", "output len"
     );
-    for (path, per_beam) in args.checkpoint.iter().zip(&rows) {
+    for (name, per_beam) in names.iter().zip(&rows) {
         for (row, first) in per_beam.iter().zip(&rows[0]) {
             println!(
-                "{:<40} {:>5} {:>12.1} {:>10.0} {:>8.2}x {:>11.2}",
-                path.display(),
+                "{name:<width$} {:>5} {:>12.1} {:>10.0} {:>8.2}x {:>11.2}",
                 row.beam,
                 row.sentences_per_second,
                 row.tokens_per_second,

@@ -27,6 +27,9 @@ pub struct VizArgs {
     /// The text of the attention and prompt views.
     #[arg(long)]
     text: Option<String>,
+    /// The source the translate view decodes (a seq2seq checkpoint's).
+    #[arg(long)]
+    source: Option<String>,
     /// Close the window after N frames and print how many rendered (a smoke test under Xvfb).
     #[arg(long, hide = true)]
     frames: Option<u64>,
@@ -56,6 +59,10 @@ pub fn viz(backend: Rc<dyn Backend>, args: VizArgs) -> Result<()> {
     if let Some(text) = &args.text {
         handle.set_attention_text(text);
         handle.set_prompt(text);
+    }
+    if let Some(source) = &args.source {
+        let (_, beam) = handle.source();
+        handle.set_source(source, beam);
     }
     match &args.export {
         Some(dir) => {

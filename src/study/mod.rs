@@ -46,7 +46,9 @@
 //! name = "extrapolation"
 //! text = "sinusoidal > learned in accuracy at 2x the training length"
 //! kind = "order"
-//! metric = "accuracy"                # loss | accuracy, of the final evaluation
+//! metric = "accuracy"                # of the final evaluation: loss | accuracy (teacher-forced), or
+//!                                    # a pair task's greedy decoding: error_rate | exact_match |
+//!                                    # token_accuracy | bleu
 //! bin = "65-128"                     # a length bin as the metrics log writes it
 //! order = ["sinusoidal", "learned"]  # best first
 //!
@@ -82,19 +84,21 @@
 //! that fails stops the study (runs already going finish).
 //!
 //! `OUT` gets `study.md` and `study.json` (settings, mean ± sd per variant and length bin, time per
-//! run, each claim's measurement and verdict, per-run values) and three SVG pictures:
+//! run, each claim's measurement and verdict, per-run values) and SVG pictures:
 //! `training_loss.svg` (moving average of the training loss, mean over seeds, band min–max),
-//! `length_accuracy.svg` and `length_loss.svg` (final values per length bin, error bars ± 1 sd,
-//! bins that start past the training length shaded).
+//! `eval_loss.svg` (the first bin's validation loss at every evaluation), and one
+//! `length_<metric>.svg` per metric the study has (final values per length bin, error bars ± 1
+//! sd, bins that start past the training length shaded): loss and accuracy always, and for a pair
+//! task the greedy decoding's error_rate, exact_match, token_accuracy and bleu.
 //!
 //! # Verdicts
 //!
 //! Spreads are the sample standard deviation over seeds (0 with one seed).
 //!
 //! - `order` holds when every adjacent pair of `order` has its means in the stated order (lower
-//!   loss, higher accuracy is better) and the mean ± 1 sd ranges of the two do not overlap;
-//!   otherwise it is *not shown*. A variant without a value in the bin (a learned table that
-//!   cannot reach the length) makes its pairs not shown.
+//!   loss and error rate, higher accuracy, exact match and BLEU are better) and the mean ± 1 sd
+//!   ranges of the two do not overlap; otherwise it is *not shown*. A variant without a value in
+//!   the bin (a learned table that cannot reach the length) makes its pairs not shown.
 //! - `reaches`: the target is the baseline's final value, averaged over seeds. For each seed of
 //!   `variant`, the first evaluation step whose value is at least as good as the target, as a
 //!   fraction of the baseline's `train.steps`. It holds when every seed reaches the target and the

@@ -81,8 +81,9 @@ pub fn write_pictures(
             draw(
                 &file,
                 format!(
-                    "Final {} per length bin, mean ± 1 sd over seeds; shaded: past the training length",
-                    metric.title().to_lowercase()
+                    "{} per length bin at the end of training, mean ± 1 sd over seeds; shaded: past \
+                     the training length",
+                    metric.title()
                 ),
                 per_length(&out.join(&file), study, summary, metric),
             )?;

@@ -12,6 +12,7 @@ use super::spec::Study;
 use super::spread::Spread;
 use super::summary::{StudySummary, bin_start};
 use crate::error::Result;
+use crate::model::ModelKind;
 
 /// Everything `study.json` holds.
 #[derive(Serialize)]
@@ -98,10 +99,15 @@ fn markdown(r: &Report, study: &Study) -> String {
     }
     let _ = writeln!(md, "## Settings\n");
     let _ = writeln!(md, "- Data: `{}`", compact(&b.data));
+    let layers = match b.model.kind {
+        ModelKind::Seq2Seq { decoder_layers, .. } => {
+            format!("encoder-decoder, {} + {decoder_layers} layers", b.model.layers)
+        }
+        _ => plural(b.model.layers, "layer"),
+    };
     let _ = writeln!(
         md,
-        "- Model (base): {}, d_model {}, {}, ffn {}, max_len {}, position encoding `{}`",
-        plural(b.model.layers, "layer"),
+        "- Model (base): {layers}, d_model {}, {}, ffn {}, max_len {}, position encoding `{}`",
         b.model.d_model,
         plural(b.model.heads, "head"),
         b.model.ffn,
@@ -112,14 +118,14 @@ fn markdown(r: &Report, study: &Study) -> String {
     let _ = writeln!(
         md,
         "- Training (base): {} steps of batch {}, lr {} ({:?} decay, {} warmup steps); evaluation every {} \
-         steps at lengths {:?}, {} each",
+         steps in the bins {}, {} each",
         t.steps,
         t.batch,
         t.lr,
         t.decay,
         t.warmup,
         t.eval_every,
-        t.eval_lengths,
+        s.bins.join(", "),
         if t.eval_batches == 1 {
             "1 batch".to_string()
         } else {

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use super::eval_pairs::PairReport;
+use super::pair_report::PairReport;
 use super::task::EvalSet;
 use crate::data::LengthBins;
 use crate::error::Result;

@@ -9,6 +9,7 @@ mod finetune;
 #[cfg(not(target_arch = "wasm32"))]
 mod fit;
 mod metrics;
+mod pair_report;
 mod program;
 mod saved;
 mod schedule;
@@ -17,13 +18,13 @@ mod trainer;
 
 pub use config::{DEFAULT_RUN, DataConfig, MAX_SEQUENCE, RunConfig, TrainConfig, check_eval_lengths};
 pub use eval::{EvalReport, Evaluator};
-pub use eval_pairs::PairReport;
 pub use finetune::{FineTune, FineTuneSettings};
 #[cfg(not(target_arch = "wasm32"))]
 pub use fit::{FitSummary, Progress, fit};
 #[cfg(not(target_arch = "wasm32"))]
 pub use metrics::MetricsLog;
 pub use metrics::{DecodedScores, Record};
+pub use pair_report::PairReport;
 pub use program::{BatchShape, TrainGraph, TrainingProgram};
 pub use saved::{RUN_KEY, check_same_tokenizer, saved_run};
 pub use schedule::{Decay, Schedule};

@@ -155,12 +155,22 @@ fn position_prefixes(loaded: &LoadedCheckpoint) -> Vec<String> {
         .collect()
 }
 
-fn cannot_fine_tune(loaded: &LoadedCheckpoint) -> String {
-    format!(
-        "{} cannot be fine-tuned: its position encoding ({}) has no trained parameters.",
-        loaded.name,
-        posenc_name(&loaded.saved.model.config().posenc)
-    )
+/// Why `loaded`'s position encoder cannot be fine-tuned, or `None` when it can.
+fn cannot_fine_tune(loaded: &LoadedCheckpoint) -> Option<String> {
+    if loaded.decoder.is_some() {
+        return Some(format!(
+            "{} is a seq2seq model: fine-tuning trains a language model's position encoder on plain text, \
+             and this model learns from pairs.",
+            loaded.name
+        ));
+    }
+    position_prefixes(loaded).is_empty().then(|| {
+        format!(
+            "{} cannot be fine-tuned: its position encoding ({}) has no trained parameters.",
+            loaded.name,
+            posenc_name(&loaded.saved.model.config().posenc)
+        )
+    })
 }
 
 /// Starts fine-tuning the active checkpoint's position encoder on `text` for `steps` steps at the
@@ -185,16 +195,10 @@ fn new_run(s: &mut State, text: &str, steps: usize) -> Result<Run> {
         .get(s.active)
         .cloned()
         .ok_or_else(|| Error::Input("load a checkpoint to fine-tune its position encoder".into()))?;
-    if loaded.decoder.is_some() {
-        return Err(Error::Input(format!(
-            "{} is a seq2seq model: fine-tuning trains a language model's position encoder on plain text",
-            loaded.name
-        )));
+    if let Some(reason) = cannot_fine_tune(&loaded) {
+        return Err(Error::Input(reason));
     }
     let prefixes = position_prefixes(&loaded);
-    if prefixes.is_empty() {
-        return Err(Error::Input(cannot_fine_tune(&loaded)));
-    }
     s.fine_tune.text = text.to_string();
     s.fine_tune.steps = steps;
     let saved = &loaded.saved;
@@ -355,8 +359,8 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State) {
     let Some(loaded) = s.checkpoints.get(s.active).cloned() else {
         return;
     };
-    if position_prefixes(&loaded).is_empty() {
-        ui.label(cannot_fine_tune(&loaded));
+    if let Some(reason) = cannot_fine_tune(&loaded) {
+        ui.label(reason);
         return;
     }
     ui.weak(format!(

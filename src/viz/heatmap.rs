@@ -109,18 +109,29 @@ impl Heatmap<'_> {
                 tick_color,
             );
         }
-        // Both titles under the map, where no tick label is: columns centred, rows at the left.
-        painter.text(
-            pos2(plot.center().x, outer.bottom() - 2.0),
-            Align2::CENTER_BOTTOM,
-            format!("columns: {}", self.col_title),
-            FontId::proportional(12.0),
-            text,
-        );
-        painter.text(
+        // Both titles under the map, where no tick label is: rows at the left, columns centred,
+        // or right-aligned where a narrow map would make the two overlap.
+        let rows_title = painter.text(
             pos2(outer.left() + 2.0, outer.bottom() - 2.0),
             Align2::LEFT_BOTTOM,
             format!("rows: {}", self.row_title),
+            FontId::proportional(12.0),
+            text,
+        );
+        let columns = format!("columns: {}", self.col_title);
+        let columns_width = painter
+            .layout_no_wrap(columns.clone(), FontId::proportional(12.0), text)
+            .size()
+            .x;
+        let (x, align) = if plot.center().x - columns_width / 2.0 > rows_title.right() + 8.0 {
+            (plot.center().x, Align2::CENTER_BOTTOM)
+        } else {
+            (outer.right() - 2.0, Align2::RIGHT_BOTTOM)
+        };
+        painter.text(
+            pos2(x, outer.bottom() - 2.0),
+            align,
+            columns,
             FontId::proportional(12.0),
             text,
         );

@@ -166,8 +166,14 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State, jobs: &mut Vec<Job>) {
                     "hypotheses kept at each step"
                 });
         }
-        ui.weak(format!("{}: {}", checkpoint.name, checkpoint.describe()));
     });
+    // On its own line, wrapped: a long description must not widen the view past the window.
+    ui.add(
+        egui::Label::new(
+            egui::RichText::new(format!("{}: {}", checkpoint.name, checkpoint.describe())).weak(),
+        )
+        .wrap(),
+    );
     jobs.extend(request(s, index));
     let layers = match s.translate.attention {
         Attention::Encoder => checkpoint.saved.model.config().layers,
@@ -206,8 +212,8 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State, jobs: &mut Vec<Job>) {
                     &attention.cross,
                     &t.produced,
                     &t.source_tokens,
-                    "output token produced",
-                    "source token",
+                    "output",
+                    "source",
                 ),
                 Attention::Encoder => (
                     &attention.encoder,
@@ -220,7 +226,7 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State, jobs: &mut Vec<Job>) {
                     &attention.decoder,
                     &t.decoder_inputs,
                     &t.decoder_inputs,
-                    "query (decoder input)",
+                    "decoder input",
                     "key",
                 ),
             };

@@ -2,8 +2,9 @@
 //!
 //! The page starts one backend — WebGPU when the browser has it, the CPU backend in wasm
 //! otherwise —, mounts posflow's egui viewer (the views of `posflow viz`) on a canvas with that
-//! backend, loads a checkpoint into both, and asks for greedy completions and next-character
-//! distributions. Everything that touches the GPU is async: the browser cannot block on it.
+//! backend, loads a checkpoint into both, and asks a language model for greedy completions and
+//! next-character distributions, or a seq2seq model for translations (beam search). Everything
+//! that touches the GPU is async: the browser cannot block on it.
 //! Session calls must not overlap (one executor is fed, run and read back per call): `main.js`
 //! queues them. The viewer runs its own jobs on its own copy of the model.
 // Only the browser runs this crate.
@@ -90,20 +91,29 @@ pub async fn mount_viewer(canvas: HtmlCanvasElement) -> Result<(), JsError> {
 }
 
 /// Loads a checkpoint (the bytes of a posflow `.safetensors` file; `name` labels it in
-/// messages) into the session and the viewer (where it becomes the active one, its prompt
-/// completed again), and returns its model's description. A file that is not a checkpoint, or
-/// one of a model that cannot generate text, is an error and leaves the previous model loaded.
+/// messages) into the session and the viewer (where it becomes the active one: a language model's
+/// prompt is completed again, a seq2seq model's translate tab opens and decodes its source), and
+/// returns its model's description (`kind`: "causal_lm" or "seq2seq"). A file that is not a
+/// checkpoint, or one of an encoder (which generates nothing), is an error and leaves the previous
+/// model loaded.
 #[wasm_bindgen(js_name = loadCheckpoint)]
 pub async fn load_checkpoint(bytes: Vec<u8>, name: String) -> Result<JsValue, JsError> {
-    let info = session()?.load(&bytes, &name).map_err(js_error)?;
+    let session = session()?;
+    let info = session.load(&bytes, &name).map_err(js_error)?;
     let handle = &viewer()?.handle;
     handle.load_checkpoint_bytes(&name, &bytes).map_err(js_error)?;
-    handle.set_prompt(&handle.prompt());
+    if session.model().map_err(js_error)?.is_seq2seq() {
+        let (source, beam) = handle.source();
+        handle.select_view(posflow::viz::View::Translate);
+        handle.set_source(&source, beam);
+    } else {
+        handle.set_prompt(&handle.prompt());
+    }
     to_js(&info)
 }
 
-/// Selects the viewer's tab by its name: `position_encodings`, `attention`, `tupe`, `metrics`
-/// or `prompt`.
+/// Selects the viewer's tab by its name: `position_encodings`, `attention`, `tupe`, `metrics`,
+/// `prompt` or `translate`.
 #[wasm_bindgen(js_name = selectView)]
 pub fn select_view(name: &str) -> Result<(), JsError> {
     let view = viewer::view_named(name).map_err(|e| JsError::new(&e))?;
@@ -118,9 +128,17 @@ pub fn set_prompt(prompt: &str) -> Result<(), JsError> {
     Ok(())
 }
 
+/// Sets the translate view's source and beam and decodes it (as typing it there would).
+#[wasm_bindgen(js_name = setSource)]
+pub fn set_source(source: &str, beam: usize) -> Result<(), JsError> {
+    viewer()?.handle.set_source(source, beam);
+    Ok(())
+}
+
 /// What the viewer shows: `{status: "empty" | "busy" | "ready", view, checkpoints, errors,
-/// prompt, completedPrompt, promptField: {x, y, width, height} | null}` (CSS pixels from the
-/// canvas's corner).
+/// prompt, completedPrompt, promptField: {x, y, width, height} | null, encodingsSums,
+/// translation: {source, output} | {source: null, error} | null}` (CSS pixels from the canvas's
+/// corner).
 #[wasm_bindgen(js_name = viewerStatus)]
 pub fn viewer_status() -> Result<JsValue, JsError> {
     to_js(&viewer()?.status())
@@ -172,6 +190,15 @@ pub fn fine_tune_status() -> Result<JsValue, JsError> {
 pub async fn complete(prompt: String, chars: usize) -> Result<String, JsError> {
     let model = session()?.model().map_err(js_error)?;
     model.complete(&prompt, chars).await.map_err(js_error)
+}
+
+/// A seq2seq model's best output for `source` with `beam` hypotheses: `{output, score}`, what
+/// `posflow translate --beam B --scores` prints natively.
+#[wasm_bindgen]
+pub async fn translate(source: String, beam: usize) -> Result<JsValue, JsError> {
+    let model = session()?.model().map_err(js_error)?;
+    let found = model.translate(&source, beam).await.map_err(js_error)?;
+    to_js(&found)
 }
 
 /// The next character's distribution after `prompt`: `{char: probability}`.

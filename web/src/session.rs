@@ -5,8 +5,9 @@ use std::rc::Rc;
 
 use posflow::backend::{Backend, BackendKind, CpuBackend, GpuBackend, gpu::SoftwareAdapters};
 use posflow::checkpoint::Checkpoint;
-use posflow::data::{BOS, SPECIAL_TOKENS};
-use posflow::inference::{Generator, SavedModel};
+use posflow::data::{BOS, PairTokenizer, SPECIAL_TOKENS, TaskTokenizer};
+use posflow::inference::{DecodeOptions, Generator, MAX_BEAM, SavedModel, Seq2SeqDecoder};
+use posflow::model::ModelKind;
 use posflow::train::saved_run;
 use posflow::{Error, Result};
 use rand_chacha::ChaCha8Rng;
@@ -26,9 +27,22 @@ pub struct Session {
 /// A checkpoint's model, ready to predict.
 pub struct Loaded {
     pub saved: SavedModel,
-    generator: Generator,
-    /// Whether prompts get a <bos> in front (the prompted tasks), as `posflow sample` does.
-    starts_with_bos: bool,
+    predicts: Predicts,
+}
+
+/// What a loaded model does with the page's text.
+enum Predicts {
+    /// A language model continues a prompt.
+    Text {
+        generator: Generator,
+        /// Whether prompts get a <bos> in front (the prompted tasks), as `posflow sample` does.
+        starts_with_bos: bool,
+    },
+    /// A seq2seq model decodes a source, as `posflow translate` does.
+    Translation {
+        decoder: Seq2SeqDecoder,
+        tokenizer: PairTokenizer,
+    },
 }
 
 /// Which backend the page asked for (`?backend=` in its address).
@@ -96,22 +110,43 @@ impl Session {
         }
     }
 
-    /// Parses and loads a checkpoint; on any error the model loaded before stays.
+    /// Parses and loads a checkpoint (a language model or a seq2seq model); on any error the
+    /// model loaded before stays.
     pub fn load(&self, bytes: &[u8], name: &str) -> Result<Value> {
         let checkpoint = Checkpoint::from_bytes(bytes, name)?;
         let saved = SavedModel::from_checkpoint(self.backend.clone(), &checkpoint)?;
-        let mut generator = saved.generator()?;
-        let starts_with_bos = saved_run(&saved.metadata).is_ok_and(|run| run.data.starts_with_bos());
-        if starts_with_bos {
-            generator = generator.starting_with_bos();
-        }
         let config = saved.model.config();
+        let (predicts, kind) = match (config.kind, &saved.tokenizer) {
+            (ModelKind::Seq2Seq { .. }, TaskTokenizer::Pairs(pairs)) => (
+                Predicts::Translation {
+                    decoder: Seq2SeqDecoder::new(&saved.model, &saved.params)?,
+                    tokenizer: pairs.clone(),
+                },
+                "seq2seq",
+            ),
+            _ => {
+                let mut generator = saved.generator()?;
+                let starts_with_bos = saved_run(&saved.metadata).is_ok_and(|run| run.data.starts_with_bos());
+                if starts_with_bos {
+                    generator = generator.starting_with_bos();
+                }
+                (
+                    Predicts::Text {
+                        generator,
+                        starts_with_bos,
+                    },
+                    "causal_lm",
+                )
+            }
+        };
         let parameters: usize = saved.params.iter().map(|(_, p)| p.meta.numel()).sum();
         let info = json!({
             "name": name,
+            "kind": kind,
             "vocab": config.vocab,
             "d_model": config.d_model,
             "layers": config.layers,
+            "decoder_layers": config.decoder_dims().map(|d| d.layers),
             "heads": config.heads,
             "ffn": config.ffn,
             "max_len": config.max_len,
@@ -119,12 +154,7 @@ impl Session {
             "parameters": parameters,
             "step": saved.metadata.training.step,
         });
-        let loaded = Loaded {
-            saved,
-            generator,
-            starts_with_bos,
-        };
-        *self.model.borrow_mut() = Some(Rc::new(loaded));
+        *self.model.borrow_mut() = Some(Rc::new(Loaded { saved, predicts }));
         Ok(info)
     }
 
@@ -175,25 +205,42 @@ fn describe_adapter(info: &wgpu::AdapterInfo) -> String {
 }
 
 impl Loaded {
+    pub fn is_seq2seq(&self) -> bool {
+        matches!(self.predicts, Predicts::Translation { .. })
+    }
+
+    /// A language model's generator; a seq2seq model's is an error saying what it does instead.
+    fn text(&self) -> Result<(&Generator, bool)> {
+        match &self.predicts {
+            Predicts::Text {
+                generator,
+                starts_with_bos,
+            } => Ok((generator, *starts_with_bos)),
+            Predicts::Translation { .. } => Err(Error::Input(
+                "the loaded model is a seq2seq model: it translates a source (translate), it does not \
+                 continue a prompt"
+                    .into(),
+            )),
+        }
+    }
+
     /// `prompt` and its greedy continuation of up to `chars` characters.
     pub async fn complete(&self, prompt: &str, chars: usize) -> Result<String> {
+        let (generator, _) = self.text()?;
         // Temperature 0 never draws from the generator.
         let mut rng = ChaCha8Rng::seed_from_u64(0);
-        let text = self.generator.complete(prompt, chars, 0.0, &mut rng).await?;
+        let text = generator.complete(prompt, chars, 0.0, &mut rng).await?;
         Ok(format!("{prompt}{text}"))
     }
 
     /// The next token's distribution after `prompt`, by character (special tokens by name, as
     /// `posflow sample --probabilities` prints it).
     pub async fn probabilities(&self, prompt: &str) -> Result<Map<String, Value>> {
+        let (generator, starts_with_bos) = self.text()?;
         let tokenizer = self.saved.tokenizer.chars()?;
-        let mut context = if self.starts_with_bos {
-            vec![BOS]
-        } else {
-            Vec::new()
-        };
+        let mut context = if starts_with_bos { vec![BOS] } else { Vec::new() };
         context.extend(tokenizer.encode(prompt)?);
-        let probs = self.generator.next_probabilities(&context).await?;
+        let probs = generator.next_probabilities(&context).await?;
         probs
             .iter()
             .enumerate()
@@ -205,5 +252,39 @@ impl Loaded {
                 Ok((name, Value::from(p)))
             })
             .collect()
+    }
+
+    /// A seq2seq model's best output for `source` with `beam` hypotheses (1 is greedy), with
+    /// `posflow translate`'s defaults otherwise: `{output, score}`.
+    pub async fn translate(&self, source: &str, beam: usize) -> Result<Value> {
+        let Predicts::Translation { decoder, tokenizer } = &self.predicts else {
+            return Err(Error::Input(
+                "the loaded model is a language model: it continues a prompt (complete), it does not \
+                 translate"
+                    .into(),
+            ));
+        };
+        if source.trim().is_empty() {
+            return Err(Error::Input("the source is empty".into()));
+        }
+        if !(1..=MAX_BEAM).contains(&beam) {
+            return Err(Error::Input(format!(
+                "the beam must be 1 to {MAX_BEAM}, got {beam}"
+            )));
+        }
+        let ids = tokenizer.encode_source(source)?;
+        let options = DecodeOptions {
+            beam,
+            ..DecodeOptions::default()
+        };
+        let best = decoder
+            .decode(&[ids], &options)
+            .await?
+            .pop()
+            .ok_or_else(|| Error::Input("decoding returned no hypothesis".into()))?;
+        Ok(json!({
+            "output": tokenizer.decode_target(&best.tokens)?,
+            "score": best.score,
+        }))
     }
 }

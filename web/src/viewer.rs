@@ -36,12 +36,14 @@ impl MountedViewer {
         })
     }
 
-    /// `{status, view, checkpoints, errors, prompt, completedPrompt, promptField, encodingsSums}`:
-    /// what the viewer shows. `completedPrompt` is the prompt of the finished completion (or
-    /// null); `promptField` the prompt view's text field in CSS pixels from the canvas's top left
-    /// (`{x, y, width, height}`), or null when that view is not shown; `encodingsSums[i]` the sum
-    /// of |value| over the heatmaps shown for the i-th checkpoint (null before they are computed),
-    /// a fingerprint by which a test sees them follow fine-tuning.
+    /// `{status, view, checkpoints, errors, prompt, completedPrompt, promptField, encodingsSums,
+    /// translation}`: what the viewer shows. `translation` is the translate view's finished
+    /// decoding, `{source, output}` or `{source: null, error}`, or null while it runs.
+    /// `completedPrompt` is the prompt of the finished completion (or null); `promptField` the
+    /// prompt view's text field in CSS pixels from the canvas's top left (`{x, y, width,
+    /// height}`), or null when that view is not shown; `encodingsSums[i]` the sum of |value| over
+    /// the heatmaps shown for the i-th checkpoint (null before they are computed), a fingerprint
+    /// by which a test sees them follow fine-tuning.
     pub fn status(&self) -> Value {
         let h = &self.handle;
         let sums: Vec<Option<f64>> = (0..h.checkpoints().len())
@@ -66,6 +68,11 @@ impl MountedViewer {
             "completedPrompt": h.completed_prompt(),
             "promptField": h.prompt_field().map(css_rect),
             "encodingsSums": sums,
+            "translation": match h.last_translation() {
+                Some(Ok((source, output))) => json!({"source": source, "output": output}),
+                Some(Err(error)) => json!({"source": null, "error": error}),
+                None => Value::Null,
+            },
         })
     }
 

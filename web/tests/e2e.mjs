@@ -9,8 +9,10 @@
 // prompt with real key presses into the viewer's prompt field and checks its greedy completion
 // against `posflow sample` (native, CPU backend), fine-tunes the position encoder in the viewer
 // (the heatmap must change, and come back on reset), checks the `window.posflow` hook's completion
-// and next-character distribution, and that a broken and an unrelated checkpoint file give an
-// error while the page keeps working. Any failed check exits non-zero.
+// and next-character distribution, that a broken and an unrelated checkpoint file give an
+// error while the page keeps working, and that the shipped seq2seq model (spelling →
+// pronunciation) decodes in the page — the hook and the viewer's translate tab — exactly as
+// native `posflow translate` does. Any failed check exits non-zero.
 //
 // Environment: POSFLOW_BIN (the native CLI; default target/debug/posflow or
 // $CARGO_TARGET_DIR/debug/posflow), CHROMIUM (default /usr/bin/chromium), SCREENSHOTS (a folder
@@ -20,6 +22,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -31,6 +34,7 @@ const web = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
 const root = path.dirname(web);
 const dist = path.join(web, 'dist');
 const checkpoint = path.join(web, 'assets', 'web_demo.safetensors');
+const seq2seqCheckpoint = path.join(web, 'assets', 'cmudict_seq2seq.safetensors');
 const posflowBin =
   process.env.POSFLOW_BIN ??
   path.join(process.env.CARGO_TARGET_DIR ?? path.join(root, 'target'), 'debug', 'posflow');
@@ -40,6 +44,10 @@ const PROMPT = 'Call me Ishmael. Some years ago';
 const CHARS = 80; // what the page's prompt box completes (main.js COMPLETION_CHARS)
 const SHORT = 10; // characters, where a check only needs the page to still work
 const TOLERANCE = 1e-4;
+// Words the seq2seq model decodes (beam 4, main.js BEAM): the viewer's default source, a short
+// and a long word.
+const SOURCES = ['posflow', 'hello', 'extraordinarily'];
+const BEAM = 4;
 const TIMEOUT = 360_000; // SwiftShader compiles every pipeline on the first run, slowly
 // Polling by timer, not Playwright's default requestAnimationFrame: a predicate run in every
 // frame next to the viewer's own frames starved the WebGPU readbacks (the page never got ready).
@@ -76,6 +84,24 @@ function nativeSample(extra) {
   // The first line names the device ("device: cpu (2 threads)"); the rest ends with a newline.
   assert.match(out, /^device: /, `unexpected output of posflow sample: ${out}`);
   return out.slice(out.indexOf('\n') + 1).replace(/\n$/, '');
+}
+
+// `posflow translate --beam 4 --scores` of every source: {source: {output, score}}.
+function nativeTranslations() {
+  const sources = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'posflow-e2e-')), 'sources.txt');
+  fs.writeFileSync(sources, `${SOURCES.join('\n')}\n`);
+  const out = execFileSync(
+    posflowBin,
+    ['--device', 'cpu', 'translate', '--checkpoint', seq2seqCheckpoint, '--beam', String(BEAM), '--scores',
+      '--file', sources],
+    { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] },
+  );
+  const lines = out.trimEnd().split('\n');
+  assert.equal(lines.length, SOURCES.length, `unexpected output of posflow translate: ${out}`);
+  return Object.fromEntries(lines.map((line, i) => {
+    const [output, score] = line.split('\t');
+    return [SOURCES[i], { output, score: Number(score) }];
+  }));
 }
 
 // Pixels of a PNG screenshot that differ from its commonest colour (the background), and those
@@ -326,6 +352,55 @@ async function checkPage({ name, flags, backend, url, expected, files }) {
       fs.mkdirSync(process.env.SCREENSHOTS, { recursive: true });
       await page.screenshot({ path: path.join(process.env.SCREENSHOTS, `${name}.png`), fullPage: true });
     }
+
+    // The shipped seq2seq model: loading it opens the viewer's translate tab, which decodes its
+    // source; the hook and the tab give native `posflow translate`'s outputs and scores.
+    const info = await page.evaluate(() => window.posflow.loadShipped('cmudict_seq2seq'));
+    assert.equal(info.kind, 'seq2seq', `model info: ${JSON.stringify(info)}`);
+    await page.waitForFunction(
+      (s) => window.posflow.viewerStatus().translation?.source === s,
+      SOURCES[0],
+      POLL,
+    );
+    let shownTranslation = await page.evaluate(() => window.posflow.viewerStatus());
+    assert.equal(shownTranslation.view, 'translate');
+    assert.equal(shownTranslation.translation.output, expected.translations[SOURCES[0]].output);
+    for (const source of SOURCES) {
+      const timedTranslation = await page.evaluate(async ([s, b]) => {
+        const start = performance.now();
+        const found = await window.posflow.translate(s, b);
+        return { ...found, ms: performance.now() - start };
+      }, [source, BEAM]);
+      const want = expected.translations[source];
+      assert.equal(timedTranslation.output, want.output, `posflow.translate(${source}) differs from native`);
+      assert.ok(Math.abs(timedTranslation.score - want.score) < 1e-3, `score ${timedTranslation.score} vs ${want.score}`);
+      console.log(`posflow.translate(${source}) → ${timedTranslation.output} (= native, ${timedTranslation.ms.toFixed(0)} ms)`);
+    }
+    await page.evaluate(([s, b]) => window.posflow.setSource(s, b), [SOURCES[2], BEAM]);
+    await page.waitForFunction(
+      (s) => window.posflow.viewerStatus().translation?.source === s && window.posflow.viewerStatus().status === 'ready',
+      SOURCES[2],
+      POLL,
+    );
+    shownTranslation = await page.evaluate(() => window.posflow.viewerStatus().translation);
+    assert.equal(shownTranslation.output, expected.translations[SOURCES[2]].output, 'the translate tab differs');
+    await page.waitForTimeout(1000);
+    const attention = canvasPixels(await canvas.screenshot());
+    assert.ok(attention.drawn >= 0.1 * attention.total, `the translate tab draws no maps: ${JSON.stringify(attention)}`);
+    console.log(`translate tab: ${SOURCES[2]} → ${shownTranslation.output}; ${attention.drawn} pixels drawn`);
+    if (process.env.SCREENSHOTS) {
+      await page.screenshot({ path: path.join(process.env.SCREENSHOTS, `${name}-translate.png`), fullPage: true });
+    }
+    await assert.rejects(
+      page.evaluate(() => window.posflow.complete('hello', 5)),
+      /seq2seq model/,
+      'completing a prompt with a seq2seq model is refused with the reason',
+    );
+    await assert.rejects(
+      page.evaluate(() => window.posflow.translate('h3llo', 1)),
+      /unknown character '3'/,
+      'a character the model never saw is refused naming it',
+    );
     assert.deepEqual(problems, [], 'errors in the browser console');
     console.log(`== ${name}: all checks passed`);
   } finally {
@@ -378,7 +453,9 @@ async function main() {
   const expected = {
     completion: nativeSample(['--chars', String(CHARS), '--temperature', '0']),
     probabilities: JSON.parse(nativeSample(['--probabilities'])),
+    translations: nativeTranslations(),
   };
+  console.log(`native translations: ${JSON.stringify(expected.translations)}`);
   console.log(`native completion: ${JSON.stringify(expected.completion)}`);
   const weights = fs.readFileSync(checkpoint);
   // A screenshot of nothing in particular: an unrelated PNG.
