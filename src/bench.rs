@@ -191,6 +191,8 @@ pub struct TrainBenchRow {
     /// The loss of the first and the last step, to show the steps trained something.
     pub first_loss: f32,
     pub last_loss: f32,
+    /// Kernel dispatches of one step on a GPU (`None` on the CPU).
+    pub dispatches: Option<usize>,
 }
 
 /// Times `steps` full training steps (forward, backward, clipping, AdamW update) of
@@ -247,6 +249,7 @@ pub fn train(backend: &Rc<dyn Backend>, bench: &TrainBench, steps: usize) -> Res
         tokens_per_second: (batch * len) as f64 / mean_seconds,
         first_loss: losses[0],
         last_loss: losses[losses.len() - 1],
+        dispatches: program.dispatches(),
     })
 }
 

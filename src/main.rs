@@ -257,8 +257,8 @@ fn bench_train(
         m.layers, m.d_model, m.heads, m.ffn, m.vocab, base.batch, base.len, base.optimizer.max_grad_norm
     );
     println!(
-        "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}  loss",
-        "variant", "parameters", "mean ms", "median ms", "best ms", "tokens/s", "vs first"
+        "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}  loss",
+        "variant", "parameters", "mean ms", "median ms", "best ms", "tokens/s", "dispatches", "vs first"
     );
     let mut first = None;
     for name in variants {
@@ -269,12 +269,13 @@ fn bench_train(
         let row = posflow::bench::train(backend, &bench, steps)?;
         let reference = *first.get_or_insert(row.mean_seconds);
         println!(
-            "{name:<16} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>10.0} {:>8.2}x  {:.3} -> {:.3}",
+            "{name:<16} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>10.0} {:>10} {:>8.2}x  {:.3} -> {:.3}",
             row.parameters,
             row.mean_seconds * 1e3,
             row.median_seconds * 1e3,
             row.best_seconds * 1e3,
             row.tokens_per_second,
+            row.dispatches.map_or("-".to_string(), |n| n.to_string()),
             row.mean_seconds / reference,
             row.first_loss,
             row.last_loss

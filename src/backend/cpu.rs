@@ -6,8 +6,9 @@
 
 use std::cell::RefCell;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use super::profile::{self, Clock, Profile};
 use super::{Backend, BackendKind, Buffer, Compiled, Program, ReadFuture};
 use crate::error::{Error, Result};
 use crate::kernel::{In, Out};
@@ -80,10 +81,9 @@ impl Backend for CpuBackend {
                 }
             }
         }
-        let profile = std::env::var("POSFLOW_PROFILE").is_ok_and(|v| v == "1");
         Ok(Box::new(CpuProgram {
             program: program.clone(),
-            profile: profile.then(|| RefCell::new(Profile::default())),
+            profile: profile::requested().then(|| RefCell::new(Profile::new(Clock::Host))),
         }))
     }
 }
@@ -93,55 +93,26 @@ struct CpuProgram {
     profile: Option<RefCell<Profile>>,
 }
 
-/// Time spent per op name over every run of one program.
-#[derive(Default)]
-struct Profile {
-    runs: usize,
-    /// (op name, calls, total time), in the order the ops first ran.
-    ops: Vec<(&'static str, usize, Duration)>,
-}
-
-impl Profile {
-    fn record(&mut self, name: &'static str, time: Duration) {
-        match self.ops.iter_mut().find(|(n, _, _)| *n == name) {
-            Some((_, calls, total)) => {
-                *calls += 1;
-                *total += time;
-            }
-            None => self.ops.push((name, 1, time)),
-        }
-    }
-}
-
 impl Drop for CpuProgram {
     fn drop(&mut self) {
-        let Some(profile) = &self.profile else { return };
-        let profile = profile.borrow();
-        let runs = profile.runs.max(1) as f64;
-        let total: Duration = profile.ops.iter().map(|(_, _, t)| *t).sum();
-        let mut ops = profile.ops.clone();
-        ops.sort_by_key(|op| std::cmp::Reverse(op.2));
-        eprintln!(
-            "POSFLOW_PROFILE: {} runs, {:.2} ms per run",
-            profile.runs,
-            total.as_secs_f64() * 1e3 / runs
-        );
-        eprintln!("{:<24} {:>8} {:>12} {:>7}", "op", "calls/run", "ms/run", "share");
-        for (name, calls, time) in ops {
-            eprintln!(
-                "{name:<24} {:>8.0} {:>12.3} {:>6.1}%",
-                calls as f64 / runs,
-                time.as_secs_f64() * 1e3 / runs,
-                100.0 * time.as_secs_f64() / total.as_secs_f64().max(1e-12)
-            );
+        if let Some(profile) = &self.profile {
+            eprint!("{}", profile.borrow());
         }
     }
 }
 
 impl Compiled for CpuProgram {
+    fn dispatches(&self) -> Option<usize> {
+        None
+    }
+
+    fn profile(&self) -> Option<Profile> {
+        self.profile.as_ref().map(|p| p.borrow().clone())
+    }
+
     fn run(&self) -> Result<()> {
         if let Some(profile) = &self.profile {
-            profile.borrow_mut().runs += 1;
+            profile.borrow_mut().start_run();
         }
         for step in &self.program {
             let start = self.profile.as_ref().map(|_| Instant::now());
@@ -182,7 +153,9 @@ impl Compiled for CpuProgram {
                 *cpu_buffer(&o.buffer).write().expect("buffer lock") = data;
             }
             if let (Some(profile), Some(start)) = (&self.profile, start) {
-                profile.borrow_mut().record(step.op.name(), start.elapsed());
+                profile
+                    .borrow_mut()
+                    .record(step.op.name(), start.elapsed().as_secs_f64());
             }
         }
         Ok(())

@@ -12,13 +12,14 @@ use crate::tensor::TensorMeta;
 
 pub mod cpu;
 pub mod gpu;
+pub mod profile;
 mod select;
 
 pub use cpu::CpuBackend;
 pub use gpu::GpuBackend;
-#[cfg(not(target_arch = "wasm32"))]
-pub use select::gpu_for_tests;
 pub use select::{DeviceChoice, select_backend};
+#[cfg(not(target_arch = "wasm32"))]
+pub use select::{gpu_backend_for_tests, gpu_for_tests};
 
 /// A device buffer of 32-bit words. Cloning shares the same memory.
 #[derive(Clone, Debug)]
@@ -59,6 +60,13 @@ pub type Program = Vec<Step>;
 /// A program ready to run again and again.
 pub trait Compiled {
     fn run(&self) -> Result<()>;
+
+    /// Kernel dispatches recorded per run on a GPU (a repeated kernel counts once); `None` on
+    /// the CPU, which dispatches nothing.
+    fn dispatches(&self) -> Option<usize>;
+
+    /// The time per op kind so far, when the program was compiled with profiling on.
+    fn profile(&self) -> Option<profile::Profile>;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -76,9 +76,15 @@ pub async fn select_backend(choice: DeviceChoice) -> Result<Rc<dyn Backend>> {
 /// gl (see [`SoftwareAdapters::AllowButGl`] for why); the skip message names what it skipped.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn gpu_for_tests() -> Option<Rc<dyn Backend>> {
+    gpu_backend_for_tests().map(|gpu| Rc::new(gpu) as Rc<dyn Backend>)
+}
+
+/// [`gpu_for_tests`], as the GPU backend itself (to set it up before use).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn gpu_backend_for_tests() -> Option<GpuBackend> {
     let adapters = SoftwareAdapters::for_tests(wgpu::Backends::from_env());
     match pollster::block_on(GpuBackend::new(adapters)) {
-        Ok(gpu) => Some(Rc::new(gpu)),
+        Ok(gpu) => Some(gpu),
         Err(e) if std::env::var("POSFLOW_REQUIRE_GPU").as_deref() == Ok("1") => {
             panic!("POSFLOW_REQUIRE_GPU=1 but the GPU backend is unavailable: {e}")
         }

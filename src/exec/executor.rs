@@ -5,6 +5,7 @@ use std::cell::OnceCell;
 use std::rc::Rc;
 
 use super::{Plan, Slot};
+use crate::backend::profile::Profile;
 use crate::backend::{Backend, BackendKind, Bound, Buffer, Compiled, Program, Step, f32_words, words_f32};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Source, TensorId};
@@ -136,6 +137,18 @@ impl Executor {
             let _ = self.compiled.set(compiled);
         }
         self.compiled.get().expect("compiled above").run()
+    }
+
+    /// Kernel dispatches per run on a GPU; `None` on the CPU, or before the first run compiles
+    /// the program.
+    pub fn dispatches(&self) -> Option<usize> {
+        self.compiled.get()?.dispatches()
+    }
+
+    /// The time per op kind over the runs so far, when the backend profiles
+    /// (`POSFLOW_PROFILE=1`).
+    pub fn profile(&self) -> Option<Profile> {
+        self.compiled.get()?.profile()
     }
 
     pub async fn read(&self, t: TensorId) -> Result<Vec<f32>> {

@@ -340,6 +340,14 @@ impl TrainingProgram {
         Ok(())
     }
 
+    /// Kernel dispatches of the last launched step on a GPU (`None` on the CPU).
+    pub fn dispatches(&self) -> Option<usize> {
+        match &self.cached {
+            Some(cached) if !self.last_solved => cached.program.exec.dispatches(),
+            _ => self.solving.exec.dispatches(),
+        }
+    }
+
     /// After a launch: an error if the solve failed (AdamW then skipped the update, as every
     /// gradient was non-finite); otherwise keeps a solving step's encodings for the next steps.
     pub async fn check(&mut self) -> Result<()> {

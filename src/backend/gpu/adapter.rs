@@ -237,6 +237,8 @@ pub(super) async fn open(adapter: &wgpu::Adapter) -> Result<(wgpu::Device, wgpu:
     adapter
         .request_device(&wgpu::DeviceDescriptor {
             label: Some("posflow"),
+            // Timestamps let `POSFLOW_PROFILE=1` time each dispatch on the GPU itself.
+            required_features: adapter.features() & wgpu::Features::TIMESTAMP_QUERY,
             required_limits: limits,
             ..Default::default()
         })

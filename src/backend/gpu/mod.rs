@@ -9,6 +9,8 @@ use crate::error::{Error, Result};
 mod adapter;
 mod pipelines;
 mod program;
+#[cfg(not(target_arch = "wasm32"))]
+mod timestamps;
 
 pub use adapter::SoftwareAdapters;
 #[cfg(not(target_arch = "wasm32"))]
@@ -21,6 +23,8 @@ pub struct GpuBackend {
     pipelines: pipelines::PipelineCache,
     /// The first error wgpu reported outside an error scope; checked after each call.
     error: Arc<Mutex<Option<String>>>,
+    /// Programs compiled now time their dispatches per op kind (`POSFLOW_PROFILE=1`; native).
+    profile: bool,
 }
 
 impl GpuBackend {
@@ -40,7 +44,20 @@ impl GpuBackend {
             queue,
             pipelines: Default::default(),
             error,
+            profile: cfg!(not(target_arch = "wasm32")) && super::profile::requested(),
         })
+    }
+
+    /// Profiling on or off for the programs compiled from now on, whatever `POSFLOW_PROFILE`
+    /// says (natively; the web has no blocking readback to read timestamps with).
+    pub fn with_profiling(mut self, on: bool) -> Self {
+        self.profile = cfg!(not(target_arch = "wasm32")) && on;
+        self
+    }
+
+    /// Whether the device can time dispatches with timestamp queries.
+    pub fn has_timestamps(&self) -> bool {
+        self.device.features().contains(wgpu::Features::TIMESTAMP_QUERY)
     }
 
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {

@@ -5,10 +5,17 @@
 //! the web cannot wait on the GPU inside a run, so there it runs every one of `max_runs`.
 
 use std::cell::RefCell;
+#[cfg(not(target_arch = "wasm32"))]
+use std::time::Instant;
 
 use wgpu::util::DeviceExt;
 
+#[cfg(not(target_arch = "wasm32"))]
+use super::timestamps::Timestamps;
 use super::{GpuBackend, gpu_buffer};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::backend::profile::Clock;
+use crate::backend::profile::Profile;
 use crate::backend::{Compiled, Program};
 use crate::error::{Error, Result};
 use crate::kernel::{Arg, Repeat};
@@ -90,6 +97,12 @@ pub(super) struct GpuProgram {
     /// Where a repeated kernel's flag is copied to be read after each round.
     #[cfg(not(target_arch = "wasm32"))]
     flag_staging: wgpu::Buffer,
+    /// With profiling on (natively): the time per op kind, and the timestamp queries that
+    /// measure it where the device has them.
+    #[cfg(not(target_arch = "wasm32"))]
+    profile: Option<RefCell<Profile>>,
+    #[cfg(not(target_arch = "wasm32"))]
+    timestamps: Option<Timestamps>,
 }
 
 impl GpuProgram {
@@ -155,6 +168,11 @@ impl GpuProgram {
             }
             scratch_all.push(scratch);
         }
+        #[cfg(not(target_arch = "wasm32"))]
+        let timestamps = gpu
+            .profile
+            .then(|| Timestamps::new(device, &gpu.queue, dispatches.len()))
+            .flatten();
         Ok(Self {
             device: device.clone(),
             queue: gpu.queue.clone(),
@@ -170,24 +188,108 @@ impl GpuProgram {
                 usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             }),
+            #[cfg(not(target_arch = "wasm32"))]
+            profile: gpu.profile.then(|| {
+                let clock = if timestamps.is_some() {
+                    Clock::GpuTimestamps
+                } else {
+                    Clock::GpuWaited
+                };
+                RefCell::new(Profile::new(clock))
+            }),
+            #[cfg(not(target_arch = "wasm32"))]
+            timestamps,
         })
     }
 
-    /// Records every dispatch in `range`, each `runs` times, into `encoder`.
+    /// Records every dispatch in `range`, each `runs` times, into `encoder`: in one compute pass,
+    /// or with `timestamps` in one pass per dispatch that writes its start and end.
     fn record(
         encoder: &mut wgpu::CommandEncoder,
         dispatches: &[Recorded],
         range: std::ops::Range<usize>,
         runs: usize,
+        #[cfg(not(target_arch = "wasm32"))] timestamps: Option<&Timestamps>,
     ) {
-        let mut pass = encoder.begin_compute_pass(&Default::default());
-        for d in &dispatches[range] {
+        let dispatch = |pass: &mut wgpu::ComputePass<'_>, d: &Recorded| {
             pass.set_pipeline(&d.binding.pipeline);
             pass.set_bind_group(0, &d.bind_group, &[]);
             for _ in 0..runs {
                 pass.dispatch_workgroups(d.workgroups[0], d.workgroups[1], d.workgroups[2]);
             }
+        };
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(t) = timestamps {
+            for i in range {
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: None,
+                    timestamp_writes: Some(t.writes(i)),
+                });
+                dispatch(&mut pass, &dispatches[i]);
+            }
+            return;
         }
+        let mut pass = encoder.begin_compute_pass(&Default::default());
+        for d in &dispatches[range] {
+            dispatch(&mut pass, d);
+        }
+    }
+
+    /// Submits the dispatches in `range` (none of them repeated). Profiled without timestamps,
+    /// each is submitted alone and waited for, and timed on the host.
+    fn submit(&self, range: std::ops::Range<usize>) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let (Some(profile), None) = (&self.profile, &self.timestamps) {
+            for i in range {
+                let start = Instant::now();
+                let mut encoder = self.device.create_command_encoder(&Default::default());
+                Self::record(&mut encoder, &self.dispatches.borrow(), i..i + 1, 1, None);
+                self.queue.submit([encoder.finish()]);
+                self.wait()?;
+                let name = self.op_names[self.dispatches.borrow()[i].step];
+                profile.borrow_mut().record(name, start.elapsed().as_secs_f64());
+            }
+            return Ok(());
+        }
+        let mut encoder = self.device.create_command_encoder(&Default::default());
+        Self::record(
+            &mut encoder,
+            &self.dispatches.borrow(),
+            range,
+            1,
+            #[cfg(not(target_arch = "wasm32"))]
+            self.timestamps.as_ref(),
+        );
+        self.queue.submit([encoder.finish()]);
+        Ok(())
+    }
+
+    /// Blocks until the GPU has done everything submitted.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn wait(&self) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map(drop)
+            .map_err(|e| Error::Gpu(e.to_string()))
+    }
+
+    /// Profiling: the timestamps of this run's dispatches added per op kind (a repeated dispatch
+    /// was timed on the host around its rounds).
+    #[cfg(not(target_arch = "wasm32"))]
+    fn finish_profile(&self) -> Result<()> {
+        let Some(profile) = &self.profile else {
+            return Ok(());
+        };
+        let mut profile = profile.borrow_mut();
+        if let Some(t) = &self.timestamps {
+            let seconds = t.read(&self.device, &self.queue)?;
+            for (d, s) in self.dispatches.borrow().iter().zip(seconds) {
+                if d.repeat.is_none() {
+                    profile.record(self.op_names[d.step], s);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Runs repeated dispatch `i` until its flag says done: rounds of 1, 2, 4 … runs, the flag
@@ -198,7 +300,7 @@ impl GpuProgram {
         while done < repeat.max_runs {
             let runs = round.min(repeat.max_runs - done);
             let mut encoder = self.device.create_command_encoder(&Default::default());
-            Self::record(&mut encoder, &self.dispatches.borrow(), i..i + 1, runs);
+            Self::record(&mut encoder, &self.dispatches.borrow(), i..i + 1, runs, None);
             let step = self.dispatches.borrow()[i].step;
             let (scratch, word) = repeat.flag;
             encoder.copy_buffer_to_buffer(
@@ -269,7 +371,22 @@ impl GpuProgram {
 }
 
 impl Compiled for GpuProgram {
+    fn dispatches(&self) -> Option<usize> {
+        Some(self.dispatches.borrow().len())
+    }
+
+    fn profile(&self) -> Option<Profile> {
+        #[cfg(not(target_arch = "wasm32"))]
+        return self.profile.as_ref().map(|p| p.borrow().clone());
+        #[cfg(target_arch = "wasm32")]
+        None
+    }
+
     fn run(&self) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(profile) = &self.profile {
+            profile.borrow_mut().start_run();
+        }
         let count = self.dispatches.borrow().len();
         let mut start = 0;
         while start < count {
@@ -277,15 +394,14 @@ impl Compiled for GpuProgram {
             let next = (start..count)
                 .find(|&i| self.dispatches.borrow()[i].repeat.is_some())
                 .unwrap_or(count);
-            let mut encoder = self.device.create_command_encoder(&Default::default());
-            Self::record(&mut encoder, &self.dispatches.borrow(), start..next, 1);
+            self.submit(start..next)?;
             if next == count {
-                self.queue.submit([encoder.finish()]);
                 break;
             }
             let repeat = self.dispatches.borrow()[next].repeat.expect("found above");
             #[cfg(target_arch = "wasm32")]
             {
+                let mut encoder = self.device.create_command_encoder(&Default::default());
                 Self::record(
                     &mut encoder,
                     &self.dispatches.borrow(),
@@ -295,15 +411,33 @@ impl Compiled for GpuProgram {
                 self.queue.submit([encoder.finish()]);
             }
             #[cfg(not(target_arch = "wasm32"))]
-            {
-                self.queue.submit([encoder.finish()]);
-                self.run_repeated(next, repeat)?;
+            match &self.profile {
+                Some(profile) => {
+                    // Timed on the host: the work before it first, so that it is not counted.
+                    self.wait()?;
+                    let started = Instant::now();
+                    self.run_repeated(next, repeat)?;
+                    let name = self.op_names[self.dispatches.borrow()[next].step];
+                    profile.borrow_mut().record(name, started.elapsed().as_secs_f64());
+                }
+                None => self.run_repeated(next, repeat)?,
             }
             start = next + 1;
         }
+        #[cfg(not(target_arch = "wasm32"))]
+        self.finish_profile()?;
         match self.error.lock().expect("error lock").take() {
             Some(e) => Err(Error::Gpu(e)),
             None => Ok(()),
+        }
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Drop for GpuProgram {
+    fn drop(&mut self) {
+        if let Some(profile) = &self.profile {
+            eprint!("{}", profile.borrow());
         }
     }
 }
