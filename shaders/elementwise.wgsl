@@ -18,8 +18,23 @@ struct Broadcast {
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-fn dim(v: array<vec4<u32>, 2>, i: u32) -> u32 {
-    return v[i / 4u][i % 4u];
+fn combine(x: f32, y: f32) -> f32 {
+    switch p.kind {
+        case 0u: { return x + y; }
+        case 1u: { return x - y; }
+        case 2u: { return x * y; }
+        default: { return x / y; }
+    }
+}
+
+// Both inputs have the output's shape: element i of each, no index arithmetic.
+@compute @workgroup_size(256)
+fn binary_same(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * 256u;
+    if (i >= p.n) {
+        return;
+    }
+    out[i] = combine(a[i], b[i]);
 }
 
 @compute @workgroup_size(256)
@@ -31,19 +46,15 @@ fn binary(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups
     var rest = i;
     var ia = 0u;
     var ib = 0u;
+    // Indexed in the uniform itself: a helper taking the arrays by value copied them per call.
     for (var d = i32(p.rank) - 1; d >= 0; d--) {
-        let size = dim(p.shape, u32(d));
+        let q = u32(d) / 4u;
+        let r = u32(d) % 4u;
+        let size = p.shape[q][r];
         let coord = rest % size;
         rest = rest / size;
-        ia += coord * dim(p.a_strides, u32(d));
-        ib += coord * dim(p.b_strides, u32(d));
+        ia += coord * p.a_strides[q][r];
+        ib += coord * p.b_strides[q][r];
     }
-    let x = a[ia];
-    let y = b[ib];
-    switch p.kind {
-        case 0u: { out[i] = x + y; }
-        case 1u: { out[i] = x - y; }
-        case 2u: { out[i] = x * y; }
-        default: { out[i] = x / y; }
-    }
+    out[i] = combine(a[ia], b[ib]);
 }

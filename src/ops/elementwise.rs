@@ -82,8 +82,10 @@ impl Op for Binary {
             a_strides: eight_words(&broadcast_strides(&inputs[0].shape, out), 0, 0),
             b_strides: eight_words(&broadcast_strides(&inputs[1].shape, out), 0, 0),
         };
+        // Most binary ops in a step (residual adds, gradient sums) broadcast nothing.
+        let same = inputs.iter().all(|m| &m.shape == out);
         GpuKernels::single(Dispatch::new(
-            "binary",
+            if same { "binary_same" } else { "binary" },
             &uniform,
             vec![Arg::In(0), Arg::In(1), Arg::Out(0)],
             grid(n, 256),
@@ -293,6 +295,22 @@ mod tests {
                 check_gpu_matches_cpu(&binary(kind, sa, sb), 1e-4, 1e-4);
             }
         }
+    }
+
+    /// Inputs of the output's shape take the kernel without index arithmetic; any broadcast
+    /// takes the general one (both checked against the CPU above).
+    #[test]
+    fn same_shapes_choose_the_kernel_without_broadcasting() {
+        use crate::graph::Op;
+        use crate::tensor::TensorMeta;
+        let entry = |sa: &[usize], sb: &[usize], so: &[usize]| {
+            let (a, b, o) = (TensorMeta::f32(sa), TensorMeta::f32(sb), TensorMeta::f32(so));
+            super::Binary(BinaryKind::Add).gpu(&[&a, &b], &[&o]).dispatches[0].entry
+        };
+        assert_eq!(entry(&[37, 91, 53], &[37, 91, 53], &[37, 91, 53]), "binary_same");
+        assert_eq!(entry(&[5, 300], &[300], &[5, 300]), "binary");
+        assert_eq!(entry(&[1], &[3, 70001], &[3, 70001]), "binary");
+        assert_eq!(entry(&[300], &[5, 300], &[5, 300]), "binary");
     }
 
     #[test]
