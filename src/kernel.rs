@@ -6,6 +6,28 @@
 use crate::shaders::Shader;
 use crate::tensor::TensorMeta;
 
+/// What runs the kernels, for the ops whose fastest kernel differs between the two.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdapterKind {
+    /// A GPU (or an adapter that does not say): thousands of threads in flight, so many small
+    /// workgroups that share tiles staged in workgroup memory.
+    Gpu,
+    /// A CPU running the shaders (lavapipe, SwiftShader, WARP): a few cores, each running eight
+    /// invocations in the lanes of one SIMD register, where every lane's load from memory costs
+    /// about as much as the whole register's arithmetic. Kernels there keep more of the data in
+    /// each invocation's registers, and need far fewer invocations.
+    Software,
+}
+
+impl AdapterKind {
+    pub fn of(device_type: wgpu::DeviceType) -> Self {
+        match device_type {
+            wgpu::DeviceType::Cpu => Self::Software,
+            _ => Self::Gpu,
+        }
+    }
+}
+
 /// An input tensor as the CPU reference sees it.
 pub struct In<'a> {
     pub meta: &'a TensorMeta,

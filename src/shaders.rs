@@ -1,4 +1,5 @@
-//! The WGSL sources, compiled into the binary. One file per kernel family in `shaders/`.
+//! The WGSL sources, compiled into the binary. One module per kernel family in `shaders/`: one
+//! file, or a first file continued by others (`"attention" + "attention_tiles"`), concatenated.
 
 /// A WGSL file; its entry points are named by the ops' [`crate::ops::Dispatch`]es.
 #[derive(Debug)]
@@ -8,8 +9,14 @@ pub struct Shader {
 }
 
 macro_rules! shaders {
-    ($($ident:ident => $file:literal),* $(,)?) => {
-        $(pub static $ident: Shader = Shader { name: $file, source: include_str!(concat!("../shaders/", $file, ".wgsl")) };)*
+    ($($ident:ident => $file:literal $(+ $part:literal)*),* $(,)?) => {
+        $(pub static $ident: Shader = Shader {
+            name: $file,
+            source: concat!(
+                include_str!(concat!("../shaders/", $file, ".wgsl"))
+                $(, include_str!(concat!("../shaders/", $part, ".wgsl")))*
+            ),
+        };)*
         /// Every shader, for the validation test and for warming pipeline caches.
         pub static ALL: &[&Shader] = &[$(&$ident),*];
     };
@@ -28,7 +35,7 @@ shaders! {
     EMBEDDING => "embedding",
     CROSS_ENTROPY => "cross_entropy",
     MATMUL => "matmul",
-    ATTENTION => "attention",
+    ATTENTION => "attention" + "attention_tiles" + "attention_rows",
     DROPOUT => "dropout",
     RK_STAGE => "rk_stage",
     ODE_FLOW => "ode_flow",

@@ -9,9 +9,10 @@ use std::rc::Rc;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::backend::{Backend, CpuBackend, gpu_for_tests};
+use crate::backend::{Backend, CpuBackend, gpu_backend_for_tests, gpu_for_tests};
 use crate::exec::Executor;
 use crate::graph::{Graph, Init, TensorId};
+use crate::kernel::AdapterKind;
 use crate::params::ParamStore;
 use crate::tensor::TensorMeta;
 
@@ -37,11 +38,27 @@ thread_local! {
     // Leaked on purpose: dropping a wgpu device inside a thread-local destructor touches wgpu's
     // own thread-locals, which may already be gone.
     static GPU: OnceCell<&'static Option<Rc<dyn Backend>>> = const { OnceCell::new() };
+    static GPU_FOR_GPUS: OnceCell<&'static Option<Rc<dyn Backend>>> = const { OnceCell::new() };
+    static GPU_FOR_SOFTWARE: OnceCell<&'static Option<Rc<dyn Backend>>> = const { OnceCell::new() };
 }
 
 /// One GPU device per test thread; `None` (after saying so) where the machine has none.
 pub fn gpu() -> Option<Rc<dyn Backend>> {
     GPU.with(|cell| (*cell.get_or_init(|| Box::leak(Box::new(gpu_for_tests())))).clone())
+}
+
+/// One GPU device per test thread and adapter kind, running the kernels the ops choose for
+/// adapters of `kind` whatever the adapter is: CI's software adapter runs the GPUs' kernels too.
+pub fn gpu_with_kernels_for(kind: AdapterKind) -> Option<Rc<dyn Backend>> {
+    let make = || {
+        let gpu = gpu_backend_for_tests().map(|g| Rc::new(g.with_kernels_for(kind)) as Rc<dyn Backend>);
+        &*Box::leak(Box::new(gpu))
+    };
+    let cell = match kind {
+        AdapterKind::Gpu => &GPU_FOR_GPUS,
+        AdapterKind::Software => &GPU_FOR_SOFTWARE,
+    };
+    cell.with(|cell| (*cell.get_or_init(make)).clone())
 }
 
 pub fn cpu() -> Rc<dyn Backend> {
@@ -192,6 +209,35 @@ pub fn check_gpu_matches_cpu(build: &dyn Fn(&mut Graph) -> Built, atol: f32, rto
     );
     for (name, g) in &got.grads {
         assert_close(&format!("grad {name}"), g, &want.grads[name], atol, rtol);
+    }
+}
+
+/// [`check_gpu_matches_cpu`] for an op whose kernels differ by adapter kind: each kind's kernels,
+/// forward and backward, against the CPU reference.
+pub fn check_each_kind_matches_cpu(build: &dyn Fn(&mut Graph) -> Built, atol: f32, rtol: f32) {
+    let want = run(cpu(), build, 7, &Overrides::default());
+    for kind in [AdapterKind::Gpu, AdapterKind::Software] {
+        let Some(gpu) = gpu_with_kernels_for(kind) else {
+            return;
+        };
+        let got = run(gpu, build, 7, &Overrides::default());
+        assert_close(
+            &format!("{kind:?} kernels: output"),
+            &got.out,
+            &want.out,
+            atol,
+            rtol,
+        );
+        for (name, g) in &got.grads {
+            assert_close(
+                &format!("{kind:?} kernels: grad {name}"),
+                g,
+                &want.grads[name],
+                atol,
+                rtol,
+            );
+        }
+        assert_eq!(got.grads.len(), want.grads.len(), "{kind:?} kernels: gradients");
     }
 }
 

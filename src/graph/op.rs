@@ -6,7 +6,7 @@ use std::fmt;
 
 use super::{Graph, TensorId};
 use crate::error::{Error, Result};
-use crate::kernel::{GpuKernels, In, Out};
+use crate::kernel::{AdapterKind, GpuKernels, In, Out};
 use crate::tensor::TensorMeta;
 
 /// What the VJP rule of a node is given.
@@ -27,7 +27,7 @@ pub trait Op: fmt::Debug {
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]);
 
     /// The GPU dispatches that compute the same outputs.
-    fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels;
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels;
 
     /// Gradients of the loss with respect to each input, emitted as graph ops.
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {

@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
+use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
@@ -98,7 +98,7 @@ impl Op for CrossEntropy {
         };
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let rows = inputs[1].numel();
         let uniform = uniform(rows, inputs[0].numel() / rows.max(1), self.ignore_index);
         GpuKernels {
@@ -186,7 +186,7 @@ impl Op for CrossEntropyBackward {
             });
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let rows = inputs[1].numel();
         let uniform = uniform(rows, inputs[0].numel() / rows.max(1), self.ignore_index);
         GpuKernels {

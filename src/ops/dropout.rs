@@ -9,7 +9,7 @@
 //! GPU = CPU bit for bit, and the gradient.
 
 use super::par::par_fill;
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
+use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
@@ -72,7 +72,7 @@ impl Op for Dropout {
         });
     }
 
-    fn gpu(&self, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let n = outputs[0].numel();
         let uniform = DropoutUniform {
             n: word(n),

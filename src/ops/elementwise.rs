@@ -5,7 +5,7 @@ use rayon::prelude::*;
 use super::par::PAR_CHUNK;
 use super::strided::par_strided_rows;
 use super::vector::vectorised_fn;
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
+use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::{eight_words, uniform};
@@ -69,7 +69,7 @@ impl Op for Binary {
         }
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let out = &outputs[0].shape;
         let n = outputs[0].numel();
         let uniform = BroadcastUniform {
@@ -215,7 +215,7 @@ impl Op for Scale {
         par_map(outputs[0].data, inputs[0].data, |x| x * factor);
     }
 
-    fn gpu(&self, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let n = outputs[0].numel();
         let uniform = ScaleUniform {
             n: word(n),
@@ -305,7 +305,10 @@ mod tests {
         use crate::tensor::TensorMeta;
         let entry = |sa: &[usize], sb: &[usize], so: &[usize]| {
             let (a, b, o) = (TensorMeta::f32(sa), TensorMeta::f32(sb), TensorMeta::f32(so));
-            super::Binary(BinaryKind::Add).gpu(&[&a, &b], &[&o]).dispatches[0].entry
+            super::Binary(BinaryKind::Add)
+                .gpu(super::AdapterKind::Gpu, &[&a, &b], &[&o])
+                .dispatches[0]
+                .entry
         };
         assert_eq!(entry(&[37, 91, 53], &[37, 91, 53], &[37, 91, 53]), "binary_same");
         assert_eq!(entry(&[5, 300], &[300], &[5, 300]), "binary");

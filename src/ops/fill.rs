@@ -1,6 +1,6 @@
 //! Fill: a tensor of one value. The seed of every backward pass (d loss / d loss = 1).
 
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, grid, word};
+use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, grid, word};
 use crate::error::Result;
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
@@ -29,7 +29,7 @@ impl Op for Fill {
         outputs[0].data.fill(self.value);
     }
 
-    fn gpu(&self, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let n = outputs[0].numel();
         let uniform = FillUniform {
             n: word(n),

@@ -6,7 +6,7 @@
 use rayon::prelude::*;
 
 use super::par::{PAR_CHUNK, par_rows};
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
+use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Error, Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
@@ -98,7 +98,7 @@ impl Op for LayerNorm {
             });
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let (rows, dim) = inputs[0].rows();
         GpuKernels::single(Dispatch::new(
             "layernorm_forward",
@@ -197,7 +197,7 @@ impl Op for LayerNormBackward {
         }
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let (rows, dim) = inputs[0].rows();
         let chunks = rows.div_ceil(CHUNK_ROWS);
         let uniform = norm_uniform(rows, dim, 0.0);

@@ -6,7 +6,7 @@ use super::par::par_fill;
 use super::shape::strided_gather;
 use super::strided::par_gather;
 use super::vector::vectorised_fn;
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
+use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
@@ -80,7 +80,7 @@ impl Op for Sum {
         });
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let (outer, len, inner) = split_at_axis(&inputs[0].shape, self.axis);
         let n = outputs[0].numel();
         let uniform = AxisUniform {
@@ -145,7 +145,7 @@ impl Op for BroadcastTo {
         par_gather(outputs[0].data, inputs[0].data, &self.shape, &strides);
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         strided_gather(&self.shape, &broadcast_strides(&inputs[0].shape, &self.shape))
     }
 

@@ -4,7 +4,7 @@
 //! gate value per row. Their backward passes are one kernel each too: all the `dFi` at once.
 
 use super::par::par_fill;
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
+use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
@@ -71,7 +71,7 @@ impl Op for Combine {
         });
     }
 
-    fn gpu(&self, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let n = outputs[0].numel();
         let k = self.coeffs.len();
         GpuKernels::single(Dispatch::new(
@@ -120,7 +120,7 @@ impl Op for CombineBackward {
         }
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let n = inputs[0].numel();
         let k = self.coeffs.len();
         GpuKernels::single(Dispatch::new(
@@ -168,7 +168,7 @@ impl Op for Gated {
         });
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let n = outputs[0].numel();
         let d = *inputs[0].shape.last().expect("checked rank");
         GpuKernels::single(Dispatch::new(
@@ -212,7 +212,7 @@ impl Op for GatedBackward {
         });
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let n = inputs[0].numel();
         let d = *inputs[0].shape.last().expect("checked rank");
         GpuKernels::single(Dispatch::new(

@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use super::strided::par_gather;
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
+use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::{eight_words, uniform};
@@ -37,7 +37,7 @@ impl Op for Reshape {
         outputs[0].data.copy_from_slice(inputs[0].data);
     }
 
-    fn gpu(&self, _inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, _inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         GpuKernels::default()
     }
 
@@ -124,7 +124,7 @@ impl Op for Concat {
 
     /// One dispatch per input, each writing its slice of the output, so any number of inputs
     /// stays within the GPU's limit of storage buffers per dispatch.
-    fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let (_, total, inner) = split_at_axis(&outputs[0].shape, self.axis);
         let mut at = 0;
         let dispatches = inputs
@@ -207,7 +207,7 @@ impl Op for Slice {
             });
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let (_, len, inner) = split_at_axis(&inputs[0].shape, self.axis);
         let run = (self.end - self.start) * inner;
         GpuKernels::single(copy_rows(
@@ -288,7 +288,7 @@ impl Op for SliceBackward {
             });
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let (_, run_len, inner) = split_at_axis(&inputs[0].shape, self.axis);
         let n = outputs[0].numel();
         let uniform = PadUniform {
@@ -393,7 +393,7 @@ impl Op for Permute {
         par_gather(outputs[0].data, inputs[0].data, &shape, &src);
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         strided_gather(&outputs[0].shape, &self.src_strides(&inputs[0].shape))
     }
 

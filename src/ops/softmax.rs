@@ -2,7 +2,7 @@
 
 use super::par::par_rows;
 use super::unary::exp;
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
+use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
@@ -58,7 +58,7 @@ impl Op for Softmax {
         });
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         row_dispatch("softmax", inputs[0], vec![Arg::In(0), Arg::Out(0)])
     }
 
@@ -104,7 +104,7 @@ impl Op for SoftmaxBackward {
         });
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         row_dispatch(
             "softmax_backward",
             inputs[0],

@@ -1,7 +1,7 @@
 //! Elementwise activations: exp, tanh, sigmoid, relu and GELU, and their gradients.
 
 use super::elementwise::{par_map, par_zip, same_f32_shape};
-use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
+use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
@@ -155,7 +155,7 @@ impl Op for Unary {
         }
     }
 
-    fn gpu(&self, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let n = outputs[0].numel();
         GpuKernels::single(Dispatch::new(
             "unary",
@@ -209,7 +209,7 @@ impl Op for UnaryBackward {
         }
     }
 
-    fn gpu(&self, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, _inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let n = outputs[0].numel();
         GpuKernels::single(Dispatch::new(
             "unary_backward",

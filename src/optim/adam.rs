@@ -13,6 +13,7 @@ use crate::backend::{Backend, Bound, Buffer, Step, f32_words, words_f32};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Gradients, Graph};
+use crate::kernel::AdapterKind;
 use crate::kernel::uniform;
 use crate::ops::par::PAR_CHUNK;
 use crate::ops::{Arg, Dispatch, GpuKernels, In, Op, Out, grid, word};
@@ -107,7 +108,7 @@ impl Op for SumSquares {
         outputs[0].data[self.slot] = partial.iter().sum();
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let uniform = SumSquaresUniform {
             n: word(inputs[0].numel()),
             slot: word(self.slot),
@@ -179,7 +180,7 @@ impl Op for AdamUpdate {
             });
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let c = &self.config;
         let n = inputs[0].numel();
         let uniform = AdamUniform {

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use super::{Backend, BackendKind, Buffer, Compiled, Program, ReadFuture};
 use crate::error::{Error, Result};
+use crate::kernel::AdapterKind;
 
 mod adapter;
 mod pipelines;
@@ -25,6 +26,8 @@ pub struct GpuBackend {
     error: Arc<Mutex<Option<String>>>,
     /// Programs compiled now time their dispatches per op kind (`POSFLOW_PROFILE=1`; native).
     profile: bool,
+    /// Which kernels the ops choose: the adapter's kind, unless a test asks for the other's.
+    kernels_for: AdapterKind,
 }
 
 impl GpuBackend {
@@ -38,8 +41,10 @@ impl GpuBackend {
                 .expect("error lock")
                 .get_or_insert_with(|| e.to_string());
         }));
+        let info = adapter.get_info();
         Ok(Self {
-            info: adapter.get_info(),
+            kernels_for: AdapterKind::of(info.device_type),
+            info,
             device,
             queue,
             pipelines: Default::default(),
@@ -52,6 +57,13 @@ impl GpuBackend {
     /// says (natively; the web has no blocking readback to read timestamps with).
     pub fn with_profiling(mut self, on: bool) -> Self {
         self.profile = cfg!(not(target_arch = "wasm32")) && on;
+        self
+    }
+
+    /// Programs compiled from now on use the kernels chosen for adapters of this kind, whatever
+    /// this adapter is: so that a software adapter (CI's) tests the GPUs' kernels too.
+    pub fn with_kernels_for(mut self, kind: AdapterKind) -> Self {
+        self.kernels_for = kind;
         self
     }
 

@@ -114,7 +114,7 @@ impl GpuProgram {
         for (s, step) in program.iter().enumerate() {
             let in_metas: Vec<_> = step.inputs.iter().map(|b| &b.meta).collect();
             let out_metas: Vec<_> = step.outputs.iter().map(|b| &b.meta).collect();
-            let kernels = step.op.gpu(&in_metas, &out_metas);
+            let kernels = step.op.gpu(gpu.kernels_for, &in_metas, &out_metas);
             let scratch: Vec<wgpu::Buffer> = kernels
                 .scratch
                 .iter()

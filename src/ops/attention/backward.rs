@@ -4,8 +4,9 @@
 use rayon::prelude::*;
 
 use super::cpu::{BackwardScratch, Problem, backward_head};
-use super::{Arg, Attention, BiasKind, Dims, Dispatch, GpuKernels, In, Op, Out, ROWS, grid};
+use super::{Arg, Attention, BiasKind, Dims, Dispatch, GpuKernels, In, Kernels, Op, Out, grid};
 use crate::error::{Result, shape_err};
+use crate::kernel::AdapterKind;
 use crate::tensor::TensorMeta;
 
 /// The gradient of [`Attention`]. Inputs: the forward's inputs (q, k, v, the bias's inputs,
@@ -116,8 +117,9 @@ impl Op for AttentionBackward {
         }
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let d = self.0.dims(inputs, 3);
+        let kernels = Kernels::choose(adapter, &d);
         let fwd = self.forward_inputs();
         let [bias, mask, buckets] = self.0.optional_args(3);
         let (out, lse, dout) = (Arg::In(fwd), Arg::In(fwd + 1), Arg::In(fwd + 2));
@@ -137,7 +139,6 @@ impl Op for AttentionBackward {
             Arg::Scratch(1)
         };
         let shared = [Arg::In(0), Arg::In(1), Arg::In(2), bias, Arg::Scratch(0), dout];
-        let (query_blocks, key_blocks) = (d.b * d.h * d.lq.div_ceil(ROWS), d.b * d.h * d.lk.div_ceil(ROWS));
         let mut dispatches = vec![
             dispatch(
                 "attention_backward_stats",
@@ -145,14 +146,14 @@ impl Op for AttentionBackward {
                 grid(d.rows().max(d.b * d.lk).max(offsets), 64),
             ),
             dispatch(
-                "attention_backward_dkdv",
+                kernels.entry("attention_backward_dkdv", "attention_backward_dkdv_rows"),
                 [&shared[..], &[Arg::Out(1), Arg::Out(2)]].concat(),
-                grid(key_blocks, 1),
+                kernels.grid(d.b * d.h, d.lk),
             ),
             dispatch(
-                "attention_backward_dq",
+                kernels.entry("attention_backward_dq", "attention_backward_dq_rows"),
                 [&shared[..], &[Arg::Out(0), by_bucket]].concat(),
-                grid(query_blocks, 1),
+                kernels.grid(d.b * d.h, d.lq),
             ),
         ];
         if self.0.bias == BiasKind::Dense {

@@ -39,7 +39,7 @@ use rayon::prelude::*;
 use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Error, Result, shape_err};
 use crate::graph::{Graph, TensorId};
-use crate::kernel::uniform;
+use crate::kernel::{AdapterKind, uniform};
 use crate::tensor::{DType, TensorMeta};
 use cpu::{Problem, forward_head};
 
@@ -47,8 +47,46 @@ use cpu::{Problem, forward_head};
 /// threads per row).
 pub const MAX_HEAD_DIM: usize = 128;
 
-/// Query rows (and key rows, in the backward) per GPU workgroup; `ROWS` in the shader.
+/// Query rows (and key rows, in the backward) per workgroup of the tiles kernels; `ROWS` in the
+/// shader.
 const ROWS: usize = 16;
+/// Rows per invocation in the rows kernels, and the widest head they hold (eight vec4s a row).
+const THREAD_ROWS: usize = 4;
+const ROWS_MAX_DH: usize = 32;
+
+/// The two kernel families of attention.wgsl, which compute the same thing: `Tiles` (64-thread
+/// workgroups staging K and V, for GPUs) and `Rows` (each invocation owns four rows whole, for
+/// software adapters, where each lane's load costs as much as a register's arithmetic).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kernels {
+    Tiles,
+    Rows,
+}
+
+impl Kernels {
+    fn choose(adapter: AdapterKind, d: &Dims) -> Self {
+        match adapter {
+            AdapterKind::Software if d.dh <= ROWS_MAX_DH => Self::Rows,
+            _ => Self::Tiles,
+        }
+    }
+
+    /// The entry point of a pass: its tiles kernel, or the same name with `_rows`.
+    fn entry(self, tiles: &'static str, rows: &'static str) -> &'static str {
+        match self {
+            Self::Tiles => tiles,
+            Self::Rows => rows,
+        }
+    }
+
+    /// The workgroups of a pass over `len` rows of each of `slices` (b, h) slices.
+    fn grid(self, slices: usize, len: usize) -> [u32; 3] {
+        match self {
+            Self::Tiles => grid(slices * len.div_ceil(ROWS), 1),
+            Self::Rows => grid(slices * len.div_ceil(THREAD_ROWS), 64),
+        }
+    }
+}
 
 uniform! {
     /// The uniform of every attention kernel: forward, backward passes and probabilities.
@@ -365,11 +403,12 @@ impl Op for Attention {
             );
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let d = self.dims(inputs, 3);
         let [bias, mask, buckets] = self.optional_args(3);
+        let kernels = Kernels::choose(adapter, &d);
         GpuKernels::single(Dispatch::new(
-            "attention_forward",
+            kernels.entry("attention_forward", "attention_forward_rows"),
             &self.uniform(d),
             vec![
                 Arg::In(0),
@@ -381,7 +420,7 @@ impl Op for Attention {
                 Arg::Out(0),
                 Arg::Out(1),
             ],
-            grid(d.b * d.h * d.lq.div_ceil(ROWS), 1),
+            kernels.grid(d.b * d.h, d.lq),
         ))
     }
 

@@ -5,6 +5,7 @@ use rayon::prelude::*;
 use super::cpu::Problem;
 use super::{Arg, Attention, Dims, Dispatch, GpuKernels, In, Op, Out, grid};
 use crate::error::Result;
+use crate::kernel::AdapterKind;
 use crate::tensor::TensorMeta;
 
 /// The attention probabilities `[B, H, Lq, Lk]` for inspection (the visualizer): the same
@@ -37,7 +38,7 @@ impl Op for AttentionProbs {
         );
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let d = self.0.dims(inputs, 2);
         let [bias, mask, buckets] = self.0.optional_args(2);
         GpuKernels::single(Dispatch::new(

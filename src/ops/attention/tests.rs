@@ -1,12 +1,15 @@
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use super::{AttentionBias, AttentionOpts, RelativeBias};
+use super::{AttentionBackward, AttentionBias, AttentionOpts, RelativeBias};
 use crate::backend::Backend;
 use crate::exec::Executor;
+use crate::graph::Op;
 use crate::graph::{Graph, TensorId};
+use crate::kernel::AdapterKind;
 use crate::model::posenc::buckets_by_offset;
 use crate::params::ParamStore;
+use crate::tensor::TensorMeta;
 use crate::testing::*;
 
 /// The bias of a [`Case`].
@@ -212,29 +215,74 @@ fn gpu_matches_cpu_on_odd_shapes() {
         Case::new([1, 2, 19, 5]).causal().bias().lengths(&[11]),
     ];
     for case in cases {
-        check_gpu_matches_cpu(&case.attention(), 1e-5, 1e-4);
+        check_each_kind_matches_cpu(&case.attention(), 1e-5, 1e-4);
     }
 }
 
+/// Dh 32 is the widest head the software adapters' rows kernels take; 33 goes to the tiles.
 #[test]
 fn gpu_matches_cpu_on_wide_heads() {
-    for dh in [64, 128] {
-        check_gpu_matches_cpu(
+    for dh in [32, 33, 64, 128] {
+        check_each_kind_matches_cpu(
             &Case::new([1, 2, 29, dh]).bias().lengths(&[23]).attention(),
             1e-5,
             1e-4,
         );
-        check_gpu_matches_cpu(&Case::new([1, 1, 41, dh]).causal().attention(), 1e-5, 1e-4);
+        check_each_kind_matches_cpu(&Case::new([1, 1, 41, dh]).causal().attention(), 1e-5, 1e-4);
     }
+}
+
+/// Each adapter kind gets its family's kernels: software adapters the rows kernels wherever a
+/// row fits their registers, GPUs always the tiles.
+#[test]
+fn kernels_are_chosen_by_adapter_kind_and_head_width() {
+    let bh = |dh: usize| TensorMeta::f32(&[2, 3, 37, dh]);
+    let entry = |kind: AdapterKind, dh: usize| {
+        let q = bh(dh);
+        let op = AttentionOpts::new(0.5).op();
+        op.gpu(kind, &[&q, &q, &q], &[]).dispatches[0].entry
+    };
+    assert_eq!(entry(AdapterKind::Software, 32), "attention_forward_rows");
+    assert_eq!(entry(AdapterKind::Software, 5), "attention_forward_rows");
+    assert_eq!(entry(AdapterKind::Software, 33), "attention_forward");
+    assert_eq!(entry(AdapterKind::Gpu, 32), "attention_forward");
+    let q = bh(16);
+    let (out, lse) = (TensorMeta::f32(&[2, 3, 37, 16]), TensorMeta::f32(&[2, 3, 37]));
+    let backward = AttentionBackward(AttentionOpts::new(0.5).op());
+    let entries = |kind| {
+        backward
+            .gpu(kind, &[&q, &q, &q, &out, &lse, &out], &[])
+            .dispatches
+            .iter()
+            .map(|d| d.entry)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        entries(AdapterKind::Software),
+        [
+            "attention_backward_stats",
+            "attention_backward_dkdv_rows",
+            "attention_backward_dq_rows"
+        ]
+    );
+    assert_eq!(
+        entries(AdapterKind::Gpu),
+        [
+            "attention_backward_stats",
+            "attention_backward_dkdv",
+            "attention_backward_dq"
+        ]
+    );
 }
 
 #[test]
 fn fully_padded_rows_give_zeros_and_no_nan() {
     let case = Case::new([2, 2, 9, 4]).bias().lengths(&[6, 0]);
-    let mut backends = vec![cpu()];
-    backends.extend(gpu());
-    for backend in backends {
-        let on = backend.describe();
+    let mut backends = vec![("CPU", Some(cpu()))];
+    backends.push(("GPU kernels", gpu_with_kernels_for(AdapterKind::Gpu)));
+    backends.push(("software kernels", gpu_with_kernels_for(AdapterKind::Software)));
+    for (on, backend) in backends {
+        let Some(backend) = backend else { continue };
         let r = run(backend, &case.attention(), 3, &Overrides::default());
         let half = r.out.len() / 2;
         assert!(r.out.iter().all(|v| v.is_finite()), "{on}");
@@ -313,10 +361,11 @@ fn probabilities_match_pytorch() {
         .causal()
         .bias()
         .lengths(&[7, 4]);
-    let mut backends = vec![cpu()];
-    backends.extend(gpu());
-    for backend in backends {
-        let on = backend.describe();
+    let mut backends = vec![("CPU", Some(cpu()))];
+    backends.push(("GPU kernels", gpu_with_kernels_for(AdapterKind::Gpu)));
+    backends.push(("software kernels", gpu_with_kernels_for(AdapterKind::Software)));
+    for (on, backend) in backends {
+        let Some(backend) = backend else { continue };
         let got = forward(backend, &case.probs(), &over);
         assert_close(&format!("probs on {on}"), &got, &floats("out"), 1e-6, 1e-4);
     }
@@ -426,7 +475,7 @@ fn relative_bias_gpu_matches_cpu() {
         Case::new([2, 2, 41, 64]).causal().scrambled(5),
     ];
     for case in cases {
-        check_gpu_matches_cpu(&case.attention(), 1e-5, 1e-4);
+        check_each_kind_matches_cpu(&case.attention(), 1e-5, 1e-4);
     }
 }
 
@@ -481,12 +530,21 @@ fn relative_bias_matches_the_dense_bias_of_its_table() {
         for (name, grad) in &got.grads {
             assert_close(&format!("grad {name}"), grad, &want.grads[name], 1e-6, 1e-5);
         }
-        if let Some(gpu) = gpu() {
+        for kind in [AdapterKind::Gpu, AdapterKind::Software] {
+            let Some(gpu) = gpu_with_kernels_for(kind) else {
+                continue;
+            };
             let got = run(gpu, &relative, 3, &Overrides::default());
-            assert_close("output on the GPU", &got.out, &want.out, 1e-5, 1e-4);
+            assert_close(
+                &format!("output, {kind:?} kernels"),
+                &got.out,
+                &want.out,
+                1e-5,
+                1e-4,
+            );
             for (name, grad) in &got.grads {
                 assert_close(
-                    &format!("grad {name} on the GPU"),
+                    &format!("grad {name}, {kind:?} kernels"),
                     grad,
                     &want.grads[name],
                     1e-5,
@@ -544,7 +602,7 @@ fn gpu_matches_cpu_with_different_query_and_key_lengths() {
         Case::new([2, 1, 130, 8]).keys(3).causal(),
     ];
     for case in cases {
-        check_gpu_matches_cpu(&case.attention(), 1e-5, 1e-4);
+        check_each_kind_matches_cpu(&case.attention(), 1e-5, 1e-4);
         let want = forward(cpu(), &case.probs(), &Overrides::default());
         if let Some(gpu) = gpu() {
             let got = forward(gpu, &case.probs(), &Overrides::default());

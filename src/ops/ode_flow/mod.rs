@@ -38,6 +38,7 @@ use rayon::prelude::*;
 use super::{GpuKernels, In, Op, Out, VjpArgs};
 use crate::error::{Error, Result, shape_err};
 use crate::graph::{Graph, TensorId};
+use crate::kernel::AdapterKind;
 use crate::ode::{
     Activation, Dynamics, FloaterDynamics, Flow, Gradients, Grid, MIN_RTOL, Method, Progress, Tolerance,
 };
@@ -313,7 +314,7 @@ impl Op for OdeFlow {
         status[0].data[3] = attempts as f32;
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let blocks = inputs[1].shape[0];
         match self.method {
             Method::Fixed { .. } => self.fixed_forward(blocks),
@@ -445,7 +446,7 @@ impl Op for OdeFlowBackward {
         }
     }
 
-    fn gpu(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let blocks = inputs[1].shape[1];
         match self.flow.method {
             Method::Fixed { .. } => self.flow.fixed_backward(blocks),

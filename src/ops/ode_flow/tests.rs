@@ -675,8 +675,8 @@ fn dopri5_gpu_cost_follows_attempts_not_max_steps() {
         ];
         let metas: Vec<&TensorMeta> = metas.iter().collect();
         let kernels = |flow: OdeFlow| {
-            let backward = OdeFlowBackward { flow }.gpu(&metas, &[]);
-            let forward = flow.gpu(&[metas[0], &TensorMeta::f32(&[blocks, 8])], &[]);
+            let backward = OdeFlowBackward { flow }.gpu(AdapterKind::Gpu, &metas, &[]);
+            let forward = flow.gpu(AdapterKind::Gpu, &[metas[0], &TensorMeta::f32(&[blocks, 8])], &[]);
             [forward, backward].map(|k| (k.dispatches.len(), k.scratch))
         };
         assert_eq!(kernels(small), kernels(large), "{gradient:?}");
