@@ -35,7 +35,15 @@ struct Dims {
     // A is stored [k, m] instead of [m, k]; B is stored [n, k] instead of [k, n].
     trans_a: u32,
     trans_b: u32,
-    _pad: u32,
+    // Split-K: each product's k is cut into `splits` ranges of `k_split` (a multiple of KSTEP),
+    // one workgroup z each, whose partial products go to C as [batch, splits, m, n] for
+    // matmul_sum_splits to add up. One split: C is the product itself.
+    splits: u32,
+    k_split: u32,
+    // Products in the batch (read by matmul_sum_splits).
+    batch: u32,
+    _pad0: u32,
+    _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> dims: Dims;
@@ -65,13 +73,15 @@ struct Strides {
 }
 
 // Where a workgroup's tile starts: its first row and column of C, where its matrices of A and B
-// start, and how to step through them.
+// start, how to step through them, and its range of k.
 struct Origin {
     row0: u32,
     col0: u32,
     a_base: u32,
     b_base: u32,
     s: Strides,
+    k_begin: u32,
+    k_end: u32,
 }
 
 fn origin(group: vec3<u32>) -> Origin {
@@ -85,7 +95,10 @@ fn origin(group: vec3<u32>) -> Origin {
     );
     let row0 = group.y * TILE;
     let col0 = group.x * TILE;
-    return Origin(row0, col0, group.z * dims.a_batch, group.z * dims.b_batch, s);
+    let product = group.z / dims.splits;
+    let k_begin = (group.z % dims.splits) * dims.k_split;
+    let k_end = min(dims.k, k_begin + dims.k_split);
+    return Origin(row0, col0, product * dims.a_batch, product * dims.b_batch, s, k_begin, k_end);
 }
 
 // Stages op(A)[row0.., k0..k0+8] and op(B)[k0..k0+8, col0..] in workgroup memory on `threads`
@@ -372,7 +385,7 @@ fn store_16x16(acc: ptr<function, Block16>, local: vec3<u32>, group: vec3<u32>) 
 fn matmul_16x16(@builtin(local_invocation_id) local: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) group: vec3<u32>) {
     let o = origin(group);
     var acc = Block16();
-    for (var k0 = 0u; k0 < dims.k; k0 += KSTEP) {
+    for (var k0 = o.k_begin; k0 < o.k_end; k0 += KSTEP) {
         stage(TILE * TILE / 256u, lid, o, k0);
         workgroupBarrier();
         accumulate_16x16(&acc, local);
@@ -385,7 +398,7 @@ fn matmul_16x16(@builtin(local_invocation_id) local: vec3<u32>, @builtin(local_i
 fn matmul_16x16_vec4(@builtin(local_invocation_id) local: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) group: vec3<u32>) {
     let o = origin(group);
     var acc = Block16();
-    for (var k0 = 0u; k0 < dims.k; k0 += KSTEP) {
+    for (var k0 = o.k_begin; k0 < o.k_end; k0 += KSTEP) {
         stage_vec4(TILE * TILE / 256u, lid, o, k0);
         workgroupBarrier();
         accumulate_16x16(&acc, local);
@@ -466,7 +479,7 @@ fn store_8x8(acc: ptr<function, Block8>, local: vec3<u32>, group: vec3<u32>) {
 fn matmul_8x8(@builtin(local_invocation_id) local: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) group: vec3<u32>) {
     let o = origin(group);
     var acc = Block8();
-    for (var k0 = 0u; k0 < dims.k; k0 += KSTEP) {
+    for (var k0 = o.k_begin; k0 < o.k_end; k0 += KSTEP) {
         stage(TILE * TILE / 64u, lid, o, k0);
         workgroupBarrier();
         accumulate_8x8(&acc, local);
@@ -479,11 +492,33 @@ fn matmul_8x8(@builtin(local_invocation_id) local: vec3<u32>, @builtin(local_inv
 fn matmul_8x8_vec4(@builtin(local_invocation_id) local: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) group: vec3<u32>) {
     let o = origin(group);
     var acc = Block8();
-    for (var k0 = 0u; k0 < dims.k; k0 += KSTEP) {
+    for (var k0 = o.k_begin; k0 < o.k_end; k0 += KSTEP) {
         stage_vec4(TILE * TILE / 64u, lid, o, k0);
         workgroupBarrier();
         accumulate_8x8(&acc, local);
         workgroupBarrier();
     }
     store_8x8(&acc, local, group);
+}
+
+// The partial products are a scratch buffer, which ops bind read_write.
+@group(0) @binding(1) var<storage, read_write> parts: array<f32>;
+@group(0) @binding(2) var<storage, read_write> sums: array<f32>;
+
+// After a split-K product: each output element the sum of its `splits` partial products, in
+// split order (deterministic), one thread each.
+@compute @workgroup_size(64)
+fn matmul_sum_splits(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let e = gid.x + gid.y * groups.x * 64u;
+    let per = dims.m * dims.n;
+    if (e >= dims.batch * per) {
+        return;
+    }
+    let product = e / per;
+    let at = product * dims.splits * per + e % per;
+    var total = 0.0;
+    for (var s = 0u; s < dims.splits; s++) {
+        total += parts[at + s * per];
+    }
+    sums[e] = total;
 }

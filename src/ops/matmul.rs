@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, word};
+use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
@@ -14,7 +14,8 @@ use crate::tensor::{DType, TensorMeta};
 
 uniform! {
     pub struct MatMulUniform = MATMUL "Dims" {
-        m: u32, n: u32, k: u32, a_batch: u32, b_batch: u32, trans_a: u32, trans_b: u32, _pad: u32,
+        m: u32, n: u32, k: u32, a_batch: u32, b_batch: u32, trans_a: u32, trans_b: u32,
+        splits: u32, k_split: u32, batch: u32, _pad0: u32, _pad1: u32,
     }
 }
 
@@ -111,16 +112,29 @@ const THREADED: gemm::Parallelism = gemm::Parallelism::Rayon(0);
 #[cfg(target_arch = "wasm32")]
 const THREADED: gemm::Parallelism = gemm::Parallelism::None;
 
-/// Fewer workgroups than this leave a GPU idle, so a smaller tile is taken instead.
-const MIN_WORKGROUPS: usize = 4;
+/// Fewer workgroups than this leave the adapter idle, so k is split or a smaller tile taken: a
+/// software adapter runs a workgroup per core at a time (a few), a GPU one or more per SM (the
+/// H100 has 132; this figure is not yet tuned on one).
+fn min_workgroups(adapter: AdapterKind) -> usize {
+    match adapter {
+        AdapterKind::Software => 4,
+        AdapterKind::Gpu => 128,
+    }
+}
+
+/// The least k a split of a split-K product gets: below it the partial products' extra writes
+/// and their sum cost more than the idle cores.
+const MIN_SPLIT_K: usize = 256;
 
 /// A kernel of matmul.wgsl: an entry point (its body is named by the block of the output each
-/// thread computes) and the tile it is built with (the override constant `TILE`).
+/// thread computes), the tile it is built with (the override constant `TILE`), and the ranges
+/// k is split into (1: no split-K).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Kernel {
     entry: &'static str,
     /// Rows and columns of the output per workgroup.
     tile: usize,
+    splits: usize,
 }
 
 impl Kernel {
@@ -137,23 +151,37 @@ const TILES: [(&str, &str, usize); 3] = [
     ("matmul_8x8", "matmul_8x8_vec4", 32),
 ];
 
-/// The kernel for a product: the largest tile that still gives [`MIN_WORKGROUPS`] workgroups and
-/// wastes at most a third of its work on padding. When every size is a nonzero multiple of 4 the
-/// entry point that loads whole vec4s is taken.
-fn kernel_for(l: &Layout) -> Kernel {
+/// The kernel for a product: the largest tile that wastes at most a third of its work on padding
+/// and gives the adapter [`min_workgroups`], with k split into ranges of at least
+/// [`MIN_SPLIT_K`] where the tiles alone are too few (the smallest tile is taken in any case).
+/// When every size is a nonzero multiple of 4 the entry point that loads whole vec4s is taken.
+fn kernel_for(adapter: AdapterKind, l: &Layout) -> Kernel {
     let aligned = [l.m, l.n, l.k].iter().all(|&d| d > 0 && d % 4 == 0);
+    let wanted = min_workgroups(adapter);
     let work = l.m * l.n;
-    let fits = |tile: usize| {
+    let choice = |tile: usize| {
         let tiles = l.m.div_ceil(tile) * l.n.div_ceil(tile);
-        l.batch * tiles >= MIN_WORKGROUPS && 2 * tiles * tile * tile <= 3 * work
+        let groups = l.batch * tiles;
+        let splits = wanted.div_ceil(groups.max(1)).min(l.k / MIN_SPLIT_K).max(1);
+        let fits = groups * splits >= wanted && 2 * tiles * tile * tile <= 3 * work;
+        (fits || tile == 32).then_some(splits)
     };
-    let (general, vec4, tile) = TILES
+    let ((general, vec4, tile), splits) = TILES
         .into_iter()
-        .find(|&(_, _, tile)| tile == 32 || fits(tile))
+        .find_map(|t| choice(t.2).map(|splits| (t, splits)))
         .expect("the smallest tile always fits");
     Kernel {
         entry: if aligned { vec4 } else { general },
         tile,
+        splits,
+    }
+}
+
+impl Kernel {
+    /// k per split: a whole number of the kernels' K-steps of 8, so that only the last split
+    /// ends inside one.
+    fn k_split(&self, k: usize) -> usize {
+        k.div_ceil(self.splits).next_multiple_of(8).max(8)
     }
 }
 
@@ -257,9 +285,9 @@ impl Op for MatMul {
         }
     }
 
-    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let (_, l) = self.plan(inputs[0], inputs[1]).expect("shapes checked by infer");
-        let kernel = kernel_for(&l);
+        let kernel = kernel_for(adapter, &l);
         let tile = kernel.tile;
         let uniform = MatMulUniform {
             m: word(l.m),
@@ -269,17 +297,36 @@ impl Op for MatMul {
             b_batch: word(l.b_batch),
             trans_a: self.trans_a.into(),
             trans_b: self.trans_b.into(),
-            _pad: 0,
+            splits: word(kernel.splits),
+            k_split: word(kernel.k_split(l.k)),
+            batch: word(l.batch),
+            _pad0: 0,
+            _pad1: 0,
         };
         let groups = |x: usize| u32::try_from(x).unwrap_or(u32::MAX);
         let workgroups = [
             groups(l.n.div_ceil(tile)),
             groups(l.m.div_ceil(tile)),
-            groups(l.batch),
+            groups(l.batch * kernel.splits),
         ];
-        let args = vec![Arg::In(0), Arg::In(1), Arg::Out(0)];
-        let dispatch = Dispatch::new(kernel.entry, &uniform, args, workgroups);
-        GpuKernels::single(dispatch.with_constants(kernel.constants()))
+        if kernel.splits == 1 {
+            let args = vec![Arg::In(0), Arg::In(1), Arg::Out(0)];
+            let dispatch = Dispatch::new(kernel.entry, &uniform, args, workgroups);
+            return GpuKernels::single(dispatch.with_constants(kernel.constants()));
+        }
+        // The partial products into a scratch [batch, splits, m, n], then their sums.
+        let args = vec![Arg::In(0), Arg::In(1), Arg::Scratch(0)];
+        let product = Dispatch::new(kernel.entry, &uniform, args, workgroups);
+        let sum = Dispatch::new(
+            "matmul_sum_splits",
+            &uniform,
+            vec![Arg::Scratch(0), Arg::Out(0)],
+            grid(l.batch * l.m * l.n, 64),
+        );
+        GpuKernels {
+            scratch: vec![l.batch * kernel.splits * l.m * l.n],
+            dispatches: vec![product.with_constants(kernel.constants()), sum],
+        }
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
@@ -327,7 +374,7 @@ impl Graph {
 
 #[cfg(test)]
 mod tests {
-    use super::{Kernel, Layout, MatMul, TILES, kernel_for};
+    use super::{AdapterKind, Kernel, Layout, MatMul, TILES, kernel_for};
     use crate::graph::Graph;
     use crate::tensor::TensorMeta;
     use crate::testing::*;
@@ -382,8 +429,8 @@ mod tests {
         for ((m, k, n), (entry, tile)) in cases {
             for (ta, tb) in TRANSPOSES {
                 let (sa, sb) = shapes(&[], m, k, n, ta, tb);
-                let kernel = kernel_for(&layout(&sa, &sb, ta, tb));
-                assert_eq!(kernel, Kernel { entry, tile }, "{m}x{k}x{n}");
+                let kernel = kernel_for(AdapterKind::Software, &layout(&sa, &sb, ta, tb));
+                assert_eq!(kernel, Kernel { entry, tile, splits: 1 }, "{m}x{k}x{n}");
                 check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
             }
         }
@@ -402,8 +449,8 @@ mod tests {
         for ((m, k, n), (entry, tile)) in cases {
             for (ta, tb) in TRANSPOSES {
                 let (sa, sb) = shapes(&[], m, k, n, ta, tb);
-                let kernel = kernel_for(&layout(&sa, &sb, ta, tb));
-                assert_eq!(kernel, Kernel { entry, tile }, "{m}x{k}x{n}");
+                let kernel = kernel_for(AdapterKind::Software, &layout(&sa, &sb, ta, tb));
+                assert_eq!(kernel, Kernel { entry, tile, splits: 1 }, "{m}x{k}x{n}");
                 check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
             }
         }
@@ -415,7 +462,7 @@ mod tests {
             let (sa3, _) = shapes(&[], 12, 40, 36, ta, tb);
             let (_, sb3) = shapes(&[4], 12, 40, 36, ta, tb);
             for (sa, sb) in [(sa, sb), (sa2, sb2), (sa3, sb3)] {
-                assert!(kernel_for(&layout(&sa, &sb, ta, tb)).entry.ends_with("_vec4"));
+                assert!(kernel_for(AdapterKind::Software, &layout(&sa, &sb, ta, tb)).entry.ends_with("_vec4"));
                 check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
             }
         }
@@ -426,11 +473,48 @@ mod tests {
     fn every_kernel_validates_with_its_constants() {
         for (general, vec4, tile) in TILES {
             for entry in [general, vec4] {
-                let kernel = Kernel { entry, tile };
+                let kernel = Kernel { entry, tile, splits: 1 };
                 crate::shaders::validate_variant(&crate::shaders::MATMUL, entry, &kernel.constants())
                     .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
             }
         }
+        crate::shaders::validate_variant(&crate::shaders::MATMUL, "matmul_sum_splits", &[]).unwrap();
+    }
+
+    /// Long k over few output tiles splits k (the gradient of a weight, k = the batch's rows):
+    /// ranges that end inside a K-step, batched products, every transpose; on both adapter kinds'
+    /// choices (GPUs want many more workgroups, so they split where software adapters do not).
+    #[test]
+    fn split_k_products_match_cpu() {
+        // (batch, m, k, n): splits on a software adapter, on a GPU.
+        let cases = [
+            (&[][..], (20, 1030, 28), (4, 4)),
+            (&[2][..], (20, 1030, 28), (2, 4)),
+            (&[][..], (33, 700, 17), (2, 2)),
+            (&[][..], (64, 1100, 64), (4, 4)),
+        ];
+        for (batch, (m, k, n), (software, gpu)) in cases {
+            for (ta, tb) in TRANSPOSES {
+                let (sa, sb) = shapes(batch, m, k, n, ta, tb);
+                let l = layout(&sa, &sb, ta, tb);
+                assert_eq!(kernel_for(AdapterKind::Software, &l).splits, software, "{m}x{k}x{n}");
+                assert_eq!(kernel_for(AdapterKind::Gpu, &l).splits, gpu, "{m}x{k}x{n}");
+                check_each_kind_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
+            }
+        }
+    }
+
+    /// The peers' step's weight gradients (k = 2,048 rows, few output tiles) as each kind splits
+    /// them.
+    #[test]
+    fn weight_gradients_split_k_per_adapter_kind() {
+        let kernel = |kind, m, n| kernel_for(kind, &layout(&[2048, m], &[2048, n], true, false));
+        let chosen = |k: Kernel| (k.tile, k.splits);
+        assert_eq!(chosen(kernel(AdapterKind::Software, 128, 384)), (128, 2));
+        assert_eq!(chosen(kernel(AdapterKind::Software, 128, 128)), (128, 4));
+        assert_eq!(chosen(kernel(AdapterKind::Software, 128, 512)), (128, 1));
+        assert_eq!(chosen(kernel(AdapterKind::Gpu, 128, 384)), (32, 3));
+        assert_eq!(chosen(kernel(AdapterKind::Gpu, 128, 512)), (64, 8));
     }
 
     #[test]
