@@ -4,7 +4,8 @@
 // Forward: `row_loss` (one workgroup per row: max, log-sum-exp) writes each row's loss to a
 // scratch buffer, then `mean` (one workgroup) sums them in a fixed order: deterministic.
 // Backward: `count` (one workgroup) counts the rows, then `row_grad` (one workgroup per row)
-// writes (softmax - onehot) * g / count, zeros for rows not counted.
+// writes (softmax - onehot) * g / count, zeros for rows not counted. On software adapters
+// `row_loss_rows` and `row_grad_rows` give each row one invocation instead (see RowKernels).
 
 struct Rows {
     rows: u32,
@@ -159,6 +160,57 @@ fn row_grad(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) grou
     // counts(label) holds for this row, so the count is at least 1.
     let scale = upstream[0] / grad_count[0];
     for (var j = lid; j < p.vocab; j += WG) {
+        let prob = exp(logits[base + j] - stats.x) / stats.y;
+        dlogits[base + j] = (prob - select(0.0, 1.0, j == u32(label))) * scale;
+    }
+}
+
+// The row's max and sum of exp(x - max), by one invocation.
+fn row_stats_alone(row: u32) -> vec2<f32> {
+    let base = row * p.vocab;
+    var m = -0x1.fffffep+127f;
+    for (var j = 0u; j < p.vocab; j++) {
+        m = max(m, logits[base + j]);
+    }
+    var s = 0.0;
+    for (var j = 0u; j < p.vocab; j++) {
+        s += exp(logits[base + j] - m);
+    }
+    return vec2<f32>(m, s);
+}
+
+@compute @workgroup_size(64)
+fn row_loss_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let row = gid.x + gid.y * groups.x * 64u;
+    if (row >= p.rows) {
+        return;
+    }
+    let label = targets[row];
+    if (!counts(label)) {
+        losses[row] = 0.0;
+        return;
+    }
+    let stats = row_stats_alone(row);
+    losses[row] = log(stats.y) + stats.x - logits[row * p.vocab + u32(label)];
+}
+
+@compute @workgroup_size(64)
+fn row_grad_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let row = gid.x + gid.y * groups.x * 64u;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.vocab;
+    let label = targets[row];
+    if (!counts(label)) {
+        for (var j = 0u; j < p.vocab; j++) {
+            dlogits[base + j] = 0.0;
+        }
+        return;
+    }
+    let stats = row_stats_alone(row);
+    let scale = upstream[0] / grad_count[0];
+    for (var j = 0u; j < p.vocab; j++) {
         let prob = exp(logits[base + j] - stats.x) / stats.y;
         dlogits[base + j] = (prob - select(0.0, 1.0, j == u32(label))) * scale;
     }

@@ -1,5 +1,7 @@
-// Layer normalisation over the last axis and its gradient. Rows are normalised by one 64-thread
-// workgroup each (threads stride over the row, so any length works). dgamma and dbeta are sums
+// Layer normalisation over the last axis and its gradient. On GPUs rows are normalised by one
+// 64-thread workgroup each (threads stride over the row, so any length works); on software
+// adapters, where each lane's load costs as much as a register's arithmetic and a workgroup's
+// tree of barriers is dear, by one invocation each (the `_rows` entry points). dgamma and dbeta are sums
 // over rows: each thread of `layernorm_backward_partials` sums one column over a chunk of rows,
 // then `layernorm_backward_params` adds the chunks in order: deterministic, no float atomics.
 
@@ -101,6 +103,54 @@ fn layernorm_backward_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_wor
     }
     let means = workgroup_sum(lid, acc) / f32(p.dim);
     for (var k = lid; k < p.dim; k += WG) {
+        let xhat = (x[base + k] - m) * r;
+        dx[base + k] = r * (gy[base + k] * gamma[k] - means.x - xhat * means.y);
+    }
+}
+
+// One invocation per row: the same three passes, in order.
+@compute @workgroup_size(64)
+fn layernorm_forward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let row = gid.x + gid.y * groups.x * WG;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.dim;
+    let n = f32(p.dim);
+    var s = 0.0;
+    for (var k = 0u; k < p.dim; k++) {
+        s += x[base + k];
+    }
+    let m = s / n;
+    var q = 0.0;
+    for (var k = 0u; k < p.dim; k++) {
+        let d = x[base + k] - m;
+        q += d * d;
+    }
+    let r = 1.0 / sqrt(q / n + p.eps);
+    for (var k = 0u; k < p.dim; k++) {
+        y[base + k] = (x[base + k] - m) * r * gamma[k] + beta[k];
+    }
+    mean_out[row] = m;
+    rstd_out[row] = r;
+}
+
+@compute @workgroup_size(64)
+fn layernorm_backward_dx_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let row = gid.x + gid.y * groups.x * WG;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.dim;
+    let m = mean[row];
+    let r = rstd[row];
+    var acc = vec2(0.0, 0.0);
+    for (var k = 0u; k < p.dim; k++) {
+        let g = gy[base + k] * gamma[k];
+        acc += vec2(g, g * (x[base + k] - m) * r);
+    }
+    let means = acc / f32(p.dim);
+    for (var k = 0u; k < p.dim; k++) {
         let xhat = (x[base + k] - m) * r;
         dx[base + k] = r * (gy[base + k] * gamma[k] - means.x - xhat * means.y);
     }

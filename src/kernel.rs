@@ -28,6 +28,41 @@ impl AdapterKind {
     }
 }
 
+/// How a row-wise op (layer norm, cross-entropy) spreads its rows: on GPUs a 64-thread workgroup
+/// per row, its threads striding over the row and adding up through workgroup memory; on software
+/// adapters one invocation per row (the entry point named with `_rows`), which loads each value
+/// once and needs no barriers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowKernels {
+    WorkgroupPerRow,
+    InvocationPerRow,
+}
+
+impl RowKernels {
+    pub fn for_adapter(adapter: AdapterKind) -> Self {
+        match adapter {
+            AdapterKind::Gpu => Self::WorkgroupPerRow,
+            AdapterKind::Software => Self::InvocationPerRow,
+        }
+    }
+
+    /// The entry point: the workgroup-per-row one, or the invocation-per-row one.
+    pub fn entry(self, per_workgroup: &'static str, per_invocation: &'static str) -> &'static str {
+        match self {
+            Self::WorkgroupPerRow => per_workgroup,
+            Self::InvocationPerRow => per_invocation,
+        }
+    }
+
+    /// The workgroups for `rows` rows (of 64-thread workgroups in both cases).
+    pub fn grid(self, rows: usize) -> [u32; 3] {
+        match self {
+            Self::WorkgroupPerRow => grid(rows, 1),
+            Self::InvocationPerRow => grid(rows, 64),
+        }
+    }
+}
+
 /// An input tensor as the CPU reference sees it.
 pub struct In<'a> {
     pub meta: &'a TensorMeta,

@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 
-use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
+use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, RowKernels, VjpArgs, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
@@ -98,17 +98,18 @@ impl Op for CrossEntropy {
         };
     }
 
-    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let rows = inputs[1].numel();
         let uniform = uniform(rows, inputs[0].numel() / rows.max(1), self.ignore_index);
+        let per_row = RowKernels::for_adapter(adapter);
         GpuKernels {
             scratch: vec![rows.max(1)],
             dispatches: vec![
                 Dispatch::new(
-                    "row_loss",
+                    per_row.entry("row_loss", "row_loss_rows"),
                     &uniform,
                     vec![Arg::In(0), Arg::In(1), Arg::Scratch(0)],
-                    grid(rows, 1),
+                    per_row.grid(rows),
                 ),
                 Dispatch::new(
                     "mean",
@@ -186,18 +187,19 @@ impl Op for CrossEntropyBackward {
             });
     }
 
-    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let rows = inputs[1].numel();
         let uniform = uniform(rows, inputs[0].numel() / rows.max(1), self.ignore_index);
+        let per_row = RowKernels::for_adapter(adapter);
         GpuKernels {
             scratch: vec![1],
             dispatches: vec![
                 Dispatch::new("count", &uniform, vec![Arg::In(1), Arg::Scratch(0)], [1, 1, 1]),
                 Dispatch::new(
-                    "row_grad",
+                    per_row.entry("row_grad", "row_grad_rows"),
                     &uniform,
                     vec![Arg::In(0), Arg::In(1), Arg::In(2), Arg::Scratch(0), Arg::Out(0)],
-                    grid(rows, 1),
+                    per_row.grid(rows),
                 ),
             ],
         }
@@ -219,6 +221,7 @@ impl Graph {
 
 #[cfg(test)]
 mod tests {
+    use super::AdapterKind;
     use crate::graph::Graph;
     use crate::testing::*;
 
@@ -248,10 +251,10 @@ mod tests {
 
     #[test]
     fn gpu_matches_cpu_on_odd_shapes() {
-        check_gpu_matches_cpu(&loss(&[37, 91, 53]), 1e-8, 1e-4);
+        check_each_kind_matches_cpu(&loss(&[37, 91, 53]), 1e-8, 1e-4);
         // Long rows (a vocabulary of 5000): many elements per thread of the row's workgroup.
-        check_gpu_matches_cpu(&loss(&[6, 5000]), 1e-8, 1e-4);
-        check_gpu_matches_cpu(&loss(&[300, 2]), 1e-8, 1e-4);
+        check_each_kind_matches_cpu(&loss(&[6, 5000]), 1e-8, 1e-4);
+        check_each_kind_matches_cpu(&loss(&[300, 2]), 1e-8, 1e-4);
     }
 
     #[test]
@@ -303,7 +306,8 @@ mod tests {
             }
         };
         let mut backends = vec![cpu()];
-        backends.extend(gpu());
+        backends.extend(gpu_with_kernels_for(AdapterKind::Gpu));
+        backends.extend(gpu_with_kernels_for(AdapterKind::Software));
         for backend in backends {
             let r = run(backend, &build, 2, &Overrides::default());
             assert_eq!(r.out, [0.0]);

@@ -6,7 +6,7 @@
 use rayon::prelude::*;
 
 use super::par::{PAR_CHUNK, par_rows};
-use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
+use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, RowKernels, VjpArgs, grid, word};
 use crate::error::{Error, Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
@@ -98,10 +98,11 @@ impl Op for LayerNorm {
             });
     }
 
-    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let (rows, dim) = inputs[0].rows();
+        let per_row = RowKernels::for_adapter(adapter);
         GpuKernels::single(Dispatch::new(
-            "layernorm_forward",
+            per_row.entry("layernorm_forward", "layernorm_forward_rows"),
             &norm_uniform(rows, dim, self.eps),
             vec![
                 Arg::In(0),
@@ -111,7 +112,7 @@ impl Op for LayerNorm {
                 Arg::Out(1),
                 Arg::Out(2),
             ],
-            grid(rows, 1),
+            per_row.grid(rows),
         ))
     }
 
@@ -197,8 +198,9 @@ impl Op for LayerNormBackward {
         }
     }
 
-    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let (rows, dim) = inputs[0].rows();
+        let per_row = RowKernels::for_adapter(adapter);
         let chunks = rows.div_ceil(CHUNK_ROWS);
         let uniform = norm_uniform(rows, dim, 0.0);
         let dispatch = |entry, args, workgroups| Dispatch::new(entry, &uniform, args, workgroups);
@@ -208,9 +210,9 @@ impl Op for LayerNormBackward {
             scratch: vec![(2 * chunks * dim).max(1)],
             dispatches: vec![
                 dispatch(
-                    "layernorm_backward_dx",
+                    per_row.entry("layernorm_backward_dx", "layernorm_backward_dx_rows"),
                     [&ins[..], &[Arg::Out(0)]].concat(),
-                    grid(rows, 1),
+                    per_row.grid(rows),
                 ),
                 dispatch(
                     "layernorm_backward_partials",
@@ -266,10 +268,10 @@ mod tests {
         // and more rows than one dgamma chunk (3367 rows, 105 chunks).
         let shapes: [&'static [usize]; 5] = [&[37, 91, 53], &[5, 1], &[70, 3], &[4, 300], &[2, 1000]];
         for shape in shapes {
-            check_gpu_matches_cpu(&layernorm(shape, 1.0, 0.0, 1e-5), 1e-4, 1e-4);
+            check_each_kind_matches_cpu(&layernorm(shape, 1.0, 0.0, 1e-5), 1e-4, 1e-4);
         }
         // Rows with a mean 100 times their spread.
-        check_gpu_matches_cpu(&layernorm(&[9, 77], 0.1, 10.0, 1e-5), 1e-4, 1e-4);
+        check_each_kind_matches_cpu(&layernorm(&[9, 77], 0.1, 10.0, 1e-5), 1e-4, 1e-4);
     }
 
     #[test]

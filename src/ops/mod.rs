@@ -6,7 +6,7 @@
 //! turns them into pipelines and bind groups once per plan.
 
 pub use crate::graph::{Op, VjpArgs};
-pub use crate::kernel::{AdapterKind, Arg, Dispatch, GpuKernels, In, Out, grid, word};
+pub use crate::kernel::{AdapterKind, Arg, Dispatch, GpuKernels, In, Out, RowKernels, grid, word};
 
 pub mod attention;
 pub mod cross_entropy;
