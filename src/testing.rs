@@ -215,29 +215,34 @@ pub fn check_gpu_matches_cpu(build: &dyn Fn(&mut Graph) -> Built, atol: f32, rto
 /// [`check_gpu_matches_cpu`] for an op whose kernels differ by adapter kind: each kind's kernels,
 /// forward and backward, against the CPU reference.
 pub fn check_each_kind_matches_cpu(build: &dyn Fn(&mut Graph) -> Built, atol: f32, rtol: f32) {
-    let want = run(cpu(), build, 7, &Overrides::default());
     for kind in [AdapterKind::Gpu, AdapterKind::Software] {
-        let Some(gpu) = gpu_with_kernels_for(kind) else {
-            return;
-        };
-        let got = run(gpu, build, 7, &Overrides::default());
+        check_kind_matches_cpu(kind, build, atol, rtol);
+    }
+}
+
+/// The kernels chosen for adapters of `kind` agree with the CPU reference, forward and backward.
+pub fn check_kind_matches_cpu(kind: AdapterKind, build: &dyn Fn(&mut Graph) -> Built, atol: f32, rtol: f32) {
+    let Some(gpu) = gpu_with_kernels_for(kind) else {
+        return;
+    };
+    let want = run(cpu(), build, 7, &Overrides::default());
+    let got = run(gpu, build, 7, &Overrides::default());
+    assert_close(
+        &format!("{kind:?} kernels: output"),
+        &got.out,
+        &want.out,
+        atol,
+        rtol,
+    );
+    assert_eq!(got.grads.len(), want.grads.len(), "{kind:?} kernels: gradients");
+    for (name, g) in &got.grads {
         assert_close(
-            &format!("{kind:?} kernels: output"),
-            &got.out,
-            &want.out,
+            &format!("{kind:?} kernels: grad {name}"),
+            g,
+            &want.grads[name],
             atol,
             rtol,
         );
-        for (name, g) in &got.grads {
-            assert_close(
-                &format!("{kind:?} kernels: grad {name}"),
-                g,
-                &want.grads[name],
-                atol,
-                rtol,
-            );
-        }
-        assert_eq!(got.grads.len(), want.grads.len(), "{kind:?} kernels: gradients");
     }
 }
 

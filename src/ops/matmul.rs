@@ -143,18 +143,35 @@ impl Kernel {
     }
 }
 
-/// The tiles, largest first, each with the entry points of the body whose per-thread block suits
-/// it: for any sizes, and for sizes that are all nonzero multiples of 4 (vec4 loads).
-const TILES: [(&str, &str, usize); 3] = [
-    ("matmul_16x16", "matmul_16x16_vec4", 128),
-    ("matmul_8x8", "matmul_8x8_vec4", 64),
-    ("matmul_8x8", "matmul_8x8_vec4", 32),
-];
+/// The entry points of one body (the block of the output each thread computes): staging in
+/// workgroup memory for any sizes, the same with vec4 loads for sizes that are all nonzero
+/// multiples of 4 (both for GPUs), and loading straight from the buffers (software adapters).
+#[derive(Clone, Copy, Debug)]
+struct Body {
+    general: &'static str,
+    vec4: &'static str,
+    direct: &'static str,
+}
+
+const BLOCK16: Body = Body {
+    general: "matmul_16x16",
+    vec4: "matmul_16x16_vec4",
+    direct: "matmul_16x16_direct",
+};
+const BLOCK8: Body = Body {
+    general: "matmul_8x8",
+    vec4: "matmul_8x8_vec4",
+    direct: "matmul_8x8_direct",
+};
+
+/// The tiles, largest first, each with the body whose per-thread block suits it.
+const TILES: [(Body, usize); 3] = [(BLOCK16, 128), (BLOCK8, 64), (BLOCK8, 32)];
 
 /// The kernel for a product: the largest tile that wastes at most a third of its work on padding
 /// and gives the adapter [`min_workgroups`], with k split into ranges of at least
 /// [`MIN_SPLIT_K`] where the tiles alone are too few (the smallest tile is taken in any case).
-/// When every size is a nonzero multiple of 4 the entry point that loads whole vec4s is taken.
+/// Software adapters take the direct entry points; GPUs the vec4 loads when every size is a
+/// nonzero multiple of 4.
 fn kernel_for(adapter: AdapterKind, l: &Layout) -> Kernel {
     let aligned = [l.m, l.n, l.k].iter().all(|&d| d > 0 && d % 4 == 0);
     let wanted = min_workgroups(adapter);
@@ -166,15 +183,16 @@ fn kernel_for(adapter: AdapterKind, l: &Layout) -> Kernel {
         let fits = groups * splits >= wanted && 2 * tiles * tile * tile <= 3 * work;
         (fits || tile == 32).then_some(splits)
     };
-    let ((general, vec4, tile), splits) = TILES
+    let ((body, tile), splits) = TILES
         .into_iter()
-        .find_map(|t| choice(t.2).map(|splits| (t, splits)))
+        .find_map(|t| choice(t.1).map(|splits| (t, splits)))
         .expect("the smallest tile always fits");
-    Kernel {
-        entry: if aligned { vec4 } else { general },
-        tile,
-        splits,
-    }
+    let entry = match adapter {
+        AdapterKind::Software => body.direct,
+        AdapterKind::Gpu if aligned => body.vec4,
+        AdapterKind::Gpu => body.general,
+    };
+    Kernel { entry, tile, splits }
 }
 
 impl Kernel {
@@ -416,44 +434,71 @@ mod tests {
         Vec::leak(v)
     }
 
+    /// Software adapters load straight from the buffers: every tile, odd sizes and sizes beyond one
+    /// tile with ragged edges.
     #[test]
-    fn gpu_matches_cpu_for_every_tile_and_transpose() {
-        // (m, k, n) chosen so that every tile runs, on odd sizes and on sizes beyond one tile with
-        // ragged edges.
+    fn software_kernels_match_cpu_for_every_tile_and_transpose() {
         let cases = [
-            ((37, 91, 53), ("matmul_8x8", 32)),
-            ((130, 257, 129), ("matmul_8x8", 32)),
-            ((200, 40, 190), ("matmul_8x8", 64)),
-            ((250, 40, 255), ("matmul_16x16", 128)),
+            ((37, 91, 53), ("matmul_8x8_direct", 32)),
+            ((130, 257, 129), ("matmul_8x8_direct", 32)),
+            ((200, 40, 190), ("matmul_8x8_direct", 64)),
+            ((250, 40, 255), ("matmul_16x16_direct", 128)),
+            ((256, 44, 256), ("matmul_16x16_direct", 128)),
         ];
         for ((m, k, n), (entry, tile)) in cases {
             for (ta, tb) in TRANSPOSES {
                 let (sa, sb) = shapes(&[], m, k, n, ta, tb);
                 let kernel = kernel_for(AdapterKind::Software, &layout(&sa, &sb, ta, tb));
-                assert_eq!(kernel, Kernel { entry, tile, splits: 1 }, "{m}x{k}x{n}");
-                check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
+                assert_eq!(
+                    kernel,
+                    Kernel {
+                        entry,
+                        tile,
+                        splits: 1
+                    },
+                    "{m}x{k}x{n}"
+                );
+                let build = product(leak(sa), leak(sb), ta, tb);
+                check_kind_matches_cpu(AdapterKind::Software, &build, 1e-4, 1e-4);
+            }
+        }
+    }
+
+    /// GPUs stage in workgroup memory, with vec4 loads when every size is a multiple of 4 (k = 44
+    /// ends in half a K-step; n = 255 falls back to the general loads): every tile, the batches
+    /// large enough that a GPU takes it.
+    #[test]
+    fn gpu_kernels_match_cpu_for_every_tile_and_transpose() {
+        let cases = [
+            (&[][..], (37, 91, 53), ("matmul_8x8", 32)),
+            (&[11][..], (200, 40, 190), ("matmul_8x8", 64)),
+            (&[32][..], (250, 40, 255), ("matmul_16x16", 128)),
+            (&[][..], (36, 92, 52), ("matmul_8x8_vec4", 32)),
+            (&[11][..], (200, 44, 192), ("matmul_8x8_vec4", 64)),
+            (&[32][..], (256, 44, 256), ("matmul_16x16_vec4", 128)),
+            (&[32][..], (256, 44, 255), ("matmul_16x16", 128)),
+        ];
+        for (batch, (m, k, n), (entry, tile)) in cases {
+            for (ta, tb) in TRANSPOSES {
+                let (sa, sb) = shapes(batch, m, k, n, ta, tb);
+                let kernel = kernel_for(AdapterKind::Gpu, &layout(&sa, &sb, ta, tb));
+                assert_eq!(
+                    kernel,
+                    Kernel {
+                        entry,
+                        tile,
+                        splits: 1
+                    },
+                    "{batch:?} {m}x{k}x{n}"
+                );
+                let build = product(leak(sa), leak(sb), ta, tb);
+                check_kind_matches_cpu(AdapterKind::Gpu, &build, 1e-4, 1e-4);
             }
         }
     }
 
     #[test]
-    fn gpu_matches_cpu_on_the_vec4_path_and_just_off_it() {
-        // Sizes that are multiples of 4 take the vec4 loads on every tile (k = 44 ends in half a
-        // K-step); n = 255 falls back to the general loads.
-        let cases = [
-            ((36, 92, 52), ("matmul_8x8_vec4", 32)),
-            ((200, 44, 192), ("matmul_8x8_vec4", 64)),
-            ((256, 44, 256), ("matmul_16x16_vec4", 128)),
-            ((256, 44, 255), ("matmul_16x16", 128)),
-        ];
-        for ((m, k, n), (entry, tile)) in cases {
-            for (ta, tb) in TRANSPOSES {
-                let (sa, sb) = shapes(&[], m, k, n, ta, tb);
-                let kernel = kernel_for(AdapterKind::Software, &layout(&sa, &sb, ta, tb));
-                assert_eq!(kernel, Kernel { entry, tile, splits: 1 }, "{m}x{k}x{n}");
-                check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
-            }
-        }
+    fn batched_and_shared_operands_match_cpu_on_the_vec4_path() {
         // Batched and shared operands on the vec4 path.
         for (ta, tb) in TRANSPOSES {
             let (sa, sb) = shapes(&[2, 3], 20, 24, 16, ta, tb);
@@ -462,8 +507,12 @@ mod tests {
             let (sa3, _) = shapes(&[], 12, 40, 36, ta, tb);
             let (_, sb3) = shapes(&[4], 12, 40, 36, ta, tb);
             for (sa, sb) in [(sa, sb), (sa2, sb2), (sa3, sb3)] {
-                assert!(kernel_for(AdapterKind::Software, &layout(&sa, &sb, ta, tb)).entry.ends_with("_vec4"));
-                check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
+                assert!(
+                    kernel_for(AdapterKind::Gpu, &layout(&sa, &sb, ta, tb))
+                        .entry
+                        .ends_with("_vec4")
+                );
+                check_each_kind_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
             }
         }
     }
@@ -471,9 +520,13 @@ mod tests {
     /// naga validates each variant the op can ask for as wgpu will build it: its constants set.
     #[test]
     fn every_kernel_validates_with_its_constants() {
-        for (general, vec4, tile) in TILES {
-            for entry in [general, vec4] {
-                let kernel = Kernel { entry, tile, splits: 1 };
+        for (body, tile) in TILES {
+            for entry in [body.general, body.vec4, body.direct] {
+                let kernel = Kernel {
+                    entry,
+                    tile,
+                    splits: 1,
+                };
                 crate::shaders::validate_variant(&crate::shaders::MATMUL, entry, &kernel.constants())
                     .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
             }
@@ -497,7 +550,11 @@ mod tests {
             for (ta, tb) in TRANSPOSES {
                 let (sa, sb) = shapes(batch, m, k, n, ta, tb);
                 let l = layout(&sa, &sb, ta, tb);
-                assert_eq!(kernel_for(AdapterKind::Software, &l).splits, software, "{m}x{k}x{n}");
+                assert_eq!(
+                    kernel_for(AdapterKind::Software, &l).splits,
+                    software,
+                    "{m}x{k}x{n}"
+                );
                 assert_eq!(kernel_for(AdapterKind::Gpu, &l).splits, gpu, "{m}x{k}x{n}");
                 check_each_kind_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
             }
@@ -522,14 +579,14 @@ mod tests {
         for (ta, tb) in TRANSPOSES {
             // Both batched, two batch axes.
             let (sa, sb) = shapes(&[2, 3], 19, 23, 17, ta, tb);
-            check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
+            check_each_kind_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
             // b shared by the batch (a linear layer), and a shared by the batch.
             let (sa, _) = shapes(&[2, 5], 33, 17, 29, ta, tb);
             let (_, sb) = shapes(&[], 33, 17, 29, ta, tb);
-            check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
+            check_each_kind_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
             let (_, sb) = shapes(&[4], 33, 17, 29, ta, tb);
             let (sa, _) = shapes(&[], 33, 17, 29, ta, tb);
-            check_gpu_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
+            check_each_kind_matches_cpu(&product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
         }
     }
 
