@@ -47,26 +47,26 @@ const CASES: [&str; 16] = [
 ];
 
 /// The largest |posflow − PyTorch| allowed for any logit, the loss or any gradient element.
-/// Reached, worst tensor of each case (CPU / lavapipe GPU):
+/// Reached, worst tensor of each case (CPU / lavapipe GPU, its software kernels):
 ///
 /// | case                                     | CPU     | GPU     |
 /// |------------------------------------------|---------|---------|
 /// | lm_tied_sinusoidal_sqrt_d                | 9.5e-7  | 4.8e-7  |
-/// | lm_untied_learned_4_heads                | 1.5e-7  | 1.5e-7  |
+/// | lm_untied_learned_4_heads                | 1.5e-7  | 1.7e-7  |
 /// | lm_sinusoidal_every_block                | 1.2e-7  | 2.4e-7  |
 /// | lm_relative_padded                       | 1.8e-7  | 2.1e-7  |
-/// | encoder_relative_padded                  | 4.3e-7  | 2.7e-7  |
-/// | lm_no_posenc                             | 1.2e-7  | 1.2e-7  |
+/// | encoder_relative_padded                  | 4.3e-7  | 4.2e-7  |
+/// | lm_no_posenc                             | 1.2e-7  | 2.4e-7  |
 /// | lm_tupe_a_4_heads                        | 2.4e-7  | 1.2e-7  |
-/// | encoder_tupe_r_untie_cls_padded          | 1.2e-7  | 1.3e-7  |
+/// | encoder_tupe_r_untie_cls_padded          | 1.2e-7  | 1.6e-7  |
 /// | lm_floater_every_block_midpoint          | 1.4e-6  | 1.4e-6  |
 /// | lm_floater_input_rk4_tanh                | 1.8e-7  | 2.4e-7  |
-/// | lm_floater_compatible                    | 4.8e-7  | 9.5e-7  |
-/// | lm_floater_compatible_midpoint_delta_0_1 | 9.5e-7  | 9.5e-7  |
+/// | lm_floater_compatible                    | 4.8e-7  | 7.2e-7  |
+/// | lm_floater_compatible_midpoint_delta_0_1 | 9.5e-7  | 7.2e-7  |
 /// | seq2seq_sinusoidal_tied_sqrt_d           | 4.8e-7  | 4.8e-7  |
 /// | seq2seq_relative_untied_rk2_encoder      | 1.2e-7  | 2.4e-7  |
 /// | seq2seq_floater_compatible               | 4.8e-7  | 4.8e-7  |
-/// | seq2seq_tupe_r_rk4_decoder_4_heads       | 2.4e-7  | 1.6e-7  |
+/// | seq2seq_tupe_r_rk4_decoder_4_heads       | 2.4e-7  | 1.2e-7  |
 ///
 /// The FLOATER cases' reference solves the ODE with torchdiffeq (`odeint` differentiated through
 /// for backprop, `odeint_adjoint` for the adjoint), so they pin the whole model, dynamics and
@@ -78,10 +78,13 @@ const CASES: [&str; 16] = [
 const TOLERANCE: f32 = 1e-4;
 
 /// And each tensor's worst error at most this fraction of its largest value (at least
-/// [`RELATIVE_FLOOR`]: TUPE's θ1 has no gradient, so PyTorch's is 0 and posflow's ~1e-9), so
-/// that small gradients are pinned too.
+/// [`RELATIVE_FLOOR`]), so that small gradients are pinned too. The floor is for gradients that
+/// are 0 in exact arithmetic: TUPE's untied [CLS] bias θ1 adds one constant to a whole softmax row,
+/// so PyTorch's gradient is ~5e-18 and posflow's is f32 rounding of a cancelling sum: ~1e-9 on the
+/// CPU and the GPUs' tiles kernels, 1.2e-8 on the software adapters' rows kernels (whose online
+/// softmax rescales per key rather than per block of 8 keys).
 const RELATIVE_TOLERANCE: f32 = 1e-3;
-const RELATIVE_FLOOR: f32 = 1e-5;
+const RELATIVE_FLOOR: f32 = 5e-5;
 
 fn checkpoint_path(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
