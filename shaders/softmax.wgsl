@@ -1,5 +1,6 @@
-// Softmax over the last axis and its gradient: one 64-thread workgroup per row. Threads stride
-// over the row, so rows of any length work; short rows leave threads idle.
+// Softmax over the last axis and its gradient: one 64-thread workgroup per row on GPUs (threads
+// stride over the row, so rows of any length work; short rows leave threads idle), one invocation
+// per row on software adapters (the `_rows` entry points; see RowKernels).
 
 struct Rows {
     rows: u32,
@@ -89,6 +90,42 @@ fn softmax_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     }
     let dot = workgroup_sum(lid, d);
     for (var k = lid; k < p.len; k += WG) {
+        gx[base + k] = probs[base + k] * (gy[base + k] - dot);
+    }
+}
+
+@compute @workgroup_size(64)
+fn softmax_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let row = gid.x + gid.y * groups.x * WG;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.len;
+    var m = LOWEST;
+    for (var k = 0u; k < p.len; k++) {
+        m = max(m, x[base + k]);
+    }
+    var total = 0.0;
+    for (var k = 0u; k < p.len; k++) {
+        total += exp(x[base + k] - m);
+    }
+    for (var k = 0u; k < p.len; k++) {
+        y[base + k] = exp(x[base + k] - m) / total;
+    }
+}
+
+@compute @workgroup_size(64)
+fn softmax_backward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let row = gid.x + gid.y * groups.x * WG;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.len;
+    var dot = 0.0;
+    for (var k = 0u; k < p.len; k++) {
+        dot += probs[base + k] * gy[base + k];
+    }
+    for (var k = 0u; k < p.len; k++) {
         gx[base + k] = probs[base + k] * (gy[base + k] - dot);
     }
 }

@@ -39,6 +39,8 @@ const SUM_COLUMNS: usize = 64;
 
 /// Axes at least this long get a whole workgroup per output element.
 const WORKGROUP_AXIS: usize = 64;
+/// On software adapters, at least this many outputs take one invocation each whatever the axis.
+const SOFTWARE_THREAD_OUTPUTS: usize = 64;
 
 impl Op for Sum {
     fn name(&self) -> &'static str {
@@ -80,7 +82,7 @@ impl Op for Sum {
         });
     }
 
-    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels {
         let (outer, len, inner) = split_at_axis(&inputs[0].shape, self.axis);
         let n = outputs[0].numel();
         let uniform = AxisUniform {
@@ -89,7 +91,13 @@ impl Op for Sum {
             inner: word(inner),
             n_out: word(n),
         };
-        let (entry, workgroups) = if len >= WORKGROUP_AXIS {
+        // A software adapter has lanes for every output once there are a few dozen, and its
+        // workgroup's tree of barriers costs more than one invocation's walk down the axis.
+        let workgroup_per_output = match adapter {
+            AdapterKind::Gpu => len >= WORKGROUP_AXIS,
+            AdapterKind::Software => len >= WORKGROUP_AXIS && n < SOFTWARE_THREAD_OUTPUTS,
+        };
+        let (entry, workgroups) = if workgroup_per_output {
             ("sum_axis_workgroup", grid(n, 1))
         } else {
             ("sum_axis", grid(n, 256))
@@ -237,18 +245,21 @@ mod tests {
 
     #[test]
     fn gpu_matches_cpu_for_sums_along_short_and_long_axes() {
-        // Axes of 37 and 53 take the thread-per-output kernel, 91 the workgroup kernel; 63 and 64
-        // sit on either side of the switch. Backward passes run broadcast_to.
+        // On GPUs axes of 37 and 53 take the thread-per-output kernel, 91 the workgroup kernel;
+        // 63 and 64 sit on either side of the switch. Software adapters take the workgroup kernel
+        // only for fewer than 64 outputs of a long axis ([64, 5] and [5, 64] summed over the 64),
+        // not for [100, 70] summed over its 100 (70 outputs). Backward passes run broadcast_to.
         for axis in 0..3 {
             for keepdim in [false, true] {
-                check_gpu_matches_cpu(&sum(&[37, 91, 53], axis, keepdim), 1e-5, 1e-4);
+                check_each_kind_matches_cpu(&sum(&[37, 91, 53], axis, keepdim), 1e-5, 1e-4);
             }
         }
-        check_gpu_matches_cpu(&sum(&[63, 5], 0, false), 1e-5, 1e-4);
-        check_gpu_matches_cpu(&sum(&[64, 5], 0, false), 1e-5, 1e-4);
+        for (shape, axis) in [(&[63, 5][..], 0), (&[64, 5], 0), (&[5, 64], 1), (&[100, 70], 0)] {
+            check_each_kind_matches_cpu(&sum(shape, axis, false), 1e-5, 1e-4);
+        }
         // 70001 outputs of a short axis; and sums of 70001 terms, whose rounding depends on the order.
-        check_gpu_matches_cpu(&sum(&[3, 70001], 0, true), 1e-5, 1e-4);
-        check_gpu_matches_cpu(&sum(&[3, 70001], 1, false), 1e-3, 1e-4);
+        check_each_kind_matches_cpu(&sum(&[3, 70001], 0, true), 1e-5, 1e-4);
+        check_each_kind_matches_cpu(&sum(&[3, 70001], 1, false), 1e-3, 1e-4);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use super::par::par_rows;
 use super::unary::exp;
-use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
+use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, RowKernels, VjpArgs, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
@@ -13,13 +13,19 @@ uniform! {
 }
 
 /// One workgroup per row: the dispatch grid and the uniform both kernels read.
-fn row_dispatch(entry: &'static str, meta: &TensorMeta, args: Vec<Arg>) -> GpuKernels {
+fn row_dispatch(
+    per_row: RowKernels,
+    entries: [&'static str; 2],
+    meta: &TensorMeta,
+    args: Vec<Arg>,
+) -> GpuKernels {
     let (rows, len) = meta.rows();
     let uniform = SoftmaxUniform {
         rows: word(rows),
         len: word(len),
     };
-    GpuKernels::single(Dispatch::new(entry, &uniform, args, grid(rows, 1)))
+    let entry = per_row.entry(entries[0], entries[1]);
+    GpuKernels::single(Dispatch::new(entry, &uniform, args, per_row.grid(rows)))
 }
 
 /// y = exp(x - max) / Σ exp(x - max) along the last axis; subtracting the row max keeps exp finite.
@@ -58,8 +64,14 @@ impl Op for Softmax {
         });
     }
 
-    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
-        row_dispatch("softmax", inputs[0], vec![Arg::In(0), Arg::Out(0)])
+    fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+        let per_row = RowKernels::for_adapter(adapter);
+        row_dispatch(
+            per_row,
+            ["softmax", "softmax_rows"],
+            inputs[0],
+            vec![Arg::In(0), Arg::Out(0)],
+        )
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
@@ -104,9 +116,10 @@ impl Op for SoftmaxBackward {
         });
     }
 
-    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         row_dispatch(
-            "softmax_backward",
+            RowKernels::for_adapter(adapter),
+            ["softmax_backward", "softmax_backward_rows"],
             inputs[0],
             vec![Arg::In(0), Arg::In(1), Arg::Out(0)],
         )
@@ -144,7 +157,7 @@ mod tests {
         // Rows of 1, of 7, of 53 (odd), and longer than the 64-thread workgroup (300, 5000).
         let shapes: [&'static [usize]; 5] = [&[37, 91, 53], &[11, 7], &[5, 1], &[4, 300], &[3, 5000]];
         for shape in shapes {
-            check_gpu_matches_cpu(&softmax(shape, 1.0), 1e-6, 1e-4);
+            check_each_kind_matches_cpu(&softmax(shape, 1.0), 1e-6, 1e-4);
         }
     }
 
@@ -152,7 +165,7 @@ mod tests {
     fn large_logits_stay_finite() {
         // exp(±200) overflows f32 unless the row max is subtracted first. Gradients are scaled by
         // 200, and so is the rounding of gy − Σ gy·y where one probability is near 1.
-        check_gpu_matches_cpu(&softmax(&[6, 129], 200.0), 1e-4, 1e-4);
+        check_each_kind_matches_cpu(&softmax(&[6, 129], 200.0), 1e-4, 1e-4);
         let out = run(cpu(), &softmax(&[6, 129], 200.0), 7, &Overrides::default()).out;
         assert!(out.iter().all(|v| v.is_finite()));
     }
