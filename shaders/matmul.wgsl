@@ -18,12 +18,15 @@
 //
 // Each body is written once. The override constant TILE sets the tile and with it the workgroup
 // (TILE / 16 or TILE / 8 threads square); the op picks it from the sizes: large tiles reuse each
-// loaded value more, small ones keep more workgroups busy on small products. Each body has two
-// entry points: matmul_BxB for any sizes, staging scalars, and matmul_BxB_vec4 when m, n and k
-// are nonzero multiples of 4, staging with one vec4 load where the other makes four strided
-// scalar loads. That choice is no override: the vec4 loads need the operands bound as arrays of
-// vec4 too, and one entry point may not see one binding as two variables (four scalar loads in
-// place of each vec4 load, which an override could choose, ran 10-30% slower on lavapipe).
+// loaded value more, small ones keep more workgroups busy on small products. Each body has three
+// entry points: for GPUs matmul_BxB for any sizes, staging scalars, and matmul_BxB_vec4 when m, n
+// and k are nonzero multiples of 4, staging with one vec4 load where the other makes four strided
+// scalar loads; for software adapters matmul_BxB_direct, which stages nothing (see below). That
+// choice is no override: the vec4 loads need the operands bound as arrays of vec4 too, and one
+// entry point may not see one binding as two variables (four scalar loads in place of each vec4
+// load, which an override could choose, ran 10-30% slower on lavapipe). A product whose tiles are
+// too few for the adapter splits k over workgroup z (Dims.splits), and matmul_sum_splits adds
+// the partial products up.
 
 struct Dims {
     m: u32,
