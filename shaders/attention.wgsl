@@ -312,8 +312,13 @@ fn attention_backward_stats(@builtin(global_invocation_id) gid: vec3<u32>, @buil
 // dot products already taken: qk = q_i · k_j and dv = dout_i · v_j.
 fn p_and_ds(bh: u32, h: u32, i: u32, j: u32, qk: f32, dov: f32) -> vec2<f32> {
     let row = bh * p.q_len + i;
-    let prob = exp(score(h, i, j, qk, bucket_bwd(i, j)) - stats[row]);
-    return vec2<f32>(prob, prob * (dov - stats[rows_total() + row]));
+    return p_and_ds_given(h, i, j, qk, dov, stats[row], stats[rows_total() + row]);
+}
+
+// The same with the query's lse and D already read.
+fn p_and_ds_given(h: u32, i: u32, j: u32, qk: f32, dov: f32, lse: f32, d: f32) -> vec2<f32> {
+    let prob = exp(score(h, i, j, qk, bucket_bwd(i, j)) - lse);
+    return vec2<f32>(prob, prob * (dov - d));
 }
 
 // One thread per (h, i, j): dbias = Σ_b dS, summed in batch order.

@@ -18,6 +18,8 @@ struct Row8 {
 }
 
 // Row i of q (or dout) of slice bh, zero past the queries; row j of k (or v), zero past the keys.
+// Four copies, not one with a selector: a WGSL function cannot take a buffer, and a selector
+// would make the forward reach dout, whose binding holds the forward's bucket list.
 fn q_row(bh: u32, i: u32) -> Row8 {
     var r = Row8();
     if (i >= p.q_len) {
@@ -102,11 +104,6 @@ fn scale_add8(o: Row8, alpha: f32, w: f32, x: Row8) -> Row8 {
         o.c6 * alpha + w * x.c6, o.c7 * alpha + w * x.c7);
 }
 
-// o + w · x
-fn add8(o: Row8, w: f32, x: Row8) -> Row8 {
-    return Row8(o.c0 + w * x.c0, o.c1 + w * x.c1, o.c2 + w * x.c2, o.c3 + w * x.c3,
-        o.c4 + w * x.c4, o.c5 + w * x.c5, o.c6 + w * x.c6, o.c7 + w * x.c7);
-}
 
 // Row `at` (an element offset) of out, grad_a or grad_b: x · s, within Dh.
 fn store_out8(at: u32, x: Row8, s: f32) {
@@ -218,8 +215,7 @@ fn attention_forward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builti
 // the query's lse and D, qk = q_i · k_j and dov = dout_i · v_j.
 fn p_ds_or_zero(b: u32, h: u32, i: u32, j: u32, lse: f32, d: f32, qk: f32, dov: f32) -> vec2<f32> {
     if (i < p.q_len && j < p.k_len && visible_bwd(b, i, j)) {
-        let prob = exp(score(h, i, j, qk, bucket_bwd(i, j)) - lse);
-        return vec2<f32>(prob, prob * (dov - d));
+        return p_and_ds_given(h, i, j, qk, dov, lse, d);
     }
     return vec2<f32>(0.0);
 }
@@ -254,7 +250,7 @@ fn query_row(bh: u32, i: u32) -> QueryRow {
 // Adds key j's dS · k_j to query row i's dq, and dS to its bucket's sum.
 fn query_add_key(r: ptr<function, QueryRow>, b: u32, h: u32, bh: u32, i: u32, j: u32, kj: Row8, vj: Row8) {
     let ds = p_ds_or_zero(b, h, i, j, (*r).lse, (*r).d, dot8((*r).q, kj), dot8((*r).dout, vj)).y;
-    (*r).dq = add8((*r).dq, ds, kj);
+    (*r).dq = scale_add8((*r).dq, 1.0, ds, kj);
     if (p.bias_kind == RELATIVE_BIAS && i < p.q_len) {
         let bucket = bucket_bwd(i, j);
         if (bucket != (*r).bucket) {
@@ -321,8 +317,8 @@ fn key_row(bh: u32, j: u32) -> KeyRow {
 // Adds query i (its q and dout rows qi and gi, its lse and D) to key row j's dk and dv.
 fn key_add_query(r: ptr<function, KeyRow>, b: u32, h: u32, i: u32, j: u32, qi: Row8, gi: Row8, lse: f32, d: f32) {
     let pd = p_ds_or_zero(b, h, i, j, lse, d, dot8(qi, (*r).k), dot8(gi, (*r).v));
-    (*r).dv = add8((*r).dv, pd.x, gi);
-    (*r).dk = add8((*r).dk, pd.y, qi);
+    (*r).dv = scale_add8((*r).dv, 1.0, pd.x, gi);
+    (*r).dk = scale_add8((*r).dk, 1.0, pd.y, qi);
 }
 
 fn key_store(r: KeyRow, bh: u32, j: u32) {

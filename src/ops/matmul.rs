@@ -434,34 +434,40 @@ mod tests {
         Vec::leak(v)
     }
 
+    /// A product's batch and (m, k, n), and the (entry, tile) it should take.
+    type Choice = (&'static [usize], (usize, usize, usize), (&'static str, usize));
+
+    /// Each product takes the entry and tile given on adapters of `kind`, unsplit, and computes
+    /// as the CPU does, for every transpose.
+    fn check_choices(kind: AdapterKind, cases: &[Choice]) {
+        for &(batch, (m, k, n), (entry, tile)) in cases {
+            for (ta, tb) in TRANSPOSES {
+                let (sa, sb) = shapes(batch, m, k, n, ta, tb);
+                let kernel = kernel_for(kind, &layout(&sa, &sb, ta, tb));
+                assert_eq!(
+                    (kernel.entry, kernel.tile, kernel.splits),
+                    (entry, tile, 1),
+                    "{batch:?} {m}x{k}x{n}"
+                );
+                check_kind_matches_cpu(kind, &product(leak(sa), leak(sb), ta, tb), 1e-4, 1e-4);
+            }
+        }
+    }
+
     /// Software adapters load straight from the buffers: every tile, odd sizes and sizes beyond one
     /// tile with ragged edges.
     #[test]
     fn software_kernels_match_cpu_for_every_tile_and_transpose() {
-        let cases = [
-            ((37, 91, 53), ("matmul_8x8_direct", 32)),
-            ((130, 257, 129), ("matmul_8x8_direct", 32)),
-            ((200, 40, 190), ("matmul_8x8_direct", 64)),
-            ((250, 40, 255), ("matmul_16x16_direct", 128)),
-            ((256, 44, 256), ("matmul_16x16_direct", 128)),
-        ];
-        for ((m, k, n), (entry, tile)) in cases {
-            for (ta, tb) in TRANSPOSES {
-                let (sa, sb) = shapes(&[], m, k, n, ta, tb);
-                let kernel = kernel_for(AdapterKind::Software, &layout(&sa, &sb, ta, tb));
-                assert_eq!(
-                    kernel,
-                    Kernel {
-                        entry,
-                        tile,
-                        splits: 1
-                    },
-                    "{m}x{k}x{n}"
-                );
-                let build = product(leak(sa), leak(sb), ta, tb);
-                check_kind_matches_cpu(AdapterKind::Software, &build, 1e-4, 1e-4);
-            }
-        }
+        check_choices(
+            AdapterKind::Software,
+            &[
+                (&[], (37, 91, 53), ("matmul_8x8_direct", 32)),
+                (&[], (130, 257, 129), ("matmul_8x8_direct", 32)),
+                (&[], (200, 40, 190), ("matmul_8x8_direct", 64)),
+                (&[], (250, 40, 255), ("matmul_16x16_direct", 128)),
+                (&[], (256, 44, 256), ("matmul_16x16_direct", 128)),
+            ],
+        );
     }
 
     /// GPUs stage in workgroup memory, with vec4 loads when every size is a multiple of 4 (k = 44
@@ -469,32 +475,18 @@ mod tests {
     /// large enough that a GPU takes it.
     #[test]
     fn gpu_kernels_match_cpu_for_every_tile_and_transpose() {
-        let cases = [
-            (&[][..], (37, 91, 53), ("matmul_8x8", 32)),
-            (&[11][..], (200, 40, 190), ("matmul_8x8", 64)),
-            (&[32][..], (250, 40, 255), ("matmul_16x16", 128)),
-            (&[][..], (36, 92, 52), ("matmul_8x8_vec4", 32)),
-            (&[11][..], (200, 44, 192), ("matmul_8x8_vec4", 64)),
-            (&[32][..], (256, 44, 256), ("matmul_16x16_vec4", 128)),
-            (&[32][..], (256, 44, 255), ("matmul_16x16", 128)),
-        ];
-        for (batch, (m, k, n), (entry, tile)) in cases {
-            for (ta, tb) in TRANSPOSES {
-                let (sa, sb) = shapes(batch, m, k, n, ta, tb);
-                let kernel = kernel_for(AdapterKind::Gpu, &layout(&sa, &sb, ta, tb));
-                assert_eq!(
-                    kernel,
-                    Kernel {
-                        entry,
-                        tile,
-                        splits: 1
-                    },
-                    "{batch:?} {m}x{k}x{n}"
-                );
-                let build = product(leak(sa), leak(sb), ta, tb);
-                check_kind_matches_cpu(AdapterKind::Gpu, &build, 1e-4, 1e-4);
-            }
-        }
+        check_choices(
+            AdapterKind::Gpu,
+            &[
+                (&[], (37, 91, 53), ("matmul_8x8", 32)),
+                (&[11], (200, 40, 190), ("matmul_8x8", 64)),
+                (&[32], (250, 40, 255), ("matmul_16x16", 128)),
+                (&[], (36, 92, 52), ("matmul_8x8_vec4", 32)),
+                (&[11], (200, 44, 192), ("matmul_8x8_vec4", 64)),
+                (&[32], (256, 44, 256), ("matmul_16x16_vec4", 128)),
+                (&[32], (256, 44, 255), ("matmul_16x16", 128)),
+            ],
+        );
     }
 
     #[test]
