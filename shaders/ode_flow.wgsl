@@ -1,31 +1,38 @@
 // FLOATER's position flow dp/dt = h(t, p) = W2·[σ(W1·[p; t] + b1); t] + b2, integrated with an
-// explicit fixed-step Runge-Kutta method (its tableau in the uniform) for every block at once.
-// θ layout: W1 [k, d+1] | b1 [k] | W2 [d, k+1] | b2 [d]; the last column of each weight multiplies t.
+// explicit fixed-step Runge-Kutta method (its tableau in the uniform) for every row of the state
+// (a block) at once. θ layout: W1 [k, d+1] | b1 [k] | W2 [d, k+1] | b2 [d]; the last column of each
+// weight multiplies t.
 //
-// One workgroup per block: its 64 threads keep the block's vectors in workgroup memory and split
-// every matrix-vector product by rows, with a barrier between dependent steps. Steps are numbered
-// g = interval·substeps + substep over the whole grid; each dispatch runs the steps [begin, end) and
-// hands its state to the next through `carry` (a few dispatches per solve, sized by the op so that
+// This file holds what both kernel families share; `ode_flow_groups.wgsl` (GPUs: a workgroup per
+// row, its vectors in workgroup memory) and `ode_flow_rows.wgsl` (software adapters: a workgroup
+// per four rows, each invocation computing an element for all four) continue it. Steps are
+// numbered g = interval·substeps + substep over the whole grid; each dispatch runs the steps
+// [begin, end) and hands its state to the next (a few dispatches per solve, sized by the op so that
 // no dispatch runs more than ~32k loop iterations per thread: lavapipe silently stops all loops of
-// an invocation after 65535 iterations in total). Entry points:
-//   forward:           p(t_i) at every position; records the block's first non-finite position in
+// an invocation after 65535 iterations in total). Entry points, each family with its own:
+//   forward:           p(t_i) at every position; records each row's first non-finite position in
 //                      `fail`
-//   report:            one thread turns `fail` into the status [code, block, time]
 //   starts:            backprop's step starts, recomputed from the trajectory (one state per step)
 //   backprop:          backprop through the solver, steps in reverse: each step's stages are
 //                      recomputed from its start and differentiated
 //   adjoint:           the continuous adjoint [p | a | g] integrated backward with the same method,
 //                      restarting p from the trajectory at every position (memory: a few vectors)
-//   reduce_theta:      dθ = Σ over blocks of `partial`, in block order
-// The backward kernels accumulate each block's dθ in its own row of `partial`, each θ element always
-// by the same thread, so the result is deterministic without atomics.
+// and shared:
+//   report:            one thread turns `fail` into the status [code, block, time]
+//   theta_from_records: dθ from the chunk's records (below), added in a fixed order
+//
+// dθ = Σ over rows and stage evaluations of coef · aᵀ ∂h/∂θ, and aᵀ ∂h/∂θ is two outer products:
+// (σ'(z) ⊙ W2ᵀa) ⊗ [x; t; 1] for W1 | b1, a ⊗ [σ(z); t; 1] for W2 | b2. So the walks do not touch
+// dθ: each stage evaluation writes its four vectors (a record, coef folded into the left ones) and
+// one pass per chunk, a thread per θ element, sums the products over the chunk's records. Records
+// hold four rows (a quad, rows 4q..4q+3) in the lanes of each vec4, so one product covers four rows.
 
 const WG: u32 = 64u;
 const MAX_DIM: u32 = 256u;
 const NO_FAILURE: u32 = 0xffffffffu;
 
-// Slots of `vecs`. Forward and backprop: the state Z, stage inputs X1..X3 (stage 0 reads Z),
-// slopes K0..K3 (reused for their adjoints in backprop), and the adjoints ZBAR, ZBAR0, IB.
+// Slots of the state vectors. Forward and backprop: the state Z, stage inputs X1..X3 (stage 0 reads
+// Z), slopes K0..K3 (reused for their adjoints in backprop), and the adjoints ZBAR, ZBAR0, IB.
 const Z: u32 = 0u;
 const K0: u32 = 4u;
 const ZBAR: u32 = 8u;
@@ -54,6 +61,10 @@ struct Params {
     // The steps this dispatch runs (backprop walks them from end − 1 down to begin).
     begin: u32,
     end: u32,
+    // Stage evaluations each quad's records hold (the longest chunk's steps × stages).
+    capacity: u32,
+    // theta_from_records: 0 on the first chunk (write dθ), 1 after (add to it).
+    accumulate: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -64,24 +75,18 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> traj: array<f32>;
 @group(0) @binding(4) var<storage, read_write> status: array<f32>;
 @group(0) @binding(5) var<storage, read_write> fail: array<u32>;
-@group(0) @binding(6) var<storage, read_write> fwd_carry: array<f32>;
 
-// starts, backprop, adjoint, reduce_theta (θ at binding 1 as above)
+// starts, backprop, adjoint, theta_from_records (θ at binding 1 as above)
 @group(0) @binding(2) var<storage, read> traj_in: array<f32>;
-// reduce_theta (which reads neither θ nor the trajectory): the backward's status, always ok (a
-// fixed grid cannot run out of steps).
+// theta_from_records (which reads neither θ nor the trajectory): the backward's status, always ok
+// (a fixed grid cannot run out of steps).
 @group(0) @binding(2) var<storage, read_write> bstatus: array<f32>;
 @group(0) @binding(3) var<storage, read> upstream: array<f32>;
 @group(0) @binding(4) var<storage, read_write> dtheta: array<f32>;
 @group(0) @binding(5) var<storage, read_write> dp0: array<f32>;
-@group(0) @binding(6) var<storage, read_write> partial: array<f32>;
 @group(0) @binding(7) var<storage, read_write> step_starts: array<f32>;
-@group(0) @binding(8) var<storage, read_write> carry: array<f32>;
-
-var<workgroup> vecs: array<array<f32, MAX_DIM>, 12>;
-var<workgroup> hy: array<f32, MAX_DIM>;
-var<workgroup> hdz: array<f32, MAX_DIM>;
-var<workgroup> first_bad: atomic<u32>;
+// [quads, capacity, record_len()] vec4s: one record per quad and stage evaluation.
+@group(0) @binding(8) var<storage, read_write> records: array<vec4<f32>>;
 
 fn tab_c(i: u32) -> f32 {
     return bitcast<f32>(p.tab[0][i]);
@@ -149,200 +154,50 @@ fn b2_offset() -> u32 {
     return w2_offset() + p.d * (p.k + 1u);
 }
 
-// hy = σ(W1·[vecs[x]; t] + b1).
-fn hidden_layer(t: f32, x: u32, lid: u32) {
-    let d = p.d;
-    let b1 = b1_offset();
-    for (var j = lid; j < p.k; j += WG) {
-        let row = j * (d + 1u);
-        var s = 0.0;
-        for (var c = 0u; c < d; c++) {
-            s += theta[row + c] * vecs[x][c];
-        }
-        hy[j] = act(s + theta[row + d] * t + theta[b1 + j]);
+fn act4(z: vec4<f32>) -> vec4<f32> {
+    if (p.relu == 1u) {
+        return max(z, vec4<f32>(0.0));
     }
+    return tanh(clamp(z, vec4<f32>(-15.0), vec4<f32>(15.0)));
 }
 
-// vecs[out] = h(t, vecs[x]). Callers put a barrier between writing x and calling; it ends with one.
-fn eval_h(t: f32, x: u32, out: u32, lid: u32) {
-    hidden_layer(t, x, lid);
-    workgroupBarrier();
-    let k = p.k;
-    let w2 = w2_offset();
-    let b2 = b2_offset();
-    for (var i = lid; i < p.d; i += WG) {
-        let row = w2 + i * (k + 1u);
-        var s = 0.0;
-        for (var j = 0u; j < k; j++) {
-            s += theta[row + j] * hy[j];
-        }
-        vecs[out][i] = s + theta[row + k] * t + theta[b2 + i];
+fn act_grad4(y: vec4<f32>) -> vec4<f32> {
+    if (p.relu == 1u) {
+        return select(vec4<f32>(0.0), vec4<f32>(1.0), y > vec4<f32>(0.0));
     }
-    workgroupBarrier();
+    return 1.0 - y * y;
 }
 
-// aᵀ ∂h/∂θ for one element e of θ, given hy = σ(z) and hdz = σ'(z) ⊙ W2[:, :k]ᵀ a of vjp.
-fn theta_grad(e: u32, t: f32, x: u32, a: u32) -> f32 {
-    let d = p.d;
-    let k = p.k;
-    let b1 = b1_offset();
-    let w2 = w2_offset();
-    let b2 = b2_offset();
-    if (e < b1) {
-        let c = e % (d + 1u);
-        if (c < d) {
-            return hdz[e / (d + 1u)] * vecs[x][c];
-        }
-        return hdz[e / (d + 1u)] * t;
-    }
-    if (e < w2) {
-        return hdz[e - b1];
-    }
-    if (e < b2) {
-        let i = (e - w2) / (k + 1u);
-        let j = (e - w2) % (k + 1u);
-        if (j < k) {
-            return vecs[a][i] * hy[j];
-        }
-        return vecs[a][i] * t;
-    }
-    return vecs[a][e - b2];
+// A record's vectors, in vec4s from its start: U1 = coef·σ'(z) ⊙ W2ᵀa [k], V1 = [x; t; 1] [d + 2],
+// U2 = coef·a [d], V2 = [σ(z); t; 1] [k + 2].
+fn rec_v1() -> u32 {
+    return p.k;
 }
 
-// vecs[out] = sign · aᵀ ∂h/∂p at (t, vecs[x]) for a = vecs[a]; when coef ≠ 0 also
-// partial[prow + e] += coef · aᵀ ∂h/∂θ_e. Inputs must be ready (barrier); it ends with a barrier.
-fn vjp(t: f32, x: u32, a: u32, out: u32, sign: f32, coef: f32, prow: u32, lid: u32) {
-    let d = p.d;
-    let k = p.k;
-    let b1 = b1_offset();
-    let w2 = w2_offset();
-    for (var j = lid; j < k; j += WG) {
-        let row = j * (d + 1u);
-        var s = 0.0;
-        for (var c = 0u; c < d; c++) {
-            s += theta[row + c] * vecs[x][c];
-        }
-        let y = act(s + theta[row + d] * t + theta[b1 + j]);
-        hy[j] = y;
-        var g = 0.0;
-        for (var i = 0u; i < d; i++) {
-            g += theta[w2 + i * (k + 1u) + j] * vecs[a][i];
-        }
-        hdz[j] = g * act_grad(y);
-    }
-    workgroupBarrier();
-    for (var c = lid; c < d; c += WG) {
-        var s = 0.0;
-        for (var j = 0u; j < k; j++) {
-            s += theta[j * (d + 1u) + c] * hdz[j];
-        }
-        vecs[out][c] = sign * s;
-    }
-    if (coef != 0.0) {
-        for (var e = lid; e < p.param_len; e += WG) {
-            partial[prow + e] += coef * theta_grad(e, t, x, a);
-        }
-    }
-    workgroupBarrier();
+fn rec_u2() -> u32 {
+    return p.k + p.d + 2u;
 }
 
-// The slopes K0.. of one step of vecs[Z] from t0 by dt (stage i > 0 reads its input from slot i).
-fn stages(t0: f32, dt: f32, lid: u32) {
-    for (var i = 0u; i < p.stages; i++) {
-        var x = Z;
-        if (i > 0u) {
-            x = i;
-            for (var c = lid; c < p.d; c += WG) {
-                var v = vecs[Z][c];
-                for (var j = 0u; j < i; j++) {
-                    let w = dt * tab_a(i, j);
-                    if (w != 0.0) {
-                        v += w * vecs[K0 + j][c];
-                    }
-                }
-                vecs[i][c] = v;
-            }
-            workgroupBarrier();
-        }
-        eval_h(t0 + tab_c(i) * dt, x, K0 + i, lid);
-    }
+fn rec_v2() -> u32 {
+    return 2u * p.d + p.k + 2u;
 }
 
-// One Runge-Kutta step of vecs[Z] from t0 by dt, in place.
-fn rk_step(t0: f32, dt: f32, lid: u32) {
-    stages(t0, dt, lid);
-    for (var c = lid; c < p.d; c += WG) {
-        var v = vecs[Z][c];
-        for (var i = 0u; i < p.stages; i++) {
-            let w = dt * tab_b(i);
-            if (w != 0.0) {
-                v += w * vecs[K0 + i][c];
-            }
-        }
-        vecs[Z][c] = v;
-    }
-    workgroupBarrier();
+fn record_len() -> u32 {
+    return 2u * (p.d + p.k + 2u);
 }
 
-fn block_index(wid: vec3<u32>, groups: vec3<u32>) -> u32 {
-    return wid.x + wid.y * groups.x;
+// The first vec4 of quad q's record of stage evaluation n (of this chunk).
+fn record_at(q: u32, n: u32) -> u32 {
+    return (q * p.capacity + n) * record_len();
 }
 
-@compute @workgroup_size(64)
-fn forward(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) groups: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    let b = block_index(wid, groups);
-    if (b >= p.blocks) {
-        return;
-    }
-    let d = p.d;
-    let row = p.blocks * d;
-    if (lid == 0u) {
-        atomicStore(&first_bad, NO_FAILURE);
-    }
-    workgroupBarrier();
-    for (var c = lid; c < d; c += WG) {
-        if (p.begin == 0u) {
-            let v = p0[b * d + c];
-            vecs[Z][c] = v;
-            traj[b * d + c] = v;
-            if (!is_finite(v)) {
-                atomicMin(&first_bad, 0u);
-            }
-        } else {
-            vecs[Z][c] = fwd_carry[b * d + c];
-        }
-    }
-    workgroupBarrier();
-    for (var g = p.begin; g < p.end; g++) {
-        let ts = step_times(g);
-        rk_step(ts.x, ts.y, lid);
-        // A non-finite state stays non-finite, so the first non-finite output marks the failure.
-        if (g % p.substeps == p.substeps - 1u) {
-            let i = g / p.substeps + 1u;
-            for (var c = lid; c < d; c += WG) {
-                let v = vecs[Z][c];
-                traj[i * row + b * d + c] = v;
-                if (!is_finite(v)) {
-                    atomicMin(&first_bad, i);
-                }
-            }
-        }
-    }
-    for (var c = lid; c < d; c += WG) {
-        fwd_carry[b * d + c] = vecs[Z][c];
-    }
-    workgroupBarrier();
-    if (lid == 0u) {
-        var earlier = NO_FAILURE;
-        if (p.begin != 0u) {
-            earlier = fail[b];
-        }
-        fail[b] = min(earlier, atomicLoad(&first_bad));
-    }
+fn quads() -> u32 {
+    return (p.blocks + 3u) / 4u;
+}
+
+// Which lanes of quad q are rows of the state.
+fn lanes_in_use(q: u32) -> vec4<bool> {
+    return vec4<u32>(4u * q) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(p.blocks);
 }
 
 // Status [code, block, time]: 0 = ok (block −1), 1 = non-finite state, first in `block` at
@@ -369,220 +224,12 @@ fn report() {
     }
 }
 
-// step_starts[g] ([steps, blocks, d]) = the state at the start of step g: the trajectory at each
-// interval's start, then the substeps taken from it.
+// dθ[e] (+)= Σ over quads, then over the chunk's stage evaluations, of U[row(e)] · V[col(e)], the
+// lanes that are no row masked out (the GPU walks leave them unwritten).
 @compute @workgroup_size(64)
-fn starts(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) groups: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    let b = block_index(wid, groups);
-    if (b >= p.blocks) {
-        return;
-    }
-    let d = p.d;
-    let row = p.blocks * d;
-    for (var g = p.begin; g < p.end; g++) {
-        if (g % p.substeps == 0u) {
-            let i = g / p.substeps;
-            for (var c = lid; c < d; c += WG) {
-                vecs[Z][c] = traj_in[i * row + b * d + c];
-            }
-        } else {
-            if (g == p.begin) {
-                for (var c = lid; c < d; c += WG) {
-                    vecs[Z][c] = step_starts[(g - 1u) * row + b * d + c];
-                }
-            }
-            workgroupBarrier();
-            let ts = step_times(g - 1u);
-            rk_step(ts.x, ts.y, lid);
-        }
-        for (var c = lid; c < d; c += WG) {
-            step_starts[g * row + b * d + c] = vecs[Z][c];
-        }
-    }
-}
-
-@compute @workgroup_size(64)
-fn backprop(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) groups: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    let b = block_index(wid, groups);
-    if (b >= p.blocks) {
-        return;
-    }
-    let d = p.d;
-    let row = p.blocks * d;
-    let prow = b * p.param_len;
-    // The first dispatch (the last steps) starts the adjoint of the state at 0 and clears dθ.
-    if (p.end == total_steps()) {
-        for (var e = lid; e < p.param_len; e += WG) {
-            partial[prow + e] = 0.0;
-        }
-    }
-    for (var c = lid; c < d; c += WG) {
-        if (p.end == total_steps()) {
-            vecs[ZBAR][c] = 0.0;
-        } else {
-            vecs[ZBAR][c] = carry[b * d + c];
-        }
-    }
-    workgroupBarrier();
-    for (var g1 = p.end; g1 > p.begin; g1--) {
-        let g = g1 - 1u;
-        // The last substep of an interval ends at p(t_i): its adjoint gets the upstream there.
-        let ends_position = g % p.substeps == p.substeps - 1u;
-        let i = g / p.substeps + 1u;
-        for (var c = lid; c < d; c += WG) {
-            if (ends_position) {
-                vecs[ZBAR][c] += upstream[i * row + b * d + c];
-            }
-            vecs[Z][c] = step_starts[g * row + b * d + c];
-        }
-        workgroupBarrier();
-        let ts = step_times(g);
-        let t0 = ts.x;
-        let dt = ts.y;
-        stages(t0, dt, lid);
-        // z₁ = z₀ + dt·Σ bᵢ kᵢ: the adjoints of z₀ and of every slope (the slopes' slots now hold them).
-        for (var c = lid; c < d; c += WG) {
-            let zb = vecs[ZBAR][c];
-            vecs[ZBAR0][c] = zb;
-            for (var j = 0u; j < p.stages; j++) {
-                vecs[K0 + j][c] = (dt * tab_b(j)) * zb;
-            }
-        }
-        workgroupBarrier();
-        // Stage q: k_q = h(t₀ + c_q dt, x_q), x_q = z₀ + dt·Σ_l a_ql k_l.
-        for (var q1 = p.stages; q1 > 0u; q1--) {
-            let q = q1 - 1u;
-            var x = Z;
-            if (q > 0u) {
-                x = q;
-            }
-            vjp(t0 + tab_c(q) * dt, x, K0 + q, IB, 1.0, 1.0, prow, lid);
-            for (var c = lid; c < d; c += WG) {
-                let ib = vecs[IB][c];
-                vecs[ZBAR0][c] += ib;
-                for (var l = 0u; l < q; l++) {
-                    vecs[K0 + l][c] += (dt * tab_a(q, l)) * ib;
-                }
-            }
-            workgroupBarrier();
-        }
-        for (var c = lid; c < d; c += WG) {
-            vecs[ZBAR][c] = vecs[ZBAR0][c];
-        }
-        workgroupBarrier();
-    }
-    for (var c = lid; c < d; c += WG) {
-        if (p.begin == 0u) {
-            dp0[b * d + c] = vecs[ZBAR][c] + upstream[b * d + c];
-        } else {
-            carry[b * d + c] = vecs[ZBAR][c];
-        }
-    }
-}
-
-// Steps in backward order: h = m·substeps + u is substep u of the interval that ends at position
-// positions − 1 − m, integrated from its end.
-@compute @workgroup_size(64)
-fn adjoint(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) groups: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    let b = block_index(wid, groups);
-    if (b >= p.blocks) {
-        return;
-    }
-    let d = p.d;
-    let row = p.blocks * d;
-    let prow = b * p.param_len;
-    let crow = b * 2u * d;
-    if (p.begin == 0u) {
-        for (var e = lid; e < p.param_len; e += WG) {
-            partial[prow + e] = 0.0;
-        }
-    }
-    for (var c = lid; c < d; c += WG) {
-        if (p.begin == 0u) {
-            vecs[A][c] = 0.0;
-        } else {
-            vecs[P][c] = carry[crow + c];
-            vecs[A][c] = carry[crow + d + c];
-        }
-    }
-    workgroupBarrier();
-    for (var h = p.begin; h < p.end; h++) {
-        let i = p.positions - 1u - h / p.substeps;
-        let u = h % p.substeps;
-        // At t_i: restart p from the forward solution and add the upstream of p(t_i).
-        if (u == 0u) {
-            for (var c = lid; c < d; c += WG) {
-                vecs[P][c] = traj_in[i * row + b * d + c];
-                vecs[A][c] += upstream[i * row + b * d + c];
-            }
-            workgroupBarrier();
-        }
-        // Backward over [t_{i-1}, t_i]: negative steps.
-        let span0 = f32(i) * p.delta;
-        let span1 = f32(i - 1u) * p.delta;
-        let t0 = grid_time(span0, span1, u);
-        let dt = grid_time(span0, span1, u + 1u) - t0;
-        for (var q = 0u; q < p.stages; q++) {
-            for (var c = lid; c < d; c += WG) {
-                var pin = vecs[P][c];
-                var ain = vecs[A][c];
-                for (var l = 0u; l < q; l++) {
-                    let w = dt * tab_a(q, l);
-                    if (w != 0.0) {
-                        pin += w * vecs[KP0 + l][c];
-                        ain += w * vecs[KA0 + l][c];
-                    }
-                }
-                vecs[PIN][c] = pin;
-                vecs[AIN][c] = ain;
-            }
-            workgroupBarrier();
-            let t = t0 + tab_c(q) * dt;
-            // dp/dt = h, da/dt = −aᵀ ∂h/∂p, dg/dt = −aᵀ ∂h/∂θ (g only enters the step's result).
-            eval_h(t, PIN, KP0 + q, lid);
-            vjp(t, PIN, AIN, KA0 + q, -1.0, -(dt * tab_b(q)), prow, lid);
-        }
-        for (var c = lid; c < d; c += WG) {
-            var pv = vecs[P][c];
-            var av = vecs[A][c];
-            for (var q = 0u; q < p.stages; q++) {
-                let w = dt * tab_b(q);
-                if (w != 0.0) {
-                    pv += w * vecs[KP0 + q][c];
-                    av += w * vecs[KA0 + q][c];
-                }
-            }
-            vecs[P][c] = pv;
-            vecs[A][c] = av;
-        }
-        workgroupBarrier();
-    }
-    for (var c = lid; c < d; c += WG) {
-        if (p.end == total_steps()) {
-            dp0[b * d + c] = vecs[A][c] + upstream[b * d + c];
-        } else {
-            carry[crow + c] = vecs[P][c];
-            carry[crow + d + c] = vecs[A][c];
-        }
-    }
-}
-
-@compute @workgroup_size(64)
-fn reduce_theta(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+fn theta_from_records(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let e = gid.x + gid.y * groups.x * WG;
-    if (e == 0u) {
+    if (e == 0u && p.accumulate == 0u) {
         bstatus[0] = 0.0;
         bstatus[1] = -1.0;
         bstatus[2] = 0.0;
@@ -591,9 +238,36 @@ fn reduce_theta(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
     if (e >= p.param_len) {
         return;
     }
+    let d = p.d;
+    let k = p.k;
+    var u = 0u;
+    var v = 0u;
+    if (e < b1_offset()) {
+        u = e / (d + 1u);
+        v = rec_v1() + e % (d + 1u);
+    } else if (e < w2_offset()) {
+        u = e - b1_offset();
+        v = rec_v1() + d + 1u;
+    } else if (e < b2_offset()) {
+        let f = e - w2_offset();
+        u = rec_u2() + f / (k + 1u);
+        v = rec_v2() + f % (k + 1u);
+    } else {
+        u = rec_u2() + e - b2_offset();
+        v = rec_v2() + k + 1u;
+    }
+    let evaluations = (p.end - p.begin) * p.stages;
     var s = 0.0;
-    for (var b = 0u; b < p.blocks; b++) {
-        s += partial[b * p.param_len + e];
+    for (var q = 0u; q < quads(); q++) {
+        let rows = lanes_in_use(q);
+        for (var n = 0u; n < evaluations; n++) {
+            let at = record_at(q, n);
+            let zero = vec4<f32>(0.0);
+            s += dot(select(zero, records[at + u], rows), select(zero, records[at + v], rows));
+        }
+    }
+    if (p.accumulate == 1u) {
+        s += dtheta[e];
     }
     dtheta[e] = s;
 }

@@ -38,7 +38,7 @@ shaders! {
     ATTENTION => "attention" + "attention_tiles" + "attention_rows",
     DROPOUT => "dropout",
     RK_STAGE => "rk_stage",
-    ODE_FLOW => "ode_flow",
+    ODE_FLOW => "ode_flow" + "ode_flow_groups" + "ode_flow_rows",
     ODE_DOPRI5 => "ode_dopri5",
 }
 

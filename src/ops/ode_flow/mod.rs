@@ -314,10 +314,10 @@ impl Op for OdeFlow {
         status[0].data[3] = attempts as f32;
     }
 
-    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let blocks = inputs[1].shape[0];
         match self.method {
-            Method::Fixed { .. } => self.fixed_forward(blocks),
+            Method::Fixed { .. } => self.fixed_forward(blocks, adapter),
             Method::Dopri5(tol) => self.dopri5_forward(&tol, blocks),
         }
     }
@@ -446,10 +446,10 @@ impl Op for OdeFlowBackward {
         }
     }
 
-    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let blocks = inputs[1].shape[1];
         match self.flow.method {
-            Method::Fixed { .. } => self.flow.fixed_backward(blocks),
+            Method::Fixed { .. } => self.flow.fixed_backward(blocks, adapter),
             Method::Dopri5(tol) => self.flow.dopri5_backward(&tol, blocks),
         }
     }

@@ -62,29 +62,38 @@ fn check_gpu(flow: OdeFlow, blocks: usize) {
 }
 
 fn check_gpu_within(flow: OdeFlow, blocks: usize, trajectory_tol: f32, gradient_tol: f32) {
-    let Some(gpu) = gpu() else { return };
     let build = &flow_graph(flow, blocks);
     let want = run(cpu(), build, 7, &Overrides::default());
-    let got = run(gpu, build, 7, &Overrides::default());
-    let what = format!("{flow:?}, {blocks} blocks");
-    println!(
-        "{what}: trajectory {:e}, dθ {:e}, dp0 {:e}",
-        max_rel_diff(&got.out, &want.out),
-        max_rel_diff(&got.grads["theta"], &want.grads["theta"]),
-        max_rel_diff(&got.grads["p0"], &want.grads["p0"]),
-    );
-    let tol = trajectory_tol;
-    assert_close(&format!("{what}: trajectory"), &got.out, &want.out, tol, tol);
-    for (name, g) in &got.grads {
-        let tol = gradient_tol;
-        assert_close(&format!("{what}: d/d{name}"), g, &want.grads[name], tol, tol);
+    // Fixed steps have a kernel family per adapter kind: both run on whatever adapter there is.
+    let kinds = match flow.method {
+        Method::Fixed { .. } => &[AdapterKind::Gpu, AdapterKind::Software][..],
+        Method::Dopri5(_) => &[AdapterKind::Gpu],
+    };
+    for &kind in kinds {
+        let Some(gpu) = gpu_with_kernels_for(kind) else {
+            return;
+        };
+        let got = run(gpu, build, 7, &Overrides::default());
+        let what = format!("{kind:?} kernels, {flow:?}, {blocks} blocks");
+        println!(
+            "{what}: trajectory {:e}, dθ {:e}, dp0 {:e}",
+            max_rel_diff(&got.out, &want.out),
+            max_rel_diff(&got.grads["theta"], &want.grads["theta"]),
+            max_rel_diff(&got.grads["p0"], &want.grads["p0"]),
+        );
+        let tol = trajectory_tol;
+        assert_close(&format!("{what}: trajectory"), &got.out, &want.out, tol, tol);
+        for (name, g) in &got.grads {
+            let tol = gradient_tol;
+            assert_close(&format!("{what}: d/d{name}"), g, &want.grads[name], tol, tol);
+        }
     }
 }
 
 /// ((d, hidden), activation, positions, scheme, substeps, blocks).
 type Case = ((usize, usize), Activation, usize, Scheme, usize, usize);
 
-const CASES: [Case; 7] = [
+const CASES: [Case; 8] = [
     ((6, 6), Activation::Relu, 9, Scheme::Euler, 1, 1),
     // p0 alone: no steps.
     ((6, 6), Activation::Relu, 1, Scheme::Midpoint, 2, 2),
@@ -92,6 +101,8 @@ const CASES: [Case; 7] = [
     ((6, 11), Activation::Relu, 9, Scheme::Rk4, 3, 2),
     ((37, 37), Activation::Tanh, 65, Scheme::Rk4, 1, 3),
     ((37, 37), Activation::Relu, 33, Scheme::Midpoint, 3, 2),
+    // Two quads of rows, the second half full (software adapters' kernels).
+    ((9, 13), Activation::Tanh, 9, Scheme::Midpoint, 2, 6),
     // More rows than the 64 threads of a workgroup.
     ((70, 67), Activation::Tanh, 5, Scheme::Rk4, 2, 2),
 ];
@@ -130,10 +141,10 @@ fn gpu_matches_cpu_with_adjoint() {
 fn long_solves_match_cpu() {
     for gradient in [FlowGradient::Backprop, FlowGradient::Adjoint] {
         let cases = [
-            ((37, 37), Activation::Tanh, 200, fixed(Scheme::Rk4, 1), 2),
+            ((37, 37), Activation::Tanh, 500, fixed(Scheme::Rk4, 1), 2),
             ((128, 128), Activation::Relu, 40, fixed(Scheme::Midpoint, 4), 1),
             // The largest size: a few steps per dispatch (one for backprop).
-            ((256, 256), Activation::Tanh, 6, fixed(Scheme::Rk4, 2), 2),
+            ((256, 256), Activation::Tanh, 12, fixed(Scheme::Rk4, 2), 2),
         ];
         for (dims, activation, positions, method, blocks) in cases {
             let flow = OdeFlow {
@@ -143,7 +154,9 @@ fn long_solves_match_cpu() {
                 },
                 ..config(dims, activation, positions, method, gradient)
             };
-            assert!(flow.chunks(StepKernel::Forward).len() > 1);
+            for kind in [AdapterKind::Gpu, AdapterKind::Software] {
+                assert!(flow.chunks(StepKernel::Forward, blocks, kind).len() > 1);
+            }
             check_gpu(flow, blocks);
         }
     }

@@ -1,0 +1,436 @@
+// FLOATER's flow on GPUs (continues ode_flow.wgsl): one workgroup per row of the state (a block).
+// Its 64 threads keep the row's vectors in workgroup memory and split every matrix-vector product
+// by rows, with a barrier between dependent steps. Each row's dθ terms go to lane b % 4 of its
+// quad's records, which theta_from_records sums.
+
+var<workgroup> vecs: array<array<f32, MAX_DIM>, 12>;
+var<workgroup> hy: array<f32, MAX_DIM>;
+var<workgroup> hdz: array<f32, MAX_DIM>;
+var<workgroup> first_bad: atomic<u32>;
+
+// forward: the state handed between dispatches, [blocks, d].
+@group(0) @binding(6) var<storage, read_write> fwd_carry: array<f32>;
+// backprop, adjoint: the state handed between dispatches, [blocks, 2d].
+@group(0) @binding(6) var<storage, read_write> carry: array<f32>;
+// The records as f32s: each workgroup writes its own lane.
+@group(0) @binding(8) var<storage, read_write> rec_f: array<f32>;
+
+// hy = σ(W1·[vecs[x]; t] + b1).
+fn hidden_layer(t: f32, x: u32, lid: u32) {
+    let d = p.d;
+    let b1 = b1_offset();
+    for (var j = lid; j < p.k; j += WG) {
+        let row = j * (d + 1u);
+        var s = 0.0;
+        for (var c = 0u; c < d; c++) {
+            s += theta[row + c] * vecs[x][c];
+        }
+        hy[j] = act(s + theta[row + d] * t + theta[b1 + j]);
+    }
+}
+
+// vecs[out] = h(t, vecs[x]). Callers put a barrier between writing x and calling; it ends with one.
+fn eval_h(t: f32, x: u32, out: u32, lid: u32) {
+    hidden_layer(t, x, lid);
+    workgroupBarrier();
+    let k = p.k;
+    let w2 = w2_offset();
+    let b2 = b2_offset();
+    for (var i = lid; i < p.d; i += WG) {
+        let row = w2 + i * (k + 1u);
+        var s = 0.0;
+        for (var j = 0u; j < k; j++) {
+            s += theta[row + j] * hy[j];
+        }
+        vecs[out][i] = s + theta[row + k] * t + theta[b2 + i];
+    }
+    workgroupBarrier();
+}
+
+// Row b's record of stage evaluation n at (t, vecs[x]) for a = vecs[a], from hy and hdz: lane b % 4
+// of its quad's (see theta_from_records).
+fn write_record(b: u32, n: u32, t: f32, x: u32, a: u32, coef: f32, lid: u32) {
+    let d = p.d;
+    let k = p.k;
+    let at = record_at(b / 4u, n);
+    let lane = b % 4u;
+    for (var j = lid; j < k + 2u; j += WG) {
+        var y = 1.0;
+        if (j < k) {
+            y = hy[j];
+            rec_f[(at + j) * 4u + lane] = coef * hdz[j];
+        } else if (j == k) {
+            y = t;
+        }
+        rec_f[(at + rec_v2() + j) * 4u + lane] = y;
+    }
+    for (var c = lid; c < d + 2u; c += WG) {
+        var xc = 1.0;
+        if (c < d) {
+            xc = vecs[x][c];
+            rec_f[(at + rec_u2() + c) * 4u + lane] = coef * vecs[a][c];
+        } else if (c == d) {
+            xc = t;
+        }
+        rec_f[(at + rec_v1() + c) * 4u + lane] = xc;
+    }
+}
+
+// hy = σ(z) and hdz = σ'(z) ⊙ W2[:, :k]ᵀ vecs[a] at (t, vecs[x]), z = W1·[x; t] + b1.
+fn hidden_and_vjp(t: f32, x: u32, a: u32, lid: u32) {
+    let d = p.d;
+    let k = p.k;
+    let b1 = b1_offset();
+    let w2 = w2_offset();
+    for (var j = lid; j < k; j += WG) {
+        let row = j * (d + 1u);
+        var s = 0.0;
+        for (var c = 0u; c < d; c++) {
+            s += theta[row + c] * vecs[x][c];
+        }
+        let y = act(s + theta[row + d] * t + theta[b1 + j]);
+        hy[j] = y;
+        var g = 0.0;
+        for (var i = 0u; i < d; i++) {
+            g += theta[w2 + i * (k + 1u) + j] * vecs[a][i];
+        }
+        hdz[j] = g * act_grad(y);
+    }
+}
+
+// vecs[out] = aᵀ ∂h/∂p at (t, vecs[x]) for a = vecs[a], and row b's record of stage evaluation n
+// (coef 1). Inputs must be ready (barrier); it ends with a barrier.
+fn vjp(t: f32, x: u32, a: u32, out: u32, b: u32, n: u32, lid: u32) {
+    hidden_and_vjp(t, x, a, lid);
+    workgroupBarrier();
+    for (var c = lid; c < p.d; c += WG) {
+        var s = 0.0;
+        for (var j = 0u; j < p.k; j++) {
+            s += theta[j * (p.d + 1u) + c] * hdz[j];
+        }
+        vecs[out][c] = s;
+    }
+    write_record(b, n, t, x, a, 1.0, lid);
+    workgroupBarrier();
+}
+
+// The adjoint's stage: vecs[kp] = h(t, vecs[x]), vecs[ka] = −aᵀ ∂h/∂p for a = vecs[a], and row b's
+// record of stage evaluation n with coef. Inputs must be ready (barrier); it ends with a barrier.
+fn eval_and_vjp(t: f32, x: u32, a: u32, kp: u32, ka: u32, coef: f32, b: u32, n: u32, lid: u32) {
+    hidden_and_vjp(t, x, a, lid);
+    workgroupBarrier();
+    let d = p.d;
+    let k = p.k;
+    let w2 = w2_offset();
+    let b2 = b2_offset();
+    for (var i = lid; i < d; i += WG) {
+        let row = w2 + i * (k + 1u);
+        var s = 0.0;
+        var g = 0.0;
+        for (var j = 0u; j < k; j++) {
+            s += theta[row + j] * hy[j];
+            g += theta[j * (d + 1u) + i] * hdz[j];
+        }
+        vecs[kp][i] = s + theta[row + k] * t + theta[b2 + i];
+        vecs[ka][i] = -g;
+    }
+    write_record(b, n, t, x, a, coef, lid);
+    workgroupBarrier();
+}
+
+// The slopes K0.. of one step of vecs[Z] from t0 by dt (stage i > 0 reads its input from slot i).
+fn stages(t0: f32, dt: f32, lid: u32) {
+    for (var i = 0u; i < p.stages; i++) {
+        var x = Z;
+        if (i > 0u) {
+            x = i;
+            for (var c = lid; c < p.d; c += WG) {
+                var v = vecs[Z][c];
+                for (var j = 0u; j < i; j++) {
+                    let w = dt * tab_a(i, j);
+                    if (w != 0.0) {
+                        v += w * vecs[K0 + j][c];
+                    }
+                }
+                vecs[i][c] = v;
+            }
+            workgroupBarrier();
+        }
+        eval_h(t0 + tab_c(i) * dt, x, K0 + i, lid);
+    }
+}
+
+// One Runge-Kutta step of vecs[Z] from t0 by dt, in place.
+fn rk_step(t0: f32, dt: f32, lid: u32) {
+    stages(t0, dt, lid);
+    for (var c = lid; c < p.d; c += WG) {
+        var v = vecs[Z][c];
+        for (var i = 0u; i < p.stages; i++) {
+            let w = dt * tab_b(i);
+            if (w != 0.0) {
+                v += w * vecs[K0 + i][c];
+            }
+        }
+        vecs[Z][c] = v;
+    }
+    workgroupBarrier();
+}
+
+fn block_index(wid: vec3<u32>, groups: vec3<u32>) -> u32 {
+    return wid.x + wid.y * groups.x;
+}
+
+@compute @workgroup_size(64)
+fn forward(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let b = block_index(wid, groups);
+    if (b >= p.blocks) {
+        return;
+    }
+    let d = p.d;
+    let row = p.blocks * d;
+    if (lid == 0u) {
+        atomicStore(&first_bad, NO_FAILURE);
+    }
+    workgroupBarrier();
+    for (var c = lid; c < d; c += WG) {
+        if (p.begin == 0u) {
+            let v = p0[b * d + c];
+            vecs[Z][c] = v;
+            traj[b * d + c] = v;
+            if (!is_finite(v)) {
+                atomicMin(&first_bad, 0u);
+            }
+        } else {
+            vecs[Z][c] = fwd_carry[b * d + c];
+        }
+    }
+    workgroupBarrier();
+    for (var g = p.begin; g < p.end; g++) {
+        let ts = step_times(g);
+        rk_step(ts.x, ts.y, lid);
+        // A non-finite state stays non-finite, so the first non-finite output marks the failure.
+        if (g % p.substeps == p.substeps - 1u) {
+            let i = g / p.substeps + 1u;
+            for (var c = lid; c < d; c += WG) {
+                let v = vecs[Z][c];
+                traj[i * row + b * d + c] = v;
+                if (!is_finite(v)) {
+                    atomicMin(&first_bad, i);
+                }
+            }
+        }
+    }
+    for (var c = lid; c < d; c += WG) {
+        fwd_carry[b * d + c] = vecs[Z][c];
+    }
+    workgroupBarrier();
+    if (lid == 0u) {
+        var earlier = NO_FAILURE;
+        if (p.begin != 0u) {
+            earlier = fail[b];
+        }
+        fail[b] = min(earlier, atomicLoad(&first_bad));
+    }
+}
+
+// step_starts[g] ([steps, blocks, d]) = the state at the start of step g: the trajectory at each
+// interval's start, then the substeps taken from it.
+@compute @workgroup_size(64)
+fn starts(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let b = block_index(wid, groups);
+    if (b >= p.blocks) {
+        return;
+    }
+    let d = p.d;
+    let row = p.blocks * d;
+    for (var g = p.begin; g < p.end; g++) {
+        if (g % p.substeps == 0u) {
+            let i = g / p.substeps;
+            for (var c = lid; c < d; c += WG) {
+                vecs[Z][c] = traj_in[i * row + b * d + c];
+            }
+        } else {
+            if (g == p.begin) {
+                for (var c = lid; c < d; c += WG) {
+                    vecs[Z][c] = step_starts[(g - 1u) * row + b * d + c];
+                }
+            }
+            workgroupBarrier();
+            let ts = step_times(g - 1u);
+            rk_step(ts.x, ts.y, lid);
+        }
+        for (var c = lid; c < d; c += WG) {
+            step_starts[g * row + b * d + c] = vecs[Z][c];
+        }
+    }
+}
+
+@compute @workgroup_size(64)
+fn backprop(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let b = block_index(wid, groups);
+    if (b >= p.blocks) {
+        return;
+    }
+    let d = p.d;
+    let row = p.blocks * d;
+    // The first dispatch (the last steps) starts the adjoint of the state at 0.
+    for (var c = lid; c < d; c += WG) {
+        if (p.end == total_steps()) {
+            vecs[ZBAR][c] = 0.0;
+        } else {
+            vecs[ZBAR][c] = carry[b * d + c];
+        }
+    }
+    workgroupBarrier();
+    for (var g1 = p.end; g1 > p.begin; g1--) {
+        let g = g1 - 1u;
+        // The last substep of an interval ends at p(t_i): its adjoint gets the upstream there.
+        let ends_position = g % p.substeps == p.substeps - 1u;
+        let i = g / p.substeps + 1u;
+        for (var c = lid; c < d; c += WG) {
+            if (ends_position) {
+                vecs[ZBAR][c] += upstream[i * row + b * d + c];
+            }
+            vecs[Z][c] = step_starts[g * row + b * d + c];
+        }
+        workgroupBarrier();
+        let ts = step_times(g);
+        let t0 = ts.x;
+        let dt = ts.y;
+        stages(t0, dt, lid);
+        // z₁ = z₀ + dt·Σ bᵢ kᵢ: the adjoints of z₀ and of every slope (the slopes' slots now hold them).
+        for (var c = lid; c < d; c += WG) {
+            let zb = vecs[ZBAR][c];
+            vecs[ZBAR0][c] = zb;
+            for (var j = 0u; j < p.stages; j++) {
+                vecs[K0 + j][c] = (dt * tab_b(j)) * zb;
+            }
+        }
+        workgroupBarrier();
+        // Stage q: k_q = h(t₀ + c_q dt, x_q), x_q = z₀ + dt·Σ_l a_ql k_l.
+        for (var q1 = p.stages; q1 > 0u; q1--) {
+            let q = q1 - 1u;
+            var x = Z;
+            if (q > 0u) {
+                x = q;
+            }
+            vjp(t0 + tab_c(q) * dt, x, K0 + q, IB, b, (g - p.begin) * p.stages + q, lid);
+            for (var c = lid; c < d; c += WG) {
+                let ib = vecs[IB][c];
+                vecs[ZBAR0][c] += ib;
+                for (var l = 0u; l < q; l++) {
+                    vecs[K0 + l][c] += (dt * tab_a(q, l)) * ib;
+                }
+            }
+            workgroupBarrier();
+        }
+        for (var c = lid; c < d; c += WG) {
+            vecs[ZBAR][c] = vecs[ZBAR0][c];
+        }
+        workgroupBarrier();
+    }
+    for (var c = lid; c < d; c += WG) {
+        if (p.begin == 0u) {
+            dp0[b * d + c] = vecs[ZBAR][c] + upstream[b * d + c];
+        } else {
+            carry[b * d + c] = vecs[ZBAR][c];
+        }
+    }
+}
+
+// Steps in backward order: h = m·substeps + u is substep u of the interval that ends at position
+// positions − 1 − m, integrated from its end.
+@compute @workgroup_size(64)
+fn adjoint(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let b = block_index(wid, groups);
+    if (b >= p.blocks) {
+        return;
+    }
+    let d = p.d;
+    let row = p.blocks * d;
+    let crow = b * 2u * d;
+    for (var c = lid; c < d; c += WG) {
+        if (p.begin == 0u) {
+            vecs[A][c] = 0.0;
+        } else {
+            vecs[P][c] = carry[crow + c];
+            vecs[A][c] = carry[crow + d + c];
+        }
+    }
+    workgroupBarrier();
+    for (var h = p.begin; h < p.end; h++) {
+        let i = p.positions - 1u - h / p.substeps;
+        let u = h % p.substeps;
+        // At t_i: restart p from the forward solution and add the upstream of p(t_i).
+        if (u == 0u) {
+            for (var c = lid; c < d; c += WG) {
+                vecs[P][c] = traj_in[i * row + b * d + c];
+                vecs[A][c] += upstream[i * row + b * d + c];
+            }
+            workgroupBarrier();
+        }
+        // Backward over [t_{i-1}, t_i]: negative steps.
+        let span0 = f32(i) * p.delta;
+        let span1 = f32(i - 1u) * p.delta;
+        let t0 = grid_time(span0, span1, u);
+        let dt = grid_time(span0, span1, u + 1u) - t0;
+        for (var q = 0u; q < p.stages; q++) {
+            for (var c = lid; c < d; c += WG) {
+                var pin = vecs[P][c];
+                var ain = vecs[A][c];
+                for (var l = 0u; l < q; l++) {
+                    let w = dt * tab_a(q, l);
+                    if (w != 0.0) {
+                        pin += w * vecs[KP0 + l][c];
+                        ain += w * vecs[KA0 + l][c];
+                    }
+                }
+                vecs[PIN][c] = pin;
+                vecs[AIN][c] = ain;
+            }
+            workgroupBarrier();
+            let t = t0 + tab_c(q) * dt;
+            // dp/dt = h, da/dt = −aᵀ ∂h/∂p, dg/dt = −aᵀ ∂h/∂θ (g only enters the step's result).
+            let n = (h - p.begin) * p.stages + q;
+            eval_and_vjp(t, PIN, AIN, KP0 + q, KA0 + q, -(dt * tab_b(q)), b, n, lid);
+        }
+        for (var c = lid; c < d; c += WG) {
+            var pv = vecs[P][c];
+            var av = vecs[A][c];
+            for (var q = 0u; q < p.stages; q++) {
+                let w = dt * tab_b(q);
+                if (w != 0.0) {
+                    pv += w * vecs[KP0 + q][c];
+                    av += w * vecs[KA0 + q][c];
+                }
+            }
+            vecs[P][c] = pv;
+            vecs[A][c] = av;
+        }
+        workgroupBarrier();
+    }
+    for (var c = lid; c < d; c += WG) {
+        if (p.end == total_steps()) {
+            dp0[b * d + c] = vecs[A][c] + upstream[b * d + c];
+        } else {
+            carry[crow + c] = vecs[P][c];
+            carry[crow + d + c] = vecs[A][c];
+        }
+    }
+}

@@ -1,0 +1,610 @@
+// FLOATER's flow on software adapters (continues ode_flow.wgsl): one workgroup per quad of rows
+// (rows 4q..4q+3 of the state in the lanes of vec4s). Its 64 threads split every matrix-vector
+// product by rows as the GPU kernels do, but each computes its element for the four rows at once.
+//
+// Why: lavapipe and SwiftShader run eight invocations in the lanes of one SIMD register, and each
+// lane's load costs about as much as the register's arithmetic. In the GPU kernels every θ value
+// loaded serves one multiply-add; here it serves four, and the row vectors are read with the same
+// address in every lane (one load). The vectors live in a storage buffer (`qs`: four rows × 14
+// vectors pass the workgroup memory limit), where they also stay between a solve's dispatches.
+
+const SLOTS: u32 = 14u;
+const HY: u32 = 12u;
+const HDZ: u32 = 13u;
+
+// [quads, SLOTS, max(d, k)] vec4s: the slots of ode_flow.wgsl, then σ(z) and σ'(z) ⊙ W2ᵀa.
+@group(0) @binding(6) var<storage, read_write> qs: array<vec4<f32>>;
+
+var<workgroup> quad_first_bad: array<atomic<u32>, 4>;
+
+fn qat(q: u32, slot: u32, c: u32) -> u32 {
+    return (q * SLOTS + slot) * max(p.d, p.k) + c;
+}
+
+// Four outputs for the quad's four rows: out[m] = Σ_{c < n} θ[first + m·out_step + c·in_step] ·
+// qs[base + c], for m < 4 (outputs past `outputs` read the last one's θ; callers drop them). Each
+// loaded θ value serves four rows and each loaded input four outputs: lavapipe loads every element
+// lane by lane, so loads, not arithmetic, are what this counts.
+struct Four {
+    m0: vec4<f32>,
+    m1: vec4<f32>,
+    m2: vec4<f32>,
+    m3: vec4<f32>,
+}
+
+fn theta_four(first: u32, out_step: u32, outputs: u32, in_step: u32, base: u32, n: u32) -> Four {
+    let o0 = first;
+    let o1 = first + min(1u, outputs - 1u) * out_step;
+    let o2 = first + min(2u, outputs - 1u) * out_step;
+    let o3 = first + min(3u, outputs - 1u) * out_step;
+    var r = Four();
+    for (var c = 0u; c < n; c++) {
+        let x = qs[base + c];
+        let o = c * in_step;
+        r.m0 += theta[o0 + o] * x;
+        r.m1 += theta[o1 + o] * x;
+        r.m2 += theta[o2 + o] * x;
+        r.m3 += theta[o3 + o] * x;
+    }
+    return r;
+}
+
+fn four_at(f: Four, m: u32) -> vec4<f32> {
+    switch (m) {
+        case 0u: { return f.m0; }
+        case 1u: { return f.m1; }
+        case 2u: { return f.m2; }
+        default: { return f.m3; }
+    }
+}
+
+// Rows of quad q in use (1..4).
+fn rows_of(q: u32) -> u32 {
+    return min(p.blocks - 4u * q, 4u);
+}
+
+// Element c of quad q's rows in a [.., blocks, d] buffer from row `first` = 4q + layer·blocks
+// (zero in the lanes past the last row). One copy per buffer: a WGSL function cannot take one.
+fn traj_quad(q: u32, i: u32, c: u32) -> vec4<f32> {
+    let at = (i * p.blocks + 4u * q) * p.d + c;
+    let n = rows_of(q);
+    var v = vec4<f32>(0.0);
+    v.x = traj_in[at];
+    if (n > 1u) { v.y = traj_in[at + p.d]; }
+    if (n > 2u) { v.z = traj_in[at + 2u * p.d]; }
+    if (n > 3u) { v.w = traj_in[at + 3u * p.d]; }
+    return v;
+}
+
+fn upstream_quad(q: u32, i: u32, c: u32) -> vec4<f32> {
+    let at = (i * p.blocks + 4u * q) * p.d + c;
+    let n = rows_of(q);
+    var v = vec4<f32>(0.0);
+    v.x = upstream[at];
+    if (n > 1u) { v.y = upstream[at + p.d]; }
+    if (n > 2u) { v.z = upstream[at + 2u * p.d]; }
+    if (n > 3u) { v.w = upstream[at + 3u * p.d]; }
+    return v;
+}
+
+fn starts_quad(q: u32, g: u32, c: u32) -> vec4<f32> {
+    let at = (g * p.blocks + 4u * q) * p.d + c;
+    let n = rows_of(q);
+    var v = vec4<f32>(0.0);
+    v.x = step_starts[at];
+    if (n > 1u) { v.y = step_starts[at + p.d]; }
+    if (n > 2u) { v.z = step_starts[at + 2u * p.d]; }
+    if (n > 3u) { v.w = step_starts[at + 3u * p.d]; }
+    return v;
+}
+
+fn store_starts(q: u32, g: u32, c: u32, v: vec4<f32>) {
+    let at = (g * p.blocks + 4u * q) * p.d + c;
+    let n = rows_of(q);
+    step_starts[at] = v.x;
+    if (n > 1u) { step_starts[at + p.d] = v.y; }
+    if (n > 2u) { step_starts[at + 2u * p.d] = v.z; }
+    if (n > 3u) { step_starts[at + 3u * p.d] = v.w; }
+}
+
+fn store_dp0(q: u32, c: u32, v: vec4<f32>) {
+    let at = 4u * q * p.d + c;
+    let n = rows_of(q);
+    dp0[at] = v.x;
+    if (n > 1u) { dp0[at + p.d] = v.y; }
+    if (n > 2u) { dp0[at + 2u * p.d] = v.z; }
+    if (n > 3u) { dp0[at + 3u * p.d] = v.w; }
+}
+
+// Thread lid computes outputs 4·lid..4·lid + 3 of each product (d, k ≤ MAX_DIM = 4·WG).
+// W1·x for outputs j0..j0+3 (of k), x = slot x.
+fn w1_x(q: u32, j0: u32, x: u32) -> Four {
+    return theta_four(j0 * (p.d + 1u), p.d + 1u, p.k - j0, 1u, qat(q, x, 0u), p.d);
+}
+
+// W2[:, j]ᵀ a for j = j0..j0+3 (of k), a = slot a.
+fn w2t_a(q: u32, j0: u32, a: u32) -> Four {
+    return theta_four(w2_offset() + j0, 1u, p.k - j0, p.k + 1u, qat(q, a, 0u), p.d);
+}
+
+// W2[i, :k]·HY for i = i0..i0+3 (of d).
+fn w2_hy(q: u32, i0: u32) -> Four {
+    return theta_four(w2_offset() + i0 * (p.k + 1u), p.k + 1u, p.d - i0, 1u, qat(q, HY, 0u), p.k);
+}
+
+// W1[:, i]ᵀ HDZ for i = i0..i0+3 (of d).
+fn w1t_hdz(q: u32, i0: u32) -> Four {
+    return theta_four(i0, 1u, p.d - i0, p.d + 1u, qat(q, HDZ, 0u), p.k);
+}
+
+// HY = σ(W1·[x; t] + b1) for x = slot x; with `vjp`, also HDZ = σ'(z) ⊙ W2[:, :k]ᵀ a, a = slot a.
+fn hidden_rows(q: u32, t: f32, x: u32, a: u32, vjp: bool, lid: u32) {
+    let d = p.d;
+    let b1 = b1_offset();
+    let j0 = 4u * lid;
+    if (j0 < p.k) {
+        let z = w1_x(q, j0, x);
+        var g = Four();
+        if (vjp) {
+            g = w2t_a(q, j0, a);
+        }
+        for (var m = 0u; m < min(4u, p.k - j0); m++) {
+            let j = j0 + m;
+            let y = act4(four_at(z, m) + theta[j * (d + 1u) + d] * t + theta[b1 + j]);
+            qs[qat(q, HY, j)] = y;
+            if (vjp) {
+                qs[qat(q, HDZ, j)] = four_at(g, m) * act_grad4(y);
+            }
+        }
+    }
+}
+
+// The slot `out` = h(t, slot x). Callers put a barrier between writing x and calling; it ends
+// with one.
+fn eval_h_rows(q: u32, t: f32, x: u32, out: u32, lid: u32) {
+    hidden_rows(q, t, x, 0u, false, lid);
+    storageBarrier();
+    let k = p.k;
+    let i0 = 4u * lid;
+    if (i0 < p.d) {
+        let s = w2_hy(q, i0);
+        for (var m = 0u; m < min(4u, p.d - i0); m++) {
+            let row = w2_offset() + (i0 + m) * (k + 1u);
+            qs[qat(q, out, i0 + m)] = four_at(s, m) + theta[row + k] * t + theta[b2_offset() + i0 + m];
+        }
+    }
+    storageBarrier();
+}
+
+// Quad q's record of stage evaluation n at (t, slot x) for a = slot a, from HY and HDZ.
+fn write_record_rows(q: u32, n: u32, t: f32, x: u32, a: u32, coef: f32, lid: u32) {
+    let d = p.d;
+    let k = p.k;
+    let at = record_at(q, n);
+    for (var j = lid; j < k + 2u; j += WG) {
+        var y = vec4<f32>(1.0);
+        if (j < k) {
+            y = qs[qat(q, HY, j)];
+            records[at + j] = coef * qs[qat(q, HDZ, j)];
+        } else if (j == k) {
+            y = vec4<f32>(t);
+        }
+        records[at + rec_v2() + j] = y;
+    }
+    for (var c = lid; c < d + 2u; c += WG) {
+        var xc = vec4<f32>(1.0);
+        if (c < d) {
+            xc = qs[qat(q, x, c)];
+            records[at + rec_u2() + c] = coef * qs[qat(q, a, c)];
+        } else if (c == d) {
+            xc = vec4<f32>(t);
+        }
+        records[at + rec_v1() + c] = xc;
+    }
+}
+
+// Slot out = aᵀ ∂h/∂p at (t, slot x) for a = slot a, and the record of stage evaluation n (coef
+// 1). Inputs must be ready (barrier); it ends with a barrier.
+fn vjp_rows(q: u32, t: f32, x: u32, a: u32, out: u32, n: u32, lid: u32) {
+    hidden_rows(q, t, x, a, true, lid);
+    storageBarrier();
+    let i0 = 4u * lid;
+    if (i0 < p.d) {
+        let g = w1t_hdz(q, i0);
+        for (var m = 0u; m < min(4u, p.d - i0); m++) {
+            qs[qat(q, out, i0 + m)] = four_at(g, m);
+        }
+    }
+    write_record_rows(q, n, t, x, a, 1.0, lid);
+    storageBarrier();
+}
+
+// The adjoint's stage: slot kp = h(t, slot x), slot ka = −aᵀ ∂h/∂p for a = slot a, and the record
+// of stage evaluation n with coef. Inputs must be ready (barrier); it ends with a barrier.
+fn eval_and_vjp_rows(q: u32, t: f32, x: u32, a: u32, kp: u32, ka: u32, coef: f32, n: u32, lid: u32) {
+    hidden_rows(q, t, x, a, true, lid);
+    storageBarrier();
+    let k = p.k;
+    let i0 = 4u * lid;
+    if (i0 < p.d) {
+        let s = w2_hy(q, i0);
+        let g = w1t_hdz(q, i0);
+        for (var m = 0u; m < min(4u, p.d - i0); m++) {
+            let i = i0 + m;
+            let row = w2_offset() + i * (k + 1u);
+            qs[qat(q, kp, i)] = four_at(s, m) + theta[row + k] * t + theta[b2_offset() + i];
+            qs[qat(q, ka, i)] = -four_at(g, m);
+        }
+    }
+    write_record_rows(q, n, t, x, a, coef, lid);
+    storageBarrier();
+}
+
+// The slopes K0.. of one step of slot Z from t0 by dt (stage i > 0 reads its input from slot i).
+fn stages_rows(q: u32, t0: f32, dt: f32, lid: u32) {
+    for (var i = 0u; i < p.stages; i++) {
+        var x = Z;
+        if (i > 0u) {
+            x = i;
+            for (var c = lid; c < p.d; c += WG) {
+                var v = qs[qat(q, Z, c)];
+                for (var j = 0u; j < i; j++) {
+                    let w = dt * tab_a(i, j);
+                    if (w != 0.0) {
+                        v += w * qs[qat(q, K0 + j, c)];
+                    }
+                }
+                qs[qat(q, i, c)] = v;
+            }
+            storageBarrier();
+        }
+        eval_h_rows(q, t0 + tab_c(i) * dt, x, K0 + i, lid);
+    }
+}
+
+// One Runge-Kutta step of slot Z from t0 by dt, in place.
+fn rk_step_rows(q: u32, t0: f32, dt: f32, lid: u32) {
+    stages_rows(q, t0, dt, lid);
+    for (var c = lid; c < p.d; c += WG) {
+        var v = qs[qat(q, Z, c)];
+        for (var i = 0u; i < p.stages; i++) {
+            let w = dt * tab_b(i);
+            if (w != 0.0) {
+                v += w * qs[qat(q, K0 + i, c)];
+            }
+        }
+        qs[qat(q, Z, c)] = v;
+    }
+    storageBarrier();
+}
+
+// Records the first non-finite position of each row of quad q among the values v at position i.
+fn note_non_finite(v: vec4<f32>, i: u32) {
+    for (var l = 0u; l < 4u; l++) {
+        if (!is_finite(v[l])) {
+            atomicMin(&quad_first_bad[l], i);
+        }
+    }
+}
+
+@compute @workgroup_size(64)
+fn forward_rows(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let q = wid.x + wid.y * groups.x;
+    if (q >= quads()) {
+        return;
+    }
+    let d = p.d;
+    let n = rows_of(q);
+    if (lid < 4u) {
+        atomicStore(&quad_first_bad[lid], NO_FAILURE);
+    }
+    workgroupBarrier();
+    // The state stays in slot Z between dispatches.
+    if (p.begin == 0u) {
+        for (var c = lid; c < d; c += WG) {
+            var v = vec4<f32>(0.0);
+            for (var l = 0u; l < n; l++) {
+                let at = (4u * q + l) * d + c;
+                v[l] = p0[at];
+                traj[at] = v[l];
+            }
+            qs[qat(q, Z, c)] = v;
+            note_non_finite(v, 0u);
+        }
+        storageBarrier();
+    }
+    for (var g = p.begin; g < p.end; g++) {
+        let ts = step_times(g);
+        rk_step_rows(q, ts.x, ts.y, lid);
+        // A non-finite state stays non-finite, so the first non-finite output marks the failure.
+        if (g % p.substeps == p.substeps - 1u) {
+            let i = g / p.substeps + 1u;
+            for (var c = lid; c < d; c += WG) {
+                let v = qs[qat(q, Z, c)];
+                let at = (i * p.blocks + 4u * q) * d + c;
+                traj[at] = v.x;
+                if (n > 1u) { traj[at + d] = v.y; }
+                if (n > 2u) { traj[at + 2u * d] = v.z; }
+                if (n > 3u) { traj[at + 3u * d] = v.w; }
+                note_non_finite(v, i);
+            }
+        }
+    }
+    workgroupBarrier();
+    if (lid < n) {
+        let b = 4u * q + lid;
+        var earlier = NO_FAILURE;
+        if (p.begin != 0u) {
+            earlier = fail[b];
+        }
+        fail[b] = min(earlier, atomicLoad(&quad_first_bad[lid]));
+    }
+}
+
+// step_starts[g] ([steps, blocks, d]) = the state at the start of step g (see the GPU kernel).
+@compute @workgroup_size(64)
+fn starts_rows(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let q = wid.x + wid.y * groups.x;
+    if (q >= quads()) {
+        return;
+    }
+    let d = p.d;
+    // Slot Z holds the start of step begin − 1 from the previous dispatch.
+    for (var g = p.begin; g < p.end; g++) {
+        if (g % p.substeps == 0u) {
+            for (var c = lid; c < d; c += WG) {
+                qs[qat(q, Z, c)] = traj_quad(q, g / p.substeps, c);
+            }
+        } else {
+            storageBarrier();
+            let ts = step_times(g - 1u);
+            rk_step_rows(q, ts.x, ts.y, lid);
+        }
+        for (var c = lid; c < d; c += WG) {
+            store_starts(q, g, c, qs[qat(q, Z, c)]);
+        }
+    }
+}
+
+@compute @workgroup_size(64)
+fn backprop_rows(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let q = wid.x + wid.y * groups.x;
+    if (q >= quads()) {
+        return;
+    }
+    let d = p.d;
+    // The first dispatch (the last steps) starts the adjoint of the state at 0; it stays in slot
+    // ZBAR between dispatches.
+    if (p.end == total_steps()) {
+        for (var c = lid; c < d; c += WG) {
+            qs[qat(q, ZBAR, c)] = vec4<f32>(0.0);
+        }
+    }
+    storageBarrier();
+    for (var g1 = p.end; g1 > p.begin; g1--) {
+        let g = g1 - 1u;
+        // The last substep of an interval ends at p(t_i): its adjoint gets the upstream there.
+        let ends_position = g % p.substeps == p.substeps - 1u;
+        let i = g / p.substeps + 1u;
+        for (var c = lid; c < d; c += WG) {
+            if (ends_position) {
+                qs[qat(q, ZBAR, c)] += upstream_quad(q, i, c);
+            }
+            qs[qat(q, Z, c)] = starts_quad(q, g, c);
+        }
+        storageBarrier();
+        let ts = step_times(g);
+        let t0 = ts.x;
+        let dt = ts.y;
+        stages_rows(q, t0, dt, lid);
+        // z₁ = z₀ + dt·Σ bᵢ kᵢ: the adjoints of z₀ and of every slope (the slopes' slots now hold them).
+        for (var c = lid; c < d; c += WG) {
+            let zb = qs[qat(q, ZBAR, c)];
+            qs[qat(q, ZBAR0, c)] = zb;
+            for (var j = 0u; j < p.stages; j++) {
+                qs[qat(q, K0 + j, c)] = (dt * tab_b(j)) * zb;
+            }
+        }
+        storageBarrier();
+        // Stage s: k_s = h(t₀ + c_s dt, x_s), x_s = z₀ + dt·Σ_l a_sl k_l.
+        for (var s1 = p.stages; s1 > 0u; s1--) {
+            let s = s1 - 1u;
+            var x = Z;
+            if (s > 0u) {
+                x = s;
+            }
+            vjp_rows(q, t0 + tab_c(s) * dt, x, K0 + s, IB, (g - p.begin) * p.stages + s, lid);
+            for (var c = lid; c < d; c += WG) {
+                let ib = qs[qat(q, IB, c)];
+                qs[qat(q, ZBAR0, c)] += ib;
+                for (var l = 0u; l < s; l++) {
+                    qs[qat(q, K0 + l, c)] += (dt * tab_a(s, l)) * ib;
+                }
+            }
+            storageBarrier();
+        }
+        for (var c = lid; c < d; c += WG) {
+            qs[qat(q, ZBAR, c)] = qs[qat(q, ZBAR0, c)];
+        }
+        storageBarrier();
+    }
+    if (p.begin == 0u) {
+        for (var c = lid; c < d; c += WG) {
+            store_dp0(q, c, qs[qat(q, ZBAR, c)] + upstream_quad(q, 0u, c));
+        }
+    }
+}
+
+// Steps in backward order (see the GPU kernel); p and a stay in slots P and A between dispatches.
+@compute @workgroup_size(64)
+fn adjoint_rows(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let q = wid.x + wid.y * groups.x;
+    if (q >= quads()) {
+        return;
+    }
+    let d = p.d;
+    if (p.begin == 0u) {
+        for (var c = lid; c < d; c += WG) {
+            qs[qat(q, A, c)] = vec4<f32>(0.0);
+        }
+    }
+    storageBarrier();
+    for (var h = p.begin; h < p.end; h++) {
+        let i = p.positions - 1u - h / p.substeps;
+        let u = h % p.substeps;
+        // At t_i: restart p from the forward solution and add the upstream of p(t_i).
+        if (u == 0u) {
+            for (var c = lid; c < d; c += WG) {
+                qs[qat(q, P, c)] = traj_quad(q, i, c);
+                qs[qat(q, A, c)] += upstream_quad(q, i, c);
+            }
+            storageBarrier();
+        }
+        // Backward over [t_{i-1}, t_i]: negative steps.
+        let span0 = f32(i) * p.delta;
+        let span1 = f32(i - 1u) * p.delta;
+        let t0 = grid_time(span0, span1, u);
+        let dt = grid_time(span0, span1, u + 1u) - t0;
+        for (var s = 0u; s < p.stages; s++) {
+            for (var c = lid; c < d; c += WG) {
+                var pin = qs[qat(q, P, c)];
+                var ain = qs[qat(q, A, c)];
+                for (var l = 0u; l < s; l++) {
+                    let w = dt * tab_a(s, l);
+                    if (w != 0.0) {
+                        pin += w * qs[qat(q, KP0 + l, c)];
+                        ain += w * qs[qat(q, KA0 + l, c)];
+                    }
+                }
+                qs[qat(q, PIN, c)] = pin;
+                qs[qat(q, AIN, c)] = ain;
+            }
+            storageBarrier();
+            // dp/dt = h, da/dt = −aᵀ ∂h/∂p, dg/dt = −aᵀ ∂h/∂θ (g: the records).
+            let n = (h - p.begin) * p.stages + s;
+            eval_and_vjp_rows(q, t0 + tab_c(s) * dt, PIN, AIN, KP0 + s, KA0 + s, -(dt * tab_b(s)), n, lid);
+        }
+        for (var c = lid; c < d; c += WG) {
+            var pv = qs[qat(q, P, c)];
+            var av = qs[qat(q, A, c)];
+            for (var s = 0u; s < p.stages; s++) {
+                let w = dt * tab_b(s);
+                if (w != 0.0) {
+                    pv += w * qs[qat(q, KP0 + s, c)];
+                    av += w * qs[qat(q, KA0 + s, c)];
+                }
+            }
+            qs[qat(q, P, c)] = pv;
+            qs[qat(q, A, c)] = av;
+        }
+        storageBarrier();
+    }
+    if (p.end == total_steps()) {
+        for (var c = lid; c < d; c += WG) {
+            store_dp0(q, c, qs[qat(q, A, c)] + upstream_quad(q, 0u, c));
+        }
+    }
+}
+
+// dθ from the chunk's records (see theta_from_records), a 4 × 4 tile of one outer product per
+// invocation: U1 [k] ⊗ V1 [d + 2] (W1, then b1 as column d + 1), then U2 [d] ⊗ V2 [k + 2] (W2,
+// b2). Sixteen elements from eight loads per record; the rows walks write zeros for U in lanes
+// past the last row, so nothing is masked.
+@compute @workgroup_size(64)
+fn theta_from_records_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let tile = gid.x + gid.y * groups.x * WG;
+    if (tile == 0u && p.accumulate == 0u) {
+        bstatus[0] = 0.0;
+        bstatus[1] = -1.0;
+        bstatus[2] = 0.0;
+        bstatus[3] = 0.0;
+    }
+    let d = p.d;
+    let k = p.k;
+    let cols1 = (d + 5u) / 4u;
+    let tiles1 = (k + 3u) / 4u * cols1;
+    let cols2 = (k + 5u) / 4u;
+    let tiles2 = (d + 3u) / 4u * cols2;
+    if (tile >= tiles1 + tiles2) {
+        return;
+    }
+    // This tile's rows r0.. of U (of `rows`) and columns c0.. of V (of `cols`).
+    var part2 = tile >= tiles1;
+    var u = 0u;
+    var v = rec_v1();
+    var rows = k;
+    var cols = d + 2u;
+    var r0 = 4u * (tile / cols1);
+    var c0 = 4u * (tile % cols1);
+    if (part2) {
+        let t2 = tile - tiles1;
+        u = rec_u2();
+        v = rec_v2();
+        rows = d;
+        cols = k + 2u;
+        r0 = 4u * (t2 / cols2);
+        c0 = 4u * (t2 % cols2);
+    }
+    let u0 = u + r0;
+    let u1 = u + min(r0 + 1u, rows - 1u);
+    let u2 = u + min(r0 + 2u, rows - 1u);
+    let u3 = u + min(r0 + 3u, rows - 1u);
+    let v0 = v + c0;
+    let v1 = v + min(c0 + 1u, cols - 1u);
+    let v2 = v + min(c0 + 2u, cols - 1u);
+    let v3 = v + min(c0 + 3u, cols - 1u);
+    var acc = Four();
+    let evaluations = (p.end - p.begin) * p.stages;
+    for (var q = 0u; q < quads(); q++) {
+        for (var n = 0u; n < evaluations; n++) {
+            let at = record_at(q, n);
+            let b0 = records[at + v0];
+            let b1 = records[at + v1];
+            let b2 = records[at + v2];
+            let b3 = records[at + v3];
+            let a0 = records[at + u0];
+            acc.m0 += vec4<f32>(dot(a0, b0), dot(a0, b1), dot(a0, b2), dot(a0, b3));
+            let a1 = records[at + u1];
+            acc.m1 += vec4<f32>(dot(a1, b0), dot(a1, b1), dot(a1, b2), dot(a1, b3));
+            let a2 = records[at + u2];
+            acc.m2 += vec4<f32>(dot(a2, b0), dot(a2, b1), dot(a2, b2), dot(a2, b3));
+            let a3 = records[at + u3];
+            acc.m3 += vec4<f32>(dot(a3, b0), dot(a3, b1), dot(a3, b2), dot(a3, b3));
+        }
+    }
+    for (var m = 0u; m < min(4u, rows - r0); m++) {
+        let sums = four_at(acc, m);
+        let r = r0 + m;
+        for (var m2 = 0u; m2 < min(4u, cols - c0); m2++) {
+            let c = c0 + m2;
+            // θ's element for (r, c): the last column of V is the bias.
+            var e = 0u;
+            if (!part2) {
+                e = select(r * (d + 1u) + c, b1_offset() + r, c == d + 1u);
+            } else {
+                e = select(w2_offset() + r * (k + 1u) + c, b2_offset() + r, c == k + 1u);
+            }
+            var s = sums[m2];
+            if (p.accumulate == 1u) {
+                s += dtheta[e];
+            }
+            dtheta[e] = s;
+        }
+    }
+}
