@@ -1,15 +1,22 @@
-//! Fixed-step methods on the GPU (`shaders/ode_flow.wgsl`), d and hidden at most
-//! [`MAX_DIM`](super::MAX_DIM):
-//! one workgroup per block integrates positions × substeps × stages inside the kernel
-//! (the MLP evaluated with workgroup-shared vectors), then a one-thread pass writes the status. A
-//! long solve is split into a few dispatches of ~32k loop iterations per thread each (the state
+//! Fixed-step methods on the GPU (`shaders/ode_flow.wgsl` and its continuations), d and hidden at
+//! most [`MAX_DIM`](super::MAX_DIM). Two kernel families walk the solve, by adapter kind: on GPUs
+//! one workgroup per row of the state (`ode_flow_groups.wgsl`: the MLP evaluated with
+//! workgroup-shared vectors, a thread per output); on software adapters one workgroup per quad of
+//! rows (`ode_flow_rows.wgsl`: four rows in the lanes of vec4s, four outputs per thread, so each
+//! element loaded serves sixteen multiply-adds where the GPU kernels' serves one — lavapipe loads
+//! every element lane by lane, and loads are its cost). Then a one-thread pass writes the status.
+//!
+//! A long solve is split into a few dispatches of ~32k loop iterations per thread each (the state
 //! handed over in a scratch buffer), because lavapipe silently stops every loop of a shader
 //! invocation once all its loops together have run 65535 iterations (Mesa gallivm's
-//! `LP_MAX_TGSI_LOOP_ITERATIONS`); e.g. d = 64 with rk4 runs ~60 steps per forward dispatch. The backward, per block:
-//! backprop recomputes every step's start from the trajectory (one state per step, as the CPU
-//! reference stores) and walks the steps in reverse recomputing the stages; the adjoint integrates
-//! [p | a | g] backward with memory independent of the number of steps. Each block's dθ goes to its
-//! own scratch row and a last pass sums the rows in block order: deterministic, no atomics.
+//! `LP_MAX_TGSI_LOOP_ITERATIONS`); e.g. d = 64 with rk4 runs ~60 steps per forward dispatch. The
+//! backward: backprop recomputes every step's start from the trajectory (one state per step, as
+//! the CPU reference stores) and walks the steps in reverse recomputing the stages; the adjoint
+//! integrates [p | a] backward with memory independent of the number of steps. Neither touches dθ
+//! while walking: each stage evaluation writes a record (the four vectors whose outer products are
+//! its dθ terms) and `theta_from_records` sums a chunk's records after it (a thread per θ element
+//! on GPUs, per 4 × 4 tile on software adapters), chunks and records in a fixed order:
+//! deterministic, no atomics, and no pass over all of θ per stage.
 
 use super::{FlowGradient, ITERATIONS_PER_DISPATCH, OdeFlow, WORKGROUP};
 use crate::kernel::{AdapterKind, uniform, word};
