@@ -1,12 +1,20 @@
 // FLOATER's flow on GPUs (continues ode_flow.wgsl): one workgroup per row of the state (a block).
-// Its 64 threads keep the row's vectors in workgroup memory and split every matrix-vector product
-// by rows, with a barrier between dependent steps. Each row's dθ terms go to lane b % 4 of its
+// Its 256 threads keep the row's vectors in workgroup memory and share every matrix-vector
+// product (below), with a barrier between dependent steps. Each row's dθ terms go to lane b % 4 of its
 // quad's records, which theta_from_records sums.
+
+const GROUP_WG: u32 = 256u;
+const SPLIT: u32 = 4u;
+const OUTS_PER_PASS: u32 = 64u;
 
 var<workgroup> vecs: array<array<f32, MAX_DIM>, 12>;
 var<workgroup> hy: array<f32, MAX_DIM>;
 var<workgroup> hdz: array<f32, MAX_DIM>;
 var<workgroup> first_bad: atomic<u32>;
+// A product's partial sums, a pass at a time (two products at once in the vjps). With vecs, hy
+// and hdz: 16 KiB, WebGPU's default workgroup memory.
+var<workgroup> partial: array<f32, GROUP_WG>;
+var<workgroup> partial2: array<f32, GROUP_WG>;
 
 // forward: the state handed between dispatches, [blocks, d].
 @group(0) @binding(6) var<storage, read_write> fwd_carry: array<f32>;
@@ -15,36 +23,102 @@ var<workgroup> first_bad: atomic<u32>;
 // The records as f32s: each workgroup writes its own lane.
 @group(0) @binding(8) var<storage, read_write> rec_f: array<f32>;
 
-// hy = σ(W1·[vecs[x]; t] + b1).
+// Products are cooperative: four threads per output, each summing every fourth term (adjacent
+// threads read adjacent θ), their partial sums added in order by the first of them. So a
+// product's latency is a quarter of its length plus a barrier, not its length (64 outputs per
+// pass of the 256 threads).
+
+// A source vector of a product: a slot of vecs, or hy (HY_SRC) or hdz (HDZ_SRC).
+const HY_SRC: u32 = 12u;
+const HDZ_SRC: u32 = 13u;
+
+fn src_at(src: u32, c: u32) -> f32 {
+    if (src == HY_SRC) {
+        return hy[c];
+    }
+    if (src == HDZ_SRC) {
+        return hdz[c];
+    }
+    return vecs[src][c];
+}
+
+// This thread's quarter of Σ_{c < n} θ[first + c·in_step] · src[c].
+fn quarter_dot(first: u32, in_step: u32, n: u32, src: u32, part: u32) -> f32 {
+    var s = 0.0;
+    for (var c = part; c < n; c += SPLIT) {
+        s += theta[first + c * in_step] * src_at(src, c);
+    }
+    return s;
+}
+
+// The four quarters of output lid / SPLIT, added in order (after a barrier): of the first product,
+// of the second.
+fn quarters(lid: u32) -> f32 {
+    return partial[lid] + partial[lid + 1u] + partial[lid + 2u] + partial[lid + 3u];
+}
+
+fn quarters2(lid: u32) -> f32 {
+    return partial2[lid] + partial2[lid + 1u] + partial2[lid + 2u] + partial2[lid + 3u];
+}
+
+// hy = σ(z), z = W1·[vecs[x]; t] + b1. Ends with a barrier.
 fn hidden_layer(t: f32, x: u32, lid: u32) {
     let d = p.d;
-    let b1 = b1_offset();
-    for (var j = lid; j < p.k; j += WG) {
-        let row = j * (d + 1u);
-        var s = 0.0;
-        for (var c = 0u; c < d; c++) {
-            s += theta[row + c] * vecs[x][c];
+    let k = p.k;
+    let part = lid % SPLIT;
+    for (var base = 0u; base < k; base += OUTS_PER_PASS) {
+        let j = base + lid / SPLIT;
+        if (j < k) {
+            partial[lid] = quarter_dot(j * (d + 1u), 1u, d, x, part);
         }
-        hy[j] = act(s + theta[row + d] * t + theta[b1 + j]);
+        workgroupBarrier();
+        if (j < k && part == 0u) {
+            hy[j] = act(quarters(lid) + theta[j * (d + 1u) + d] * t + theta[b1_offset() + j]);
+        }
+        workgroupBarrier();
+    }
+}
+
+// hy = σ(z) and hdz = σ'(z) ⊙ W2[:, :k]ᵀ vecs[a] at (t, vecs[x]). Ends with a barrier. (Apart from
+// hidden_layer so that the forward's workgroup memory stays within 16 KiB.)
+fn hidden_and_vjp(t: f32, x: u32, a: u32, lid: u32) {
+    let d = p.d;
+    let k = p.k;
+    let part = lid % SPLIT;
+    for (var base = 0u; base < k; base += OUTS_PER_PASS) {
+        let j = base + lid / SPLIT;
+        if (j < k) {
+            partial[lid] = quarter_dot(j * (d + 1u), 1u, d, x, part);
+            partial2[lid] = quarter_dot(w2_offset() + j, k + 1u, d, a, part);
+        }
+        workgroupBarrier();
+        if (j < k && part == 0u) {
+            let y = act(quarters(lid) + theta[j * (d + 1u) + d] * t + theta[b1_offset() + j]);
+            hy[j] = y;
+            hdz[j] = quarters2(lid) * act_grad(y);
+        }
+        workgroupBarrier();
     }
 }
 
 // vecs[out] = h(t, vecs[x]). Callers put a barrier between writing x and calling; it ends with one.
 fn eval_h(t: f32, x: u32, out: u32, lid: u32) {
     hidden_layer(t, x, lid);
-    workgroupBarrier();
+    let d = p.d;
     let k = p.k;
-    let w2 = w2_offset();
-    let b2 = b2_offset();
-    for (var i = lid; i < p.d; i += WG) {
-        let row = w2 + i * (k + 1u);
-        var s = 0.0;
-        for (var j = 0u; j < k; j++) {
-            s += theta[row + j] * hy[j];
+    let part = lid % SPLIT;
+    for (var base = 0u; base < d; base += OUTS_PER_PASS) {
+        let i = base + lid / SPLIT;
+        let row = w2_offset() + i * (k + 1u);
+        if (i < d) {
+            partial[lid] = quarter_dot(row, 1u, k, HY_SRC, part);
         }
-        vecs[out][i] = s + theta[row + k] * t + theta[b2 + i];
+        workgroupBarrier();
+        if (i < d && part == 0u) {
+            vecs[out][i] = quarters(lid) + theta[row + k] * t + theta[b2_offset() + i];
+        }
+        workgroupBarrier();
     }
-    workgroupBarrier();
 }
 
 // Row b's record of stage evaluation n at (t, vecs[x]) for a = vecs[a], from hy and hdz: lane b % 4
@@ -54,7 +128,7 @@ fn write_record(b: u32, n: u32, t: f32, x: u32, a: u32, coef: f32, lid: u32) {
     let k = p.k;
     let at = record_at(b / 4u, n);
     let lane = b % 4u;
-    for (var j = lid; j < k + 2u; j += WG) {
+    for (var j = lid; j < k + 2u; j += GROUP_WG) {
         var y = 1.0;
         if (j < k) {
             y = hy[j];
@@ -64,7 +138,7 @@ fn write_record(b: u32, n: u32, t: f32, x: u32, a: u32, coef: f32, lid: u32) {
         }
         rec_f[(at + rec_v2() + j) * 4u + lane] = y;
     }
-    for (var c = lid; c < d + 2u; c += WG) {
+    for (var c = lid; c < d + 2u; c += GROUP_WG) {
         var xc = 1.0;
         if (c < d) {
             xc = vecs[x][c];
@@ -76,39 +150,22 @@ fn write_record(b: u32, n: u32, t: f32, x: u32, a: u32, coef: f32, lid: u32) {
     }
 }
 
-// hy = σ(z) and hdz = σ'(z) ⊙ W2[:, :k]ᵀ vecs[a] at (t, vecs[x]), z = W1·[x; t] + b1.
-fn hidden_and_vjp(t: f32, x: u32, a: u32, lid: u32) {
-    let d = p.d;
-    let k = p.k;
-    let b1 = b1_offset();
-    let w2 = w2_offset();
-    for (var j = lid; j < k; j += WG) {
-        let row = j * (d + 1u);
-        var s = 0.0;
-        for (var c = 0u; c < d; c++) {
-            s += theta[row + c] * vecs[x][c];
-        }
-        let y = act(s + theta[row + d] * t + theta[b1 + j]);
-        hy[j] = y;
-        var g = 0.0;
-        for (var i = 0u; i < d; i++) {
-            g += theta[w2 + i * (k + 1u) + j] * vecs[a][i];
-        }
-        hdz[j] = g * act_grad(y);
-    }
-}
-
 // vecs[out] = aᵀ ∂h/∂p at (t, vecs[x]) for a = vecs[a], and row b's record of stage evaluation n
 // (coef 1). Inputs must be ready (barrier); it ends with a barrier.
 fn vjp(t: f32, x: u32, a: u32, out: u32, b: u32, n: u32, lid: u32) {
     hidden_and_vjp(t, x, a, lid);
-    workgroupBarrier();
-    for (var c = lid; c < p.d; c += WG) {
-        var s = 0.0;
-        for (var j = 0u; j < p.k; j++) {
-            s += theta[j * (p.d + 1u) + c] * hdz[j];
+    let d = p.d;
+    let part = lid % SPLIT;
+    for (var base = 0u; base < d; base += OUTS_PER_PASS) {
+        let c = base + lid / SPLIT;
+        if (c < d) {
+            partial[lid] = quarter_dot(c, d + 1u, p.k, HDZ_SRC, part);
         }
-        vecs[out][c] = s;
+        workgroupBarrier();
+        if (c < d && part == 0u) {
+            vecs[out][c] = quarters(lid);
+        }
+        workgroupBarrier();
     }
     write_record(b, n, t, x, a, 1.0, lid);
     workgroupBarrier();
@@ -118,21 +175,22 @@ fn vjp(t: f32, x: u32, a: u32, out: u32, b: u32, n: u32, lid: u32) {
 // record of stage evaluation n with coef. Inputs must be ready (barrier); it ends with a barrier.
 fn eval_and_vjp(t: f32, x: u32, a: u32, kp: u32, ka: u32, coef: f32, b: u32, n: u32, lid: u32) {
     hidden_and_vjp(t, x, a, lid);
-    workgroupBarrier();
     let d = p.d;
     let k = p.k;
-    let w2 = w2_offset();
-    let b2 = b2_offset();
-    for (var i = lid; i < d; i += WG) {
-        let row = w2 + i * (k + 1u);
-        var s = 0.0;
-        var g = 0.0;
-        for (var j = 0u; j < k; j++) {
-            s += theta[row + j] * hy[j];
-            g += theta[j * (d + 1u) + i] * hdz[j];
+    let part = lid % SPLIT;
+    for (var base = 0u; base < d; base += OUTS_PER_PASS) {
+        let i = base + lid / SPLIT;
+        let row = w2_offset() + i * (k + 1u);
+        if (i < d) {
+            partial[lid] = quarter_dot(row, 1u, k, HY_SRC, part);
+            partial2[lid] = quarter_dot(i, d + 1u, k, HDZ_SRC, part);
         }
-        vecs[kp][i] = s + theta[row + k] * t + theta[b2 + i];
-        vecs[ka][i] = -g;
+        workgroupBarrier();
+        if (i < d && part == 0u) {
+            vecs[kp][i] = quarters(lid) + theta[row + k] * t + theta[b2_offset() + i];
+            vecs[ka][i] = -quarters2(lid);
+        }
+        workgroupBarrier();
     }
     write_record(b, n, t, x, a, coef, lid);
     workgroupBarrier();
@@ -144,7 +202,7 @@ fn stages(t0: f32, dt: f32, lid: u32) {
         var x = Z;
         if (i > 0u) {
             x = i;
-            for (var c = lid; c < p.d; c += WG) {
+            for (var c = lid; c < p.d; c += GROUP_WG) {
                 var v = vecs[Z][c];
                 for (var j = 0u; j < i; j++) {
                     let w = dt * tab_a(i, j);
@@ -163,7 +221,7 @@ fn stages(t0: f32, dt: f32, lid: u32) {
 // One Runge-Kutta step of vecs[Z] from t0 by dt, in place.
 fn rk_step(t0: f32, dt: f32, lid: u32) {
     stages(t0, dt, lid);
-    for (var c = lid; c < p.d; c += WG) {
+    for (var c = lid; c < p.d; c += GROUP_WG) {
         var v = vecs[Z][c];
         for (var i = 0u; i < p.stages; i++) {
             let w = dt * tab_b(i);
@@ -180,7 +238,7 @@ fn block_index(wid: vec3<u32>, groups: vec3<u32>) -> u32 {
     return wid.x + wid.y * groups.x;
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn forward(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
@@ -196,7 +254,7 @@ fn forward(
         atomicStore(&first_bad, NO_FAILURE);
     }
     workgroupBarrier();
-    for (var c = lid; c < d; c += WG) {
+    for (var c = lid; c < d; c += GROUP_WG) {
         if (p.begin == 0u) {
             let v = p0[b * d + c];
             vecs[Z][c] = v;
@@ -215,7 +273,7 @@ fn forward(
         // A non-finite state stays non-finite, so the first non-finite output marks the failure.
         if (g % p.substeps == p.substeps - 1u) {
             let i = g / p.substeps + 1u;
-            for (var c = lid; c < d; c += WG) {
+            for (var c = lid; c < d; c += GROUP_WG) {
                 let v = vecs[Z][c];
                 traj[i * row + b * d + c] = v;
                 if (!is_finite(v)) {
@@ -224,7 +282,7 @@ fn forward(
             }
         }
     }
-    for (var c = lid; c < d; c += WG) {
+    for (var c = lid; c < d; c += GROUP_WG) {
         fwd_carry[b * d + c] = vecs[Z][c];
     }
     workgroupBarrier();
@@ -239,7 +297,7 @@ fn forward(
 
 // step_starts[g] ([steps, blocks, d]) = the state at the start of step g: the trajectory at each
 // interval's start, then the substeps taken from it.
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn starts(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
@@ -254,12 +312,12 @@ fn starts(
     for (var g = p.begin; g < p.end; g++) {
         if (g % p.substeps == 0u) {
             let i = g / p.substeps;
-            for (var c = lid; c < d; c += WG) {
+            for (var c = lid; c < d; c += GROUP_WG) {
                 vecs[Z][c] = traj_in[i * row + b * d + c];
             }
         } else {
             if (g == p.begin) {
-                for (var c = lid; c < d; c += WG) {
+                for (var c = lid; c < d; c += GROUP_WG) {
                     vecs[Z][c] = step_starts[(g - 1u) * row + b * d + c];
                 }
             }
@@ -267,13 +325,13 @@ fn starts(
             let ts = step_times(g - 1u);
             rk_step(ts.x, ts.y, lid);
         }
-        for (var c = lid; c < d; c += WG) {
+        for (var c = lid; c < d; c += GROUP_WG) {
             step_starts[g * row + b * d + c] = vecs[Z][c];
         }
     }
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn backprop(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
@@ -286,7 +344,7 @@ fn backprop(
     let d = p.d;
     let row = p.blocks * d;
     // The first dispatch (the last steps) starts the adjoint of the state at 0.
-    for (var c = lid; c < d; c += WG) {
+    for (var c = lid; c < d; c += GROUP_WG) {
         if (p.end == total_steps()) {
             vecs[ZBAR][c] = 0.0;
         } else {
@@ -299,7 +357,7 @@ fn backprop(
         // The last substep of an interval ends at p(t_i): its adjoint gets the upstream there.
         let ends_position = g % p.substeps == p.substeps - 1u;
         let i = g / p.substeps + 1u;
-        for (var c = lid; c < d; c += WG) {
+        for (var c = lid; c < d; c += GROUP_WG) {
             if (ends_position) {
                 vecs[ZBAR][c] += upstream[i * row + b * d + c];
             }
@@ -311,7 +369,7 @@ fn backprop(
         let dt = ts.y;
         stages(t0, dt, lid);
         // z₁ = z₀ + dt·Σ bᵢ kᵢ: the adjoints of z₀ and of every slope (the slopes' slots now hold them).
-        for (var c = lid; c < d; c += WG) {
+        for (var c = lid; c < d; c += GROUP_WG) {
             let zb = vecs[ZBAR][c];
             vecs[ZBAR0][c] = zb;
             for (var j = 0u; j < p.stages; j++) {
@@ -327,7 +385,7 @@ fn backprop(
                 x = q;
             }
             vjp(t0 + tab_c(q) * dt, x, K0 + q, IB, b, (g - p.begin) * p.stages + q, lid);
-            for (var c = lid; c < d; c += WG) {
+            for (var c = lid; c < d; c += GROUP_WG) {
                 let ib = vecs[IB][c];
                 vecs[ZBAR0][c] += ib;
                 for (var l = 0u; l < q; l++) {
@@ -336,12 +394,12 @@ fn backprop(
             }
             workgroupBarrier();
         }
-        for (var c = lid; c < d; c += WG) {
+        for (var c = lid; c < d; c += GROUP_WG) {
             vecs[ZBAR][c] = vecs[ZBAR0][c];
         }
         workgroupBarrier();
     }
-    for (var c = lid; c < d; c += WG) {
+    for (var c = lid; c < d; c += GROUP_WG) {
         if (p.begin == 0u) {
             dp0[b * d + c] = vecs[ZBAR][c] + upstream[b * d + c];
         } else {
@@ -352,7 +410,7 @@ fn backprop(
 
 // Steps in backward order: h = m·substeps + u is substep u of the interval that ends at position
 // positions − 1 − m, integrated from its end.
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn adjoint(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
@@ -365,7 +423,7 @@ fn adjoint(
     let d = p.d;
     let row = p.blocks * d;
     let crow = b * 2u * d;
-    for (var c = lid; c < d; c += WG) {
+    for (var c = lid; c < d; c += GROUP_WG) {
         if (p.begin == 0u) {
             vecs[A][c] = 0.0;
         } else {
@@ -379,7 +437,7 @@ fn adjoint(
         let u = h % p.substeps;
         // At t_i: restart p from the forward solution and add the upstream of p(t_i).
         if (u == 0u) {
-            for (var c = lid; c < d; c += WG) {
+            for (var c = lid; c < d; c += GROUP_WG) {
                 vecs[P][c] = traj_in[i * row + b * d + c];
                 vecs[A][c] += upstream[i * row + b * d + c];
             }
@@ -391,7 +449,7 @@ fn adjoint(
         let t0 = grid_time(span0, span1, u);
         let dt = grid_time(span0, span1, u + 1u) - t0;
         for (var q = 0u; q < p.stages; q++) {
-            for (var c = lid; c < d; c += WG) {
+            for (var c = lid; c < d; c += GROUP_WG) {
                 var pin = vecs[P][c];
                 var ain = vecs[A][c];
                 for (var l = 0u; l < q; l++) {
@@ -410,7 +468,7 @@ fn adjoint(
             let n = (h - p.begin) * p.stages + q;
             eval_and_vjp(t, PIN, AIN, KP0 + q, KA0 + q, -(dt * tab_b(q)), b, n, lid);
         }
-        for (var c = lid; c < d; c += WG) {
+        for (var c = lid; c < d; c += GROUP_WG) {
             var pv = vecs[P][c];
             var av = vecs[A][c];
             for (var q = 0u; q < p.stages; q++) {
@@ -425,7 +483,7 @@ fn adjoint(
         }
         workgroupBarrier();
     }
-    for (var c = lid; c < d; c += WG) {
+    for (var c = lid; c < d; c += GROUP_WG) {
         if (p.end == total_steps()) {
             dp0[b * d + c] = vecs[A][c] + upstream[b * d + c];
         } else {

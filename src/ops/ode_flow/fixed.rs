@@ -270,13 +270,17 @@ impl OdeFlow {
     ) -> Vec<(usize, usize)> {
         let (d, k) = (self.dim, self.hidden);
         let rows = |n: usize| n.div_ceil(WORKGROUP);
-        // A product's outputs per thread: one per pass of 64 on GPUs; in the rows kernels four,
-        // which d, k ≤ 256 make one block. Each takes its dot product's length in iterations.
+        // A product's outputs per thread: one per pass of 64 outputs on GPUs; in the rows kernels
+        // four, which d, k ≤ 256 make one block.
         let outs = |n: usize| match adapter {
             AdapterKind::Gpu => rows(n),
             AdapterKind::Software => 1,
         };
-        let dot = |n: usize| n + 6;
+        let dot = |n: usize| match adapter {
+            // Four threads share each output's terms (`ode_flow_groups.wgsl`).
+            AdapterKind::Gpu => n.div_ceil(4) + 6,
+            AdapterKind::Software => n + 6,
+        };
         let stages = self.method.tableau().stages();
         let eval = outs(k) * dot(d) + outs(d) * dot(k);
         let record = rows(k + 2) + rows(d + 2);
