@@ -1,12 +1,14 @@
 // FLOATER's flow on software adapters (continues ode_flow.wgsl): one workgroup per quad of rows
-// (rows 4q..4q+3 of the state in the lanes of vec4s). Its 64 threads split every matrix-vector
-// product by rows as the GPU kernels do, but each computes its element for the four rows at once.
+// (rows 4q..4q+3 of the state in the lanes of vec4s). A thread computes sixteen outputs of a
+// matrix-vector product for the four rows at once; barriers between dependent products.
 //
-// Why: lavapipe and SwiftShader run eight invocations in the lanes of one SIMD register, and each
-// lane's load costs about as much as the register's arithmetic. In the GPU kernels every θ value
-// loaded serves one multiply-add; here it serves four, and the row vectors are read with the same
-// address in every lane (one load). The vectors live in a storage buffer (`qs`: four rows × 14
-// vectors pass the workgroup memory limit), where they also stay between a solve's dispatches.
+// Why: lavapipe and SwiftShader run eight invocations in the lanes of one SIMD register, and
+// lavapipe loads every element of storage or workgroup memory lane by lane (even where all lanes
+// read one address), each about as dear as the register's arithmetic. In the GPU kernels a θ
+// value loaded serves one multiply-add; here it serves four (rows), and each input vec4 loaded
+// sixteen (outputs). The vectors live in a storage buffer (`qs`: four rows × 14 vectors pass the
+// workgroup memory limit; on lavapipe workgroup memory is no faster), where they also stay between
+// a solve's dispatches.
 
 const SLOTS: u32 = 14u;
 const HY: u32 = 12u;
@@ -21,23 +23,49 @@ fn qat(q: u32, slot: u32, c: u32) -> u32 {
     return (q * SLOTS + slot) * max(p.d, p.k) + c;
 }
 
-// Four outputs for the quad's four rows: out[m] = Σ_{c < n} θ[first + m·out_step + c·in_step] ·
-// qs[base + c], for m < 4 (outputs past `outputs` read the last one's θ; callers drop them). Each
-// loaded θ value serves four rows and each loaded input four outputs: lavapipe loads every element
-// lane by lane, so loads, not arithmetic, are what this counts.
-struct Four {
+// Sixteen outputs for the quad's four rows: out[m] = Σ_{c < n} θ[first + m·out_step + c·in_step] ·
+// qs[base + c], for m < 16 (outputs past `outputs` read the last one's θ; callers drop them). Each
+// loaded θ value serves four rows and each loaded input sixteen outputs: lavapipe loads every
+// element lane by lane, so loads, not arithmetic, are what this counts (as in matmul.wgsl, the
+// accumulators it spills cost far less).
+struct Sixteen {
     m0: vec4<f32>,
     m1: vec4<f32>,
     m2: vec4<f32>,
     m3: vec4<f32>,
+    m4: vec4<f32>,
+    m5: vec4<f32>,
+    m6: vec4<f32>,
+    m7: vec4<f32>,
+    m8: vec4<f32>,
+    m9: vec4<f32>,
+    m10: vec4<f32>,
+    m11: vec4<f32>,
+    m12: vec4<f32>,
+    m13: vec4<f32>,
+    m14: vec4<f32>,
+    m15: vec4<f32>,
 }
 
-fn theta_four(first: u32, out_step: u32, outputs: u32, in_step: u32, base: u32, n: u32) -> Four {
-    let o0 = first;
-    let o1 = first + min(1u, outputs - 1u) * out_step;
-    let o2 = first + min(2u, outputs - 1u) * out_step;
-    let o3 = first + min(3u, outputs - 1u) * out_step;
-    var r = Four();
+fn theta_sixteen(first: u32, out_step: u32, outputs: u32, in_step: u32, base: u32, n: u32) -> Sixteen {
+    let last = outputs - 1u;
+    let o0 = first + min(0u, last) * out_step;
+    let o1 = first + min(1u, last) * out_step;
+    let o2 = first + min(2u, last) * out_step;
+    let o3 = first + min(3u, last) * out_step;
+    let o4 = first + min(4u, last) * out_step;
+    let o5 = first + min(5u, last) * out_step;
+    let o6 = first + min(6u, last) * out_step;
+    let o7 = first + min(7u, last) * out_step;
+    let o8 = first + min(8u, last) * out_step;
+    let o9 = first + min(9u, last) * out_step;
+    let o10 = first + min(10u, last) * out_step;
+    let o11 = first + min(11u, last) * out_step;
+    let o12 = first + min(12u, last) * out_step;
+    let o13 = first + min(13u, last) * out_step;
+    let o14 = first + min(14u, last) * out_step;
+    let o15 = first + min(15u, last) * out_step;
+    var r = Sixteen();
     for (var c = 0u; c < n; c++) {
         let x = qs[base + c];
         let o = c * in_step;
@@ -45,16 +73,40 @@ fn theta_four(first: u32, out_step: u32, outputs: u32, in_step: u32, base: u32, 
         r.m1 += theta[o1 + o] * x;
         r.m2 += theta[o2 + o] * x;
         r.m3 += theta[o3 + o] * x;
+        r.m4 += theta[o4 + o] * x;
+        r.m5 += theta[o5 + o] * x;
+        r.m6 += theta[o6 + o] * x;
+        r.m7 += theta[o7 + o] * x;
+        r.m8 += theta[o8 + o] * x;
+        r.m9 += theta[o9 + o] * x;
+        r.m10 += theta[o10 + o] * x;
+        r.m11 += theta[o11 + o] * x;
+        r.m12 += theta[o12 + o] * x;
+        r.m13 += theta[o13 + o] * x;
+        r.m14 += theta[o14 + o] * x;
+        r.m15 += theta[o15 + o] * x;
     }
     return r;
 }
 
-fn four_at(f: Four, m: u32) -> vec4<f32> {
+fn sixteen_at(f: Sixteen, m: u32) -> vec4<f32> {
     switch (m) {
         case 0u: { return f.m0; }
         case 1u: { return f.m1; }
         case 2u: { return f.m2; }
-        default: { return f.m3; }
+        case 3u: { return f.m3; }
+        case 4u: { return f.m4; }
+        case 5u: { return f.m5; }
+        case 6u: { return f.m6; }
+        case 7u: { return f.m7; }
+        case 8u: { return f.m8; }
+        case 9u: { return f.m9; }
+        case 10u: { return f.m10; }
+        case 11u: { return f.m11; }
+        case 12u: { return f.m12; }
+        case 13u: { return f.m13; }
+        case 14u: { return f.m14; }
+        default: { return f.m15; }
     }
 }
 
@@ -116,44 +168,44 @@ fn store_dp0(q: u32, c: u32, v: vec4<f32>) {
     if (n > 3u) { dp0[at + 3u * p.d] = v.w; }
 }
 
-// Thread lid computes outputs 4·lid..4·lid + 3 of each product (d, k ≤ MAX_DIM = 4·WG).
+// Thread lid computes outputs 16·lid..16·lid + 15 of each product (d, k ≤ MAX_DIM = 16·16).
 // W1·x for outputs j0..j0+3 (of k), x = slot x.
-fn w1_x(q: u32, j0: u32, x: u32) -> Four {
-    return theta_four(j0 * (p.d + 1u), p.d + 1u, p.k - j0, 1u, qat(q, x, 0u), p.d);
+fn w1_x(q: u32, j0: u32, x: u32) -> Sixteen {
+    return theta_sixteen(j0 * (p.d + 1u), p.d + 1u, p.k - j0, 1u, qat(q, x, 0u), p.d);
 }
 
 // W2[:, j]ᵀ a for j = j0..j0+3 (of k), a = slot a.
-fn w2t_a(q: u32, j0: u32, a: u32) -> Four {
-    return theta_four(w2_offset() + j0, 1u, p.k - j0, p.k + 1u, qat(q, a, 0u), p.d);
+fn w2t_a(q: u32, j0: u32, a: u32) -> Sixteen {
+    return theta_sixteen(w2_offset() + j0, 1u, p.k - j0, p.k + 1u, qat(q, a, 0u), p.d);
 }
 
 // W2[i, :k]·HY for i = i0..i0+3 (of d).
-fn w2_hy(q: u32, i0: u32) -> Four {
-    return theta_four(w2_offset() + i0 * (p.k + 1u), p.k + 1u, p.d - i0, 1u, qat(q, HY, 0u), p.k);
+fn w2_hy(q: u32, i0: u32) -> Sixteen {
+    return theta_sixteen(w2_offset() + i0 * (p.k + 1u), p.k + 1u, p.d - i0, 1u, qat(q, HY, 0u), p.k);
 }
 
 // W1[:, i]ᵀ HDZ for i = i0..i0+3 (of d).
-fn w1t_hdz(q: u32, i0: u32) -> Four {
-    return theta_four(i0, 1u, p.d - i0, p.d + 1u, qat(q, HDZ, 0u), p.k);
+fn w1t_hdz(q: u32, i0: u32) -> Sixteen {
+    return theta_sixteen(i0, 1u, p.d - i0, p.d + 1u, qat(q, HDZ, 0u), p.k);
 }
 
 // HY = σ(W1·[x; t] + b1) for x = slot x; with `vjp`, also HDZ = σ'(z) ⊙ W2[:, :k]ᵀ a, a = slot a.
 fn hidden_rows(q: u32, t: f32, x: u32, a: u32, vjp: bool, lid: u32) {
     let d = p.d;
     let b1 = b1_offset();
-    let j0 = 4u * lid;
+    let j0 = 16u * lid;
     if (j0 < p.k) {
         let z = w1_x(q, j0, x);
-        var g = Four();
+        var g = Sixteen();
         if (vjp) {
             g = w2t_a(q, j0, a);
         }
-        for (var m = 0u; m < min(4u, p.k - j0); m++) {
+        for (var m = 0u; m < min(16u, p.k - j0); m++) {
             let j = j0 + m;
-            let y = act4(four_at(z, m) + theta[j * (d + 1u) + d] * t + theta[b1 + j]);
+            let y = act4(sixteen_at(z, m) + theta[j * (d + 1u) + d] * t + theta[b1 + j]);
             qs[qat(q, HY, j)] = y;
             if (vjp) {
-                qs[qat(q, HDZ, j)] = four_at(g, m) * act_grad4(y);
+                qs[qat(q, HDZ, j)] = sixteen_at(g, m) * act_grad4(y);
             }
         }
     }
@@ -165,12 +217,12 @@ fn eval_h_rows(q: u32, t: f32, x: u32, out: u32, lid: u32) {
     hidden_rows(q, t, x, 0u, false, lid);
     storageBarrier();
     let k = p.k;
-    let i0 = 4u * lid;
+    let i0 = 16u * lid;
     if (i0 < p.d) {
         let s = w2_hy(q, i0);
-        for (var m = 0u; m < min(4u, p.d - i0); m++) {
+        for (var m = 0u; m < min(16u, p.d - i0); m++) {
             let row = w2_offset() + (i0 + m) * (k + 1u);
-            qs[qat(q, out, i0 + m)] = four_at(s, m) + theta[row + k] * t + theta[b2_offset() + i0 + m];
+            qs[qat(q, out, i0 + m)] = sixteen_at(s, m) + theta[row + k] * t + theta[b2_offset() + i0 + m];
         }
     }
     storageBarrier();
@@ -208,11 +260,11 @@ fn write_record_rows(q: u32, n: u32, t: f32, x: u32, a: u32, coef: f32, lid: u32
 fn vjp_rows(q: u32, t: f32, x: u32, a: u32, out: u32, n: u32, lid: u32) {
     hidden_rows(q, t, x, a, true, lid);
     storageBarrier();
-    let i0 = 4u * lid;
+    let i0 = 16u * lid;
     if (i0 < p.d) {
         let g = w1t_hdz(q, i0);
-        for (var m = 0u; m < min(4u, p.d - i0); m++) {
-            qs[qat(q, out, i0 + m)] = four_at(g, m);
+        for (var m = 0u; m < min(16u, p.d - i0); m++) {
+            qs[qat(q, out, i0 + m)] = sixteen_at(g, m);
         }
     }
     write_record_rows(q, n, t, x, a, 1.0, lid);
@@ -225,15 +277,15 @@ fn eval_and_vjp_rows(q: u32, t: f32, x: u32, a: u32, kp: u32, ka: u32, coef: f32
     hidden_rows(q, t, x, a, true, lid);
     storageBarrier();
     let k = p.k;
-    let i0 = 4u * lid;
+    let i0 = 16u * lid;
     if (i0 < p.d) {
         let s = w2_hy(q, i0);
         let g = w1t_hdz(q, i0);
-        for (var m = 0u; m < min(4u, p.d - i0); m++) {
+        for (var m = 0u; m < min(16u, p.d - i0); m++) {
             let i = i0 + m;
             let row = w2_offset() + i * (k + 1u);
-            qs[qat(q, kp, i)] = four_at(s, m) + theta[row + k] * t + theta[b2_offset() + i];
-            qs[qat(q, ka, i)] = -four_at(g, m);
+            qs[qat(q, kp, i)] = sixteen_at(s, m) + theta[row + k] * t + theta[b2_offset() + i];
+            qs[qat(q, ka, i)] = -sixteen_at(g, m);
         }
     }
     write_record_rows(q, n, t, x, a, coef, lid);
@@ -519,6 +571,23 @@ fn adjoint_rows(
         for (var c = lid; c < d; c += WG) {
             store_dp0(q, c, qs[qat(q, A, c)] + upstream_quad(q, 0u, c));
         }
+    }
+}
+
+// A 4 × 4 tile's sums, row by row.
+struct Four {
+    m0: vec4<f32>,
+    m1: vec4<f32>,
+    m2: vec4<f32>,
+    m3: vec4<f32>,
+}
+
+fn four_at(f: Four, m: u32) -> vec4<f32> {
+    switch (m) {
+        case 0u: { return f.m0; }
+        case 1u: { return f.m1; }
+        case 2u: { return f.m2; }
+        default: { return f.m3; }
     }
 }
 

@@ -2,9 +2,9 @@
 //! most [`MAX_DIM`](super::MAX_DIM). Two kernel families walk the solve, by adapter kind: on GPUs
 //! one workgroup per row of the state (`ode_flow_groups.wgsl`: the MLP evaluated with
 //! workgroup-shared vectors, a thread per output); on software adapters one workgroup per quad of
-//! rows (`ode_flow_rows.wgsl`: four rows in the lanes of vec4s, four outputs per thread, so each
-//! element loaded serves sixteen multiply-adds where the GPU kernels' serves one — lavapipe loads
-//! every element lane by lane, and loads are its cost). Then a one-thread pass writes the status.
+//! rows (`ode_flow_rows.wgsl`: four rows in the lanes of vec4s, sixteen outputs per thread, so
+//! loads serve several multiply-adds each where the GPU kernels' serve one — lavapipe loads every
+//! element lane by lane, and loads are its cost). Then a one-thread pass writes the status.
 //!
 //! A long solve is split into a few dispatches of ~32k loop iterations per thread each (the state
 //! handed over in a scratch buffer), because lavapipe silently stops every loop of a shader
@@ -271,7 +271,7 @@ impl OdeFlow {
         let (d, k) = (self.dim, self.hidden);
         let rows = |n: usize| n.div_ceil(WORKGROUP);
         // A product's outputs per thread: one per pass of 64 outputs on GPUs; in the rows kernels
-        // four, which d, k ≤ 256 make one block.
+        // sixteen, which d, k ≤ 256 make one block.
         let outs = |n: usize| match adapter {
             AdapterKind::Gpu => rows(n),
             AdapterKind::Software => 1,
@@ -279,7 +279,8 @@ impl OdeFlow {
         let dot = |n: usize| match adapter {
             // Four threads share each output's terms (`ode_flow_groups.wgsl`).
             AdapterKind::Gpu => n.div_ceil(4) + 6,
-            AdapterKind::Software => n + 6,
+            // One loop over the terms, then one over the sixteen outputs.
+            AdapterKind::Software => n + 18,
         };
         let stages = self.method.tableau().stages();
         let eval = outs(k) * dot(d) + outs(d) * dot(k);
