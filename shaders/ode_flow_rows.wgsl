@@ -1,50 +1,58 @@
-// FLOATER's flow on software adapters (continues ode_flow.wgsl): one workgroup per quad of rows
-// (rows 4q..4q+3 of the state in the lanes of vec4s). A thread computes sixteen outputs of a
-// matrix-vector product for the four rows at once; barriers between dependent products.
+// FLOATER's flow on software adapters (continues ode_flow.wgsl): one workgroup per octet of rows
+// (rows 8o..8o+7 of the state in the lanes of a mat2x4). A thread computes sixteen outputs of a
+// matrix-vector product for the eight rows at once; barriers between dependent products.
 //
 // Why: lavapipe and SwiftShader run eight invocations in the lanes of one SIMD register, and
 // lavapipe loads every element of storage or workgroup memory lane by lane (even where all lanes
 // read one address), each about as dear as the register's arithmetic. In the GPU kernels a θ
-// value loaded serves one multiply-add; here it serves four (rows), and each input vec4 loaded
-// sixteen (outputs). The vectors live in a storage buffer (`qs`: four rows × 14 vectors pass the
-// workgroup memory limit; on lavapipe workgroup memory is no faster), where they also stay between
-// a solve's dispatches.
+// value loaded serves one multiply-add; here it serves eight (rows), and each input loaded
+// sixteen (outputs). The twelve rows of a 4-layer model take two workgroups: one round on two
+// cores. The vectors live in a storage buffer (`qs`: eight rows × 14 vectors pass the workgroup
+// memory limit; on lavapipe workgroup memory is no faster), where they also stay between a
+// solve's dispatches. Records stay per quad (four rows), as the GPU kernels write them.
+
+// One element of eight rows: rows 8o..8o+3 in column 0, 8o+4..8o+7 in column 1.
+alias Rows = mat2x4<f32>;
 
 const SLOTS: u32 = 14u;
 const HY: u32 = 12u;
 const HDZ: u32 = 13u;
 
-// [quads, SLOTS, max(d, k)] vec4s: the slots of ode_flow.wgsl, then σ(z) and σ'(z) ⊙ W2ᵀa.
-@group(0) @binding(6) var<storage, read_write> qs: array<vec4<f32>>;
+// [octets, SLOTS, max(d, k)]: the slots of ode_flow.wgsl, then σ(z) and σ'(z) ⊙ W2ᵀa.
+@group(0) @binding(6) var<storage, read_write> qs: array<Rows>;
 
-var<workgroup> quad_first_bad: array<atomic<u32>, 4>;
+var<workgroup> octet_first_bad: array<atomic<u32>, 8>;
 
-fn qat(q: u32, slot: u32, c: u32) -> u32 {
-    return (q * SLOTS + slot) * max(p.d, p.k) + c;
+fn octets() -> u32 {
+    return (p.blocks + 7u) / 8u;
 }
 
-// Sixteen outputs for the quad's four rows: out[m] = Σ_{c < n} θ[first + m·out_step + c·in_step] ·
+fn qat(o: u32, slot: u32, c: u32) -> u32 {
+    return (o * SLOTS + slot) * max(p.d, p.k) + c;
+}
+
+// Sixteen outputs for the octet's eight rows: out[m] = Σ_{c < n} θ[first + m·out_step + c·in_step] ·
 // qs[base + c], for m < 16 (outputs past `outputs` read the last one's θ; callers drop them). Each
-// loaded θ value serves four rows and each loaded input sixteen outputs: lavapipe loads every
+// loaded θ value serves eight rows and each loaded input sixteen outputs: lavapipe loads every
 // element lane by lane, so loads, not arithmetic, are what this counts (as in matmul.wgsl, the
 // accumulators it spills cost far less).
 struct Sixteen {
-    m0: vec4<f32>,
-    m1: vec4<f32>,
-    m2: vec4<f32>,
-    m3: vec4<f32>,
-    m4: vec4<f32>,
-    m5: vec4<f32>,
-    m6: vec4<f32>,
-    m7: vec4<f32>,
-    m8: vec4<f32>,
-    m9: vec4<f32>,
-    m10: vec4<f32>,
-    m11: vec4<f32>,
-    m12: vec4<f32>,
-    m13: vec4<f32>,
-    m14: vec4<f32>,
-    m15: vec4<f32>,
+    m0: Rows,
+    m1: Rows,
+    m2: Rows,
+    m3: Rows,
+    m4: Rows,
+    m5: Rows,
+    m6: Rows,
+    m7: Rows,
+    m8: Rows,
+    m9: Rows,
+    m10: Rows,
+    m11: Rows,
+    m12: Rows,
+    m13: Rows,
+    m14: Rows,
+    m15: Rows,
 }
 
 fn theta_sixteen(first: u32, out_step: u32, outputs: u32, in_step: u32, base: u32, n: u32) -> Sixteen {
@@ -89,7 +97,7 @@ fn theta_sixteen(first: u32, out_step: u32, outputs: u32, in_step: u32, base: u3
     return r;
 }
 
-fn sixteen_at(f: Sixteen, m: u32) -> vec4<f32> {
+fn sixteen_at(f: Sixteen, m: u32) -> Rows {
     switch (m) {
         case 0u: { return f.m0; }
         case 1u: { return f.m1; }
@@ -110,102 +118,105 @@ fn sixteen_at(f: Sixteen, m: u32) -> vec4<f32> {
     }
 }
 
-// Rows of quad q in use (1..4).
-fn rows_of(q: u32) -> u32 {
-    return min(p.blocks - 4u * q, 4u);
+// Rows of octet o in use (1..8).
+fn rows_of(o: u32) -> u32 {
+    return min(p.blocks - 8u * o, 8u);
 }
 
-// Element c of quad q's rows in a [.., blocks, d] buffer from row `first` = 4q + layer·blocks
-// (zero in the lanes past the last row). One copy per buffer: a WGSL function cannot take one.
-fn traj_quad(q: u32, i: u32, c: u32) -> vec4<f32> {
-    let at = (i * p.blocks + 4u * q) * p.d + c;
-    let n = rows_of(q);
-    var v = vec4<f32>(0.0);
-    v.x = traj_in[at];
-    if (n > 1u) { v.y = traj_in[at + p.d]; }
-    if (n > 2u) { v.z = traj_in[at + 2u * p.d]; }
-    if (n > 3u) { v.w = traj_in[at + 3u * p.d]; }
+fn splat(s: f32) -> Rows {
+    return Rows(vec4<f32>(s), vec4<f32>(s));
+}
+
+fn act_rows(z: Rows) -> Rows {
+    return Rows(act4(z[0]), act4(z[1]));
+}
+
+// σ'(z) ⊙ g from y = σ(z).
+fn act_grad_times(y: Rows, g: Rows) -> Rows {
+    return Rows(act_grad4(y[0]) * g[0], act_grad4(y[1]) * g[1]);
+}
+
+// Element c of octet o's rows at layer i of a [.., blocks, d] buffer (zero in the lanes past the
+// last row). One copy per buffer: a WGSL function cannot take one.
+fn traj_rows(o: u32, i: u32, c: u32) -> Rows {
+    let at = (i * p.blocks + 8u * o) * p.d + c;
+    var v = Rows();
+    for (var l = 0u; l < rows_of(o); l++) {
+        v[l / 4u][l % 4u] = traj_in[at + l * p.d];
+    }
     return v;
 }
 
-fn upstream_quad(q: u32, i: u32, c: u32) -> vec4<f32> {
-    let at = (i * p.blocks + 4u * q) * p.d + c;
-    let n = rows_of(q);
-    var v = vec4<f32>(0.0);
-    v.x = upstream[at];
-    if (n > 1u) { v.y = upstream[at + p.d]; }
-    if (n > 2u) { v.z = upstream[at + 2u * p.d]; }
-    if (n > 3u) { v.w = upstream[at + 3u * p.d]; }
+fn upstream_rows(o: u32, i: u32, c: u32) -> Rows {
+    let at = (i * p.blocks + 8u * o) * p.d + c;
+    var v = Rows();
+    for (var l = 0u; l < rows_of(o); l++) {
+        v[l / 4u][l % 4u] = upstream[at + l * p.d];
+    }
     return v;
 }
 
-fn starts_quad(q: u32, g: u32, c: u32) -> vec4<f32> {
-    let at = (g * p.blocks + 4u * q) * p.d + c;
-    let n = rows_of(q);
-    var v = vec4<f32>(0.0);
-    v.x = step_starts[at];
-    if (n > 1u) { v.y = step_starts[at + p.d]; }
-    if (n > 2u) { v.z = step_starts[at + 2u * p.d]; }
-    if (n > 3u) { v.w = step_starts[at + 3u * p.d]; }
+fn starts_rows_at(o: u32, g: u32, c: u32) -> Rows {
+    let at = (g * p.blocks + 8u * o) * p.d + c;
+    var v = Rows();
+    for (var l = 0u; l < rows_of(o); l++) {
+        v[l / 4u][l % 4u] = step_starts[at + l * p.d];
+    }
     return v;
 }
 
-fn store_starts(q: u32, g: u32, c: u32, v: vec4<f32>) {
-    let at = (g * p.blocks + 4u * q) * p.d + c;
-    let n = rows_of(q);
-    step_starts[at] = v.x;
-    if (n > 1u) { step_starts[at + p.d] = v.y; }
-    if (n > 2u) { step_starts[at + 2u * p.d] = v.z; }
-    if (n > 3u) { step_starts[at + 3u * p.d] = v.w; }
+fn store_starts(o: u32, g: u32, c: u32, v: Rows) {
+    let at = (g * p.blocks + 8u * o) * p.d + c;
+    for (var l = 0u; l < rows_of(o); l++) {
+        step_starts[at + l * p.d] = v[l / 4u][l % 4u];
+    }
 }
 
-fn store_dp0(q: u32, c: u32, v: vec4<f32>) {
-    let at = 4u * q * p.d + c;
-    let n = rows_of(q);
-    dp0[at] = v.x;
-    if (n > 1u) { dp0[at + p.d] = v.y; }
-    if (n > 2u) { dp0[at + 2u * p.d] = v.z; }
-    if (n > 3u) { dp0[at + 3u * p.d] = v.w; }
+fn store_dp0(o: u32, c: u32, v: Rows) {
+    let at = 8u * o * p.d + c;
+    for (var l = 0u; l < rows_of(o); l++) {
+        dp0[at + l * p.d] = v[l / 4u][l % 4u];
+    }
 }
 
 // Thread lid computes outputs 16·lid..16·lid + 15 of each product (d, k ≤ MAX_DIM = 16·16).
 // W1·x for outputs j0..j0+3 (of k), x = slot x.
-fn w1_x(q: u32, j0: u32, x: u32) -> Sixteen {
-    return theta_sixteen(j0 * (p.d + 1u), p.d + 1u, p.k - j0, 1u, qat(q, x, 0u), p.d);
+fn w1_x(o: u32, j0: u32, x: u32) -> Sixteen {
+    return theta_sixteen(j0 * (p.d + 1u), p.d + 1u, p.k - j0, 1u, qat(o, x, 0u), p.d);
 }
 
 // W2[:, j]ᵀ a for j = j0..j0+3 (of k), a = slot a.
-fn w2t_a(q: u32, j0: u32, a: u32) -> Sixteen {
-    return theta_sixteen(w2_offset() + j0, 1u, p.k - j0, p.k + 1u, qat(q, a, 0u), p.d);
+fn w2t_a(o: u32, j0: u32, a: u32) -> Sixteen {
+    return theta_sixteen(w2_offset() + j0, 1u, p.k - j0, p.k + 1u, qat(o, a, 0u), p.d);
 }
 
 // W2[i, :k]·HY for i = i0..i0+3 (of d).
-fn w2_hy(q: u32, i0: u32) -> Sixteen {
-    return theta_sixteen(w2_offset() + i0 * (p.k + 1u), p.k + 1u, p.d - i0, 1u, qat(q, HY, 0u), p.k);
+fn w2_hy(o: u32, i0: u32) -> Sixteen {
+    return theta_sixteen(w2_offset() + i0 * (p.k + 1u), p.k + 1u, p.d - i0, 1u, qat(o, HY, 0u), p.k);
 }
 
 // W1[:, i]ᵀ HDZ for i = i0..i0+3 (of d).
-fn w1t_hdz(q: u32, i0: u32) -> Sixteen {
-    return theta_sixteen(i0, 1u, p.d - i0, p.d + 1u, qat(q, HDZ, 0u), p.k);
+fn w1t_hdz(o: u32, i0: u32) -> Sixteen {
+    return theta_sixteen(i0, 1u, p.d - i0, p.d + 1u, qat(o, HDZ, 0u), p.k);
 }
 
 // HY = σ(W1·[x; t] + b1) for x = slot x; with `vjp`, also HDZ = σ'(z) ⊙ W2[:, :k]ᵀ a, a = slot a.
-fn hidden_rows(q: u32, t: f32, x: u32, a: u32, vjp: bool, lid: u32) {
+fn hidden_rows(o: u32, t: f32, x: u32, a: u32, vjp: bool, lid: u32) {
     let d = p.d;
     let b1 = b1_offset();
     let j0 = 16u * lid;
     if (j0 < p.k) {
-        let z = w1_x(q, j0, x);
+        let z = w1_x(o, j0, x);
         var g = Sixteen();
         if (vjp) {
-            g = w2t_a(q, j0, a);
+            g = w2t_a(o, j0, a);
         }
         for (var m = 0u; m < min(16u, p.k - j0); m++) {
             let j = j0 + m;
-            let y = act4(sixteen_at(z, m) + theta[j * (d + 1u) + d] * t + theta[b1 + j]);
-            qs[qat(q, HY, j)] = y;
+            let y = act_rows(sixteen_at(z, m) + splat(theta[j * (d + 1u) + d] * t + theta[b1 + j]));
+            qs[qat(o, HY, j)] = y;
             if (vjp) {
-                qs[qat(q, HDZ, j)] = sixteen_at(g, m) * act_grad4(y);
+                qs[qat(o, HDZ, j)] = act_grad_times(y, sixteen_at(g, m));
             }
         }
     }
@@ -213,128 +224,131 @@ fn hidden_rows(q: u32, t: f32, x: u32, a: u32, vjp: bool, lid: u32) {
 
 // The slot `out` = h(t, slot x). Callers put a barrier between writing x and calling; it ends
 // with one.
-fn eval_h_rows(q: u32, t: f32, x: u32, out: u32, lid: u32) {
-    hidden_rows(q, t, x, 0u, false, lid);
+fn eval_h_rows(o: u32, t: f32, x: u32, out: u32, lid: u32) {
+    hidden_rows(o, t, x, 0u, false, lid);
     storageBarrier();
     let k = p.k;
     let i0 = 16u * lid;
     if (i0 < p.d) {
-        let s = w2_hy(q, i0);
+        let s = w2_hy(o, i0);
         for (var m = 0u; m < min(16u, p.d - i0); m++) {
             let row = w2_offset() + (i0 + m) * (k + 1u);
-            qs[qat(q, out, i0 + m)] = sixteen_at(s, m) + theta[row + k] * t + theta[b2_offset() + i0 + m];
+            qs[qat(o, out, i0 + m)] = sixteen_at(s, m) + splat(theta[row + k] * t + theta[b2_offset() + i0 + m]);
         }
     }
     storageBarrier();
 }
 
-// Quad q's record of stage evaluation n at (t, slot x) for a = slot a, from HY and HDZ.
-fn write_record_rows(q: u32, n: u32, t: f32, x: u32, a: u32, coef: f32, lid: u32) {
+// Octet o's records of stage evaluation n at (t, slot x) for a = slot a, from HY and HDZ: its
+// first four rows' in quad 2o's, the others' in quad 2o + 1's (if that quad has rows).
+fn write_record_rows(o: u32, n: u32, t: f32, x: u32, a: u32, coef: f32, lid: u32) {
     let d = p.d;
     let k = p.k;
-    let at = record_at(q, n);
-    for (var j = lid; j < k + 2u; j += WG) {
-        var y = vec4<f32>(1.0);
-        if (j < k) {
-            y = qs[qat(q, HY, j)];
-            records[at + j] = coef * qs[qat(q, HDZ, j)];
-        } else if (j == k) {
-            y = vec4<f32>(t);
+    for (var h = 0u; h < min(2u, quads() - 2u * o); h++) {
+        let at = record_at(2u * o + h, n);
+        for (var j = lid; j < k + 2u; j += WG) {
+            var y = vec4<f32>(1.0);
+            if (j < k) {
+                y = qs[qat(o, HY, j)][h];
+                records[at + j] = coef * qs[qat(o, HDZ, j)][h];
+            } else if (j == k) {
+                y = vec4<f32>(t);
+            }
+            records[at + rec_v2() + j] = y;
         }
-        records[at + rec_v2() + j] = y;
-    }
-    for (var c = lid; c < d + 2u; c += WG) {
-        var xc = vec4<f32>(1.0);
-        if (c < d) {
-            xc = qs[qat(q, x, c)];
-            records[at + rec_u2() + c] = coef * qs[qat(q, a, c)];
-        } else if (c == d) {
-            xc = vec4<f32>(t);
+        for (var c = lid; c < d + 2u; c += WG) {
+            var xc = vec4<f32>(1.0);
+            if (c < d) {
+                xc = qs[qat(o, x, c)][h];
+                records[at + rec_u2() + c] = coef * qs[qat(o, a, c)][h];
+            } else if (c == d) {
+                xc = vec4<f32>(t);
+            }
+            records[at + rec_v1() + c] = xc;
         }
-        records[at + rec_v1() + c] = xc;
     }
 }
 
 // Slot out = aᵀ ∂h/∂p at (t, slot x) for a = slot a, and the record of stage evaluation n (coef
 // 1). Inputs must be ready (barrier); it ends with a barrier.
-fn vjp_rows(q: u32, t: f32, x: u32, a: u32, out: u32, n: u32, lid: u32) {
-    hidden_rows(q, t, x, a, true, lid);
+fn vjp_rows(o: u32, t: f32, x: u32, a: u32, out: u32, n: u32, lid: u32) {
+    hidden_rows(o, t, x, a, true, lid);
     storageBarrier();
     let i0 = 16u * lid;
     if (i0 < p.d) {
-        let g = w1t_hdz(q, i0);
+        let g = w1t_hdz(o, i0);
         for (var m = 0u; m < min(16u, p.d - i0); m++) {
-            qs[qat(q, out, i0 + m)] = sixteen_at(g, m);
+            qs[qat(o, out, i0 + m)] = sixteen_at(g, m);
         }
     }
-    write_record_rows(q, n, t, x, a, 1.0, lid);
+    write_record_rows(o, n, t, x, a, 1.0, lid);
     storageBarrier();
 }
 
 // The adjoint's stage: slot kp = h(t, slot x), slot ka = −aᵀ ∂h/∂p for a = slot a, and the record
 // of stage evaluation n with coef. Inputs must be ready (barrier); it ends with a barrier.
-fn eval_and_vjp_rows(q: u32, t: f32, x: u32, a: u32, kp: u32, ka: u32, coef: f32, n: u32, lid: u32) {
-    hidden_rows(q, t, x, a, true, lid);
+fn eval_and_vjp_rows(o: u32, t: f32, x: u32, a: u32, kp: u32, ka: u32, coef: f32, n: u32, lid: u32) {
+    hidden_rows(o, t, x, a, true, lid);
     storageBarrier();
     let k = p.k;
     let i0 = 16u * lid;
     if (i0 < p.d) {
-        let s = w2_hy(q, i0);
-        let g = w1t_hdz(q, i0);
+        let s = w2_hy(o, i0);
+        let g = w1t_hdz(o, i0);
         for (var m = 0u; m < min(16u, p.d - i0); m++) {
             let i = i0 + m;
             let row = w2_offset() + i * (k + 1u);
-            qs[qat(q, kp, i)] = sixteen_at(s, m) + theta[row + k] * t + theta[b2_offset() + i];
-            qs[qat(q, ka, i)] = -sixteen_at(g, m);
+            qs[qat(o, kp, i)] = sixteen_at(s, m) + splat(theta[row + k] * t + theta[b2_offset() + i]);
+            qs[qat(o, ka, i)] = -1.0 * sixteen_at(g, m);
         }
     }
-    write_record_rows(q, n, t, x, a, coef, lid);
+    write_record_rows(o, n, t, x, a, coef, lid);
     storageBarrier();
 }
 
 // The slopes K0.. of one step of slot Z from t0 by dt (stage i > 0 reads its input from slot i).
-fn stages_rows(q: u32, t0: f32, dt: f32, lid: u32) {
+fn stages_rows(o: u32, t0: f32, dt: f32, lid: u32) {
     for (var i = 0u; i < p.stages; i++) {
         var x = Z;
         if (i > 0u) {
             x = i;
             for (var c = lid; c < p.d; c += WG) {
-                var v = qs[qat(q, Z, c)];
+                var v = qs[qat(o, Z, c)];
                 for (var j = 0u; j < i; j++) {
                     let w = dt * tab_a(i, j);
                     if (w != 0.0) {
-                        v += w * qs[qat(q, K0 + j, c)];
+                        v += w * qs[qat(o, K0 + j, c)];
                     }
                 }
-                qs[qat(q, i, c)] = v;
+                qs[qat(o, i, c)] = v;
             }
             storageBarrier();
         }
-        eval_h_rows(q, t0 + tab_c(i) * dt, x, K0 + i, lid);
+        eval_h_rows(o, t0 + tab_c(i) * dt, x, K0 + i, lid);
     }
 }
 
 // One Runge-Kutta step of slot Z from t0 by dt, in place.
-fn rk_step_rows(q: u32, t0: f32, dt: f32, lid: u32) {
-    stages_rows(q, t0, dt, lid);
+fn rk_step_rows(o: u32, t0: f32, dt: f32, lid: u32) {
+    stages_rows(o, t0, dt, lid);
     for (var c = lid; c < p.d; c += WG) {
-        var v = qs[qat(q, Z, c)];
+        var v = qs[qat(o, Z, c)];
         for (var i = 0u; i < p.stages; i++) {
             let w = dt * tab_b(i);
             if (w != 0.0) {
-                v += w * qs[qat(q, K0 + i, c)];
+                v += w * qs[qat(o, K0 + i, c)];
             }
         }
-        qs[qat(q, Z, c)] = v;
+        qs[qat(o, Z, c)] = v;
     }
     storageBarrier();
 }
 
-// Records the first non-finite position of each row of quad q among the values v at position i.
-fn note_non_finite(v: vec4<f32>, i: u32) {
-    for (var l = 0u; l < 4u; l++) {
-        if (!is_finite(v[l])) {
-            atomicMin(&quad_first_bad[l], i);
+// Records the first non-finite position of each row among the values v at position i.
+fn note_non_finite(v: Rows, i: u32) {
+    for (var l = 0u; l < 8u; l++) {
+        if (!is_finite(v[l / 4u][l % 4u])) {
+            atomicMin(&octet_first_bad[l], i);
         }
     }
 }
@@ -345,55 +359,54 @@ fn forward_rows(
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let q = wid.x + wid.y * groups.x;
-    if (q >= quads()) {
+    let o = wid.x + wid.y * groups.x;
+    if (o >= octets()) {
         return;
     }
     let d = p.d;
-    let n = rows_of(q);
-    if (lid < 4u) {
-        atomicStore(&quad_first_bad[lid], NO_FAILURE);
+    let n = rows_of(o);
+    if (lid < 8u) {
+        atomicStore(&octet_first_bad[lid], NO_FAILURE);
     }
     workgroupBarrier();
     // The state stays in slot Z between dispatches.
     if (p.begin == 0u) {
         for (var c = lid; c < d; c += WG) {
-            var v = vec4<f32>(0.0);
+            var v = Rows();
             for (var l = 0u; l < n; l++) {
-                let at = (4u * q + l) * d + c;
-                v[l] = p0[at];
-                traj[at] = v[l];
+                let at = (8u * o + l) * d + c;
+                v[l / 4u][l % 4u] = p0[at];
+                traj[at] = p0[at];
             }
-            qs[qat(q, Z, c)] = v;
+            qs[qat(o, Z, c)] = v;
             note_non_finite(v, 0u);
         }
         storageBarrier();
     }
     for (var g = p.begin; g < p.end; g++) {
         let ts = step_times(g);
-        rk_step_rows(q, ts.x, ts.y, lid);
+        rk_step_rows(o, ts.x, ts.y, lid);
         // A non-finite state stays non-finite, so the first non-finite output marks the failure.
         if (g % p.substeps == p.substeps - 1u) {
             let i = g / p.substeps + 1u;
             for (var c = lid; c < d; c += WG) {
-                let v = qs[qat(q, Z, c)];
-                let at = (i * p.blocks + 4u * q) * d + c;
-                traj[at] = v.x;
-                if (n > 1u) { traj[at + d] = v.y; }
-                if (n > 2u) { traj[at + 2u * d] = v.z; }
-                if (n > 3u) { traj[at + 3u * d] = v.w; }
+                let v = qs[qat(o, Z, c)];
+                let at = (i * p.blocks + 8u * o) * d + c;
+                for (var l = 0u; l < n; l++) {
+                    traj[at + l * d] = v[l / 4u][l % 4u];
+                }
                 note_non_finite(v, i);
             }
         }
     }
     workgroupBarrier();
     if (lid < n) {
-        let b = 4u * q + lid;
+        let b = 8u * o + lid;
         var earlier = NO_FAILURE;
         if (p.begin != 0u) {
             earlier = fail[b];
         }
-        fail[b] = min(earlier, atomicLoad(&quad_first_bad[lid]));
+        fail[b] = min(earlier, atomicLoad(&octet_first_bad[lid]));
     }
 }
 
@@ -404,8 +417,8 @@ fn starts_rows(
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let q = wid.x + wid.y * groups.x;
-    if (q >= quads()) {
+    let o = wid.x + wid.y * groups.x;
+    if (o >= octets()) {
         return;
     }
     let d = p.d;
@@ -413,15 +426,15 @@ fn starts_rows(
     for (var g = p.begin; g < p.end; g++) {
         if (g % p.substeps == 0u) {
             for (var c = lid; c < d; c += WG) {
-                qs[qat(q, Z, c)] = traj_quad(q, g / p.substeps, c);
+                qs[qat(o, Z, c)] = traj_rows(o, g / p.substeps, c);
             }
         } else {
             storageBarrier();
             let ts = step_times(g - 1u);
-            rk_step_rows(q, ts.x, ts.y, lid);
+            rk_step_rows(o, ts.x, ts.y, lid);
         }
         for (var c = lid; c < d; c += WG) {
-            store_starts(q, g, c, qs[qat(q, Z, c)]);
+            store_starts(o, g, c, qs[qat(o, Z, c)]);
         }
     }
 }
@@ -432,8 +445,8 @@ fn backprop_rows(
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let q = wid.x + wid.y * groups.x;
-    if (q >= quads()) {
+    let o = wid.x + wid.y * groups.x;
+    if (o >= octets()) {
         return;
     }
     let d = p.d;
@@ -441,7 +454,7 @@ fn backprop_rows(
     // ZBAR between dispatches.
     if (p.end == total_steps()) {
         for (var c = lid; c < d; c += WG) {
-            qs[qat(q, ZBAR, c)] = vec4<f32>(0.0);
+            qs[qat(o, ZBAR, c)] = Rows();
         }
     }
     storageBarrier();
@@ -452,21 +465,21 @@ fn backprop_rows(
         let i = g / p.substeps + 1u;
         for (var c = lid; c < d; c += WG) {
             if (ends_position) {
-                qs[qat(q, ZBAR, c)] += upstream_quad(q, i, c);
+                qs[qat(o, ZBAR, c)] += upstream_rows(o, i, c);
             }
-            qs[qat(q, Z, c)] = starts_quad(q, g, c);
+            qs[qat(o, Z, c)] = starts_rows_at(o, g, c);
         }
         storageBarrier();
         let ts = step_times(g);
         let t0 = ts.x;
         let dt = ts.y;
-        stages_rows(q, t0, dt, lid);
+        stages_rows(o, t0, dt, lid);
         // z₁ = z₀ + dt·Σ bᵢ kᵢ: the adjoints of z₀ and of every slope (the slopes' slots now hold them).
         for (var c = lid; c < d; c += WG) {
-            let zb = qs[qat(q, ZBAR, c)];
-            qs[qat(q, ZBAR0, c)] = zb;
+            let zb = qs[qat(o, ZBAR, c)];
+            qs[qat(o, ZBAR0, c)] = zb;
             for (var j = 0u; j < p.stages; j++) {
-                qs[qat(q, K0 + j, c)] = (dt * tab_b(j)) * zb;
+                qs[qat(o, K0 + j, c)] = (dt * tab_b(j)) * zb;
             }
         }
         storageBarrier();
@@ -477,24 +490,24 @@ fn backprop_rows(
             if (s > 0u) {
                 x = s;
             }
-            vjp_rows(q, t0 + tab_c(s) * dt, x, K0 + s, IB, (g - p.begin) * p.stages + s, lid);
+            vjp_rows(o, t0 + tab_c(s) * dt, x, K0 + s, IB, (g - p.begin) * p.stages + s, lid);
             for (var c = lid; c < d; c += WG) {
-                let ib = qs[qat(q, IB, c)];
-                qs[qat(q, ZBAR0, c)] += ib;
+                let ib = qs[qat(o, IB, c)];
+                qs[qat(o, ZBAR0, c)] += ib;
                 for (var l = 0u; l < s; l++) {
-                    qs[qat(q, K0 + l, c)] += (dt * tab_a(s, l)) * ib;
+                    qs[qat(o, K0 + l, c)] += (dt * tab_a(s, l)) * ib;
                 }
             }
             storageBarrier();
         }
         for (var c = lid; c < d; c += WG) {
-            qs[qat(q, ZBAR, c)] = qs[qat(q, ZBAR0, c)];
+            qs[qat(o, ZBAR, c)] = qs[qat(o, ZBAR0, c)];
         }
         storageBarrier();
     }
     if (p.begin == 0u) {
         for (var c = lid; c < d; c += WG) {
-            store_dp0(q, c, qs[qat(q, ZBAR, c)] + upstream_quad(q, 0u, c));
+            store_dp0(o, c, qs[qat(o, ZBAR, c)] + upstream_rows(o, 0u, c));
         }
     }
 }
@@ -506,14 +519,14 @@ fn adjoint_rows(
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let q = wid.x + wid.y * groups.x;
-    if (q >= quads()) {
+    let o = wid.x + wid.y * groups.x;
+    if (o >= octets()) {
         return;
     }
     let d = p.d;
     if (p.begin == 0u) {
         for (var c = lid; c < d; c += WG) {
-            qs[qat(q, A, c)] = vec4<f32>(0.0);
+            qs[qat(o, A, c)] = Rows();
         }
     }
     storageBarrier();
@@ -523,8 +536,8 @@ fn adjoint_rows(
         // At t_i: restart p from the forward solution and add the upstream of p(t_i).
         if (u == 0u) {
             for (var c = lid; c < d; c += WG) {
-                qs[qat(q, P, c)] = traj_quad(q, i, c);
-                qs[qat(q, A, c)] += upstream_quad(q, i, c);
+                qs[qat(o, P, c)] = traj_rows(o, i, c);
+                qs[qat(o, A, c)] += upstream_rows(o, i, c);
             }
             storageBarrier();
         }
@@ -535,41 +548,41 @@ fn adjoint_rows(
         let dt = grid_time(span0, span1, u + 1u) - t0;
         for (var s = 0u; s < p.stages; s++) {
             for (var c = lid; c < d; c += WG) {
-                var pin = qs[qat(q, P, c)];
-                var ain = qs[qat(q, A, c)];
+                var pin = qs[qat(o, P, c)];
+                var ain = qs[qat(o, A, c)];
                 for (var l = 0u; l < s; l++) {
                     let w = dt * tab_a(s, l);
                     if (w != 0.0) {
-                        pin += w * qs[qat(q, KP0 + l, c)];
-                        ain += w * qs[qat(q, KA0 + l, c)];
+                        pin += w * qs[qat(o, KP0 + l, c)];
+                        ain += w * qs[qat(o, KA0 + l, c)];
                     }
                 }
-                qs[qat(q, PIN, c)] = pin;
-                qs[qat(q, AIN, c)] = ain;
+                qs[qat(o, PIN, c)] = pin;
+                qs[qat(o, AIN, c)] = ain;
             }
             storageBarrier();
             // dp/dt = h, da/dt = −aᵀ ∂h/∂p, dg/dt = −aᵀ ∂h/∂θ (g: the records).
             let n = (h - p.begin) * p.stages + s;
-            eval_and_vjp_rows(q, t0 + tab_c(s) * dt, PIN, AIN, KP0 + s, KA0 + s, -(dt * tab_b(s)), n, lid);
+            eval_and_vjp_rows(o, t0 + tab_c(s) * dt, PIN, AIN, KP0 + s, KA0 + s, -(dt * tab_b(s)), n, lid);
         }
         for (var c = lid; c < d; c += WG) {
-            var pv = qs[qat(q, P, c)];
-            var av = qs[qat(q, A, c)];
+            var pv = qs[qat(o, P, c)];
+            var av = qs[qat(o, A, c)];
             for (var s = 0u; s < p.stages; s++) {
                 let w = dt * tab_b(s);
                 if (w != 0.0) {
-                    pv += w * qs[qat(q, KP0 + s, c)];
-                    av += w * qs[qat(q, KA0 + s, c)];
+                    pv += w * qs[qat(o, KP0 + s, c)];
+                    av += w * qs[qat(o, KA0 + s, c)];
                 }
             }
-            qs[qat(q, P, c)] = pv;
-            qs[qat(q, A, c)] = av;
+            qs[qat(o, P, c)] = pv;
+            qs[qat(o, A, c)] = av;
         }
         storageBarrier();
     }
     if (p.end == total_steps()) {
         for (var c = lid; c < d; c += WG) {
-            store_dp0(q, c, qs[qat(q, A, c)] + upstream_quad(q, 0u, c));
+            store_dp0(o, c, qs[qat(o, A, c)] + upstream_rows(o, 0u, c));
         }
     }
 }

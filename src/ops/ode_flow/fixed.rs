@@ -1,8 +1,8 @@
 //! Fixed-step methods on the GPU (`shaders/ode_flow.wgsl` and its continuations), d and hidden at
 //! most [`MAX_DIM`](super::MAX_DIM). Two kernel families walk the solve, by adapter kind: on GPUs
 //! one workgroup per row of the state (`ode_flow_groups.wgsl`: the MLP evaluated with
-//! workgroup-shared vectors, a thread per output); on software adapters one workgroup per quad of
-//! rows (`ode_flow_rows.wgsl`: four rows in the lanes of vec4s, sixteen outputs per thread, so
+//! workgroup-shared vectors, four threads per output); on software adapters one workgroup per octet
+//! of rows (`ode_flow_rows.wgsl`: eight rows in the lanes of a mat2x4, sixteen outputs per thread, so
 //! loads serve several multiply-adds each where the GPU kernels' serve one — lavapipe loads every
 //! element lane by lane, and loads are its cost). Then a one-thread pass writes the status.
 //!
@@ -53,14 +53,14 @@ pub(super) enum StepKernel {
     Adjoint,
 }
 
-/// Vectors of each quad's state on software adapters (`SLOTS` in `ode_flow_rows.wgsl`).
+/// Vectors of each octet's state on software adapters (`SLOTS` in `ode_flow_rows.wgsl`).
 const ROWS_SLOTS: usize = 14;
 
 /// The most f32s the records of one chunk may take (they are summed into dθ after each chunk):
 /// 32 MiB, well inside every adapter's binding limit.
 const MAX_RECORD_WORDS: usize = 8 << 20;
 
-/// The walk kernels' entry point for the adapter kind: a workgroup per row on GPUs, per quad of
+/// The walk kernels' entry point for the adapter kind: a workgroup per row on GPUs, per octet of
 /// rows (`_rows`) on software adapters.
 fn entry(kernel: &'static str, adapter: AdapterKind) -> &'static str {
     match (adapter, kernel) {
@@ -74,21 +74,21 @@ fn entry(kernel: &'static str, adapter: AdapterKind) -> &'static str {
 }
 
 impl OdeFlow {
-    /// Workgroups of the walk kernels: one per row, or one per quad of rows.
+    /// Workgroups of the walk kernels: one per row, or one per octet of rows.
     fn walk_groups(&self, blocks: usize, adapter: AdapterKind) -> [u32; 3] {
         let groups = match adapter {
             AdapterKind::Gpu => blocks,
-            AdapterKind::Software => blocks.div_ceil(4),
+            AdapterKind::Software => blocks.div_ceil(8),
         };
         grid(groups * WORKGROUP, WORKGROUP)
     }
 
     /// The walk kernels' state between dispatches (GPUs: `[blocks, d]` per vector carried) or
-    /// their whole state (software adapters: every slot of every quad).
+    /// their whole state (software adapters: every slot of every octet).
     fn state_len(&self, blocks: usize, adapter: AdapterKind, carried: usize) -> usize {
         match adapter {
             AdapterKind::Gpu => blocks * carried * self.dim,
-            AdapterKind::Software => blocks.div_ceil(4) * ROWS_SLOTS * self.dim.max(self.hidden) * 4,
+            AdapterKind::Software => blocks.div_ceil(8) * ROWS_SLOTS * self.dim.max(self.hidden) * 8,
         }
     }
 
@@ -287,15 +287,18 @@ impl OdeFlow {
         let record = rows(k + 2) + rows(d + 2);
         let vjp = outs(k) * 2 * dot(d) + outs(d) * dot(k) + record;
         let eval_and_vjp = outs(k) * 2 * dot(d) + outs(d) * 2 * dot(k) + record;
-        let forward = stages * (eval + rows(d) * stages) + rows(d) * (stages + 6);
+        // Per element of the state and step, besides the stages: the update, and the rows kernels'
+        // loops over eight rows to load, store and check it.
+        let per_step = rows(d) * (stages + 24);
+        let forward = stages * (eval + rows(d) * stages) + per_step;
         let (cost, evaluations) = match kernel {
             StepKernel::Forward => (forward, 0),
             StepKernel::Backprop => (
-                forward + stages * (vjp + rows(d) * stages) + 3 * rows(d) * stages,
+                forward + stages * (vjp + rows(d) * stages) + 3 * rows(d) * stages + per_step,
                 stages,
             ),
             StepKernel::Adjoint => (
-                stages * (eval_and_vjp + 2 * rows(d) * stages) + 2 * rows(d) * stages,
+                stages * (eval_and_vjp + 2 * rows(d) * stages) + 2 * rows(d) * stages + per_step,
                 stages,
             ),
         };

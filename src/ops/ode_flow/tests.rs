@@ -93,7 +93,7 @@ fn check_gpu_within(flow: OdeFlow, blocks: usize, trajectory_tol: f32, gradient_
 /// ((d, hidden), activation, positions, scheme, substeps, blocks).
 type Case = ((usize, usize), Activation, usize, Scheme, usize, usize);
 
-const CASES: [Case; 8] = [
+const CASES: [Case; 9] = [
     ((6, 6), Activation::Relu, 9, Scheme::Euler, 1, 1),
     // p0 alone: no steps.
     ((6, 6), Activation::Relu, 1, Scheme::Midpoint, 2, 2),
@@ -101,8 +101,10 @@ const CASES: [Case; 8] = [
     ((6, 11), Activation::Relu, 9, Scheme::Rk4, 3, 2),
     ((37, 37), Activation::Tanh, 65, Scheme::Rk4, 1, 3),
     ((37, 37), Activation::Relu, 33, Scheme::Midpoint, 3, 2),
-    // Two quads of rows, the second half full (software adapters' kernels).
+    // Two quads of rows, the second half full (software adapters' kernels: one octet).
     ((9, 13), Activation::Tanh, 9, Scheme::Midpoint, 2, 6),
+    // Two octets, the second a quarter full (three quads of records).
+    ((5, 7), Activation::Relu, 7, Scheme::Rk4, 2, 10),
     // More rows than the 64 threads of a workgroup.
     ((70, 67), Activation::Tanh, 5, Scheme::Rk4, 2, 2),
 ];
