@@ -587,27 +587,10 @@ fn adjoint_rows(
     }
 }
 
-// A 4 × 4 tile's sums, row by row.
-struct Four {
-    m0: vec4<f32>,
-    m1: vec4<f32>,
-    m2: vec4<f32>,
-    m3: vec4<f32>,
-}
-
-fn four_at(f: Four, m: u32) -> vec4<f32> {
-    switch (m) {
-        case 0u: { return f.m0; }
-        case 1u: { return f.m1; }
-        case 2u: { return f.m2; }
-        default: { return f.m3; }
-    }
-}
-
-// dθ from the chunk's records (see theta_from_records), a 4 × 4 tile of one outer product per
+// dθ from the chunk's records (see theta_from_records), an 8 × 8 tile of one outer product per
 // invocation: U1 [k] ⊗ V1 [d + 2] (W1, then b1 as column d + 1), then U2 [d] ⊗ V2 [k + 2] (W2,
-// b2). Sixteen elements from eight loads per record; the rows walks write zeros for U in lanes
-// past the last row, so nothing is masked.
+// b2). Sixty-four elements from sixteen loads per record (its sums in m0..m7 of a Sixteen, row by
+// row); the rows walks write zeros for U in lanes past the last row, so nothing is masked.
 @compute @workgroup_size(64)
 fn theta_from_records_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let tile = gid.x + gid.y * groups.x * WG;
@@ -619,10 +602,10 @@ fn theta_from_records_rows(@builtin(global_invocation_id) gid: vec3<u32>, @built
     }
     let d = p.d;
     let k = p.k;
-    let cols1 = (d + 5u) / 4u;
-    let tiles1 = (k + 3u) / 4u * cols1;
-    let cols2 = (k + 5u) / 4u;
-    let tiles2 = (d + 3u) / 4u * cols2;
+    let cols1 = (d + 9u) / 8u;
+    let tiles1 = (k + 7u) / 8u * cols1;
+    let cols2 = (k + 9u) / 8u;
+    let tiles2 = (d + 7u) / 8u * cols2;
     if (tile >= tiles1 + tiles2) {
         return;
     }
@@ -632,26 +615,34 @@ fn theta_from_records_rows(@builtin(global_invocation_id) gid: vec3<u32>, @built
     var v = rec_v1();
     var rows = k;
     var cols = d + 2u;
-    var r0 = 4u * (tile / cols1);
-    var c0 = 4u * (tile % cols1);
+    var r0 = 8u * (tile / cols1);
+    var c0 = 8u * (tile % cols1);
     if (part2) {
         let t2 = tile - tiles1;
         u = rec_u2();
         v = rec_v2();
         rows = d;
         cols = k + 2u;
-        r0 = 4u * (t2 / cols2);
-        c0 = 4u * (t2 % cols2);
+        r0 = 8u * (t2 / cols2);
+        c0 = 8u * (t2 % cols2);
     }
-    let u0 = u + r0;
+    let u0 = u + min(r0 + 0u, rows - 1u);
     let u1 = u + min(r0 + 1u, rows - 1u);
     let u2 = u + min(r0 + 2u, rows - 1u);
     let u3 = u + min(r0 + 3u, rows - 1u);
-    let v0 = v + c0;
+    let u4 = u + min(r0 + 4u, rows - 1u);
+    let u5 = u + min(r0 + 5u, rows - 1u);
+    let u6 = u + min(r0 + 6u, rows - 1u);
+    let u7 = u + min(r0 + 7u, rows - 1u);
+    let v0 = v + min(c0 + 0u, cols - 1u);
     let v1 = v + min(c0 + 1u, cols - 1u);
     let v2 = v + min(c0 + 2u, cols - 1u);
     let v3 = v + min(c0 + 3u, cols - 1u);
-    var acc = Four();
+    let v4 = v + min(c0 + 4u, cols - 1u);
+    let v5 = v + min(c0 + 5u, cols - 1u);
+    let v6 = v + min(c0 + 6u, cols - 1u);
+    let v7 = v + min(c0 + 7u, cols - 1u);
+    var acc = Sixteen();
     let evaluations = (p.end - p.begin) * p.stages;
     for (var q = 0u; q < quads(); q++) {
         for (var n = 0u; n < evaluations; n++) {
@@ -660,20 +651,40 @@ fn theta_from_records_rows(@builtin(global_invocation_id) gid: vec3<u32>, @built
             let b1 = records[at + v1];
             let b2 = records[at + v2];
             let b3 = records[at + v3];
+            let b4 = records[at + v4];
+            let b5 = records[at + v5];
+            let b6 = records[at + v6];
+            let b7 = records[at + v7];
             let a0 = records[at + u0];
-            acc.m0 += vec4<f32>(dot(a0, b0), dot(a0, b1), dot(a0, b2), dot(a0, b3));
+            acc.m0 += Rows(vec4<f32>(dot(a0, b0), dot(a0, b1), dot(a0, b2), dot(a0, b3)),
+                vec4<f32>(dot(a0, b4), dot(a0, b5), dot(a0, b6), dot(a0, b7)));
             let a1 = records[at + u1];
-            acc.m1 += vec4<f32>(dot(a1, b0), dot(a1, b1), dot(a1, b2), dot(a1, b3));
+            acc.m1 += Rows(vec4<f32>(dot(a1, b0), dot(a1, b1), dot(a1, b2), dot(a1, b3)),
+                vec4<f32>(dot(a1, b4), dot(a1, b5), dot(a1, b6), dot(a1, b7)));
             let a2 = records[at + u2];
-            acc.m2 += vec4<f32>(dot(a2, b0), dot(a2, b1), dot(a2, b2), dot(a2, b3));
+            acc.m2 += Rows(vec4<f32>(dot(a2, b0), dot(a2, b1), dot(a2, b2), dot(a2, b3)),
+                vec4<f32>(dot(a2, b4), dot(a2, b5), dot(a2, b6), dot(a2, b7)));
             let a3 = records[at + u3];
-            acc.m3 += vec4<f32>(dot(a3, b0), dot(a3, b1), dot(a3, b2), dot(a3, b3));
+            acc.m3 += Rows(vec4<f32>(dot(a3, b0), dot(a3, b1), dot(a3, b2), dot(a3, b3)),
+                vec4<f32>(dot(a3, b4), dot(a3, b5), dot(a3, b6), dot(a3, b7)));
+            let a4 = records[at + u4];
+            acc.m4 += Rows(vec4<f32>(dot(a4, b0), dot(a4, b1), dot(a4, b2), dot(a4, b3)),
+                vec4<f32>(dot(a4, b4), dot(a4, b5), dot(a4, b6), dot(a4, b7)));
+            let a5 = records[at + u5];
+            acc.m5 += Rows(vec4<f32>(dot(a5, b0), dot(a5, b1), dot(a5, b2), dot(a5, b3)),
+                vec4<f32>(dot(a5, b4), dot(a5, b5), dot(a5, b6), dot(a5, b7)));
+            let a6 = records[at + u6];
+            acc.m6 += Rows(vec4<f32>(dot(a6, b0), dot(a6, b1), dot(a6, b2), dot(a6, b3)),
+                vec4<f32>(dot(a6, b4), dot(a6, b5), dot(a6, b6), dot(a6, b7)));
+            let a7 = records[at + u7];
+            acc.m7 += Rows(vec4<f32>(dot(a7, b0), dot(a7, b1), dot(a7, b2), dot(a7, b3)),
+                vec4<f32>(dot(a7, b4), dot(a7, b5), dot(a7, b6), dot(a7, b7)));
         }
     }
-    for (var m = 0u; m < min(4u, rows - r0); m++) {
-        let sums = four_at(acc, m);
+    for (var m = 0u; m < min(8u, rows - r0); m++) {
+        let sums = sixteen_at(acc, m);
         let r = r0 + m;
-        for (var m2 = 0u; m2 < min(4u, cols - c0); m2++) {
+        for (var m2 = 0u; m2 < min(8u, cols - c0); m2++) {
             let c = c0 + m2;
             // θ's element for (r, c): the last column of V is the bias.
             var e = 0u;
@@ -682,7 +693,7 @@ fn theta_from_records_rows(@builtin(global_invocation_id) gid: vec3<u32>, @built
             } else {
                 e = select(w2_offset() + r * (k + 1u) + c, b2_offset() + r, c == k + 1u);
             }
-            var s = sums[m2];
+            var s = sums[m2 / 4u][m2 % 4u];
             if (p.accumulate == 1u) {
                 s += dtheta[e];
             }

@@ -15,7 +15,7 @@
 //! integrates [p | a] backward with memory independent of the number of steps. Neither touches dθ
 //! while walking: each stage evaluation writes a record (the four vectors whose outer products are
 //! its dθ terms) and `theta_from_records` sums a chunk's records after it (a thread per θ element
-//! on GPUs, per 4 × 4 tile on software adapters), chunks and records in a fixed order:
+//! on GPUs, per 8 × 8 tile on software adapters), chunks and records in a fixed order:
 //! deterministic, no atomics, and no pass over all of θ per stage.
 
 use super::{FlowGradient, ITERATIONS_PER_DISPATCH, OdeFlow, WORKGROUP};
@@ -169,12 +169,12 @@ impl OdeFlow {
             FlowGradient::Backprop => "backprop",
             FlowGradient::Adjoint => "adjoint",
         };
-        // GPUs: a thread per element of θ; software adapters: per 4 × 4 tile of its outer products.
+        // GPUs: a thread per element of θ; software adapters: per 8 × 8 tile of its outer products.
         let (reduce, reduce_threads) = match adapter {
             AdapterKind::Gpu => ("theta_from_records", params_len),
             AdapterKind::Software => {
-                let (d4, k4) = (d.div_ceil(4), flow.hidden.div_ceil(4));
-                let tiles = k4 * (d + 2).div_ceil(4) + d4 * (flow.hidden + 2).div_ceil(4);
+                let (d8, k8) = (d.div_ceil(8), flow.hidden.div_ceil(8));
+                let tiles = k8 * (d + 2).div_ceil(8) + d8 * (flow.hidden + 2).div_ceil(8);
                 ("theta_from_records_rows", tiles)
             }
         };
