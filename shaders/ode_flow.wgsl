@@ -200,6 +200,18 @@ fn lanes_in_use(q: u32) -> vec4<bool> {
     return vec4<u32>(4u * q) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(p.blocks);
 }
 
+fn block_index(wid: vec3<u32>, groups: vec3<u32>) -> u32 {
+    return wid.x + wid.y * groups.x;
+}
+
+// The backward's status: always ok (a fixed grid cannot run out of steps).
+fn write_backward_ok() {
+    bstatus[0] = 0.0;
+    bstatus[1] = -1.0;
+    bstatus[2] = 0.0;
+    bstatus[3] = 0.0;
+}
+
 // Status [code, block, time]: 0 = ok (block −1), 1 = non-finite state, first in `block` at
 // position time `time` (the earliest position; the lowest block among those failing there).
 @compute @workgroup_size(1)
@@ -230,10 +242,7 @@ fn report() {
 fn theta_from_records(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let e = gid.x + gid.y * groups.x * WG;
     if (e == 0u && p.accumulate == 0u) {
-        bstatus[0] = 0.0;
-        bstatus[1] = -1.0;
-        bstatus[2] = 0.0;
-        bstatus[3] = 0.0;
+        write_backward_ok();
     }
     if (e >= p.param_len) {
         return;

@@ -234,10 +234,6 @@ fn rk_step(t0: f32, dt: f32, lid: u32) {
     workgroupBarrier();
 }
 
-fn block_index(wid: vec3<u32>, groups: vec3<u32>) -> u32 {
-    return wid.x + wid.y * groups.x;
-}
-
 @compute @workgroup_size(256)
 fn forward(
     @builtin(workgroup_id) wid: vec3<u32>,

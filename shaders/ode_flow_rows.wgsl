@@ -359,7 +359,7 @@ fn forward_rows(
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let o = wid.x + wid.y * groups.x;
+    let o = block_index(wid, groups);
     if (o >= octets()) {
         return;
     }
@@ -417,7 +417,7 @@ fn starts_rows(
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let o = wid.x + wid.y * groups.x;
+    let o = block_index(wid, groups);
     if (o >= octets()) {
         return;
     }
@@ -445,7 +445,7 @@ fn backprop_rows(
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let o = wid.x + wid.y * groups.x;
+    let o = block_index(wid, groups);
     if (o >= octets()) {
         return;
     }
@@ -519,7 +519,7 @@ fn adjoint_rows(
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let o = wid.x + wid.y * groups.x;
+    let o = block_index(wid, groups);
     if (o >= octets()) {
         return;
     }
@@ -595,10 +595,7 @@ fn adjoint_rows(
 fn theta_from_records_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let tile = gid.x + gid.y * groups.x * WG;
     if (tile == 0u && p.accumulate == 0u) {
-        bstatus[0] = 0.0;
-        bstatus[1] = -1.0;
-        bstatus[2] = 0.0;
-        bstatus[3] = 0.0;
+        write_backward_ok();
     }
     let d = p.d;
     let k = p.k;

@@ -75,18 +75,24 @@ fn check_gpu_within(flow: OdeFlow, blocks: usize, trajectory_tol: f32, gradient_
         };
         let got = run(gpu, build, 7, &Overrides::default());
         let what = format!("{kind:?} kernels, {flow:?}, {blocks} blocks");
-        println!(
-            "{what}: trajectory {:e}, dθ {:e}, dp0 {:e}",
-            max_rel_diff(&got.out, &want.out),
-            max_rel_diff(&got.grads["theta"], &want.grads["theta"]),
-            max_rel_diff(&got.grads["p0"], &want.grads["p0"]),
-        );
-        let tol = trajectory_tol;
-        assert_close(&format!("{what}: trajectory"), &got.out, &want.out, tol, tol);
-        for (name, g) in &got.grads {
-            let tol = gradient_tol;
-            assert_close(&format!("{what}: d/d{name}"), g, &want.grads[name], tol, tol);
-        }
+        assert_flow_matches(&what, &got, &want, trajectory_tol, gradient_tol);
+    }
+}
+
+/// Prints the GPU's largest relative differences, then asserts its trajectory within
+/// `trajectory_tol` and its gradients within `gradient_tol` of the CPU's.
+fn assert_flow_matches(what: &str, got: &Results, want: &Results, trajectory_tol: f32, gradient_tol: f32) {
+    println!(
+        "{what}: trajectory {:e}, dθ {:e}, dp0 {:e}",
+        max_rel_diff(&got.out, &want.out),
+        max_rel_diff(&got.grads["theta"], &want.grads["theta"]),
+        max_rel_diff(&got.grads["p0"], &want.grads["p0"]),
+    );
+    let tol = trajectory_tol;
+    assert_close(&format!("{what}: trajectory"), &got.out, &want.out, tol, tol);
+    for (name, g) in &got.grads {
+        let tol = gradient_tol;
+        assert_close(&format!("{what}: d/d{name}"), g, &want.grads[name], tol, tol);
     }
 }
 
@@ -435,18 +441,7 @@ fn dopri5_long_solve_matches_cpu() {
         let want = run(cpu(), &build, 0, &over);
         let got = run(gpu, &build, 0, &over);
         let what = format!("long {gradient:?}");
-        println!(
-            "{what}: trajectory {:e}, dθ {:e}, dp0 {:e}",
-            max_rel_diff(&got.out, &want.out),
-            max_rel_diff(&got.grads["theta"], &want.grads["theta"]),
-            max_rel_diff(&got.grads["p0"], &want.grads["p0"]),
-        );
-        let tol = trajectory_tol;
-        assert_close(&format!("{what}: trajectory"), &got.out, &want.out, tol, tol);
-        for (name, g) in &got.grads {
-            let tol = gradient_tol;
-            assert_close(&format!("{what}: d/d{name}"), g, &want.grads[name], tol, tol);
-        }
+        assert_flow_matches(&what, &got, &want, trajectory_tol, gradient_tol);
     }
 }
 
