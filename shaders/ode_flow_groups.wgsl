@@ -4,8 +4,9 @@
 // quad's records, which theta_from_records sums.
 
 const GROUP_WG: u32 = 256u;
-const SPLIT: u32 = 4u;
-const OUTS_PER_PASS: u32 = 64u;
+// Threads per output of a product, and so outputs per pass of the workgroup.
+const SPLIT: u32 = 2u;
+const OUTS_PER_PASS: u32 = GROUP_WG / SPLIT;
 
 var<workgroup> vecs: array<array<f32, MAX_DIM>, 12>;
 var<workgroup> hy: array<f32, MAX_DIM>;
@@ -23,10 +24,12 @@ var<workgroup> partial2: array<f32, GROUP_WG>;
 // The records as f32s: each workgroup writes its own lane.
 @group(0) @binding(8) var<storage, read_write> rec_f: array<f32>;
 
-// Products are cooperative: four threads per output, each summing every fourth term (adjacent
+// Products are cooperative: two threads per output, each summing every other term (adjacent
 // threads read adjacent θ), their partial sums added in order by the first of them. So a
-// product's latency is a quarter of its length plus a barrier, not its length (64 outputs per
-// pass of the 256 threads).
+// product's latency is half its length plus a barrier, not its length, and d = k = 128 takes one
+// pass of the 256 threads. FLOATER's bench step on an H200 (BENCHMARKS.md): 74 ms with four
+// threads per output and one running sum each, 47.5 ms with four sums, 48 ms with eight, 40.6 ms
+// with eight sums and two threads per output (half the passes and barriers).
 
 // A source vector of a product: a slot of vecs, or hy (HY_SRC) or hdz (HDZ_SRC).
 const HY_SRC: u32 = 12u;
@@ -42,23 +45,54 @@ fn src_at(src: u32, c: u32) -> f32 {
     return vecs[src][c];
 }
 
-// This thread's quarter of Σ_{c < n} θ[first + c·in_step] · src[c].
-fn quarter_dot(first: u32, in_step: u32, n: u32, src: u32, part: u32) -> f32 {
-    var s = 0.0;
-    for (var c = part; c < n; c += SPLIT) {
-        s += theta[first + c * in_step] * src_at(src, c);
+// This thread's part of Σ_{c < n} θ[first + c·in_step] · src[c] (every SPLIT-th term). Eight
+// terms at a time into eight sums: their loads are independent, so a GPU overlaps their
+// latencies where one running sum would wait for each load in turn (the solve is a chain of
+// these products).
+fn part_dot(first: u32, in_step: u32, n: u32, src: u32, part: u32) -> f32 {
+    var s0 = 0.0;
+    var s1 = 0.0;
+    var s2 = 0.0;
+    var s3 = 0.0;
+    var s4 = 0.0;
+    var s5 = 0.0;
+    var s6 = 0.0;
+    var s7 = 0.0;
+    let step = SPLIT * in_step;
+    var c = part;
+    for (; c + 7u * SPLIT < n; c += 8u * SPLIT) {
+        let at = first + c * in_step;
+        s0 += theta[at] * src_at(src, c);
+        s1 += theta[at + step] * src_at(src, c + SPLIT);
+        s2 += theta[at + 2u * step] * src_at(src, c + 2u * SPLIT);
+        s3 += theta[at + 3u * step] * src_at(src, c + 3u * SPLIT);
+        s4 += theta[at + 4u * step] * src_at(src, c + 4u * SPLIT);
+        s5 += theta[at + 5u * step] * src_at(src, c + 5u * SPLIT);
+        s6 += theta[at + 6u * step] * src_at(src, c + 6u * SPLIT);
+        s7 += theta[at + 7u * step] * src_at(src, c + 7u * SPLIT);
+    }
+    for (; c < n; c += SPLIT) {
+        s0 += theta[first + c * in_step] * src_at(src, c);
+    }
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));
+}
+
+// The parts of output lid / SPLIT, added in order (after a barrier): of the first product, of the
+// second.
+fn parts(lid: u32) -> f32 {
+    var s = partial[lid];
+    for (var i = 1u; i < SPLIT; i++) {
+        s += partial[lid + i];
     }
     return s;
 }
 
-// The four quarters of output lid / SPLIT, added in order (after a barrier): of the first product,
-// of the second.
-fn quarters(lid: u32) -> f32 {
-    return partial[lid] + partial[lid + 1u] + partial[lid + 2u] + partial[lid + 3u];
-}
-
-fn quarters2(lid: u32) -> f32 {
-    return partial2[lid] + partial2[lid + 1u] + partial2[lid + 2u] + partial2[lid + 3u];
+fn parts2(lid: u32) -> f32 {
+    var s = partial2[lid];
+    for (var i = 1u; i < SPLIT; i++) {
+        s += partial2[lid + i];
+    }
+    return s;
 }
 
 // hy = σ(z), z = W1·[vecs[x]; t] + b1. Ends with a barrier.
@@ -69,11 +103,11 @@ fn hidden_layer(t: f32, x: u32, lid: u32) {
     for (var base = 0u; base < k; base += OUTS_PER_PASS) {
         let j = base + lid / SPLIT;
         if (j < k) {
-            partial[lid] = quarter_dot(j * (d + 1u), 1u, d, x, part);
+            partial[lid] = part_dot(j * (d + 1u), 1u, d, x, part);
         }
         workgroupBarrier();
         if (j < k && part == 0u) {
-            hy[j] = act(quarters(lid) + theta[j * (d + 1u) + d] * t + theta[b1_offset() + j]);
+            hy[j] = act(parts(lid) + theta[j * (d + 1u) + d] * t + theta[b1_offset() + j]);
         }
         workgroupBarrier();
     }
@@ -88,14 +122,14 @@ fn hidden_and_vjp(t: f32, x: u32, a: u32, lid: u32) {
     for (var base = 0u; base < k; base += OUTS_PER_PASS) {
         let j = base + lid / SPLIT;
         if (j < k) {
-            partial[lid] = quarter_dot(j * (d + 1u), 1u, d, x, part);
-            partial2[lid] = quarter_dot(w2_offset() + j, k + 1u, d, a, part);
+            partial[lid] = part_dot(j * (d + 1u), 1u, d, x, part);
+            partial2[lid] = part_dot(w2_offset() + j, k + 1u, d, a, part);
         }
         workgroupBarrier();
         if (j < k && part == 0u) {
-            let y = act(quarters(lid) + theta[j * (d + 1u) + d] * t + theta[b1_offset() + j]);
+            let y = act(parts(lid) + theta[j * (d + 1u) + d] * t + theta[b1_offset() + j]);
             hy[j] = y;
-            hdz[j] = quarters2(lid) * act_grad(y);
+            hdz[j] = parts2(lid) * act_grad(y);
         }
         workgroupBarrier();
     }
@@ -111,11 +145,11 @@ fn eval_h(t: f32, x: u32, out: u32, lid: u32) {
         let i = base + lid / SPLIT;
         let row = w2_offset() + i * (k + 1u);
         if (i < d) {
-            partial[lid] = quarter_dot(row, 1u, k, HY_SRC, part);
+            partial[lid] = part_dot(row, 1u, k, HY_SRC, part);
         }
         workgroupBarrier();
         if (i < d && part == 0u) {
-            vecs[out][i] = quarters(lid) + theta[row + k] * t + theta[b2_offset() + i];
+            vecs[out][i] = parts(lid) + theta[row + k] * t + theta[b2_offset() + i];
         }
         workgroupBarrier();
     }
@@ -159,11 +193,11 @@ fn vjp(t: f32, x: u32, a: u32, out: u32, b: u32, n: u32, lid: u32) {
     for (var base = 0u; base < d; base += OUTS_PER_PASS) {
         let c = base + lid / SPLIT;
         if (c < d) {
-            partial[lid] = quarter_dot(c, d + 1u, p.k, HDZ_SRC, part);
+            partial[lid] = part_dot(c, d + 1u, p.k, HDZ_SRC, part);
         }
         workgroupBarrier();
         if (c < d && part == 0u) {
-            vecs[out][c] = quarters(lid);
+            vecs[out][c] = parts(lid);
         }
         workgroupBarrier();
     }
@@ -182,13 +216,13 @@ fn eval_and_vjp(t: f32, x: u32, a: u32, kp: u32, ka: u32, coef: f32, b: u32, n: 
         let i = base + lid / SPLIT;
         let row = w2_offset() + i * (k + 1u);
         if (i < d) {
-            partial[lid] = quarter_dot(row, 1u, k, HY_SRC, part);
-            partial2[lid] = quarter_dot(i, d + 1u, k, HDZ_SRC, part);
+            partial[lid] = part_dot(row, 1u, k, HY_SRC, part);
+            partial2[lid] = part_dot(i, d + 1u, k, HDZ_SRC, part);
         }
         workgroupBarrier();
         if (i < d && part == 0u) {
-            vecs[kp][i] = quarters(lid) + theta[row + k] * t + theta[b2_offset() + i];
-            vecs[ka][i] = -quarters2(lid);
+            vecs[kp][i] = parts(lid) + theta[row + k] * t + theta[b2_offset() + i];
+            vecs[ka][i] = -parts2(lid);
         }
         workgroupBarrier();
     }

@@ -99,6 +99,11 @@ enum Bench {
         /// Timed products per size (at least 1).
         #[arg(long, default_value_t = 5, value_parser = at_least_one)]
         repeats: usize,
+        /// Time every kernel the shader has on each size as well as the op's own choice: each
+        /// per-thread block and tile, k unsplit or split in 2 or 4 (GPU backends; to tune the
+        /// choice on a new adapter).
+        #[arg(long)]
+        kernels: bool,
     },
     /// ms/step and tokens/s of one training step (forward, backward, AdamW) of a 4-layer
     /// d_model-128 causal LM on batches of 16 × 128 tokens.
@@ -153,7 +158,15 @@ fn run(cli: Cli) -> posflow::Result<()> {
             what: Bench::Decode(args),
         } => bench_decode(backend(choice)?, args),
         Command::Bench {
-            what: Bench::Matmul { sizes, repeats },
+            what:
+                Bench::Matmul {
+                    sizes,
+                    repeats,
+                    kernels,
+                },
+        } if kernels => bench_matmul_kernels(&backend(choice)?, &sizes, repeats),
+        Command::Bench {
+            what: Bench::Matmul { sizes, repeats, .. },
         } => bench_matmul(&backend(choice)?, &sizes, repeats),
         Command::Bench {
             what:
@@ -240,6 +253,31 @@ fn bench_matmul(backend: &Rc<dyn Backend>, sizes: &[usize], repeats: usize) -> p
             row.gflops
         );
     }
+    Ok(())
+}
+
+fn bench_matmul_kernels(backend: &Rc<dyn Backend>, sizes: &[usize], repeats: usize) -> posflow::Result<()> {
+    if backend.kind() != posflow::backend::BackendKind::Gpu {
+        return Err(posflow::Error::Input(
+            "bench matmul --kernels times the GPU kernels: use --device gpu".into(),
+        ));
+    }
+    println!("{}", backend.describe());
+    println!("{:>6}  {:>16}  {:>10}  {:>9}", "size", "kernel", "ms", "GFLOP/s");
+    posflow::bench::matmul_kernels(backend, sizes, repeats, |r| {
+        let kernel = match r.kernel {
+            Some(k) => format!("{0}x{0} / {1} / {2}", k.block, k.tile, k.splits),
+            None => "op's choice".to_string(),
+        };
+        println!(
+            "{:>6}  {:>16}  {:>10.3}  {:>9.1}",
+            r.row.size,
+            kernel,
+            r.row.seconds * 1e3,
+            r.row.gflops
+        );
+    })?;
+    println!("kernel: per-thread block / tile / splits of k");
     Ok(())
 }
 

@@ -5,11 +5,13 @@
 use std::cell::OnceCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::{Mutex, OnceLock};
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::backend::{Backend, CpuBackend, gpu_backend_for_tests, gpu_for_tests};
+use crate::backend::gpu::GpuBackend;
+use crate::backend::{Backend, CpuBackend, gpu_backend_for_tests};
 use crate::exec::Executor;
 use crate::graph::{Graph, Init, TensorId};
 use crate::kernel::AdapterKind;
@@ -34,24 +36,36 @@ pub struct Results {
     pub grads: BTreeMap<String, Vec<f32>>,
 }
 
+/// The process's one GPU device (`None` where there is none, after saying so): test threads
+/// share it, since libtest runs each test on a new thread and a device per thread soon exhausts
+/// a real GPU's driver ("Parent device is lost" on an H100 after a few hundred).
+fn shared_gpu() -> Option<GpuBackend> {
+    static SHARED: OnceLock<Option<Mutex<GpuBackend>>> = OnceLock::new();
+    SHARED
+        .get_or_init(|| gpu_backend_for_tests().map(Mutex::new))
+        .as_ref()
+        .map(|gpu| gpu.lock().unwrap_or_else(|e| e.into_inner()).share())
+}
+
 thread_local! {
     // Leaked on purpose: dropping a wgpu device inside a thread-local destructor touches wgpu's
-    // own thread-locals, which may already be gone.
+    // own thread-locals, which may already be gone. What leaks is a handle and its pipelines.
     static GPU: OnceCell<&'static Option<Rc<dyn Backend>>> = const { OnceCell::new() };
     static GPU_FOR_GPUS: OnceCell<&'static Option<Rc<dyn Backend>>> = const { OnceCell::new() };
     static GPU_FOR_SOFTWARE: OnceCell<&'static Option<Rc<dyn Backend>>> = const { OnceCell::new() };
 }
 
-/// One GPU device per test thread; `None` (after saying so) where the machine has none.
+/// The process's GPU device for this test thread; `None` where the machine has none.
 pub fn gpu() -> Option<Rc<dyn Backend>> {
-    GPU.with(|cell| (*cell.get_or_init(|| Box::leak(Box::new(gpu_for_tests())))).clone())
+    let make = || &*Box::leak(Box::new(shared_gpu().map(|g| Rc::new(g) as Rc<dyn Backend>)));
+    GPU.with(|cell| (*cell.get_or_init(make)).clone())
 }
 
-/// One GPU device per test thread and adapter kind, running the kernels the ops choose for
+/// The process's GPU device for this test thread, running the kernels the ops choose for
 /// adapters of `kind` whatever the adapter is: CI's software adapter runs the GPUs' kernels too.
 pub fn gpu_with_kernels_for(kind: AdapterKind) -> Option<Rc<dyn Backend>> {
     let make = || {
-        let gpu = gpu_backend_for_tests().map(|g| Rc::new(g.with_kernels_for(kind)) as Rc<dyn Backend>);
+        let gpu = shared_gpu().map(|g| Rc::new(g.with_kernels_for(kind)) as Rc<dyn Backend>);
         &*Box::leak(Box::new(gpu))
     };
     let cell = match kind {

@@ -23,7 +23,23 @@ uniform! {
 pub struct MatMul {
     pub trans_a: bool,
     pub trans_b: bool,
+    /// A kernel named by hand (`bench matmul --kernels`); `None` lets the op choose.
+    pub kernel: Option<KernelChoice>,
 }
+
+/// A product's kernel named by hand rather than chosen from the sizes: the block of the output
+/// each thread computes (8 or 16 rows and columns), the rows and columns per workgroup, and the
+/// ranges k is split into. `bench matmul --kernels` times each of [`BLOCK_TILES`] on the adapter at
+/// hand: that is how the op's own choice per adapter kind is tuned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelChoice {
+    pub block: usize,
+    pub tile: usize,
+    pub splits: usize,
+}
+
+/// Every (block, tile) the shader is built for: a tile is a multiple of twice the block.
+pub const BLOCK_TILES: [(usize, usize); 5] = [(16, 128), (16, 64), (8, 128), (8, 64), (8, 32)];
 
 /// A product as the kernels see it: `batch` products `[m, k] · [k, n]`, the matrices of each
 /// operand `a_batch` / `b_batch` elements apart (0 for a matrix shared by the batch).
@@ -164,16 +180,32 @@ const BLOCK8: Body = Body {
     direct: "matmul_8x8_direct",
 };
 
-/// The tiles, largest first, each with the body whose per-thread block suits it.
-const TILES: [(Body, usize); 3] = [(BLOCK16, 128), (BLOCK8, 64), (BLOCK8, 32)];
+/// The tiles an adapter kind chooses from, largest first, each with the body whose per-thread
+/// block suits it. Software adapters want the most multiply-adds per load (16 × 16 blocks, see
+/// matmul.wgsl); on a GPU 256 accumulators per thread spill and leave few warps per SM, so its
+/// large tile is 8 × 8 blocks on 256 threads (measured on an H100: BENCHMARKS.md).
+fn tiles(adapter: AdapterKind) -> [(Body, usize); 3] {
+    match adapter {
+        AdapterKind::Software => [(BLOCK16, 128), (BLOCK8, 64), (BLOCK8, 32)],
+        AdapterKind::Gpu => [(BLOCK8, 128), (BLOCK8, 64), (BLOCK8, 32)],
+    }
+}
+
+/// The entry point of `body` for an adapter kind and a product: software adapters load straight
+/// from the buffers; GPUs stage, with vec4 loads when every size is a nonzero multiple of 4.
+fn entry(body: Body, adapter: AdapterKind, l: &Layout) -> &'static str {
+    let aligned = [l.m, l.n, l.k].iter().all(|&d| d > 0 && d % 4 == 0);
+    match adapter {
+        AdapterKind::Software => body.direct,
+        AdapterKind::Gpu if aligned => body.vec4,
+        AdapterKind::Gpu => body.general,
+    }
+}
 
 /// The kernel for a product: the largest tile that wastes at most a third of its work on padding
 /// and gives the adapter [`min_workgroups`], with k split into ranges of at least
 /// [`MIN_SPLIT_K`] where the tiles alone are too few (the smallest tile is taken in any case).
-/// Software adapters take the direct entry points; GPUs the vec4 loads when every size is a
-/// nonzero multiple of 4.
 fn kernel_for(adapter: AdapterKind, l: &Layout) -> Kernel {
-    let aligned = [l.m, l.n, l.k].iter().all(|&d| d > 0 && d % 4 == 0);
     let wanted = min_workgroups(adapter);
     let work = l.m * l.n;
     let choice = |tile: usize| {
@@ -183,16 +215,40 @@ fn kernel_for(adapter: AdapterKind, l: &Layout) -> Kernel {
         let fits = groups * splits >= wanted && 2 * tiles * tile * tile <= 3 * work;
         (fits || tile == 32).then_some(splits)
     };
-    let ((body, tile), splits) = TILES
+    let ((body, tile), splits) = tiles(adapter)
         .into_iter()
         .find_map(|t| choice(t.1).map(|splits| (t, splits)))
         .expect("the smallest tile always fits");
-    let entry = match adapter {
-        AdapterKind::Software => body.direct,
-        AdapterKind::Gpu if aligned => body.vec4,
-        AdapterKind::Gpu => body.general,
-    };
-    Kernel { entry, tile, splits }
+    Kernel {
+        entry: entry(body, adapter, l),
+        tile,
+        splits,
+    }
+}
+
+impl KernelChoice {
+    /// The kernel it names, or why it names none.
+    fn kernel(&self, adapter: AdapterKind, l: &Layout) -> std::result::Result<Kernel, String> {
+        let body = match self.block {
+            16 => BLOCK16,
+            8 => BLOCK8,
+            other => return Err(format!("no kernel computes {other} x {other} blocks (8 or 16)")),
+        };
+        if !BLOCK_TILES.contains(&(self.block, self.tile)) {
+            return Err(format!(
+                "no {0} x {0} tile of {1} x {1} blocks; the tiles are {BLOCK_TILES:?}",
+                self.tile, self.block
+            ));
+        }
+        if self.splits == 0 || self.splits > l.k.max(1) {
+            return Err(format!("{} splits of k = {}", self.splits, l.k));
+        }
+        Ok(Kernel {
+            entry: entry(body, adapter, l),
+            tile: self.tile,
+            splits: self.splits,
+        })
+    }
 }
 
 impl Kernel {
@@ -276,7 +332,13 @@ impl Op for MatMul {
     }
 
     fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
-        let (out, _) = self.plan(inputs[0], inputs[1])?;
+        let (out, l) = self.plan(inputs[0], inputs[1])?;
+        if let Some(choice) = self.kernel {
+            // Checked for either kind: only the entry point differs between them.
+            if let Err(why) = choice.kernel(AdapterKind::Gpu, &l) {
+                return self.err(inputs[0], inputs[1], &why);
+            }
+        }
         Ok(vec![TensorMeta::f32(&out)])
     }
 
@@ -305,7 +367,10 @@ impl Op for MatMul {
 
     fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let (_, l) = self.plan(inputs[0], inputs[1]).expect("shapes checked by infer");
-        let kernel = kernel_for(adapter, &l);
+        let kernel = match self.kernel {
+            Some(choice) => choice.kernel(adapter, &l).expect("checked by infer"),
+            None => kernel_for(adapter, &l),
+        };
         let tile = kernel.tile;
         let uniform = MatMulUniform {
             m: word(l.m),
@@ -386,13 +451,30 @@ impl Graph {
 
     /// `op(a) · op(b)`, each operand transposed (its last two axes swapped) when asked.
     pub fn matmul_t(&mut self, a: TensorId, b: TensorId, trans_a: bool, trans_b: bool) -> Result<TensorId> {
-        self.apply1(MatMul { trans_a, trans_b }, &[a, b])
+        let op = MatMul {
+            trans_a,
+            trans_b,
+            kernel: None,
+        };
+        self.apply1(op, &[a, b])
+    }
+
+    /// `a · b` computed by the kernel named: for measuring each kernel on an adapter.
+    pub fn matmul_with_kernel(&mut self, a: TensorId, b: TensorId, kernel: KernelChoice) -> Result<TensorId> {
+        let op = MatMul {
+            trans_a: false,
+            trans_b: false,
+            kernel: Some(kernel),
+        };
+        self.apply1(op, &[a, b])
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{AdapterKind, Kernel, Layout, MatMul, TILES, kernel_for};
+    use super::{
+        AdapterKind, BLOCK_TILES, BLOCK8, BLOCK16, Kernel, KernelChoice, Layout, MatMul, kernel_for,
+    };
     use crate::graph::Graph;
     use crate::tensor::TensorMeta;
     use crate::testing::*;
@@ -424,6 +506,7 @@ mod tests {
         let op = MatMul {
             trans_a: ta,
             trans_b: tb,
+            kernel: None,
         };
         op.plan(&TensorMeta::f32(a), &TensorMeta::f32(b)).unwrap().1
     }
@@ -480,11 +563,11 @@ mod tests {
             &[
                 (&[], (37, 91, 53), ("matmul_8x8", 32)),
                 (&[11], (200, 40, 190), ("matmul_8x8", 64)),
-                (&[32], (250, 40, 255), ("matmul_16x16", 128)),
+                (&[32], (250, 40, 255), ("matmul_8x8", 128)),
                 (&[], (36, 92, 52), ("matmul_8x8_vec4", 32)),
                 (&[11], (200, 44, 192), ("matmul_8x8_vec4", 64)),
-                (&[32], (256, 44, 256), ("matmul_16x16_vec4", 128)),
-                (&[32], (256, 44, 255), ("matmul_16x16", 128)),
+                (&[32], (256, 44, 256), ("matmul_8x8_vec4", 128)),
+                (&[32], (256, 44, 255), ("matmul_8x8", 128)),
             ],
         );
     }
@@ -512,7 +595,8 @@ mod tests {
     /// naga validates each variant the op can ask for as wgpu will build it: its constants set.
     #[test]
     fn every_kernel_validates_with_its_constants() {
-        for (body, tile) in TILES {
+        for (block, tile) in BLOCK_TILES {
+            let body = if block == 16 { BLOCK16 } else { BLOCK8 };
             for entry in [body.general, body.vec4, body.direct] {
                 let kernel = Kernel {
                     entry,
@@ -524,6 +608,70 @@ mod tests {
             }
         }
         crate::shaders::validate_variant(&crate::shaders::MATMUL, "matmul_sum_splits", &[]).unwrap();
+    }
+
+    /// Every kernel `bench matmul --kernels` can name computes the product, on both kinds' entry
+    /// points: ragged sizes (the general loads) and multiples of 4 (vec4), split and unsplit.
+    #[test]
+    fn every_named_kernel_matches_cpu() {
+        for (block, tile) in BLOCK_TILES {
+            for splits in [1, 3] {
+                for (m, k, n) in [(70, 45, 133), (68, 44, 132)] {
+                    let kernel = KernelChoice { block, tile, splits };
+                    let build = move |g: &mut Graph| {
+                        let a = param(g, "a", leak(vec![m, k]));
+                        let b = param(g, "b", leak(vec![k, n]));
+                        let out = g.matmul_with_kernel(a, b, kernel).unwrap();
+                        Built { out, feeds: vec![] }
+                    };
+                    check_each_kind_matches_cpu(&build, 1e-4, 1e-4);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_kernel_that_does_not_exist_is_refused_by_name() {
+        for (kernel, why) in [
+            (
+                KernelChoice {
+                    block: 4,
+                    tile: 32,
+                    splits: 1,
+                },
+                "no kernel computes 4 x 4 blocks",
+            ),
+            (
+                KernelChoice {
+                    block: 16,
+                    tile: 32,
+                    splits: 1,
+                },
+                "no 32 x 32 tile of 16 x 16 blocks",
+            ),
+            (
+                KernelChoice {
+                    block: 8,
+                    tile: 64,
+                    splits: 0,
+                },
+                "0 splits of k = 9",
+            ),
+            (
+                KernelChoice {
+                    block: 8,
+                    tile: 64,
+                    splits: 10,
+                },
+                "10 splits of k = 9",
+            ),
+        ] {
+            let mut g = Graph::new();
+            let a = g.input("a", TensorMeta::f32(&[5, 9]));
+            let b = g.input("b", TensorMeta::f32(&[9, 7]));
+            let err = g.matmul_with_kernel(a, b, kernel).unwrap_err().to_string();
+            assert!(err.contains(why), "{err}");
+        }
     }
 
     /// Long k over few output tiles splits k (the gradient of a weight, k = the batch's rows):

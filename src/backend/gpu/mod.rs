@@ -60,6 +60,22 @@ impl GpuBackend {
         self
     }
 
+    /// Another backend on the same device and queue, with pipelines of its own: for threads that
+    /// each need a backend of one process's single device (a device per test thread exhausted
+    /// an H100's driver after a few hundred). Errors wgpu reports outside a call's checks go to
+    /// one slot that every backend of the device reads.
+    pub fn share(&self) -> Self {
+        Self {
+            info: self.info.clone(),
+            device: self.device.clone(),
+            queue: self.queue.clone(),
+            pipelines: Default::default(),
+            error: self.error.clone(),
+            profile: self.profile,
+            kernels_for: self.kernels_for,
+        }
+    }
+
     /// Programs compiled from now on use the kernels chosen for adapters of this kind, whatever
     /// this adapter is: so that a software adapter (CI's) tests the GPUs' kernels too.
     pub fn with_kernels_for(mut self, kind: AdapterKind) -> Self {

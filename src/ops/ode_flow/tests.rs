@@ -678,7 +678,7 @@ fn a_failed_backward_solve_is_an_error() {
 
 /// A GPU dopri5 solve costs the attempts it takes, not what `max_steps` allows: on an easy
 /// problem, the same dispatches and scratch with max_steps 10⁶ as with 10³, and the run (forward
-/// and backward, both gradients) within 2× in time. It used to be ⌈max_steps / units⌉ dispatches
+/// and backward, both gradients) within 2× in time (+ 50 ms). It used to be ⌈max_steps / units⌉ dispatches
 /// each, and minutes at 10⁵.
 #[test]
 fn dopri5_gpu_cost_follows_attempts_not_max_steps() {
@@ -713,8 +713,10 @@ fn dopri5_gpu_cost_follows_attempts_not_max_steps() {
             }
         }
         let [small, large] = fastest;
+        // 50 ms of slack: on a fast GPU both take milliseconds and other tests' work jitters
+        // them (an H100 with 16 test threads: 20 vs 4 ms), where the cost fixed here was minutes.
         assert!(
-            large < 2.0 * small,
+            large < 2.0 * small + 0.05,
             "{gradient:?}: max_steps 10⁶ took {large:.3} s, 10³ {small:.3} s"
         );
     }
