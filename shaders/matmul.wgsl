@@ -60,7 +60,9 @@ struct Dims {
 // Rows and columns of C per workgroup: a multiple of 16 for matmul_16x16, of 8 for matmul_8x8.
 override TILE: u32;
 
-const KSTEP: u32 = 8u;
+// Depths staged per K-step (8, 16 or 32): deeper steps are fewer barriers per product, at
+// TILE / 2 · KSTEP vec4s of workgroup memory, at most WebGPU's 16 KiB.
+override KSTEP: u32 = 8u;
 
 // Depth-major tiles: a_tile[kk * TILE/4 + i] holds rows 4i..4i+3 of op(A) at depth kk of the
 // current K-step; b_tile likewise holds columns of op(B).

@@ -14,7 +14,7 @@ use crate::graph::Graph;
 use crate::model::{
     Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, Model, ModelConfig, ModelKind, PosEnc,
 };
-use crate::ops::matmul::{BLOCK_TILES, KernelChoice};
+use crate::ops::matmul::{BLOCK_TILES, KSTEPS, KernelChoice, MAX_TILE_DEPTHS};
 use crate::optim::AdamW;
 use crate::params::ParamStore;
 use crate::tensor::TensorMeta;
@@ -49,11 +49,11 @@ pub struct KernelRow {
 }
 
 /// Splits of k that [`matmul_kernels`] tries with each tile.
-const KERNEL_SPLITS: [usize; 3] = [1, 2, 4];
+const KERNEL_SPLITS: [usize; 2] = [1, 4];
 
 /// Like [`matmul`], but each size is timed with the op's own choice and then with every kernel
-/// the shader has (each (block, tile) of [`BLOCK_TILES`], k unsplit or split in 2 or 4): what
-/// tunes the choice per adapter kind. `progress` sees each row as it is measured.
+/// the shader has (each (block, tile) of [`BLOCK_TILES`] with each K-step of [`KSTEPS`] its
+/// workgroup memory allows, k unsplit or split in 4): what tunes the choice per adapter kind. `progress` sees each row as it is measured.
 pub fn matmul_kernels(
     backend: &Rc<dyn Backend>,
     sizes: &[usize],
@@ -61,9 +61,19 @@ pub fn matmul_kernels(
     mut progress: impl FnMut(&KernelRow),
 ) -> Result<Vec<KernelRow>> {
     let named = BLOCK_TILES.iter().flat_map(|&(block, tile)| {
-        KERNEL_SPLITS
+        KSTEPS
             .iter()
-            .map(move |&splits| Some(KernelChoice { block, tile, splits }))
+            .filter(move |&&kstep| tile * kstep <= MAX_TILE_DEPTHS)
+            .flat_map(move |&kstep| {
+                KERNEL_SPLITS.iter().map(move |&splits| {
+                    Some(KernelChoice {
+                        block,
+                        tile,
+                        splits,
+                        kstep,
+                    })
+                })
+            })
     });
     let kernels: Vec<Option<KernelChoice>> = std::iter::once(None).chain(named).collect();
     let mut rows = Vec::new();

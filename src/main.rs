@@ -100,8 +100,8 @@ enum Bench {
         #[arg(long, default_value_t = 5, value_parser = at_least_one)]
         repeats: usize,
         /// Time every kernel the shader has on each size as well as the op's own choice: each
-        /// per-thread block and tile, k unsplit or split in 2 or 4 (GPU backends; to tune the
-        /// choice on a new adapter).
+        /// per-thread block and tile, 8, 16 or 32 depths per K-step, k unsplit or split in 4
+        /// (GPU backends; to tune the choice on a new adapter).
         #[arg(long)]
         kernels: bool,
     },
@@ -263,21 +263,21 @@ fn bench_matmul_kernels(backend: &Rc<dyn Backend>, sizes: &[usize], repeats: usi
         ));
     }
     println!("{}", backend.describe());
-    println!("{:>6}  {:>16}  {:>10}  {:>9}", "size", "kernel", "ms", "GFLOP/s");
+    println!("{:>6}  {:>20}  {:>10}  {:>9}", "size", "kernel", "ms", "GFLOP/s");
     posflow::bench::matmul_kernels(backend, sizes, repeats, |r| {
         let kernel = match r.kernel {
-            Some(k) => format!("{0}x{0} / {1} / {2}", k.block, k.tile, k.splits),
+            Some(k) => format!("{0}x{0} / {1} / {2} / {3}", k.block, k.tile, k.kstep, k.splits),
             None => "op's choice".to_string(),
         };
         println!(
-            "{:>6}  {:>16}  {:>10.3}  {:>9.1}",
+            "{:>6}  {:>20}  {:>10.3}  {:>9.1}",
             r.row.size,
             kernel,
             r.row.seconds * 1e3,
             r.row.gflops
         );
     })?;
-    println!("kernel: per-thread block / tile / splits of k");
+    println!("kernel: per-thread block / tile / depths per K-step / splits of k");
     Ok(())
 }
 

@@ -36,7 +36,15 @@ pub struct KernelChoice {
     pub block: usize,
     pub tile: usize,
     pub splits: usize,
+    /// Depths staged in workgroup memory between barriers (GPU entry points).
+    pub kstep: usize,
 }
+
+/// The depths a K-step may stage: tile · kstep at most [`MAX_TILE_DEPTHS`].
+pub const KSTEPS: [usize; 3] = [8, 16, 32];
+
+/// Two staged tiles of TILE × KSTEP floats fill WebGPU's 16 KiB of workgroup memory at this.
+pub const MAX_TILE_DEPTHS: usize = 2048;
 
 /// Every (block, tile) the shader is built for: a tile is a multiple of twice the block.
 pub const BLOCK_TILES: [(usize, usize); 5] = [(16, 128), (16, 64), (8, 128), (8, 64), (8, 32)];
@@ -151,11 +159,23 @@ struct Kernel {
     /// Rows and columns of the output per workgroup.
     tile: usize,
     splits: usize,
+    /// Depths per K-step (the override constant `KSTEP`).
+    kstep: usize,
+}
+
+/// The depths per K-step the op chooses: 16 on a GPU's 128-tiles, where they were 6-15% faster
+/// than 8 at 2048 and 4096 in three sweeps on an H200 (slower on 64-tiles; BENCHMARKS.md), 8
+/// otherwise (the software adapters' entry points stage nothing).
+fn kstep_for(adapter: AdapterKind, tile: usize) -> usize {
+    match adapter {
+        AdapterKind::Gpu if tile == 128 => 16,
+        _ => 8,
+    }
 }
 
 impl Kernel {
     fn constants(&self) -> Vec<(&'static str, f64)> {
-        vec![("TILE", self.tile as f64)]
+        vec![("TILE", self.tile as f64), ("KSTEP", self.kstep as f64)]
     }
 }
 
@@ -223,6 +243,7 @@ fn kernel_for(adapter: AdapterKind, l: &Layout) -> Kernel {
         entry: entry(body, adapter, l),
         tile,
         splits,
+        kstep: kstep_for(adapter, tile),
     }
 }
 
@@ -243,19 +264,28 @@ impl KernelChoice {
         if self.splits == 0 || self.splits > l.k.max(1) {
             return Err(format!("{} splits of k = {}", self.splits, l.k));
         }
+        if !KSTEPS.contains(&self.kstep) || self.tile * self.kstep > MAX_TILE_DEPTHS {
+            return Err(format!(
+                "no K-step of {} depths on {} x {} tiles (one of {KSTEPS:?}, tile x depths at most {MAX_TILE_DEPTHS})",
+                self.kstep, self.tile, self.tile
+            ));
+        }
         Ok(Kernel {
             entry: entry(body, adapter, l),
             tile: self.tile,
             splits: self.splits,
+            kstep: self.kstep,
         })
     }
 }
 
 impl Kernel {
-    /// k per split: a whole number of the kernels' K-steps of 8, so that only the last split
-    /// ends inside one.
+    /// k per split: a whole number of the kernel's K-steps, so that only the last split ends
+    /// inside one.
     fn k_split(&self, k: usize) -> usize {
-        k.div_ceil(self.splits).next_multiple_of(8).max(8)
+        k.div_ceil(self.splits)
+            .next_multiple_of(self.kstep)
+            .max(self.kstep)
     }
 }
 
@@ -473,7 +503,8 @@ impl Graph {
 #[cfg(test)]
 mod tests {
     use super::{
-        AdapterKind, BLOCK_TILES, BLOCK8, BLOCK16, Kernel, KernelChoice, Layout, MatMul, kernel_for,
+        AdapterKind, BLOCK_TILES, BLOCK8, BLOCK16, KSTEPS, Kernel, KernelChoice, Layout, MAX_TILE_DEPTHS,
+        MatMul, kernel_for,
     };
     use crate::graph::Graph;
     use crate::tensor::TensorMeta;
@@ -592,16 +623,36 @@ mod tests {
         }
     }
 
+    /// Every (block, tile, K-step) a kernel can have, as [`KernelChoice::kernel`] admits them.
+    fn every_kernel() -> Vec<KernelChoice> {
+        let mut all = Vec::new();
+        for (block, tile) in BLOCK_TILES {
+            for kstep in KSTEPS {
+                let kernel = KernelChoice {
+                    block,
+                    tile,
+                    splits: 1,
+                    kstep,
+                };
+                if tile * kstep <= MAX_TILE_DEPTHS {
+                    all.push(kernel);
+                }
+            }
+        }
+        all
+    }
+
     /// naga validates each variant the op can ask for as wgpu will build it: its constants set.
     #[test]
     fn every_kernel_validates_with_its_constants() {
-        for (block, tile) in BLOCK_TILES {
-            let body = if block == 16 { BLOCK16 } else { BLOCK8 };
+        for choice in every_kernel() {
+            let body = if choice.block == 16 { BLOCK16 } else { BLOCK8 };
             for entry in [body.general, body.vec4, body.direct] {
                 let kernel = Kernel {
                     entry,
-                    tile,
+                    tile: choice.tile,
                     splits: 1,
+                    kstep: choice.kstep,
                 };
                 crate::shaders::validate_variant(&crate::shaders::MATMUL, entry, &kernel.constants())
                     .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
@@ -611,13 +662,14 @@ mod tests {
     }
 
     /// Every kernel `bench matmul --kernels` can name computes the product, on both kinds' entry
-    /// points: ragged sizes (the general loads) and multiples of 4 (vec4), split and unsplit.
+    /// points: ragged sizes (the general loads) and multiples of 4 (vec4), split (k = 45 in three
+    /// ranges of one K-step or less) and unsplit.
     #[test]
     fn every_named_kernel_matches_cpu() {
-        for (block, tile) in BLOCK_TILES {
+        for choice in every_kernel() {
             for splits in [1, 3] {
                 for (m, k, n) in [(70, 45, 133), (68, 44, 132)] {
-                    let kernel = KernelChoice { block, tile, splits };
+                    let kernel = KernelChoice { splits, ..choice };
                     let build = move |g: &mut Graph| {
                         let a = param(g, "a", leak(vec![m, k]));
                         let b = param(g, "b", leak(vec![k, n]));
@@ -632,39 +684,19 @@ mod tests {
 
     #[test]
     fn a_kernel_that_does_not_exist_is_refused_by_name() {
+        let kernel = |block, tile, splits, kstep| KernelChoice {
+            block,
+            tile,
+            splits,
+            kstep,
+        };
         for (kernel, why) in [
-            (
-                KernelChoice {
-                    block: 4,
-                    tile: 32,
-                    splits: 1,
-                },
-                "no kernel computes 4 x 4 blocks",
-            ),
-            (
-                KernelChoice {
-                    block: 16,
-                    tile: 32,
-                    splits: 1,
-                },
-                "no 32 x 32 tile of 16 x 16 blocks",
-            ),
-            (
-                KernelChoice {
-                    block: 8,
-                    tile: 64,
-                    splits: 0,
-                },
-                "0 splits of k = 9",
-            ),
-            (
-                KernelChoice {
-                    block: 8,
-                    tile: 64,
-                    splits: 10,
-                },
-                "10 splits of k = 9",
-            ),
+            (kernel(4, 32, 1, 8), "no kernel computes 4 x 4 blocks"),
+            (kernel(16, 32, 1, 8), "no 32 x 32 tile of 16 x 16 blocks"),
+            (kernel(8, 64, 0, 8), "0 splits of k = 9"),
+            (kernel(8, 64, 10, 8), "10 splits of k = 9"),
+            (kernel(8, 64, 1, 12), "no K-step of 12 depths on 64 x 64 tiles"),
+            (kernel(8, 128, 1, 32), "no K-step of 32 depths on 128 x 128 tiles"),
         ] {
             let mut g = Graph::new();
             let a = g.input("a", TensorMeta::f32(&[5, 9]));
