@@ -242,6 +242,13 @@ fn bad_arguments_are_explained() {
     let o = posflow(&["mlp", "--steps", "0"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("must be at least 1"), "{}", stderr(&o));
+    let o = posflow(&["--device", "cpu", "bench", "matmul", "--kernels"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("bench matmul --kernels times the GPU kernels: use --device gpu"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// FLOATER runs at any length: trained on 32 characters, `posflow eval` prints every bin up to 128.
