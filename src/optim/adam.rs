@@ -388,7 +388,7 @@ mod tests {
     use crate::graph::{Graph, Init};
     use crate::params::ParamStore;
     use crate::tensor::TensorMeta;
-    use crate::testing::{assert_close, cpu, gpu};
+    use crate::testing::{assert_close, cpu, gpu, random_vec};
 
     /// Three AdamW steps with clipping and weight decay on constant gradients, against
     /// torch.optim.AdamW after clip_grad_norm_ (tests/reference/gen_adam.py).
@@ -444,6 +444,54 @@ mod tests {
     }
 
     /// A NaN in one gradient skips the update of every parameter, moments included.
+    /// The clip's norm over gradients long enough for every path of the sum (eight values per
+    /// thread at a time, then the rest): 70,005 and 2,049 values, and one.
+    #[test]
+    fn the_gradient_norm_of_long_gradients_is_exact() {
+        let sizes: [&[usize]; 3] = [&[5, 14_001], &[2049], &[1]];
+        let inputs: Vec<Vec<f32>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, shape)| random_vec(shape.iter().product(), 40 + i as u64))
+            .collect();
+        let want = inputs
+            .iter()
+            .flatten()
+            .map(|&c| f64::from(c) * f64::from(c))
+            .sum::<f64>()
+            .sqrt();
+        let mut backends = vec![cpu()];
+        backends.extend(gpu());
+        for backend in backends {
+            let mut g = Graph::new();
+            let mut terms = Vec::new();
+            let mut feeds = Vec::new();
+            for (i, shape) in sizes.iter().enumerate() {
+                let w = g.param(&format!("w{i}"), shape, Init::Zeros).unwrap();
+                let c = g.input(&format!("c{i}"), TensorMeta::f32(shape));
+                let wc = g.mul(w, c).unwrap();
+                terms.push(g.sum_all(wc).unwrap());
+                feeds.push(c);
+            }
+            let loss = terms.into_iter().reduce(|a, b| g.add(a, b).unwrap()).unwrap();
+            let grads = g.backward(loss).unwrap();
+            let params = ParamStore::init(backend.clone(), &g, 0).unwrap();
+            let mut opt = Optimizer::new(AdamW::default(), &params).unwrap();
+            let mut outputs = vec![loss];
+            outputs.extend(grads.iter().map(|(_, gr)| gr));
+            let mut exec = Executor::new(&g, &outputs, &params).unwrap();
+            opt.attach(&mut exec, &g, &grads, &params).unwrap();
+            for (c, values) in feeds.iter().zip(&inputs) {
+                exec.set_f32(*c, values).unwrap();
+            }
+            opt.prepare_step(0.1).unwrap();
+            exec.run().unwrap();
+            let norm = pollster::block_on(opt.last_grad_norm()).unwrap();
+            let err = (f64::from(norm) - want).abs() / want;
+            assert!(err < 1e-5, "norm {norm} vs {want} on {}", backend.describe());
+        }
+    }
+
     #[test]
     fn a_non_finite_gradient_changes_nothing() {
         let mut backends = vec![cpu()];
