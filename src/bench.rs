@@ -175,7 +175,7 @@ pub const CACHED_RESOLVE_EVERY: usize = 10;
 /// position encoding or block. `floater*` are FLOATER as its authors ran it (the compatible form:
 /// the sinusoidal model whose q/k/v biases one ODE generates; Δ 0.01, rk4 at Δ/5), so its
 /// overhead is against `sinusoidal`; `floater_additive` is the additive ablation.
-pub const TRAIN_VARIANTS: [&str; 10] = [
+pub const TRAIN_VARIANTS: [&str; 11] = [
     "learned",
     "sinusoidal",
     "floater",
@@ -183,6 +183,7 @@ pub const TRAIN_VARIANTS: [&str; 10] = [
     "floater_cached",
     "floater_additive",
     "tupe_a",
+    "rope",
     "rk2",
     "rk2_gated",
     "rk4",
@@ -217,6 +218,11 @@ impl TrainBench {
                 })
             }
             "tupe_a" => m.posenc = PosEnc::TupeA { untie_cls: false },
+            "rope" => {
+                m.posenc = PosEnc::Rope {
+                    base: crate::ops::rope::ROPE_BASE,
+                }
+            }
             "rk2" => m.block = Block::Rk2 { gamma: [0.5, 0.5] },
             "rk2_gated" => m.block = Block::Rk2Gated,
             "rk4" => m.block = Block::Rk4,
@@ -331,9 +337,9 @@ mod tests {
                 "{name}"
             );
         }
-        let err = TrainBench::variant("rope").unwrap_err().to_string();
+        let err = TrainBench::variant("xpos").unwrap_err().to_string();
         assert!(
-            err.contains("`rope`") && err.contains("floater_additive"),
+            err.contains("`xpos`") && err.contains("floater_additive"),
             "{err}"
         );
     }

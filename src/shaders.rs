@@ -40,6 +40,7 @@ shaders! {
     RK_STAGE => "rk_stage",
     ODE_FLOW => "ode_flow" + "ode_flow_groups" + "ode_flow_rows",
     ODE_DOPRI5 => "ode_dopri5",
+    ROPE => "rope",
 }
 
 /// Parses and validates a shader with naga, the front end wgpu uses, its `override` constants

@@ -55,6 +55,7 @@ fn layouts() -> Vec<Layout> {
         Layout::of::<ops::matmul::MatMulUniform>(),
         Layout::of::<ops::ode_flow::FlowUniform>(),
         Layout::of::<ops::ode_flow::Dopri5Uniform>(),
+        Layout::of::<ops::rope::RopeUniform>(),
     ]
 }
 

@@ -42,6 +42,8 @@ pub(super) struct BlockInputs {
     /// `[L, 3D]` per block: its q|k|v biases (FLOATER's compatible form), in place of the
     /// projection's static bias; empty when none.
     pub qkv_bias: Vec<TensorId>,
+    /// RoPE's `[L, Dh]` table: the self-attention's queries and keys are turned by it.
+    pub rope: Option<TensorId>,
     /// Probed graphs ([`super::GraphOptions::probed`]): each block also outputs its attention
     /// probabilities ([`BlockOutput::attention_probs`]).
     pub probed: bool,
@@ -407,11 +409,15 @@ fn self_attention(
     if let Some(&bias) = shared.qkv_bias.get(p.layer) {
         qkv = g.add(qkv, bias)?;
     }
-    let (q, k, v) = (
+    let (mut q, mut k, v) = (
         heads(g, qkv, 0, shape)?,
         heads(g, qkv, 1, shape)?,
         heads(g, qkv, 2, shape)?,
     );
+    if let Some(table) = shared.rope {
+        q = g.rope(q, table)?;
+        k = g.rope(k, table)?;
+    }
     let (all_k, all_v) = match shared.cache.get(p.layer).and_then(|stages| stages.get(stage)) {
         Some(&(cached_k, cached_v)) => (g.concat(&[cached_k, k], 2)?, g.concat(&[cached_v, v], 2)?),
         None => (k, v),
@@ -528,6 +534,7 @@ mod tests {
                 attention_scale: 1.0 / (c.head_dim() as f32).sqrt(),
                 dropout: None,
                 qkv_bias: Vec::new(),
+                rope: None,
                 probed: false,
             };
             Built {

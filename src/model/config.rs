@@ -300,6 +300,26 @@ impl ModelConfig {
         if let PosEnc::Floater(floater) = &self.posenc {
             floater.validate(self.d_model).or_else(config_err)?;
         }
+        if let PosEnc::Rope { base } = self.posenc {
+            if !(base.is_finite() && base > 1.0) {
+                return config_err(format!("rope's base must be finite and above 1, got {base}"));
+            }
+            if !self.head_dim().is_multiple_of(2) {
+                return config_err(format!(
+                    "rope turns pairs of a head's coordinates: the head width d_model / heads = {} / \
+                     {} = {} must be even",
+                    self.d_model,
+                    self.heads,
+                    self.head_dim()
+                ));
+            }
+            if matches!(self.kind, ModelKind::Seq2Seq { .. }) {
+                return config_err(
+                    "rope is for the causal LM and the encoder so far; a seq2seq model cannot have it yet"
+                        .into(),
+                );
+            }
+        }
         if let Some((buckets, max_distance)) = self.posenc.relative_buckets() {
             // The encoder's half of the buckets must still split into exact and log-spaced ones,
             // and the log-spaced range must start below max_distance.
@@ -675,6 +695,44 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("unknown field `buckets`"), "{err}");
+    }
+
+    #[test]
+    fn rope_reads_its_base_and_refuses_what_it_cannot_turn() {
+        let sinusoidal = r#"{ "type": "sinusoidal" }"#;
+        let rope = |posenc: &str| ModelConfig::from_json(&TINY.replace(sinusoidal, posenc));
+        assert_eq!(
+            rope(r#"{ "type": "rope" }"#).unwrap().posenc,
+            PosEnc::Rope { base: 10_000.0 }
+        );
+        assert_eq!(
+            rope(r#"{ "type": "rope", "base": 500 }"#).unwrap().posenc,
+            PosEnc::Rope { base: 500.0 }
+        );
+        let err = rope(r#"{ "type": "rope", "base": 1 }"#).unwrap_err().to_string();
+        assert!(
+            err.contains("rope's base must be finite and above 1, got 1"),
+            "{err}"
+        );
+        let err = rope(r#"{ "type": "rope", "buckets": 8 }"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `buckets`, expected `base`"), "{err}");
+        let odd = TINY
+            .replace(sinusoidal, r#"{ "type": "rope" }"#)
+            .replace(r#""heads": 2"#, r#""heads": 4"#)
+            .replace(r#""d_model": 32"#, r#""d_model": 36"#);
+        let err = ModelConfig::from_json(&odd).unwrap_err().to_string();
+        assert!(
+            err.contains("the head width d_model / heads = 36 / 4 = 9 must be even"),
+            "{err}"
+        );
+        let seq2seq = TINY.replace(sinusoidal, r#"{ "type": "rope" }"#).replace(
+            r#"{ "type": "causal_lm" }"#,
+            r#"{ "type": "seq2seq", "decoder_layers": 1 }"#,
+        );
+        let err = ModelConfig::from_json(&seq2seq).unwrap_err().to_string();
+        assert!(err.contains("a seq2seq model cannot have it yet"), "{err}");
     }
 
     #[test]

@@ -216,6 +216,7 @@ impl Model {
                 .unwrap_or(1.0 / (c.head_dim() as f32).sqrt()),
             dropout,
             qkv_bias: positions.qkv_bias,
+            rope: positions.rope,
             probed: options.probed,
         };
         let mut attention_probs = Vec::new();

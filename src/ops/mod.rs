@@ -20,6 +20,7 @@ pub mod ode_flow;
 pub(crate) mod par;
 pub mod reduce;
 pub mod rk_stage;
+pub mod rope;
 pub mod shape;
 pub mod softmax;
 mod strided;

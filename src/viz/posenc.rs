@@ -59,6 +59,17 @@ pub struct PositionEncodings {
     pub note: String,
 }
 
+/// RoPE's table for `len` positions: the cosines of each pair's angles, then their sines.
+fn rope_map(head_dim: usize, base: f64, len: usize) -> EncodingMap {
+    EncodingMap {
+        label: "rotation angles (cos | sin)".into(),
+        positions: len,
+        dims: head_dim,
+        values: crate::ops::rope::rope_table(len, head_dim, base),
+        valid_positions: len,
+    }
+}
+
 /// The encodings of `model` for `len` positions: computed by the model's position-encoding graph
 /// (sinusoidal, FLOATER), read from its table (learned, TUPE), or only described (none, T5).
 pub async fn position_encodings(loaded: &LoadedCheckpoint, len: usize) -> Result<PositionEncodings> {
@@ -82,6 +93,17 @@ pub async fn position_encodings(loaded: &LoadedCheckpoint, len: usize) -> Result
                 "T5 relative position bias: nothing is added to the tokens; every layer's attention logits get a \
                  trained bias per head for the bucket of the offset j - i ({buckets} buckets, log-spaced up to \
                  {max_distance}). It has no absolute table to draw."
+            ),
+        }),
+        PosEnc::Rope { base } => Ok(PositionEncodings {
+            maps: vec![rope_map(c.head_dim(), base, len)],
+            note: format!(
+                "{name}: nothing is added to the tokens; every layer turns each pair (2i, 2i+1) of a head's \
+                 query and key by the angle l·θ_i, θ_i = {base}^(-2i/{dh}), so attention sees only offsets. \
+                 Drawn: cos(l·θ_i) for the {half} frequencies, then sin(l·θ_i); fast pairs on the left, \
+                 slow ones on the right. Any length.",
+                dh = c.head_dim(),
+                half = c.head_dim() / 2,
             ),
         }),
         PosEnc::Learned => Ok(PositionEncodings {
@@ -153,7 +175,7 @@ async fn seq2seq_encodings(saved: &SavedModel, len: usize) -> Result<PositionEnc
         ])
     };
     let (maps, note) = match c.posenc {
-        PosEnc::None => (
+        PosEnc::None | PosEnc::Rope { .. } => (
             Vec::new(),
             "No position encoding: the encoder reads its source as a bag of tokens; the decoder has only its \
              causal mask."

@@ -41,6 +41,11 @@ pub enum PosEnc {
     /// FLOATER: encodings from a neural ODE along the positions, added at the input of every
     /// block (or of the first); any length. See [`FloaterConfig`] for the solver settings.
     Floater(FloaterConfig),
+    /// RoPE (Su et al., RoFormer): every layer's queries and keys turned pair by pair by angles
+    /// growing with the position, `l · base^(−2i/Dh)`, so that attention sees only offsets;
+    /// nothing is added to the input, nothing is trained, any length. Default base 10,000. In
+    /// TOML: `posenc = { type = "rope" }`. See `ops::rope`.
+    Rope { base: f64 },
 }
 
 /// A [`PosEnc`] as read: its `type` and every setting of any type, each present or not. Serde's
@@ -70,6 +75,7 @@ struct PosEncSpec {
     gradient: Option<GradientMethod>,
     activation: Option<Nonlinearity>,
     resolve_every: Option<usize>,
+    base: Option<f64>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -82,6 +88,7 @@ enum PosEncType {
     TupeA,
     TupeR,
     Floater,
+    Rope,
 }
 
 impl TryFrom<PosEncSpec> for PosEnc {
@@ -104,6 +111,7 @@ impl TryFrom<PosEncSpec> for PosEnc {
             ("gradient", spec.gradient.is_some()),
             ("activation", spec.activation.is_some()),
             ("resolve_every", spec.resolve_every.is_some()),
+            ("base", spec.base.is_some()),
         ];
         let takes: &[&str] = match spec.kind {
             T::None | T::Learned => &[],
@@ -124,6 +132,7 @@ impl TryFrom<PosEncSpec> for PosEnc {
                 "activation",
                 "resolve_every",
             ],
+            T::Rope => &["base"],
         };
         refuse_other_settings(&given, takes)?;
         let untie_cls = || spec.untie_cls.ok_or("missing field `untie_cls`");
@@ -163,6 +172,9 @@ impl TryFrom<PosEncSpec> for PosEnc {
                     resolve_every: spec.resolve_every.unwrap_or(d.resolve_every),
                 })
             }
+            T::Rope => Self::Rope {
+                base: spec.base.unwrap_or(crate::ops::rope::ROPE_BASE),
+            },
         })
     }
 }

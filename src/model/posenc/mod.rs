@@ -25,6 +25,7 @@ pub use sinusoidal::sinusoidal_table;
 use crate::error::Result;
 use crate::graph::{Graph, TensorId};
 use crate::ops::attention::RelativeBias;
+use crate::tensor::TensorMeta;
 
 /// The position terms of one graph.
 #[derive(Clone, Debug, Default)]
@@ -48,6 +49,9 @@ pub struct PositionTerms {
     /// FLOATER: every block's encodings in one tensor ([`encodings_shape`]), solved by the graph
     /// or its input ([`EncodingSource`]).
     pub encodings: Option<TensorId>,
+    /// RoPE: the `[L, Dh]` table ([`crate::ops::rope::rope_table`]) every layer's queries and
+    /// keys are turned by.
+    pub rope: Option<TensorId>,
 }
 
 /// The values of a constant graph input.
@@ -149,6 +153,16 @@ pub fn build_from(
             let relative = Some((config.bidirectional, buckets, max_distance));
             build_tupe(g, config, len, relative, untie_cls)
         }
+        PosEnc::Rope { base } => {
+            let head_dim = config.d_model / config.heads.max(1);
+            let table = g.input("rope_table", TensorMeta::f32(&[len, head_dim]));
+            let values = crate::ops::rope::rope_table(len, head_dim, base);
+            Ok(PositionTerms {
+                rope: Some(table),
+                constants: vec![(table, Constant::F32(values))],
+                ..PositionTerms::default()
+            })
+        }
     }
 }
 
@@ -236,8 +250,14 @@ pub fn build_step(
         );
         (row, Constant::F32(table[t * dims.d_model..].to_vec()))
     };
+    if let PosEnc::Rope { .. } = posenc {
+        // Refused by the config check; kept an error so that no path reaches a wrong graph.
+        return Err(crate::error::Error::Input(
+            "rope is for the causal LM and the encoder so far; a seq2seq decoder cannot have it yet".into(),
+        ));
+    }
     match *posenc {
-        PosEnc::None => Ok((PositionTerms::default(), Vec::new())),
+        PosEnc::None | PosEnc::Rope { .. } => Ok((PositionTerms::default(), Vec::new())),
         PosEnc::Sinusoidal { every_block } => {
             let (row, values) = row_of_table(g);
             let mut terms = PositionTerms {

@@ -249,6 +249,7 @@ pub(super) fn encode(
             dropout,
             salt_base: 0,
             qkv_bias: positions.qkv_bias.clone(),
+            rope: None,
             probed,
             cross: None,
             cache: Vec::new(),
@@ -338,6 +339,7 @@ impl Model {
                 dropout,
                 salt_base: DECODER_SALTS,
                 qkv_bias: positions.qkv_bias.clone(),
+                rope: None,
                 probed,
                 cross: Some(CrossInputs {
                     keys_values: memory,

@@ -160,6 +160,7 @@ impl Model {
                 dropout: None,
                 salt_base: 0,
                 qkv_bias: positions.qkv_bias.clone(),
+                rope: None,
                 probed: false,
                 cross: Some(CrossInputs {
                     keys_values: memory.clone(),
