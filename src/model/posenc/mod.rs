@@ -3,8 +3,9 @@
 //! An encoding contributes terms at fixed places in the Transformer: an additive `[L, d_model]`
 //! term at the input or at each block's input (the same for every block, or FLOATER's own per
 //! block), or an additive attention bias shared by every layer: TUPE's `[H, L, L]` tensor, or
-//! T5's table and buckets, which the attention op looks up in its kernels. TUPE also changes the
-//! attention op's scale; FLOATER's solve reports a status to check after each run.
+//! T5's table and buckets, which the attention op looks up in its kernels; or RoPE's rotation of
+//! every layer's queries and keys by a constant `[L, Dh]` table. TUPE also changes the attention
+//! op's scale; FLOATER's solve reports a status to check after each run.
 
 mod choice;
 mod floater;
