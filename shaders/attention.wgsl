@@ -40,7 +40,7 @@ struct Attn {
     dh: u32,
     scale: f32,
     causal: u32,
-    // What `bias` holds: nothing (0), DENSE_BIAS or RELATIVE_BIAS.
+    // What `bias` holds: nothing (0), DENSE_BIAS, RELATIVE_BIAS or FIXED_RELATIVE_BIAS.
     bias_kind: u32,
     has_mask: u32,
     // Rows of the relative bias's table; 0 without one.
@@ -49,6 +49,13 @@ struct Attn {
 
 const DENSE_BIAS: u32 = 1u;
 const RELATIVE_BIAS: u32 = 2u;
+// A relative bias whose table is constant (ALiBi): looked up as RELATIVE_BIAS, no per-row sums.
+const FIXED_RELATIVE_BIAS: u32 = 3u;
+
+// Whether the bias is a table looked up by the bucket of each offset, trained or not.
+fn relative_lookup() -> bool {
+    return p.bias_kind == RELATIVE_BIAS || p.bias_kind == FIXED_RELATIVE_BIAS;
+}
 
 @group(0) @binding(0) var<uniform> p: Attn;
 
@@ -133,7 +140,7 @@ fn buckets_at() -> u32 {
 // The relative bias's bucket of offset j − i, for the forward kernels (which read the input
 // itself); 0 without a relative bias, whose slot then holds a placeholder.
 fn bucket_fwd(i: u32, j: u32) -> u32 {
-    if (p.bias_kind != RELATIVE_BIAS) {
+    if (!relative_lookup()) {
         return 0u;
     }
     return u32(rel_buckets[j + p.q_len - 1u - i]);
@@ -141,7 +148,7 @@ fn bucket_fwd(i: u32, j: u32) -> u32 {
 
 // The same for the backward kernels, which read the copy cached in stats.
 fn bucket_bwd(i: u32, j: u32) -> u32 {
-    if (p.bias_kind != RELATIVE_BIAS) {
+    if (!relative_lookup()) {
         return 0u;
     }
     return u32(stats[buckets_at() + j + p.q_len - 1u - i]);
@@ -153,7 +160,7 @@ fn score(h: u32, i: u32, j: u32, qk: f32, bucket: u32) -> f32 {
     var s = qk * p.scale;
     if (p.bias_kind == DENSE_BIAS) {
         s += bias[(h * p.q_len + i) * p.k_len + j];
-    } else if (p.bias_kind == RELATIVE_BIAS) {
+    } else if (relative_lookup()) {
         s += bias[bucket * p.heads + h];
     }
     return s;
@@ -303,7 +310,7 @@ fn attention_backward_stats(@builtin(global_invocation_id) gid: vec3<u32>, @buil
         }
         stats_out[2u * rows + t] = seen;
     }
-    if (p.bias_kind == RELATIVE_BIAS && t + 1u < p.q_len + p.k_len) {
+    if (relative_lookup() && t + 1u < p.q_len + p.k_len) {
         stats_out[buckets_at() + t] = f32(st_buckets[t]);
     }
 }

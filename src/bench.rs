@@ -175,7 +175,7 @@ pub const CACHED_RESOLVE_EVERY: usize = 10;
 /// position encoding or block. `floater*` are FLOATER as its authors ran it (the compatible form:
 /// the sinusoidal model whose q/k/v biases one ODE generates; Δ 0.01, rk4 at Δ/5), so its
 /// overhead is against `sinusoidal`; `floater_additive` is the additive ablation.
-pub const TRAIN_VARIANTS: [&str; 11] = [
+pub const TRAIN_VARIANTS: [&str; 12] = [
     "learned",
     "sinusoidal",
     "floater",
@@ -184,6 +184,7 @@ pub const TRAIN_VARIANTS: [&str; 11] = [
     "floater_additive",
     "tupe_a",
     "rope",
+    "alibi",
     "rk2",
     "rk2_gated",
     "rk4",
@@ -218,6 +219,7 @@ impl TrainBench {
                 })
             }
             "tupe_a" => m.posenc = PosEnc::TupeA { untie_cls: false },
+            "alibi" => m.posenc = PosEnc::Alibi,
             "rope" => {
                 m.posenc = PosEnc::Rope {
                     base: crate::ops::rope::ROPE_BASE,

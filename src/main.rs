@@ -116,8 +116,8 @@ enum Bench {
         warmup: usize,
         /// Models to time, each the peers' step with one change: learned (the peers' step),
         /// sinusoidal, floater (the authors' compatible form, adjoint), floater_backprop,
-        /// floater_cached (re-solved every 10 steps), floater_additive, tupe_a, rope, rk2, rk2_gated,
-        /// rk4.
+        /// floater_cached (re-solved every 10 steps), floater_additive, tupe_a, rope, alibi, rk2,
+        /// rk2_gated, rk4.
         #[arg(long, value_delimiter = ',', default_values_t = ["learned".to_string()])]
         variants: Vec<String>,
     },

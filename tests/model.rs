@@ -72,7 +72,7 @@ const FLOATER_COMPATIBLE: PosEnc = PosEnc::Floater(FloaterConfig {
 
 const ROPE: PosEnc = PosEnc::Rope { base: 10_000.0 };
 
-const ALL_POSENCS: [PosEnc; 10] = [
+const ALL_POSENCS: [PosEnc; 11] = [
     PosEnc::None,
     PosEnc::Sinusoidal { every_block: false },
     PosEnc::Sinusoidal { every_block: true },
@@ -83,6 +83,7 @@ const ALL_POSENCS: [PosEnc; 10] = [
     FLOATER,
     FLOATER_COMPATIBLE,
     ROPE,
+    PosEnc::Alibi,
 ];
 
 fn tiny(kind: ModelKind, posenc: PosEnc) -> ModelConfig {
@@ -406,14 +407,18 @@ fn relative_bias_runs_at_twice_the_training_length() {
     }
 }
 
-/// RoPE has no table to run out of: a model of `max_len` 16 runs at 64 positions, both kinds.
+/// RoPE and ALiBi have no table to run out of: a model of `max_len` 16 runs at 64 positions,
+/// both kinds.
 #[test]
-fn rope_runs_at_four_times_the_training_length() {
+fn rope_and_alibi_run_at_four_times_the_training_length() {
     let len = 4 * COPY_LEN;
-    for kind in [LM, ModelKind::Encoder { n_classes: 3 }] {
+    for (kind, posenc) in [LM, ModelKind::Encoder { n_classes: 3 }]
+        .into_iter()
+        .flat_map(|kind| [(kind, ROPE), (kind, PosEnc::Alibi)])
+    {
         let config = ModelConfig {
             max_len: COPY_LEN,
-            ..tiny(kind, ROPE)
+            ..tiny(kind, posenc)
         };
         let h = harness(config, 2, len, false, cpu());
         let a = tokens(2, len, 30, 4);
@@ -424,7 +429,7 @@ fn rope_runs_at_four_times_the_training_length() {
         let (logits, loss) = h.run(&a, &targets, None);
         assert!(
             loss.is_finite() && logits.iter().all(|x| x.is_finite()),
-            "{kind:?}: loss {loss}"
+            "{kind:?} {posenc:?}: loss {loss}"
         );
     }
 }
@@ -538,6 +543,8 @@ fn gpu_gives_the_cpu_logits_loss_and_gradients() {
         (ModelKind::Encoder { n_classes: 3 }, T5, Block::Rk2Gated),
         (LM, ROPE, residual),
         (ModelKind::Encoder { n_classes: 3 }, ROPE, residual),
+        (LM, PosEnc::Alibi, residual),
+        (ModelKind::Encoder { n_classes: 3 }, PosEnc::Alibi, residual),
     ];
     for (kind, posenc, block) in cases {
         // The sinusoidal cases also cover the scaled token embeddings.
@@ -724,6 +731,7 @@ fn mean(xs: &[f32]) -> f32 {
 /// | TUPE-R (32 buckets)     | 0.62 (0.98)      | 1.62 (2.86)        |
 /// | FLOATER (every block)   | 1.61             |                    |
 /// | RoPE                    | 1.38             |                    |
+/// | ALiBi                   | 1.86             |                    |
 ///
 /// Without `sqrt_d` the sinusoidal table (amplitude 1) drowns the GPT-2-initialised token
 /// embeddings (std 0.02) after the first layer norm, and the sinusoidal models stay on the
@@ -731,8 +739,8 @@ fn mean(xs: &[f32]) -> f32 {
 /// `sqrt_d` starts every encoding slower, so the other encodings are tested with the default
 /// `none`. The relative bias starts near zero (std 0.02), so it starts as none does. TUPE's
 /// positional correlation also starts near zero (projections N(0, 0.02)), but its table is layer
-/// normed and it learns as fast as the learned table. RoPE's threshold is its loss + 0.25, as the
-/// blocks' below.
+/// normed and it learns as fast as the learned table. RoPE's and ALiBi's thresholds are their
+/// losses + 0.25, as the blocks' below.
 fn learns_the_copy_task(config: ModelConfig, threshold: f32) {
     let (posenc, embed_scale, block) = (config.posenc, config.embed_scale, config.block);
     let losses = train_copy(config, 0);
@@ -792,6 +800,11 @@ fn with_tupe_a_the_copy_task_is_learned() {
 #[test]
 fn with_rope_the_copy_task_is_learned() {
     learns_the_copy_task(copy_config(ROPE, EmbedScale::None), 1.63);
+}
+
+#[test]
+fn with_alibi_the_copy_task_is_learned() {
+    learns_the_copy_task(copy_config(PosEnc::Alibi, EmbedScale::None), 2.11);
 }
 
 #[test]

@@ -300,6 +300,12 @@ impl ModelConfig {
         if let PosEnc::Floater(floater) = &self.posenc {
             floater.validate(self.d_model).or_else(config_err)?;
         }
+        if self.posenc == PosEnc::Alibi && matches!(self.kind, ModelKind::Seq2Seq { .. }) {
+            return config_err(
+                "alibi is for the causal LM and the encoder so far; a seq2seq model cannot have it yet"
+                    .into(),
+            );
+        }
         if let PosEnc::Rope { base } = self.posenc {
             if !(base.is_finite() && base > 1.0) {
                 return config_err(format!("rope's base must be finite and above 1, got {base}"));
@@ -556,11 +562,11 @@ mod tests {
 
     #[test]
     fn unknown_encodings_are_errors_listing_the_known_ones() {
-        let err = error_of(r#""sinusoidal""#, r#""rope""#);
+        let err = error_of(r#""sinusoidal""#, r#""xpos""#);
         assert!(
             err.contains(
-                "unknown variant `rope`, expected one of `none`, `sinusoidal`, `learned`, `relative`, \
-                 `tupe_a`, `tupe_r`, `floater`"
+                "unknown variant `xpos`, expected one of `none`, `sinusoidal`, `learned`, `relative`, \
+                 `tupe_a`, `tupe_r`, `floater`, `rope`, `alibi`"
             ),
             "{err}"
         );
@@ -733,6 +739,26 @@ mod tests {
         );
         let err = ModelConfig::from_json(&seq2seq).unwrap_err().to_string();
         assert!(err.contains("a seq2seq model cannot have it yet"), "{err}");
+    }
+
+    #[test]
+    fn alibi_takes_no_settings_and_no_seq2seq_model() {
+        let sinusoidal = r#"{ "type": "sinusoidal" }"#;
+        let alibi = |posenc: &str| ModelConfig::from_json(&TINY.replace(sinusoidal, posenc));
+        assert_eq!(alibi(r#"{ "type": "alibi" }"#).unwrap().posenc, PosEnc::Alibi);
+        let err = alibi(r#"{ "type": "alibi", "base": 2 }"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `base`, there are no fields"), "{err}");
+        let seq2seq = TINY.replace(sinusoidal, r#"{ "type": "alibi" }"#).replace(
+            r#"{ "type": "causal_lm" }"#,
+            r#"{ "type": "seq2seq", "decoder_layers": 1 }"#,
+        );
+        let err = ModelConfig::from_json(&seq2seq).unwrap_err().to_string();
+        assert!(
+            err.contains("alibi is for the causal LM and the encoder so far"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -151,6 +151,7 @@ pub fn posenc_name(posenc: &PosEnc) -> String {
         PosEnc::TupeA { .. } => "TUPE-A".into(),
         PosEnc::TupeR { .. } => "TUPE-R".into(),
         PosEnc::Rope { .. } => "RoPE".into(),
+        PosEnc::Alibi => "ALiBi".into(),
         PosEnc::Floater(f) => match f.form {
             crate::model::FloaterForm::Additive if f.every_block => "FLOATER (every block)".into(),
             crate::model::FloaterForm::Additive => "FLOATER".into(),

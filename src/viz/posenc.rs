@@ -59,6 +59,20 @@ pub struct PositionEncodings {
     pub note: String,
 }
 
+/// ALiBi's bias for distances 0..len, one column per head.
+fn alibi_map(heads: usize, len: usize) -> EncodingMap {
+    let slopes = &crate::model::posenc::alibi_slopes(heads);
+    EncodingMap {
+        label: "logit bias by distance (per head)".into(),
+        positions: len,
+        dims: heads,
+        values: (0..len)
+            .flat_map(move |d| slopes.iter().map(move |m| (-m * d as f64) as f32))
+            .collect(),
+        valid_positions: len,
+    }
+}
+
 /// RoPE's table for `len` positions: the cosines of each pair's angles, then their sines.
 fn rope_map(head_dim: usize, base: f64, len: usize) -> EncodingMap {
     EncodingMap {
@@ -104,6 +118,20 @@ pub async fn position_encodings(loaded: &LoadedCheckpoint, len: usize) -> Result
                  slow ones on the right. Any length.",
                 dh = c.head_dim(),
                 half = c.head_dim() / 2,
+            ),
+        }),
+        PosEnc::Alibi => Ok(PositionEncodings {
+            maps: vec![alibi_map(c.heads, len)],
+            note: format!(
+                "{name}: nothing is added to the tokens; every layer's attention logit of query i and key j gets \
+                 -m_h·|i - j|, a fixed slope per head (m_h = {}, ...). Drawn: that bias by distance (rows) for \
+                 each head (columns). Any length.",
+                crate::model::posenc::alibi_slopes(c.heads)
+                    .iter()
+                    .take(3)
+                    .map(|m| format!("{m:.4}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         }),
         PosEnc::Learned => Ok(PositionEncodings {
@@ -175,7 +203,7 @@ async fn seq2seq_encodings(saved: &SavedModel, len: usize) -> Result<PositionEnc
         ])
     };
     let (maps, note) = match c.posenc {
-        PosEnc::None | PosEnc::Rope { .. } => (
+        PosEnc::None | PosEnc::Rope { .. } | PosEnc::Alibi => (
             Vec::new(),
             "No position encoding: the encoder reads its source as a bag of tokens; the decoder has only its \
              causal mask."

@@ -46,6 +46,11 @@ pub enum PosEnc {
     /// nothing is added to the input, nothing is trained, any length. Default base 10,000. In
     /// TOML: `posenc = { type = "rope" }`. See `ops::rope`.
     Rope { base: f64 },
+    /// ALiBi (Press et al., "Train Short, Test Long"): every layer's attention logits get `−m_h`
+    /// times the query–key distance, a fixed slope per head; nothing trained, any length. The
+    /// encoder takes the symmetric distance. In TOML: `posenc = { type = "alibi" }`. See
+    /// `posenc::alibi`.
+    Alibi,
 }
 
 /// A [`PosEnc`] as read: its `type` and every setting of any type, each present or not. Serde's
@@ -89,6 +94,7 @@ enum PosEncType {
     TupeR,
     Floater,
     Rope,
+    Alibi,
 }
 
 impl TryFrom<PosEncSpec> for PosEnc {
@@ -114,7 +120,7 @@ impl TryFrom<PosEncSpec> for PosEnc {
             ("base", spec.base.is_some()),
         ];
         let takes: &[&str] = match spec.kind {
-            T::None | T::Learned => &[],
+            T::None | T::Learned | T::Alibi => &[],
             T::Sinusoidal => &["every_block"],
             T::Relative => &["buckets", "max_distance"],
             T::TupeA => &["untie_cls"],
@@ -175,6 +181,7 @@ impl TryFrom<PosEncSpec> for PosEnc {
             T::Rope => Self::Rope {
                 base: spec.base.unwrap_or(crate::ops::rope::ROPE_BASE),
             },
+            T::Alibi => Self::Alibi,
         })
     }
 }

@@ -7,6 +7,7 @@
 //! every layer's queries and keys by a constant `[L, Dh]` table. TUPE also changes the attention
 //! op's scale; FLOATER's solve reports a status to check after each run.
 
+mod alibi;
 mod choice;
 mod floater;
 mod learned;
@@ -14,6 +15,7 @@ mod relative;
 mod sinusoidal;
 mod tupe;
 
+pub use alibi::{alibi_slopes, alibi_table};
 pub use choice::PosEnc;
 pub(crate) use choice::refuse_other_settings;
 pub use floater::{
@@ -154,6 +156,19 @@ pub fn build_from(
             let relative = Some((config.bidirectional, buckets, max_distance));
             build_tupe(g, config, len, relative, untie_cls)
         }
+        PosEnc::Alibi => {
+            let bias = alibi::build(g, config.heads, len)?;
+            let offsets: Vec<i32> = (0..bias_rows(len)).collect();
+            let table = alibi_table(len, config.heads, config.bidirectional);
+            Ok(PositionTerms {
+                relative_bias: Some(bias),
+                constants: vec![
+                    (bias.table, Constant::F32(table)),
+                    (bias.buckets, Constant::I32(offsets)),
+                ],
+                ..PositionTerms::default()
+            })
+        }
         PosEnc::Rope { base } => {
             let head_dim = config.d_model / config.heads.max(1);
             let table = g.input("rope_table", TensorMeta::f32(&[len, head_dim]));
@@ -165,6 +180,11 @@ pub fn build_from(
             })
         }
     }
+}
+
+/// The rows of ALiBi's table for sequences of `len`: one per offset −(len − 1) ..= len − 1.
+fn bias_rows(len: usize) -> i32 {
+    i32::try_from((2 * len).saturating_sub(1)).unwrap_or(i32::MAX)
 }
 
 /// A seq2seq decoder's position terms over `len` target positions (`dims` the decoder's, not
@@ -251,14 +271,15 @@ pub fn build_step(
         );
         (row, Constant::F32(table[t * dims.d_model..].to_vec()))
     };
-    if let PosEnc::Rope { .. } = posenc {
+    if let PosEnc::Rope { .. } | PosEnc::Alibi = posenc {
         // Refused by the config check; kept an error so that no path reaches a wrong graph.
         return Err(crate::error::Error::Input(
-            "rope is for the causal LM and the encoder so far; a seq2seq decoder cannot have it yet".into(),
+            "rope and alibi are for the causal LM and the encoder so far; a seq2seq decoder cannot have them yet"
+                .into(),
         ));
     }
     match *posenc {
-        PosEnc::None | PosEnc::Rope { .. } => Ok((PositionTerms::default(), Vec::new())),
+        PosEnc::None | PosEnc::Rope { .. } | PosEnc::Alibi => Ok((PositionTerms::default(), Vec::new())),
         PosEnc::Sinusoidal { every_block } => {
             let (row, values) = row_of_table(g);
             let mut terms = PositionTerms {

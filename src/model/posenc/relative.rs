@@ -78,6 +78,7 @@ pub(super) fn build(g: &mut Graph, heads: usize, buckets: usize, by_offset: &[i3
     Ok(RelativeBias {
         table: g.param(PARAM_NAME, &[buckets, heads], Init::Normal(INIT_STD))?,
         buckets: g.input(INPUT_NAME, TensorMeta::i32(&[by_offset.len()])),
+        trained: true,
     })
 }
 

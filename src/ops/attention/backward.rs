@@ -59,7 +59,8 @@ impl Op for AttentionBackward {
         match self.0.bias {
             BiasKind::None => {}
             BiasKind::Dense => metas.push(TensorMeta::f32(&[d.h, d.lq, d.lk])),
-            BiasKind::Relative => metas.push(TensorMeta::f32(&[d.b, d.h, d.lq, d.buckets])),
+            BiasKind::Relative { trained: true } => metas.push(TensorMeta::f32(&[d.b, d.h, d.lq, d.buckets])),
+            BiasKind::Relative { trained: false } => {}
         }
         Ok(metas)
     }
@@ -77,7 +78,9 @@ impl Op for AttentionBackward {
         let scratch = || BackwardScratch::new(pr.d);
         // The relative bias's per-row sums of one (b, h) are written by that (b, h)'s task.
         let by_bucket: Vec<Option<&mut [f32]>> = match (self.0.bias, bias_grad.first_mut()) {
-            (BiasKind::Relative, Some(sums)) => sums.data.chunks_mut(lq * pr.d.buckets).map(Some).collect(),
+            (BiasKind::Relative { trained: true }, Some(sums)) => {
+                sums.data.chunks_mut(lq * pr.d.buckets).map(Some).collect()
+            }
             _ => (0..pr.d.b * pr.d.h).map(|_| None).collect(),
         };
         // dq, dk and dv of one (b, h) depend only on that (b, h).
@@ -125,14 +128,15 @@ impl Op for AttentionBackward {
         let (out, lse, dout) = (Arg::In(fwd), Arg::In(fwd + 1), Arg::In(fwd + 2));
         let uniform = self.0.uniform(d);
         let dispatch = |entry, args, workgroups| Dispatch::new(entry, &uniform, args, workgroups);
-        let relative = self.0.bias == BiasKind::Relative;
+        let relative = matches!(self.0.bias, BiasKind::Relative { .. });
+        let trained = self.0.bias == BiasKind::Relative { trained: true };
         // lse and D per row, then 1/0 visibility per key, then (relative bias) the bucket of
         // each offset, so that the passes after it need one buffer less.
         let offsets = d.lq + d.lk - 1;
         let mut scratch = vec![2 * d.rows() + d.b * d.lk + if relative { offsets } else { 0 }];
-        // The dq pass writes the relative bias's per-row sums; without one it still binds a
-        // writable buffer there, and a one-word scratch is one it never writes.
-        let by_bucket = if relative {
+        // The dq pass writes a trained relative bias's per-row sums; without one it still binds
+        // a writable buffer there, and a one-word scratch is one it never writes.
+        let by_bucket = if trained {
             Arg::Out(3)
         } else {
             scratch.push(1);

@@ -110,8 +110,11 @@ pub enum BiasKind {
     None,
     /// One input: the bias f32 `[H, Lq, Lk]`.
     Dense,
-    /// Two inputs: the table f32 `[buckets, H]` and the bucket of each offset ([`RelativeBias`]).
-    Relative,
+    /// Two inputs: the table f32 `[buckets, H]` and the bucket of each offset ([`RelativeBias`]),
+    /// the table trained or constant.
+    Relative {
+        trained: bool,
+    },
 }
 
 impl BiasKind {
@@ -119,7 +122,7 @@ impl BiasKind {
         match self {
             Self::None => 0,
             Self::Dense => 1,
-            Self::Relative => 2,
+            Self::Relative { .. } => 2,
         }
     }
 
@@ -128,7 +131,8 @@ impl BiasKind {
         match self {
             Self::None => 0,
             Self::Dense => 1,
-            Self::Relative => 2,
+            Self::Relative { trained: true } => 2,
+            Self::Relative { trained: false } => 3,
         }
     }
 }
@@ -239,7 +243,7 @@ impl Attention {
         let n = self.bias.inputs();
         Slots {
             bias: (n >= 1).then_some(first),
-            buckets: (self.bias == BiasKind::Relative).then_some(first + 1),
+            buckets: matches!(self.bias, BiasKind::Relative { .. }).then_some(first + 1),
             mask: self.has_key_mask.then_some(first + n),
         }
     }
@@ -262,7 +266,7 @@ impl Attention {
             dh: s[3],
             // The table `[buckets, H]` is the first optional input.
             buckets: match self.bias {
-                BiasKind::Relative => inputs[first].shape[0],
+                BiasKind::Relative { .. } => inputs[first].shape[0],
                 _ => 0,
             },
         }
@@ -291,7 +295,7 @@ impl Attention {
         let slots = self.slots(first);
         let listed = |inputs: &[&TensorMeta]| {
             let bias = match self.bias {
-                BiasKind::Relative => "table",
+                BiasKind::Relative { .. } => "table",
                 _ => "bias",
             };
             let named = [("q", Some(0)), ("k", Some(1)), ("v", with_v.then_some(2))]
@@ -354,7 +358,7 @@ impl Attention {
                     );
                 }
             }
-            BiasKind::Relative => relative::check(inputs[first], inputs[first + 1], h, lq, lk)
+            BiasKind::Relative { .. } => relative::check(inputs[first], inputs[first + 1], h, lq, lk)
                 .or_else(|e| shape_err(op, format!("{e}; got {}", listed(inputs))))?,
         }
         if let Some(i) = slots.mask
@@ -440,10 +444,11 @@ impl Op for Attention {
         match self.bias {
             BiasKind::None => {}
             BiasKind::Dense => result.push(Some(grads[3])),
-            BiasKind::Relative => {
+            BiasKind::Relative { trained: true } => {
                 // The bucket ids are integers: no gradient.
                 result.extend([Some(relative::table_gradient(g, grads[3])?), None]);
             }
+            BiasKind::Relative { trained: false } => result.extend([None, None]),
         }
         if self.has_key_mask {
             result.push(None);
@@ -460,7 +465,9 @@ impl AttentionOpts {
             bias: match self.bias {
                 None => BiasKind::None,
                 Some(AttentionBias::Dense(_)) => BiasKind::Dense,
-                Some(AttentionBias::Relative(_)) => BiasKind::Relative,
+                Some(AttentionBias::Relative(bias)) => BiasKind::Relative {
+                    trained: bias.trained,
+                },
             },
             has_key_mask: self.key_mask.is_some(),
         }

@@ -14,6 +14,10 @@
 //! float atomics, so the backward's dq pass, which recomputes dS row by row anyway, writes each
 //! query row's sums per bucket to its own slice of `[B, H, Lq, buckets]` (linear in L), and
 //! [`table_gradient`] sums those over B and Lq with ordinary graph ops.
+//!
+//! ALiBi uses the same lookups with a constant table (a row per offset, each head's slope times
+//! the distance) and `trained` false: the backward then writes no sums, and nothing in it is
+//! `[L, L]` either.
 
 use crate::error::Result;
 use crate::graph::{Graph, TensorId};
@@ -27,6 +31,9 @@ pub struct RelativeBias {
     /// i32 `[Lq + Lk − 1]`: entry `j − i + Lq − 1` is the bucket of query i and key j (of the
     /// offset `entry − Lk + 1`), in `0..buckets`.
     pub buckets: TensorId,
+    /// Whether the table is trained (T5). A constant table (ALiBi's distances times each head's
+    /// slope, a bucket per offset) gets no gradient, so the backward writes no per-row sums.
+    pub trained: bool,
 }
 
 /// Checks the table and the bucket list against `heads` and the lengths; the error says what it

@@ -7,7 +7,7 @@ use crate::exec::Executor;
 use crate::graph::Op;
 use crate::graph::{Graph, TensorId};
 use crate::kernel::AdapterKind;
-use crate::model::posenc::buckets_by_offset;
+use crate::model::posenc::{alibi_table, buckets_by_offset};
 use crate::params::ParamStore;
 use crate::tensor::TensorMeta;
 use crate::testing::*;
@@ -24,6 +24,9 @@ enum Bias {
         buckets: usize,
         ids: Vec<i32>,
     },
+    /// ALiBi: the input `table` `[2L − 1, H]` (`alibi_table`, no gradient) and the identity
+    /// `buckets`.
+    Alibi,
 }
 
 /// One attention problem: q, k, v (and the bias's table) are parameters, the key mask (and the
@@ -91,6 +94,14 @@ impl Case {
         }
     }
 
+    /// ALiBi's constant bias (square problems only: a table row per offset of one length).
+    fn alibi(self) -> Self {
+        Self {
+            bias: Bias::Alibi,
+            ..self
+        }
+    }
+
     /// A relative bias whose offsets fall in random buckets: the kernels must not rely on T5's
     /// buckets being monotone in the offset.
     fn scrambled(self, buckets: usize) -> Self {
@@ -134,7 +145,24 @@ impl Case {
                 let table = param(g, "table", &[*buckets, h]);
                 let (buckets, feed) = int_input(g, "buckets", &[lq + lk - 1], ids.clone());
                 feeds.push(feed);
-                Some(AttentionBias::Relative(RelativeBias { table, buckets }))
+                Some(AttentionBias::Relative(RelativeBias {
+                    table,
+                    buckets,
+                    trained: true,
+                }))
+            }
+            Bias::Alibi => {
+                let table = g.input("table", TensorMeta::f32(&[2 * lq - 1, h]));
+                let values = alibi_table(lq, h, !self.causal);
+                feeds.push((table, Feed::F32(values)));
+                let ids = (0..2 * lq as i32 - 1).collect();
+                let (buckets, feed) = int_input(g, "buckets", &[2 * lq - 1], ids);
+                feeds.push(feed);
+                Some(AttentionBias::Relative(RelativeBias {
+                    table,
+                    buckets,
+                    trained: false,
+                }))
             }
         };
         let key_mask = self.key_mask().map(|values| {
@@ -451,7 +479,11 @@ fn bad_shapes_name_the_op_and_every_shape() {
         "{err}"
     );
     // L = 5 needs 9 buckets, one per offset −4..=4.
-    let relative = plain.with_bias(AttentionBias::Relative(RelativeBias { table, buckets }));
+    let relative = plain.with_bias(AttentionBias::Relative(RelativeBias {
+        table,
+        buckets,
+        trained: true,
+    }));
     let err = g.attention(q, k, q, relative).unwrap_err().to_string();
     assert!(
         err.starts_with("attention: ")
@@ -567,6 +599,50 @@ fn relative_bias_matches_pytorch() {
     ];
     for (name, case) in cases {
         check_reference("attention_relative", name, &case.attention(), 1e-5, 1e-4);
+    }
+}
+
+/// ALiBi's constant table through the relative bias's lookups, on both kinds' kernels; the
+/// backward writes no table sums and gives q, k and v their gradients.
+#[test]
+fn alibi_gpu_matches_cpu_and_finite_differences() {
+    let cases = [
+        Case::new([2, 4, 37, 16]).alibi(),
+        Case::new([2, 4, 37, 16]).causal().alibi(),
+        Case::new([3, 2, 33, 8]).alibi().lengths(&[33, 20, 0]),
+        Case::new([1, 6, 70, 8]).causal().alibi(),
+    ];
+    for case in cases {
+        check_each_kind_matches_cpu(&case.attention(), 1e-5, 1e-4);
+    }
+    check_gradients(
+        &Case::new([2, 2, 6, 3]).causal().alibi().attention(),
+        1e-2,
+        1e-3,
+        20,
+    );
+    check_gradients(
+        &Case::new([2, 3, 5, 4]).alibi().lengths(&[5, 3]).attention(),
+        1e-2,
+        1e-3,
+        20,
+    );
+}
+
+/// `tests/reference/attention_alibi.safetensors` (from `gen_attention_alibi.py`): the bias built
+/// densely in float64 PyTorch from the authors' `get_slopes`, causal (−m·(i − j)) and
+/// bidirectional (−m·|i − j|), with 4 and 6 heads.
+#[test]
+fn alibi_matches_pytorch() {
+    let cases = [
+        ("causal", Case::new([2, 4, 9, 6]).scale(0.4).causal().alibi()),
+        (
+            "bidirectional_mask",
+            Case::new([2, 6, 9, 6]).scale(0.4).alibi().lengths(&[9, 5]),
+        ),
+    ];
+    for (name, case) in cases {
+        check_reference("attention_alibi", name, &case.attention(), 1e-5, 1e-4);
     }
 }
 

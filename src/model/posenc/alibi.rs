@@ -1,0 +1,116 @@
+//! ALiBi (Press et al., "Train Short, Test Long", 2022): no position is added to the input; every
+//! layer's attention logit of query i and key j gets `−m_h · |i − j|`, a fixed slope `m_h` per head
+//! (a geometric sequence, [`alibi_slopes`]). Causal models see only j ≤ i, so the bias is `−m_h ·
+//! (i − j)`; the authors' code adds `m_h · j` instead, which differs by a constant per row and so
+//! gives the same softmax. The encoder (bidirectional) takes the symmetric distance.
+//!
+//! The attention op looks the bias up inside its kernels as a relative bias whose "buckets" are
+//! the offsets themselves: a constant table `[2L − 1, H]` of each offset's bias per head, and the
+//! identity bucket list. So no `[H, L, L]` tensor exists at any length, and the table gets no
+//! gradient (`RelativeBias::trained` false).
+
+use crate::error::Result;
+use crate::graph::Graph;
+use crate::ops::attention::RelativeBias;
+use crate::tensor::TensorMeta;
+
+/// The graph input that holds each offset's bias per head.
+pub const TABLE_INPUT: &str = "posenc.alibi.table";
+
+/// The graph input that holds each offset's row of the table (the identity).
+pub const OFFSETS_INPUT: &str = "posenc.alibi.offsets";
+
+/// Each head's slope, exactly as the authors' `get_slopes`: for a power of two `n`, the geometric
+/// sequence from `2^(−8/n)` with that ratio; otherwise the largest power of two's slopes and then
+/// every other slope of twice that power's, as many as are missing.
+pub fn alibi_slopes(heads: usize) -> Vec<f64> {
+    fn power_of_two(n: usize) -> Vec<f64> {
+        let start = 2f64.powf(-(2f64.powf(-((n as f64).log2() - 3.0))));
+        (0..n).map(|i| start * start.powi(i as i32)).collect()
+    }
+    if heads.is_power_of_two() {
+        return power_of_two(heads);
+    }
+    let closest = 1 << heads.ilog2();
+    let mut slopes = power_of_two(closest);
+    slopes.extend(
+        alibi_slopes(2 * closest)
+            .into_iter()
+            .step_by(2)
+            .take(heads - closest),
+    );
+    slopes
+}
+
+/// The `[2·len − 1, heads]` table: row `j − i + len − 1` holds each head's bias for key j and
+/// query i, `−m_h` times their distance (|i − j| in an encoder, i − j for the keys a causal
+/// model sees, 0 for those it masks).
+pub fn alibi_table(len: usize, heads: usize, bidirectional: bool) -> Vec<f32> {
+    let slopes = &alibi_slopes(heads);
+    let reach = len as i64 - 1;
+    (-reach..=reach)
+        .flat_map(move |offset| {
+            let distance = if bidirectional {
+                offset.abs()
+            } else {
+                (-offset).max(0)
+            };
+            slopes.iter().map(move |m| (-m * distance as f64) as f32)
+        })
+        .collect()
+}
+
+/// The bias for sequences of `len`: the table input and the identity offsets input, to be fed
+/// [`alibi_table`] and `0..2·len − 1`.
+pub(super) fn build(g: &mut Graph, heads: usize, len: usize) -> Result<RelativeBias> {
+    let offsets = (2 * len).saturating_sub(1);
+    Ok(RelativeBias {
+        table: g.input(TABLE_INPUT, TensorMeta::f32(&[offsets, heads])),
+        buckets: g.input(OFFSETS_INPUT, TensorMeta::i32(&[offsets])),
+        trained: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{alibi_slopes, alibi_table};
+
+    /// The slopes the paper lists: 1/2 … 1/256 for 8 heads; 16 heads interleave 8 heads' with the
+    /// halfway points; 6 heads take 4 heads' and then every other of 8 heads'.
+    #[test]
+    fn slopes_are_the_papers() {
+        let close = |got: Vec<f64>, want: &[f64]| {
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(want) {
+                assert!((g - w).abs() < 1e-12, "{got:?} vs {want:?}");
+            }
+        };
+        close(
+            alibi_slopes(8),
+            &[0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625],
+        );
+        close(alibi_slopes(4), &[0.25, 0.0625, 0.015625, 0.00390625]);
+        let s2 = 0.5f64.sqrt();
+        close(alibi_slopes(2), &[0.0625, 0.00390625]);
+        close(alibi_slopes(6), &[0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125]);
+        let sixteen = alibi_slopes(16);
+        assert!(
+            (sixteen[0] - s2).abs() < 1e-12 && (sixteen[1] - 0.5).abs() < 1e-12,
+            "{sixteen:?}"
+        );
+    }
+
+    #[test]
+    fn the_table_is_minus_slope_times_distance() {
+        let (len, heads) = (4, 2);
+        let slopes = alibi_slopes(heads);
+        for (bidirectional, offset, distance) in [(true, -3, 3), (true, 2, 2), (false, -3, 3), (false, 2, 0)]
+        {
+            let table = alibi_table(len, heads, bidirectional);
+            let row = (offset + len as i64 - 1) as usize;
+            for (h, m) in slopes.iter().enumerate() {
+                assert_eq!(table[row * heads + h], (-m * distance as f64) as f32);
+            }
+        }
+    }
+}
