@@ -396,6 +396,10 @@ fn inconsistent_mutant(bases: &[(String, Table)], rng: &mut ChaCha8Rng) -> Mutan
             data.retain(|k, _| k == "task");
             data.insert("min_len".into(), int(large));
             data.insert("max_len".into(), int(small));
+            // The copy task trains a causal LM: a seq2seq base would be a second inconsistency.
+            let mut kind = Table::new();
+            kind.insert("type".into(), Value::String("causal_lm".into()));
+            section(&mut table, "model").insert("kind".into(), Value::Table(kind));
             (
                 format!("min_len {large} > max_len {small}"),
                 ["min_len", "max_len"],
