@@ -14,7 +14,7 @@ use crate::graph::Graph;
 use crate::model::{
     Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, Model, ModelConfig, ModelKind, PosEnc,
 };
-use crate::ops::matmul::{BLOCK_TILES, KSTEPS, KernelChoice, MAX_TILE_DEPTHS};
+use crate::ops::matmul::KernelChoice;
 use crate::optim::AdamW;
 use crate::params::ParamStore;
 use crate::tensor::TensorMeta;
@@ -52,28 +52,18 @@ pub struct KernelRow {
 const KERNEL_SPLITS: [usize; 2] = [1, 4];
 
 /// Like [`matmul`], but each size is timed with the op's own choice and then with every kernel
-/// the shader has (each (block, tile) of [`BLOCK_TILES`] with each K-step of [`KSTEPS`] its
-/// workgroup memory allows, k unsplit or split in 4): what tunes the choice per adapter kind. `progress` sees each row as it is measured.
+/// the shader has ([`KernelChoice::every`], k unsplit or split in 4): what tunes the choice per
+/// adapter kind. `progress` sees each row as it is measured.
 pub fn matmul_kernels(
     backend: &Rc<dyn Backend>,
     sizes: &[usize],
     repeats: usize,
     mut progress: impl FnMut(&KernelRow),
 ) -> Result<Vec<KernelRow>> {
-    let named = BLOCK_TILES.iter().flat_map(|&(block, tile)| {
-        KSTEPS
+    let named = KernelChoice::every(1).flat_map(|kernel| {
+        KERNEL_SPLITS
             .iter()
-            .filter(move |&&kstep| tile * kstep <= MAX_TILE_DEPTHS)
-            .flat_map(move |&kstep| {
-                KERNEL_SPLITS.iter().map(move |&splits| {
-                    Some(KernelChoice {
-                        block,
-                        tile,
-                        splits,
-                        kstep,
-                    })
-                })
-            })
+            .map(move |&splits| Some(KernelChoice { splits, ..kernel }))
     });
     let kernels: Vec<Option<KernelChoice>> = std::iter::once(None).chain(named).collect();
     let mut rows = Vec::new();

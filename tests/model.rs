@@ -377,23 +377,8 @@ fn a_length_over_the_learned_table_is_an_error_naming_both_lengths() {
 /// (and past max_len): the copy task's length 14 doubled, for both bucket layouts.
 #[test]
 fn relative_bias_runs_at_twice_the_training_length() {
-    let len = 2 * COPY_LEN;
     for kind in [LM, ModelKind::Encoder { n_classes: 3 }] {
-        let config = ModelConfig {
-            max_len: COPY_LEN,
-            ..tiny(kind, T5)
-        };
-        let h = harness(config, 2, len, false, cpu());
-        let a = tokens(2, len, 30, 4);
-        let targets = match kind {
-            ModelKind::Encoder { .. } => vec![2, 0],
-            ModelKind::CausalLm { .. } | ModelKind::Seq2Seq { .. } => shifted(&a, len),
-        };
-        let (logits, loss) = h.run(&a, &targets, None);
-        assert!(
-            loss.is_finite() && logits.iter().all(|x| x.is_finite()),
-            "{kind:?}: loss {loss}"
-        );
+        let h = run_past_max_len(kind, T5, 2 * COPY_LEN);
         let bias_grad = h
             .grads
             .iter()
@@ -407,31 +392,35 @@ fn relative_bias_runs_at_twice_the_training_length() {
     }
 }
 
-/// RoPE and ALiBi have no table to run out of: a model of `max_len` 16 runs at 64 positions,
-/// both kinds.
+/// RoPE and ALiBi have no table to run out of: a model of `max_len` 14 (the copy task's length)
+/// runs at 56 positions, both kinds.
 #[test]
 fn rope_and_alibi_run_at_four_times_the_training_length() {
-    let len = 4 * COPY_LEN;
-    for (kind, posenc) in [LM, ModelKind::Encoder { n_classes: 3 }]
-        .into_iter()
-        .flat_map(|kind| [(kind, ROPE), (kind, PosEnc::Alibi)])
-    {
-        let config = ModelConfig {
-            max_len: COPY_LEN,
-            ..tiny(kind, posenc)
-        };
-        let h = harness(config, 2, len, false, cpu());
-        let a = tokens(2, len, 30, 4);
-        let targets = match kind {
-            ModelKind::Encoder { .. } => vec![2, 0],
-            ModelKind::CausalLm { .. } | ModelKind::Seq2Seq { .. } => shifted(&a, len),
-        };
-        let (logits, loss) = h.run(&a, &targets, None);
-        assert!(
-            loss.is_finite() && logits.iter().all(|x| x.is_finite()),
-            "{kind:?} {posenc:?}: loss {loss}"
-        );
+    for kind in [LM, ModelKind::Encoder { n_classes: 3 }] {
+        for posenc in [ROPE, PosEnc::Alibi] {
+            run_past_max_len(kind, posenc, 4 * COPY_LEN);
+        }
     }
+}
+
+/// A model of `max_len` `COPY_LEN` run at `len` on the CPU: its loss and logits are finite.
+fn run_past_max_len(kind: ModelKind, posenc: PosEnc, len: usize) -> Harness {
+    let config = ModelConfig {
+        max_len: COPY_LEN,
+        ..tiny(kind, posenc)
+    };
+    let h = harness(config, 2, len, false, cpu());
+    let a = tokens(2, len, 30, 4);
+    let targets = match kind {
+        ModelKind::Encoder { .. } => vec![2, 0],
+        ModelKind::CausalLm { .. } | ModelKind::Seq2Seq { .. } => shifted(&a, len),
+    };
+    let (logits, loss) = h.run(&a, &targets, None);
+    assert!(
+        loss.is_finite() && logits.iter().all(|x| x.is_finite()),
+        "{kind:?} {posenc:?}: loss {loss}"
+    );
+    h
 }
 
 #[test]

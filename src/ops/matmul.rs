@@ -41,10 +41,10 @@ pub struct KernelChoice {
 }
 
 /// The depths a K-step may stage: tile · kstep at most [`MAX_TILE_DEPTHS`].
-pub const KSTEPS: [usize; 3] = [8, 16, 32];
+const KSTEPS: [usize; 3] = [8, 16, 32];
 
 /// Two staged tiles of TILE × KSTEP floats fill WebGPU's 16 KiB of workgroup memory at this.
-pub const MAX_TILE_DEPTHS: usize = 2048;
+const MAX_TILE_DEPTHS: usize = 2048;
 
 /// Every (block, tile) the shader is built for: a tile is a multiple of twice the block.
 pub const BLOCK_TILES: [(usize, usize); 5] = [(16, 128), (16, 64), (8, 128), (8, 64), (8, 32)];
@@ -248,6 +248,22 @@ fn kernel_for(adapter: AdapterKind, l: &Layout) -> Kernel {
 }
 
 impl KernelChoice {
+    /// Every kernel the shader has with k in `splits` ranges: each (block, tile) of
+    /// [`BLOCK_TILES`] with each K-step its workgroup memory allows.
+    pub fn every(splits: usize) -> impl Iterator<Item = KernelChoice> {
+        BLOCK_TILES.into_iter().flat_map(move |(block, tile)| {
+            KSTEPS
+                .into_iter()
+                .filter(move |kstep| tile * kstep <= MAX_TILE_DEPTHS)
+                .map(move |kstep| KernelChoice {
+                    block,
+                    tile,
+                    splits,
+                    kstep,
+                })
+        })
+    }
+
     /// The kernel it names, or why it names none.
     fn kernel(&self, adapter: AdapterKind, l: &Layout) -> std::result::Result<Kernel, String> {
         let body = match self.block {
@@ -502,10 +518,7 @@ impl Graph {
 
 #[cfg(test)]
 mod tests {
-    use super::{
-        AdapterKind, BLOCK_TILES, BLOCK8, BLOCK16, KSTEPS, Kernel, KernelChoice, Layout, MAX_TILE_DEPTHS,
-        MatMul, kernel_for,
-    };
+    use super::{AdapterKind, BLOCK8, BLOCK16, Kernel, KernelChoice, Layout, MatMul, kernel_for};
     use crate::graph::Graph;
     use crate::tensor::TensorMeta;
     use crate::testing::*;
@@ -623,29 +636,10 @@ mod tests {
         }
     }
 
-    /// Every (block, tile, K-step) a kernel can have, as [`KernelChoice::kernel`] admits them.
-    fn every_kernel() -> Vec<KernelChoice> {
-        let mut all = Vec::new();
-        for (block, tile) in BLOCK_TILES {
-            for kstep in KSTEPS {
-                let kernel = KernelChoice {
-                    block,
-                    tile,
-                    splits: 1,
-                    kstep,
-                };
-                if tile * kstep <= MAX_TILE_DEPTHS {
-                    all.push(kernel);
-                }
-            }
-        }
-        all
-    }
-
     /// naga validates each variant the op can ask for as wgpu will build it: its constants set.
     #[test]
     fn every_kernel_validates_with_its_constants() {
-        for choice in every_kernel() {
+        for choice in KernelChoice::every(1) {
             let body = if choice.block == 16 { BLOCK16 } else { BLOCK8 };
             for entry in [body.general, body.vec4, body.direct] {
                 let kernel = Kernel {
@@ -666,7 +660,7 @@ mod tests {
     /// ranges of one K-step or less) and unsplit.
     #[test]
     fn every_named_kernel_matches_cpu() {
-        for choice in every_kernel() {
+        for choice in KernelChoice::every(1) {
             for splits in [1, 3] {
                 for (m, k, n) in [(70, 45, 133), (68, 44, 132)] {
                     let kernel = KernelChoice { splits, ..choice };

@@ -383,9 +383,12 @@ impl Optimizer {
 
 #[cfg(test)]
 mod tests {
+    use std::rc::Rc;
+
     use super::{AdamW, Optimizer};
+    use crate::backend::Backend;
     use crate::exec::Executor;
-    use crate::graph::{Graph, Init};
+    use crate::graph::{Graph, Init, TensorId};
     use crate::params::ParamStore;
     use crate::tensor::TensorMeta;
     use crate::testing::{assert_close, cpu, gpu, random_vec};
@@ -444,6 +447,23 @@ mod tests {
     }
 
     /// A NaN in one gradient skips the update of every parameter, moments included.
+    /// The parameters of `g` (seed 0), AdamW with the defaults, and an executor that computes
+    /// `loss` and every gradient and then applies the update.
+    fn default_step(
+        backend: Rc<dyn Backend>,
+        g: &mut Graph,
+        loss: TensorId,
+    ) -> (ParamStore, Optimizer, Executor) {
+        let grads = g.backward(loss).unwrap();
+        let params = ParamStore::init(backend, g, 0).unwrap();
+        let opt = Optimizer::new(AdamW::default(), &params).unwrap();
+        let mut outputs = vec![loss];
+        outputs.extend(grads.iter().map(|(_, gr)| gr));
+        let mut exec = Executor::new(g, &outputs, &params).unwrap();
+        opt.attach(&mut exec, g, &grads, &params).unwrap();
+        (params, opt, exec)
+    }
+
     /// The clip's norm over gradients long enough for every path of the sum (eight values per
     /// thread at a time, then the rest): 70,005 and 2,049 values, and one.
     #[test]
@@ -474,13 +494,7 @@ mod tests {
                 feeds.push(c);
             }
             let loss = terms.into_iter().reduce(|a, b| g.add(a, b).unwrap()).unwrap();
-            let grads = g.backward(loss).unwrap();
-            let params = ParamStore::init(backend.clone(), &g, 0).unwrap();
-            let mut opt = Optimizer::new(AdamW::default(), &params).unwrap();
-            let mut outputs = vec![loss];
-            outputs.extend(grads.iter().map(|(_, gr)| gr));
-            let mut exec = Executor::new(&g, &outputs, &params).unwrap();
-            opt.attach(&mut exec, &g, &grads, &params).unwrap();
+            let (_, mut opt, exec) = default_step(backend.clone(), &mut g, loss);
             for (c, values) in feeds.iter().zip(&inputs) {
                 exec.set_f32(*c, values).unwrap();
             }
@@ -504,13 +518,7 @@ mod tests {
             let wb = g.add(w, b).unwrap();
             let scaled = g.mul(wb, c).unwrap();
             let loss = g.sum_all(scaled).unwrap();
-            let grads = g.backward(loss).unwrap();
-            let params = ParamStore::init(backend.clone(), &g, 0).unwrap();
-            let mut opt = Optimizer::new(AdamW::default(), &params).unwrap();
-            let mut outputs = vec![loss];
-            outputs.extend(grads.iter().map(|(_, gr)| gr));
-            let mut exec = Executor::new(&g, &outputs, &params).unwrap();
-            opt.attach(&mut exec, &g, &grads, &params).unwrap();
+            let (params, mut opt, exec) = default_step(backend.clone(), &mut g, loss);
             exec.set_f32(c, &[1.0, 2.0, 3.0]).unwrap();
             opt.prepare_step(0.1).unwrap();
             exec.run().unwrap();
