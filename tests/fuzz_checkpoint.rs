@@ -136,7 +136,7 @@ fn read_and_run(bytes: &[u8]) -> Result<Option<String>, String> {
     if !is_cheap(&run) {
         return Ok(None);
     }
-    let task = Task::load(&run.data).map_err(err)?;
+    let task = Task::load(&run).map_err(err)?;
     let sets = task.eval_sets(&[EVAL_LENGTH], run.train.batch, 1);
     let mut evaluator = Evaluator::new(saved.model.clone());
     let report = pollster::block_on(evaluator.evaluate(&saved.params, sets, task.train_len()));

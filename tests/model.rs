@@ -173,6 +173,22 @@ fn shifted(tokens: &[i32], len: usize) -> Vec<i32> {
         .collect()
 }
 
+/// A masked LM's targets: every third token (after [CLS]) is predicted, the rest ignored.
+fn hidden_every_third(tokens: &[i32], len: usize) -> Vec<i32> {
+    (0..tokens.len())
+        .map(|i| if i % len % 3 == 1 { tokens[i] } else { IGNORE_INDEX })
+        .collect()
+}
+
+/// Valid targets of two rows for each kind of model.
+fn targets_for(kind: ModelKind, tokens: &[i32], len: usize) -> Vec<i32> {
+    match kind {
+        ModelKind::Encoder { .. } => vec![2, 0],
+        ModelKind::MaskedLm => hidden_every_third(tokens, len),
+        ModelKind::CausalLm { .. } | ModelKind::Seq2Seq { .. } => shifted(tokens, len),
+    }
+}
+
 #[test]
 fn logits_have_the_head_shape() {
     for posenc in ALL_POSENCS {
@@ -396,7 +412,7 @@ fn relative_bias_runs_at_twice_the_training_length() {
 /// runs at 56 positions, both kinds.
 #[test]
 fn rope_and_alibi_run_at_four_times_the_training_length() {
-    for kind in [LM, ModelKind::Encoder { n_classes: 3 }] {
+    for kind in [LM, ModelKind::Encoder { n_classes: 3 }, ModelKind::MaskedLm] {
         for posenc in [ROPE, PosEnc::Alibi] {
             run_past_max_len(kind, posenc, 4 * COPY_LEN);
         }
@@ -411,10 +427,7 @@ fn run_past_max_len(kind: ModelKind, posenc: PosEnc, len: usize) -> Harness {
     };
     let h = harness(config, 2, len, false, cpu());
     let a = tokens(2, len, 30, 4);
-    let targets = match kind {
-        ModelKind::Encoder { .. } => vec![2, 0],
-        ModelKind::CausalLm { .. } | ModelKind::Seq2Seq { .. } => shifted(&a, len),
-    };
+    let targets = targets_for(kind, &a, len);
     let (logits, loss) = h.run(&a, &targets, None);
     assert!(
         loss.is_finite() && logits.iter().all(|x| x.is_finite()),
@@ -430,7 +443,8 @@ fn tupe_untie_cls_in_a_causal_lm_is_a_config_error() {
     assert_eq!(
         err,
         "model config: untie_cls resets the positional term of [CLS] (position 0), which only an \
-         encoder with a classifier has; set untie_cls = false for a causal LM or a seq2seq model"
+         encoder (a classifier or a masked LM) has; set untie_cls = false for a causal LM or a \
+         seq2seq model"
     );
 }
 
@@ -534,6 +548,10 @@ fn gpu_gives_the_cpu_logits_loss_and_gradients() {
         (ModelKind::Encoder { n_classes: 3 }, ROPE, residual),
         (LM, PosEnc::Alibi, residual),
         (ModelKind::Encoder { n_classes: 3 }, PosEnc::Alibi, residual),
+        (ModelKind::MaskedLm, PosEnc::Learned, residual),
+        (ModelKind::MaskedLm, TUPE_R_UNTIED, residual),
+        (ModelKind::MaskedLm, ROPE, residual),
+        (ModelKind::MaskedLm, PosEnc::Alibi, Block::Rk2Gated),
     ];
     for (kind, posenc, block) in cases {
         // The sinusoidal cases also cover the scaled token embeddings.
@@ -550,10 +568,7 @@ fn gpu_gives_the_cpu_logits_loss_and_gradients() {
         let mask: Vec<f32> = (0..batch * len)
             .map(|i| if i >= len + 6 { 0.0 } else { 1.0 })
             .collect();
-        let targets = match kind {
-            ModelKind::Encoder { .. } => vec![2, 0],
-            ModelKind::CausalLm { .. } | ModelKind::Seq2Seq { .. } => shifted(&a, len),
-        };
+        let targets = targets_for(kind, &a, len);
         let on = |backend| {
             let h = harness(config.clone(), batch, len, true, backend);
             let (logits, loss) = h.run(&a, &targets, Some(&mask));

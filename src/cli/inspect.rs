@@ -7,8 +7,11 @@ use std::rc::Rc;
 use clap::Args;
 use posflow::backend::{Backend, CpuBackend};
 use posflow::checkpoint::Checkpoint;
-use posflow::data::{BOS, SPECIAL_TOKENS};
-use posflow::inference::SavedModel;
+use posflow::data::BOS;
+use posflow::data::CharTokenizer;
+use posflow::inference::{MaskFiller, SavedModel};
+use posflow::model::{Model, ModelKind};
+use posflow::params::ParamStore;
 use posflow::train::{Evaluator, RunConfig, Task, check_eval_lengths, check_same_tokenizer, saved_run};
 
 use super::{at_least_one, non_negative, sequence_length};
@@ -65,7 +68,8 @@ pub fn export(args: ExportArgs) -> posflow::Result<()> {
 pub struct SampleArgs {
     #[arg(long)]
     checkpoint: PathBuf,
-    /// The text to continue; every character must be in the model's vocabulary.
+    /// The text to continue; every character must be in the model's vocabulary. For a masked
+    /// LM, the text whose `<mask>`s to fill (e.g. "Call me <mask>shmael.").
     #[arg(long)]
     prompt: String,
     /// How many characters to generate (at most 2²⁰).
@@ -100,16 +104,20 @@ pub fn eval(backend: Rc<dyn Backend>, args: EvalArgs) -> posflow::Result<()> {
     if let Some(data) = args.data {
         run.data = run.data.with_file(data)?;
     }
-    let task = Task::load(&run.data)?;
+    let task = Task::load(&run)?;
     check_same_tokenizer(&saved.metadata, &task.tokenizer())?;
     let batches = args.batches.unwrap_or(run.train.eval_batches);
     let mut evaluator = Evaluator::new(saved.model.clone());
-    let report = match task.pair_data() {
+    let report = match (task.pair_data(), task.class_data()) {
         // A seq2seq model is scored by decoding every source-length bin of its pair data.
-        Some(pairs) => {
+        (Some(pairs), _) => {
             pollster::block_on(evaluator.evaluate_pairs(&saved.params, pairs, run.train.batch, batches))
         }
-        None => {
+        // A classifier, on every text-length bin of its set.
+        (_, Some(classes)) => {
+            pollster::block_on(evaluator.evaluate_classes(&saved.params, classes, run.train.batch, batches))
+        }
+        (None, None) => {
             let sets = task.eval_sets(&args.lengths, run.train.batch, batches);
             pollster::block_on(evaluator.evaluate(&saved.params, sets, task.train_len()))
         }
@@ -125,6 +133,14 @@ pub fn eval(backend: Rc<dyn Backend>, args: EvalArgs) -> posflow::Result<()> {
 
 pub fn sample(backend: Rc<dyn Backend>, args: SampleArgs) -> posflow::Result<()> {
     let saved = SavedModel::load(backend, &args.checkpoint)?;
+    if saved.model.config().kind == ModelKind::MaskedLm {
+        return fill_masks(
+            &saved.model,
+            &saved.params,
+            saved.tokenizer.chars()?,
+            &args.prompt,
+        );
+    }
     let mut generator = saved.generator()?;
     // A checkpoint without a run config (not from `posflow train`) is taken for plain text.
     let starts_with_bos = saved_run(&saved.metadata).is_ok_and(|run| run.data.starts_with_bos());
@@ -139,7 +155,7 @@ pub fn sample(backend: Rc<dyn Backend>, args: SampleArgs) -> posflow::Result<()>
             .iter()
             .enumerate()
             .map(|(id, &p)| {
-                let name = match SPECIAL_TOKENS.get(id) {
+                let name = match saved.tokenizer.specials().get(id) {
                     Some(special) => Ok(special.to_string()),
                     None => saved.tokenizer.decode(&[id as i32]),
                 };
@@ -153,5 +169,29 @@ pub fn sample(backend: Rc<dyn Backend>, args: SampleArgs) -> posflow::Result<()>
     let text = pollster::block_on(generator.complete(&args.prompt, args.chars, args.temperature, &mut rng))?;
     // The characters come from the checkpoint's tokenizer: shown, never interpreted.
     println!("{}{}", args.prompt, posflow::error::printable(&text));
+    Ok(())
+}
+
+/// Prints `prompt` with its `<mask>`s filled by a masked LM, and each mask's three best guesses.
+pub fn fill_masks(
+    model: &Model,
+    params: &ParamStore,
+    tokenizer: &CharTokenizer,
+    prompt: &str,
+) -> posflow::Result<()> {
+    let filler = MaskFiller::new(model, params, tokenizer)?;
+    let filled = pollster::block_on(filler.fill(prompt, 3))?;
+    println!("{prompt}\n{}", posflow::error::printable(&filled.text));
+    for (i, guesses) in filled.guesses.iter().enumerate() {
+        let ranked: Vec<String> = guesses
+            .iter()
+            .map(|(c, p)| format!("{:?} {:.1}%", c, 100.0 * p))
+            .collect();
+        println!(
+            "  <mask> {}: {}",
+            i + 1,
+            posflow::error::printable(&ranked.join(", "))
+        );
+    }
     Ok(())
 }

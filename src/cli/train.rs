@@ -10,6 +10,7 @@ use posflow::backend::Backend;
 use posflow::checkpoint::{Checkpoint, remove_interrupted_save};
 use posflow::data::{PairTokenizer, TaskTokenizer};
 use posflow::inference::{DecodeOptions, Generator, Seq2SeqDecoder};
+use posflow::model::ModelKind;
 use posflow::train::{DEFAULT_RUN, EvalReport, Progress, RunConfig, StepStats, Trainer, fit, saved_run};
 use rand::SeedableRng;
 
@@ -111,7 +112,7 @@ pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
     {
         // Refused now rather than after the run: the sample is the last thing it does.
         match trainer.tokenizer() {
-            TaskTokenizer::Chars(chars) => chars.encode(prompt).map(drop),
+            TaskTokenizer::Chars(chars) => chars.encode_with_masks(prompt).map(drop),
             TaskTokenizer::Pairs(pairs) => pairs.encode_source(prompt).map(drop),
         }
         .map_err(|e| posflow::Error::Input(format!("[train] sample_prompt: {e}")))?;
@@ -130,6 +131,10 @@ pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
             TaskTokenizer::Chars(chars) => chars,
             TaskTokenizer::Pairs(pairs) => return translate_sample(&trainer, &pairs, prompt),
         };
+        if trainer.model().config().kind == ModelKind::MaskedLm {
+            println!("sample (each <mask> filled with its most likely character):");
+            return super::inspect::fill_masks(trainer.model(), trainer.params(), &chars, prompt);
+        }
         let mut generator = Generator::new(
             trainer.model(),
             trainer.params(),

@@ -173,7 +173,7 @@ pub fn bench_decode(backend: Rc<dyn Backend>, args: BenchDecodeArgs) -> posflow:
         )));
     }
     let run = posflow::train::saved_run(&models[0].metadata)?;
-    let task = posflow::train::Task::load(&run.data)?;
+    let task = posflow::train::Task::load(&run)?;
     let data = task.pair_data().ok_or_else(|| {
         Error::Input(format!(
             "{} was not trained on a pair task: bench decode times seq2seq checkpoints",

@@ -9,3 +9,12 @@ pub const MOBY_DICK: &str = include_str!("../../data/moby_dick.txt");
 
 /// A quarter of the CMU pronouncing dictionary: lines `WORD  PH1 PH2 ...` (30,969 words).
 pub const CMUDICT: &str = include_str!("../../data/cmudict.txt");
+
+/// First names listed as female, one per line (4,951; stdlib's list).
+pub const FEMALE_FIRST_NAMES: &str = include_str!("../../data/female_first_names.txt");
+
+/// First names listed as male, one per line (3,898; stdlib's list).
+pub const MALE_FIRST_NAMES: &str = include_str!("../../data/male_first_names.txt");
+
+/// SpamAssassin e-mail bodies, `ham|spam<TAB>body` per line (1,436; made by `data/make_spam.py`).
+pub const SPAM: &str = include_str!("../../data/spam.tsv");

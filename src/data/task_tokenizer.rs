@@ -1,7 +1,7 @@
 //! The tokenizer a model was trained with, whichever kind its task has: a checkpoint stores it as
 //! JSON, and a loaded model turns text into its ids with it.
 
-use super::{CharTokenizer, PairTokenizer};
+use super::{CharTokenizer, PairTokenizer, SPECIAL_TOKENS};
 use crate::error::{Error, Result};
 
 /// The tokenizer of a task: characters for the language-model tasks, the shared vocabulary of
@@ -48,6 +48,14 @@ impl TaskTokenizer {
         match self {
             Self::Chars(chars) => chars.decode(ids),
             Self::Pairs(pairs) => pairs.decode_target(ids),
+        }
+    }
+
+    /// The special tokens' names, in id order (a masked LM's character tokenizer has two more).
+    pub fn specials(&self) -> &'static [&'static str] {
+        match self {
+            Self::Chars(chars) => chars.specials(),
+            Self::Pairs(_) => &SPECIAL_TOKENS,
         }
     }
 

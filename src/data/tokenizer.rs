@@ -9,6 +9,12 @@
 //!
 //! The separator between a prompt and its answer (`=` in `hello=HH AH0 L OW1`, `|` in `abc|cba`)
 //! is an ordinary character, so decoded sequences read as the task is written.
+//!
+//! A masked LM's tokenizer has two more ([`MASKED_LM_TOKENS`]), so that the plain tokenizers and
+//! every checkpoint written before masked LMs keep their ids:
+//! - `<mask>` ([`MASK`]) stands for a hidden token the model is trained to fill (BERT's `[MASK]`).
+//! - `<unk>` ([`UNK`]) stands for a character the pretraining text never had, so a classifier
+//!   fine-tuned from the masked LM reads any text (a name with an accent, an e-mail's symbols).
 
 use std::fmt;
 
@@ -19,21 +25,31 @@ use crate::error::{Error, Result};
 pub const PAD: i32 = 0;
 pub const BOS: i32 = 1;
 pub const EOS: i32 = 2;
+/// In a masked LM's tokenizer only: a hidden token.
+pub const MASK: i32 = 3;
+/// In a masked LM's tokenizer only: a character outside the vocabulary.
+pub const UNK: i32 = 4;
 /// The special tokens' names, in id order; characters take the ids after them.
 pub const SPECIAL_TOKENS: [&str; 3] = ["<pad>", "<bos>", "<eos>"];
+/// A masked LM's special tokens: [`SPECIAL_TOKENS`], then `<mask>` and `<unk>`.
+pub const MASKED_LM_TOKENS: [&str; 5] = ["<pad>", "<bos>", "<eos>", "<mask>", "<unk>"];
 
 /// The special tokens as a stored tokenizer lists them.
-pub(super) fn stored_specials() -> Vec<String> {
-    SPECIAL_TOKENS.iter().map(|s| s.to_string()).collect()
+pub(super) fn stored_specials(specials: &[&str]) -> Vec<String> {
+    specials.iter().map(|s| s.to_string()).collect()
 }
 
-/// A stored tokenizer's special tokens must be this build's.
-pub(super) fn check_specials(specials: &[String]) -> std::result::Result<(), String> {
+/// A stored tokenizer's special tokens must be one of this build's lists; returns it.
+pub(super) fn check_specials(specials: &[String]) -> std::result::Result<&'static [&'static str], String> {
     if specials == SPECIAL_TOKENS {
-        return Ok(());
+        return Ok(&SPECIAL_TOKENS);
+    }
+    if specials == MASKED_LM_TOKENS {
+        return Ok(&MASKED_LM_TOKENS);
     }
     Err(format!(
-        "tokenizer special tokens {specials:?} differ from this build's {SPECIAL_TOKENS:?}"
+        "tokenizer special tokens {specials:?} differ from this build's {SPECIAL_TOKENS:?} (or a \
+         masked LM's {MASKED_LM_TOKENS:?})"
     ))
 }
 
@@ -58,9 +74,14 @@ pub(super) enum Token {
     Entry(usize),
 }
 
-/// Token `id` at `position` of a sequence, in a vocabulary of `vocab_size` ids; an id outside it
-/// is an error naming both.
-pub(super) fn token_of(id: i32, position: usize, vocab_size: usize) -> Result<Token> {
+/// Token `id` at `position` of a sequence, in a vocabulary of `vocab_size` ids starting with
+/// `specials`; an id outside it is an error naming both.
+pub(super) fn token_of(
+    id: i32,
+    position: usize,
+    vocab_size: usize,
+    specials: &'static [&'static str],
+) -> Result<Token> {
     let index = usize::try_from(id)
         .ok()
         .filter(|&i| i < vocab_size)
@@ -69,13 +90,13 @@ pub(super) fn token_of(id: i32, position: usize, vocab_size: usize) -> Result<To
                 "token id {id} at position {position} is outside the vocabulary of {vocab_size} ids"
             ))
         })?;
-    Ok(match index.checked_sub(SPECIAL_TOKENS.len()) {
+    Ok(match index.checked_sub(specials.len()) {
         Some(entry) => Token::Entry(entry),
-        None => Token::Special(SPECIAL_TOKENS[index]),
+        None => Token::Special(specials[index]),
     })
 }
 
-/// Maps characters to ids `SPECIAL_TOKENS.len()..` in sorted order, and back.
+/// Maps characters to ids after its special tokens, in sorted order, and back.
 ///
 /// Serialized (serde) as `{"specials": [...], "chars": "..."}` so a checkpoint can store it;
 /// loading checks that the specials match this build and that the characters are sorted and unique.
@@ -84,6 +105,8 @@ pub(super) fn token_of(id: i32, position: usize, vocab_size: usize) -> Result<To
 pub struct CharTokenizer {
     /// Sorted and unique: lookups are binary searches.
     chars: Vec<char>,
+    /// [`SPECIAL_TOKENS`], or a masked LM's [`MASKED_LM_TOKENS`].
+    specials: &'static [&'static str],
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -95,7 +118,7 @@ struct StoredTokenizer {
 impl From<CharTokenizer> for StoredTokenizer {
     fn from(tokenizer: CharTokenizer) -> Self {
         Self {
-            specials: stored_specials(),
+            specials: stored_specials(tokenizer.specials),
             chars: tokenizer.chars.into_iter().collect(),
         }
     }
@@ -105,10 +128,10 @@ impl TryFrom<StoredTokenizer> for CharTokenizer {
     type Error = String;
 
     fn try_from(stored: StoredTokenizer) -> Result<Self, String> {
-        check_specials(&stored.specials)?;
+        let specials = check_specials(&stored.specials)?;
         let chars: Vec<char> = stored.chars.chars().collect();
         check_sorted(&chars, "characters")?;
-        Ok(Self { chars })
+        Ok(Self { chars, specials })
     }
 }
 
@@ -118,26 +141,92 @@ impl CharTokenizer {
         let mut chars: Vec<char> = texts.into_iter().flat_map(str::chars).collect();
         chars.sort_unstable();
         chars.dedup();
-        Self { chars }
+        Self {
+            chars,
+            specials: &SPECIAL_TOKENS,
+        }
     }
 
     pub fn from_text(text: &str) -> Self {
         Self::from_texts([text])
     }
 
-    /// Special tokens plus characters: the size of the embedding and of the output layer.
-    pub fn vocab_size(&self) -> usize {
-        SPECIAL_TOKENS.len() + self.chars.len()
+    /// The same characters with a masked LM's special tokens (`<mask>`, `<unk>`) before them.
+    pub fn for_masked_lm(self) -> Self {
+        Self {
+            specials: &MASKED_LM_TOKENS,
+            ..self
+        }
     }
 
-    /// The characters, sorted; character `chars()[i]` has id `SPECIAL_TOKENS.len() + i`.
+    /// Whether it has `<mask>` and `<unk>`.
+    pub fn is_masked_lm(&self) -> bool {
+        self.specials.len() == MASKED_LM_TOKENS.len()
+    }
+
+    /// The special tokens' names, in id order.
+    pub fn specials(&self) -> &'static [&'static str] {
+        self.specials
+    }
+
+    /// Special tokens plus characters: the size of the embedding and of the output layer.
+    pub fn vocab_size(&self) -> usize {
+        self.specials.len() + self.chars.len()
+    }
+
+    /// The characters, sorted; character `chars()[i]` has id `specials().len() + i`.
     pub fn chars(&self) -> &[char] {
         &self.chars
     }
 
     pub fn id(&self, c: char) -> Option<i32> {
         let index = self.chars.binary_search(&c).ok()?;
-        Some((SPECIAL_TOKENS.len() + index) as i32)
+        Some((self.specials.len() + index) as i32)
+    }
+
+    /// The name of token `id`: a special token's (`<mask>`) or its character.
+    pub fn token_name(&self, id: i32) -> Result<String> {
+        Ok(match token_of(id, 0, self.vocab_size(), self.specials)? {
+            Token::Entry(i) => self.chars[i].to_string(),
+            Token::Special(name) => name.to_string(),
+        })
+    }
+
+    /// One id per character, every character outside the vocabulary read as `<unk>`; also returns
+    /// how many were. Only a masked LM's tokenizer has `<unk>`: the others refuse such text as
+    /// [`CharTokenizer::encode`] does.
+    pub fn encode_with_unknown(&self, text: &str) -> Result<(Vec<i32>, usize)> {
+        if !self.is_masked_lm() {
+            return self.encode(text).map(|ids| (ids, 0));
+        }
+        let mut unknown = 0;
+        let ids = text
+            .chars()
+            .map(|c| {
+                self.id(c).unwrap_or_else(|| {
+                    unknown += 1;
+                    UNK
+                })
+            })
+            .collect();
+        Ok((ids, unknown))
+    }
+
+    /// [`CharTokenizer::encode`], reading each `<mask>` written in `text` as the mask token (a
+    /// masked LM's tokenizer only: in others `<mask>` is five characters).
+    pub fn encode_with_masks(&self, text: &str) -> Result<Vec<i32>> {
+        let name = MASKED_LM_TOKENS[MASK as usize];
+        if !self.is_masked_lm() {
+            return self.encode(text);
+        }
+        let mut ids = Vec::with_capacity(text.len());
+        for (i, part) in text.split(name).enumerate() {
+            if i > 0 {
+                ids.push(MASK);
+            }
+            ids.extend(self.encode(part)?);
+        }
+        Ok(ids)
     }
 
     /// One id per character; a character outside the vocabulary is an error naming it and its
@@ -162,7 +251,7 @@ impl CharTokenizer {
     pub fn decode(&self, ids: &[i32]) -> Result<String> {
         let mut text = String::with_capacity(ids.len());
         for (position, &id) in ids.iter().enumerate() {
-            match token_of(id, position, self.vocab_size())? {
+            match token_of(id, position, self.vocab_size(), self.specials)? {
                 Token::Entry(i) => text.push(self.chars[i]),
                 Token::Special(name) => text.push_str(name),
             }

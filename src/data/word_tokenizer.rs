@@ -31,7 +31,7 @@ struct StoredWordTokenizer {
 impl From<WordTokenizer> for StoredWordTokenizer {
     fn from(tokenizer: WordTokenizer) -> Self {
         Self {
-            specials: stored_specials(),
+            specials: stored_specials(&SPECIAL_TOKENS),
             words: tokenizer.words,
         }
     }
@@ -41,7 +41,9 @@ impl TryFrom<StoredWordTokenizer> for WordTokenizer {
     type Error = String;
 
     fn try_from(stored: StoredWordTokenizer) -> Result<Self, String> {
-        check_specials(&stored.specials)?;
+        if check_specials(&stored.specials)?.len() != SPECIAL_TOKENS.len() {
+            return Err("a word tokenizer has no <mask> or <unk>".into());
+        }
         if let Some(word) = stored.words.iter().find(|w| !is_word(w)) {
             return Err(format!("tokenizer word {word:?} is empty or holds whitespace"));
         }
@@ -131,10 +133,12 @@ impl WordTokenizer {
 
     /// The word or special token's name of `id`, found at `position`.
     fn token(&self, position: usize, id: i32) -> Result<&str> {
-        Ok(match token_of(id, position, self.vocab_size())? {
-            Token::Entry(i) => &self.words[i],
-            Token::Special(name) => name,
-        })
+        Ok(
+            match token_of(id, position, self.vocab_size(), &SPECIAL_TOKENS)? {
+                Token::Entry(i) => &self.words[i],
+                Token::Special(name) => name,
+            },
+        )
     }
 
     /// The JSON form stored in checkpoint metadata.

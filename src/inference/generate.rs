@@ -6,7 +6,7 @@
 use rand::{Rng, RngExt};
 
 use super::EncodingCache;
-use crate::data::{BOS, CharTokenizer, EOS, IGNORE_INDEX, PAD, SPECIAL_TOKENS};
+use crate::data::{BOS, CharTokenizer, EOS, IGNORE_INDEX, PAD};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::Graph;
@@ -122,7 +122,7 @@ impl Generator {
             }
             context.push(next);
             // A special token (never in training text) has no character to show.
-            if next as usize >= SPECIAL_TOKENS.len() {
+            if next as usize >= tokenizer.specials().len() {
                 text.push_str(&tokenizer.decode(&[next])?);
             }
         }

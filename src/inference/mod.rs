@@ -1,14 +1,16 @@
-//! Using a trained model: load it from a checkpoint, then predict the next character or continue
-//! a prompt. The same code runs natively and in the browser.
+//! Using a trained model: load it from a checkpoint, then predict the next character, continue
+//! a prompt, or fill a masked LM's `<mask>`s. The same code runs natively and in the browser.
 
 mod decode;
 #[cfg(test)]
 mod decode_tests;
 mod encodings;
+mod fill;
 mod generate;
 mod saved;
 
 pub use decode::{DecodeOptions, Hypothesis, MAX_BEAM, Seq2SeqDecoder};
 pub use encodings::EncodingCache;
+pub use fill::{Filled, MaskFiller};
 pub use generate::Generator;
 pub use saved::SavedModel;

@@ -189,6 +189,12 @@ pub enum ModelKind {
     /// Bidirectional encoder: position 0 holds the data layer's BOS token, used as [CLS]; its
     /// final state is classified into `n_classes`, logits `[B, n_classes]`.
     Encoder { n_classes: usize },
+    /// Bidirectional encoder pretrained by masked-language modelling (BERT): position 0 holds the
+    /// BOS token as [CLS], hidden tokens are `<mask>` (a masked LM's tokenizer has it), and every
+    /// position gets logits `[B, L, vocab]` from BERT's head: a dense layer, GELU and a layer norm,
+    /// then the token table transposed (tied, as BERT's) plus a bias. An `encoder` classifier
+    /// warm-starts from its checkpoint, leaving the head behind.
+    MaskedLm,
     /// Encoder-decoder: the config's `layers` encoder blocks (stepped as `block`) read the source
     /// bidirectionally, source padding hidden by a key mask; `decoder_layers` decoder blocks
     /// (stepped as `decoder_block`) read the target causally and attend to the encoder's output.
@@ -210,6 +216,13 @@ pub enum ModelKind {
 
 fn tied_by_default() -> bool {
     true
+}
+
+impl ModelKind {
+    /// Whether position 0 is a [CLS] the model reads: an encoder's (classifier or masked LM).
+    pub fn reads_cls(&self) -> bool {
+        matches!(self, Self::Encoder { .. } | Self::MaskedLm)
+    }
 }
 
 impl ModelConfig {
@@ -284,16 +297,20 @@ impl ModelConfig {
                 self.vocab
             ));
         }
+        if self.kind == ModelKind::MaskedLm {
+            self.validate_masked_lm()?;
+        }
         if matches!(self.posenc, PosEnc::Sinusoidal { .. }) && !self.d_model.is_multiple_of(2) {
             return config_err(format!(
                 "sinusoidal position encoding pairs sin and cos, so d_model must be even, got {}",
                 self.d_model
             ));
         }
-        if self.posenc.unties_cls() && !matches!(self.kind, ModelKind::Encoder { .. }) {
+        if self.posenc.unties_cls() && !self.kind.reads_cls() {
             return config_err(
                 "untie_cls resets the positional term of [CLS] (position 0), which only an encoder \
-                 with a classifier has; set untie_cls = false for a causal LM or a seq2seq model"
+                 (a classifier or a masked LM) has; set untie_cls = false for a causal LM or a seq2seq \
+                 model"
                     .into(),
             );
         }
@@ -347,6 +364,29 @@ impl ModelConfig {
                     buckets / 2
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// What a masked LM needs: its special tokens, and an encoding that works without a causal
+    /// mask.
+    fn validate_masked_lm(&self) -> Result<()> {
+        let specials = crate::data::MASKED_LM_TOKENS.len();
+        if self.vocab <= specials {
+            return config_err(format!(
+                "a masked LM's vocabulary starts with {specials} special tokens ({}), so vocab must \
+                 be above {specials}, got {}",
+                crate::data::MASKED_LM_TOKENS.join(" "),
+                self.vocab
+            ));
+        }
+        if self.posenc == PosEnc::None {
+            return config_err(
+                "masked_lm attends both ways, and without a position encoding (posenc \"none\") \
+                 it cannot tell one position from another: a model without one learns order only \
+                 from a causal mask. Choose an encoding (e.g. learned, as BERT)"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -679,7 +719,7 @@ mod tests {
             .to_string();
         assert!(
             err.contains(
-                "untie_cls resets the positional term of [CLS] (position 0), which only an encoder with a classifier has"
+                "untie_cls resets the positional term of [CLS] (position 0), which only an encoder (a classifier or a masked LM) has"
             ),
             "{err}"
         );

@@ -24,13 +24,13 @@ pub struct ModelGraph {
     pub len: usize,
     /// i32 `[B, L]`.
     pub tokens: TensorId,
-    /// i32: `[B, L]` next tokens (`IGNORE_INDEX` where no loss counts) for a causal LM, `[B]`
-    /// classes for an encoder.
+    /// i32: `[B, L]` next tokens (`IGNORE_INDEX` where no loss counts) for a causal LM, the
+    /// hidden tokens (`IGNORE_INDEX` elsewhere) for a masked LM, `[B]` classes for an encoder.
     pub targets: TensorId,
     /// i32 `[B, L]`, 1 for a token and 0 for padding; present in graphs built
     /// [`GraphOptions::padded`].
     pub key_mask: Option<TensorId>,
-    /// `[B, L, vocab]` for a causal LM, `[B, n_classes]` for an encoder.
+    /// `[B, L, vocab]` for a causal or masked LM, `[B, n_classes]` for an encoder.
     pub logits: TensorId,
     /// The mean cross-entropy, shape `[1]`.
     pub loss: TensorId,
@@ -241,6 +241,18 @@ impl Model {
                 };
                 (logits, g.input("targets", TensorMeta::i32(&[batch, len])))
             }
+            ModelKind::MaskedLm => {
+                let x = LayerNorm::declare(g, "ln_f", d)?.apply(g, x)?;
+                // BERT's head: a transform, then the token table (unscaled) and a bias per token.
+                let dense = Linear::declare(g, "mlm_head.dense", d, d, Init::Normal(INIT_STD))?;
+                let x = dense.apply(g, x)?;
+                let x = g.gelu(x)?;
+                let x = LayerNorm::declare(g, "mlm_head.ln", d)?.apply(g, x)?;
+                let logits = g.matmul_t(x, tok_emb, false, true)?;
+                let bias = g.param("mlm_head.bias", &[c.vocab], Init::Zeros)?;
+                let logits = g.add(logits, bias)?;
+                (logits, g.input("targets", TensorMeta::i32(&[batch, len])))
+            }
             ModelKind::Seq2Seq { .. } => return Err(needs_build_seq2seq()),
             ModelKind::Encoder { n_classes } => {
                 let cls = g.slice(x, 1, 0, 1)?;
@@ -287,7 +299,7 @@ impl ModelGraph {
     pub fn feed(&self, exec: &Executor, tokens: &[i32], targets: &[i32], mask: Option<&[f32]>) -> Result<()> {
         let (b, l) = (self.batch, self.len);
         let targets_len = match self.kind {
-            ModelKind::CausalLm { .. } | ModelKind::Seq2Seq { .. } => b * l,
+            ModelKind::CausalLm { .. } | ModelKind::MaskedLm | ModelKind::Seq2Seq { .. } => b * l,
             ModelKind::Encoder { .. } => b,
         };
         if tokens.len() != b * l || targets.len() != targets_len || mask.is_some_and(|m| m.len() != b * l) {
@@ -311,7 +323,7 @@ impl ModelGraph {
                 exec.set_i32(t, &ints)?;
             }
             (Some(t), None) => exec.set_i32(t, &vec![1; b * l])?,
-            (None, Some(m)) if self.is_encoder() && m.iter().any(|&v| v < 0.5) => {
+            (None, Some(m)) if self.kind.reads_cls() && m.iter().any(|&v| v < 0.5) => {
                 return Err(Error::Input(
                     "this batch has padding, but the encoder's graph has no key mask to hide it \
                      (build it with GraphOptions::padded)"
@@ -357,7 +369,7 @@ impl ModelGraph {
         }
     }
 
-    /// [`ModelGraph::feed`] for a causal LM's batch from the data layer.
+    /// [`ModelGraph::feed`] for a causal or masked LM's batch from the data layer.
     pub fn feed_batch(&self, exec: &Executor, batch: &Batch) -> Result<()> {
         if self.is_encoder() {
             return Err(Error::Input(
@@ -392,7 +404,7 @@ impl ModelGraph {
                 i % self.len
             )));
         }
-        if self.is_encoder()
+        if self.kind.reads_cls()
             && let Some(row) = (0..self.batch).find(|&r| tokens[r * self.len] != BOS)
         {
             return Err(Error::Input(format!(
@@ -405,7 +417,9 @@ impl ModelGraph {
 
     fn check_targets(&self, targets: &[i32]) -> Result<()> {
         let (classes, what) = match self.kind {
-            ModelKind::CausalLm { .. } | ModelKind::Seq2Seq { .. } => (self.vocab, "vocabulary"),
+            ModelKind::CausalLm { .. } | ModelKind::MaskedLm | ModelKind::Seq2Seq { .. } => {
+                (self.vocab, "vocabulary")
+            }
             ModelKind::Encoder { n_classes } => (n_classes, "classes"),
         };
         let ignored = |t: i32| t == IGNORE_INDEX && !self.is_encoder();

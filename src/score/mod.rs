@@ -1,13 +1,15 @@
 //! Scores of decoded sequences (a seq2seq model's generated output against its references), per
 //! length bin of the source: token accuracy, exact matches, the edit-distance error rate (the
 //! phoneme error rate when tokens are phonemes, the word error rate when they are words) and
-//! corpus BLEU as sacrebleu computes it.
+//! corpus BLEU as sacrebleu computes it. A classifier's predictions: a [`Confusion`] matrix, its
+//! accuracy and macro-F1.
 //!
 //! Teacher-forced accuracy (`data::LengthBins`) says how well a model predicts the next token
 //! given the right prefix; these say how good what it actually generates is, where one early
 //! mistake or a missing end token shifts everything after it.
 
 mod bleu;
+mod confusion;
 mod edit;
 #[cfg(test)]
 mod tests;
@@ -16,6 +18,7 @@ mod tokenize;
 use std::ops::RangeInclusive;
 
 pub use bleu::{Bleu, MAX_ORDER, corpus_bleu};
+pub use confusion::Confusion;
 pub use edit::edit_distance;
 pub use tokenize::tokenize_13a;
 

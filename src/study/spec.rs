@@ -182,7 +182,7 @@ fn variant_run(base: &toml::Table, set: &toml::Table, name: &str) -> Result<RunC
 /// a pair task's source-length bins; and whether it decodes (pair tasks do).
 fn eval_bins(run: &RunConfig) -> Result<(Vec<String>, bool)> {
     let t = &run.train;
-    let task = Task::load(&run.data)?;
+    let task = Task::load(&run)?;
     if let Some(pairs) = task.pair_data() {
         let bins = pairs
             .eval()

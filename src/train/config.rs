@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! [data]
-//! task = "moby_dick"   # moby_dick | text_file | cmudict | copy | reverse
+//! task = "moby_dick"   # moby_dick | text_file | cmudict | copy | reverse | names | spam | stress …
 //! seq_len = 128
 //!
 //! [model]              # a ModelConfig; `vocab` may be left out: the data's tokenizer sets it
@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{Decay, Schedule};
-use crate::data::{PairTask, Tokenization};
+use crate::data::{ClassTask, PairTask, Tokenization};
 use crate::error::{Error, Result};
 use crate::model::{ModelConfig, ModelKind, refuse_other_settings};
 use crate::optim::AdamW;
@@ -62,9 +62,9 @@ pub struct RunConfig {
     pub train: TrainConfig,
 }
 
-/// The task the model trains on. Every task is next-token prediction by a causal LM; the
-/// sequence-to-sequence tasks are written as one sequence with the loss on the answer.
-/// `valid_fraction` defaults to 0.05.
+/// The task the model trains on: next-token prediction by a causal LM (the prompted tasks are
+/// written as one sequence with the loss on the answer), a text for a masked LM, pairs for a
+/// seq2seq model, classes for an encoder. `valid_fraction` defaults to 0.05.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "task", rename_all = "snake_case", try_from = "DataSpec")]
 pub enum DataConfig {
@@ -108,9 +108,49 @@ pub enum DataConfig {
         train_max_len: usize,
         valid_fraction: f64,
     },
+    /// Classification: a first name → its listed gender (shipped, `data/README.md`). Needs an
+    /// `encoder` with 2 classes.
+    Names(ClassSettings),
+    /// Classification: an e-mail body → ham or spam (shipped). An `encoder` with 2 classes.
+    Spam(ClassSettings),
+    /// Classification: a word's spelling → the syllable of its primary stress (from the shipped
+    /// CMU dictionary). An `encoder` with 4 classes.
+    Stress(ClassSettings),
+}
+
+/// How a classification set is split and read.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClassSettings {
+    /// Texts of at most this many characters are trained on (less the held-out share); every
+    /// longer one is evaluated, in bins that double in length.
+    pub train_max_len: usize,
+    pub valid_fraction: f64,
+    pub vocabulary: Vocabulary,
+}
+
+/// The characters a classification set is read with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Vocabulary {
+    /// The set's own characters.
+    #[default]
+    Own,
+    /// A masked LM's vocabulary of Moby Dick (`configs/moby_mlm.toml`'s), every other character
+    /// read as `<unk>`: to fine-tune that model (`--warm-start`).
+    MobyDick,
 }
 
 impl DataConfig {
+    /// A classification task's set and settings.
+    pub fn classes(&self) -> Option<(ClassTask, ClassSettings)> {
+        match *self {
+            Self::Names(s) => Some((ClassTask::Names, s)),
+            Self::Spam(s) => Some((ClassTask::Spam, s)),
+            Self::Stress(s) => Some((ClassTask::Stress, s)),
+            _ => None,
+        }
+    }
+
     /// Whether the task is pairs of sequences, for a seq2seq model.
     pub fn is_pairs(&self) -> bool {
         matches!(
@@ -145,6 +185,7 @@ struct DataSpec {
     per_length: Option<usize>,
     pairs: Option<PairTask>,
     tokenization: Option<Tokenization>,
+    vocabulary: Option<Vocabulary>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -158,6 +199,9 @@ enum TaskName {
     CmudictPairs,
     SyntheticPairs,
     TextPairs,
+    Names,
+    Spam,
+    Stress,
 }
 
 impl TryFrom<DataSpec> for DataConfig {
@@ -175,6 +219,7 @@ impl TryFrom<DataSpec> for DataConfig {
             ("per_length", spec.per_length.is_some()),
             ("pairs", spec.pairs.is_some()),
             ("tokenization", spec.tokenization.is_some()),
+            ("vocabulary", spec.vocabulary.is_some()),
         ];
         let takes: &[&str] = match spec.task {
             T::MobyDick => &["seq_len", "valid_fraction"],
@@ -191,6 +236,7 @@ impl TryFrom<DataSpec> for DataConfig {
                 "valid_fraction",
             ],
             T::TextPairs => &["path", "tokenization", "train_max_len", "valid_fraction"],
+            T::Names | T::Spam | T::Stress => &["train_max_len", "valid_fraction", "vocabulary"],
         };
         refuse_other_settings(&given, takes)?;
         fn needs<V>(key: &str, value: Option<V>) -> std::result::Result<V, String> {
@@ -234,6 +280,18 @@ impl TryFrom<DataSpec> for DataConfig {
                 train_max_len: needs("train_max_len", spec.train_max_len)?,
                 valid_fraction,
             },
+            T::Names | T::Spam | T::Stress => {
+                let settings = ClassSettings {
+                    train_max_len: needs("train_max_len", spec.train_max_len)?,
+                    valid_fraction,
+                    vocabulary: spec.vocabulary.unwrap_or_default(),
+                };
+                match spec.task {
+                    T::Names => Self::Names(settings),
+                    T::Spam => Self::Spam(settings),
+                    _ => Self::Stress(settings),
+                }
+            }
         })
     }
 }
@@ -356,8 +414,14 @@ impl RunConfig {
     }
 
     fn from_file(file: RunFile, origin: &str) -> Result<Self> {
-        let vocab = file.data.tokenizer()?.vocab_size();
         let mut model = file.model;
+        // A masked LM's tokenizer has two more special tokens: the kind is read before the rest.
+        let masked = model
+            .get("kind")
+            .and_then(|kind| kind.get("type"))
+            .and_then(toml::Value::as_str)
+            == Some("masked_lm");
+        let vocab = file.data.tokenizer(masked)?.vocab_size();
         match model.get("vocab").map(toml::Value::as_integer) {
             None => {
                 model.insert("vocab".into(), toml::Value::Integer(vocab as i64));
@@ -386,8 +450,54 @@ impl RunConfig {
     /// Checks what the trainer relies on; errors name the key and its value.
     pub fn validate(&self) -> Result<()> {
         self.model.validate()?;
+        if let Some((set, _)) = self.data.classes() {
+            let classes = set.class_names().len();
+            match self.model.kind {
+                ModelKind::Encoder { n_classes } if n_classes == classes => {}
+                ModelKind::Encoder { n_classes } => {
+                    return Err(Error::Input(format!(
+                        "[model] kind: this set has {classes} classes ({}), but the encoder has \
+                         n_classes = {n_classes}",
+                        set.class_names().join(", ")
+                    )));
+                }
+                _ => {
+                    return Err(Error::Input(format!(
+                        "[model] kind: a classification set trains an encoder with a classifier: kind \
+                         = {{ type = \"encoder\", n_classes = {classes} }}"
+                    )));
+                }
+            }
+        } else if matches!(self.model.kind, ModelKind::Encoder { .. }) {
+            return Err(Error::Input(
+                "[model] kind: an encoder classifies, so its task must be a classification set \
+                 (names, spam, stress); a text trains a causal_lm or a masked_lm"
+                    .into(),
+            ));
+        }
         match (self.data.is_pairs(), self.model.kind) {
             (false, ModelKind::CausalLm { .. }) | (true, ModelKind::Seq2Seq { .. }) => {}
+            (false, ModelKind::Encoder { .. }) => {}
+            (_, ModelKind::MaskedLm) => {
+                if !matches!(
+                    self.data,
+                    DataConfig::MobyDick { .. } | DataConfig::TextFile { .. }
+                ) {
+                    return Err(super::task::masked_lm_needs_text());
+                }
+                if self
+                    .train
+                    .sample_prompt
+                    .as_deref()
+                    .is_some_and(|p| !p.contains("<mask>"))
+                {
+                    return Err(Error::Input(
+                        "[train] sample_prompt: a masked LM fills the <mask>s of a text rather than \
+                         continuing it, and this prompt has none (write e.g. \"Call me <mask>shmael.\")"
+                            .into(),
+                    ));
+                }
+            }
             (false, _) => {
                 return Err(Error::Input(
                     "[model] kind: this task is next-token prediction, so the model must be a causal_lm \
@@ -550,6 +660,15 @@ impl DataConfig {
             }
             _ => {}
         }
+        if let Some((_, s)) = self.classes()
+            && (!(1..=MAX_SEQUENCE).contains(&s.train_max_len) || !(0.0..1.0).contains(&s.valid_fraction))
+        {
+            return Err(Error::Input(format!(
+                "[data] needs 1 <= train_max_len <= {MAX_SEQUENCE} and 0 <= valid_fraction < 1, got {} \
+                 and {}",
+                s.train_max_len, s.valid_fraction
+            )));
+        }
         Ok(())
     }
 
@@ -570,6 +689,8 @@ impl DataConfig {
             Self::CmudictPairs { train_max_len, .. }
             | Self::SyntheticPairs { train_max_len, .. }
             | Self::TextPairs { train_max_len, .. } => Some(train_max_len),
+            // [CLS] and the longest training text (its classifier pads to the longest it has).
+            Self::Names(s) | Self::Spam(s) | Self::Stress(s) => Some(s.train_max_len + 1),
         }
     }
 }

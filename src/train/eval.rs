@@ -4,14 +4,15 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use super::eval_classes::ClassReport;
 use super::pair_report::PairReport;
 use super::task::EvalSet;
-use crate::data::LengthBins;
-use crate::error::Result;
+use crate::data::{ClassBatch, LengthBins};
+use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::Graph;
 use crate::model::GraphOptions;
-use crate::model::{Model, ModelGraph};
+use crate::model::{Model, ModelGraph, ModelKind};
 use crate::params::ParamStore;
 
 /// Forward graphs of one model, by batch shape, over one parameter store.
@@ -32,6 +33,8 @@ pub struct EvalReport {
     pub train_len: usize,
     /// A seq2seq model's scores by bin of source length (then `bins` is empty).
     pub pairs: Option<PairReport>,
+    /// A classifier's scores by bin of text length (then `bins` is empty).
+    pub classes: Option<ClassReport>,
 }
 
 impl Evaluator {
@@ -64,6 +67,21 @@ impl Evaluator {
             }
         }
         report
+    }
+
+    /// A classifier's logits `[B, n_classes]` for `batch`, on the padded graph of its shape.
+    pub(super) async fn logits_of(&mut self, params: &ParamStore, batch: &ClassBatch) -> Result<Vec<f32>> {
+        let [rows, len] = batch.batch.shape();
+        let model = &self.model;
+        let graph = self
+            .graphs
+            .entry([rows, len])
+            .or_insert_with(|| forward_graph(model, params, rows, len).map_err(|e| e.to_string()));
+        let (graph, exec) = graph.as_ref().map_err(|e| Error::Input(e.clone()))?;
+        graph.feed(exec, batch.batch.tokens(), &batch.classes, batch.batch.mask())?;
+        exec.run()?;
+        exec.check().await?;
+        exec.read(graph.logits).await
     }
 
     async fn evaluate_set(
@@ -109,7 +127,12 @@ fn forward_graph(
     len: usize,
 ) -> Result<(ModelGraph, Executor)> {
     let mut g = Graph::new();
-    let graph = model.build(&mut g, rows, len, GraphOptions::default())?;
+    // A classifier's batches are padded (a text per row, of many lengths).
+    let options = match model.config().kind {
+        ModelKind::Encoder { .. } => GraphOptions::default().padded(),
+        _ => GraphOptions::default(),
+    };
+    let graph = model.build(&mut g, rows, len, options)?;
     let exec = Executor::new(&g, &[graph.logits, graph.loss], params)?;
     Ok((graph, exec))
 }
@@ -118,6 +141,13 @@ impl fmt::Display for EvalReport {
     /// A table: one row per length bin, marked where all its lengths are longer than training,
     /// then the lengths that failed.
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        if let Some(classes) = &self.classes {
+            write!(f, "{classes}")?;
+            for (length, why) in &self.failures {
+                writeln!(f, "texts from {length} characters: not evaluated: {why}")?;
+            }
+            return Ok(());
+        }
         if let Some(pairs) = &self.pairs {
             write!(f, "{pairs}")?;
             for (length, why) in &self.failures {

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::eval::EvalReport;
-use super::metrics::{DecodedScores, MetricsLog, Record};
+use super::metrics::{ClassScores, DecodedScores, MetricsLog, Record};
 use super::trainer::{StepStats, Trainer};
 use crate::error::{Error, Result};
 
@@ -73,8 +73,9 @@ pub fn fit(trainer: &mut Trainer, progress: &mut dyn Progress) -> Result<FitSumm
 
         let done = trainer.step();
         if (t.eval_every > 0 && done.is_multiple_of(t.eval_every)) || trainer.is_done() {
-            // A pair task is scored on its own bins of source length.
-            if !t.eval_lengths.is_empty() || trainer.task().pair_data().is_some() {
+            // Pair and classification tasks are scored on their own bins of length.
+            let task = trainer.task();
+            if !t.eval_lengths.is_empty() || task.pair_data().is_some() || task.class_data().is_some() {
                 let report = pollster::block_on(trainer.evaluate());
                 if let Some(log) = &mut log {
                     write_eval(log, done, &report)?;
@@ -111,7 +112,24 @@ fn write_eval(log: &mut MetricsLog, step: usize, report: &EvalReport) -> Result<
             accuracy: totals.accuracy() as f32,
             tokens: totals.tokens,
             decoded: None,
+            classified: None,
         })?;
+    }
+    if let Some(classes) = &report.classes {
+        for scores in &classes.bins {
+            log.write(&Record::Eval {
+                step,
+                bin: bin(&scores.lengths),
+                loss: scores.mean_loss() as f32,
+                accuracy: scores.confusion.accuracy() as f32,
+                tokens: scores.confusion.examples(),
+                decoded: None,
+                classified: Some(ClassScores {
+                    macro_f1: scores.confusion.macro_f1() as f32,
+                    confusion: scores.confusion.counts.clone(),
+                }),
+            })?;
+        }
     }
     if let Some(pairs) = &report.pairs {
         for ((lengths, forced), (_, decoded)) in pairs.forced.iter().zip(pairs.decoded.bins()) {
@@ -128,6 +146,7 @@ fn write_eval(log: &mut MetricsLog, step: usize, report: &EvalReport) -> Result<
                     error_rate: decoded.error_rate() as f32,
                     bleu: decoded.bleu().score as f32,
                 }),
+                classified: None,
             })?;
         }
     }

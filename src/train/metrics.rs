@@ -34,7 +34,19 @@ pub enum Record {
         /// A seq2seq model's greedy decoding of the bin (absent for the other models).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         decoded: Option<DecodedScores>,
+        /// A classifier's scores of the bin (absent for the other models; then `tokens` counts
+        /// its texts and `accuracy` is theirs).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        classified: Option<ClassScores>,
     },
+}
+
+/// What a classifier scored on one bin of text lengths.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClassScores {
+    pub macro_f1: f32,
+    /// `confusion[true class][predicted class]`.
+    pub confusion: Vec<Vec<usize>>,
 }
 
 /// What greedy decoding scored on one bin of a seq2seq evaluation.
@@ -112,7 +124,7 @@ impl MetricsLog {
 
 #[cfg(test)]
 mod tests {
-    use super::{MetricsLog, Record};
+    use super::{ClassScores, MetricsLog, Record};
 
     #[test]
     fn records_round_trip_and_appending_continues_the_log() {
@@ -134,12 +146,26 @@ mod tests {
             accuracy: 0.5,
             tokens: 640,
             decoded: None,
+            classified: None,
+        };
+        let classified = Record::Eval {
+            step: 3,
+            bin: "1-7".into(),
+            loss: 0.5,
+            accuracy: 0.75,
+            tokens: 4,
+            decoded: None,
+            classified: Some(ClassScores {
+                macro_f1: 0.7,
+                confusion: vec![vec![2, 1], vec![0, 1]],
+            }),
         };
         MetricsLog::append(&path).unwrap().write(&train).unwrap();
         MetricsLog::append(&path).unwrap().write(&eval).unwrap();
+        MetricsLog::append(&path).unwrap().write(&classified).unwrap();
         assert_eq!(
             MetricsLog::read(&path).unwrap(),
-            vec![train.clone(), eval.clone()]
+            vec![train.clone(), eval.clone(), classified.clone()]
         );
         let first = std::fs::read_to_string(&path).unwrap();
         assert!(
@@ -159,10 +185,13 @@ mod tests {
         let mut resumed = MetricsLog::resume(&path, 4).unwrap();
         assert_eq!(
             MetricsLog::read(&path).unwrap(),
-            vec![train.clone(), eval.clone()]
+            vec![train.clone(), eval.clone(), classified.clone()]
         );
         resumed.write(&later).unwrap();
-        assert_eq!(MetricsLog::read(&path).unwrap(), vec![train, eval, later]);
+        assert_eq!(
+            MetricsLog::read(&path).unwrap(),
+            vec![train, eval, classified, later]
+        );
 
         std::fs::write(&path, "{\"kind\":\"train\"}\n").unwrap();
         let err = MetricsLog::read(&path).unwrap_err().to_string();

@@ -4,6 +4,7 @@
 
 mod config;
 mod eval;
+mod eval_classes;
 mod eval_pairs;
 mod finetune;
 #[cfg(not(target_arch = "wasm32"))]
@@ -16,14 +17,18 @@ mod schedule;
 mod task;
 mod trainer;
 
-pub use config::{DEFAULT_RUN, DataConfig, MAX_SEQUENCE, RunConfig, TrainConfig, check_eval_lengths};
+pub use config::{
+    ClassSettings, DEFAULT_RUN, DataConfig, MAX_SEQUENCE, RunConfig, TrainConfig, Vocabulary,
+    check_eval_lengths,
+};
 pub use eval::{EvalReport, Evaluator};
+pub use eval_classes::{ClassBinScores, ClassReport};
 pub use finetune::{FineTune, FineTuneSettings};
 #[cfg(not(target_arch = "wasm32"))]
 pub use fit::{FitSummary, Progress, fit};
 #[cfg(not(target_arch = "wasm32"))]
 pub use metrics::MetricsLog;
-pub use metrics::{DecodedScores, Record};
+pub use metrics::{ClassScores, DecodedScores, Record};
 pub use pair_report::PairReport;
 pub use program::{BatchShape, TrainGraph, TrainingProgram};
 pub use saved::{RUN_KEY, check_same_tokenizer, saved_run};

@@ -203,7 +203,12 @@ impl TrainingProgram {
             )));
         }
         let mut g = Graph::new();
-        let graph = model.build(&mut g, batch, len, GraphOptions::default().training())?;
+        // A classifier's texts have many lengths: its batches are padded, and padding is hidden.
+        let options = match model.config().kind {
+            ModelKind::Encoder { .. } => GraphOptions::default().training().padded(),
+            _ => GraphOptions::default().training(),
+        };
+        let graph = model.build(&mut g, batch, len, options)?;
         let optimizer = Optimizer::new(adamw, &params)?;
         let every = match &model.config().posenc {
             PosEnc::Floater(floater) => floater.resolve_every,
@@ -221,12 +226,7 @@ impl TrainingProgram {
         )?;
         let cached = if every > 1 {
             let mut g = Graph::new();
-            let graph = model.build(
-                &mut g,
-                batch,
-                len,
-                GraphOptions::default().training().cached_encodings(),
-            )?;
+            let graph = model.build(&mut g, batch, len, options.cached_encodings())?;
             let input = graph
                 .encodings
                 .expect("a cached FLOATER graph takes its encodings");

@@ -7,12 +7,14 @@ use std::ops::RangeInclusive;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::config::DataConfig;
+use super::config::{DataConfig, RunConfig, Vocabulary};
 use crate::data::{
-    Batch, CharTokenizer, LanguageModelData, LengthBins, LengthSplit, MOBY_DICK, MaxLengths, PairBatch,
-    PairData, Pronunciations, SyntheticTask, TaskTokenizer, cmudict_pairs, text_pairs,
+    Batch, CharTokenizer, ClassBatch, ClassData, LanguageModelData, LengthBins, LengthSplit, MOBY_DICK,
+    MaskedText, MaxLengths, PairBatch, PairData, Pronunciations, SyntheticTask, TaskTokenizer, cmudict_pairs,
+    text_pairs,
 };
 use crate::error::{Error, Result};
+use crate::model::ModelKind;
 
 /// The loaded data of one task.
 pub enum Task {
@@ -20,6 +22,12 @@ pub enum Task {
     Text {
         tokenizer: CharTokenizer,
         data: LanguageModelData,
+        seq_len: usize,
+    },
+    /// A masked LM's text: sequences of `seq_len` tokens, [CLS] first, some hidden.
+    MaskedText {
+        tokenizer: CharTokenizer,
+        data: MaskedText,
         seq_len: usize,
     },
     Pronunciations {
@@ -33,12 +41,19 @@ pub enum Task {
     },
     /// Pairs of sequences for a seq2seq model, split by source length.
     Pairs(PairData),
+    /// Texts with a class each, for an encoder, split by length.
+    Classes {
+        tokenizer: CharTokenizer,
+        data: ClassData,
+    },
 }
 
-/// One training batch: token sequences for a causal LM, pairs for a seq2seq model.
+/// One training batch: token sequences for a causal or masked LM, pairs for a seq2seq model,
+/// classified sequences for an encoder.
 pub enum TrainBatch {
     Tokens(Batch),
     Pairs(PairBatch),
+    Classes(ClassBatch),
 }
 
 /// The split of every pair task: the held-out pairs do not depend on the run's seed, so that runs
@@ -60,14 +75,31 @@ pub struct EvalSet {
 }
 
 impl DataConfig {
-    /// The task's tokenizer, without loading more than it needs.
-    pub fn tokenizer(&self) -> Result<TaskTokenizer> {
+    /// The task's tokenizer, without loading more than it needs; a masked LM's (`masked`) has
+    /// `<mask>` and `<unk>` as well.
+    pub fn tokenizer(&self, masked: bool) -> Result<TaskTokenizer> {
+        let text = |text: &str| {
+            let tokenizer = CharTokenizer::from_text(text);
+            if masked {
+                tokenizer.for_masked_lm()
+            } else {
+                tokenizer
+            }
+        };
         Ok(TaskTokenizer::Chars(match self {
-            Self::MobyDick { .. } => CharTokenizer::from_text(MOBY_DICK),
-            Self::TextFile { path, .. } => CharTokenizer::from_text(&read_text(path)?),
+            Self::MobyDick { .. } => text(MOBY_DICK),
+            Self::TextFile { path, .. } => text(&read_text(path)?),
             Self::Cmudict { valid_fraction } => Pronunciations::cmudict(*valid_fraction)?.tokenizer().clone(),
             Self::Copy { .. } | Self::Reverse { .. } => SyntheticTask::tokenizer(),
             Self::SyntheticPairs { pairs, .. } => return Ok(TaskTokenizer::Pairs(pairs.tokenizer())),
+            Self::Names(s) | Self::Spam(s) | Self::Stress(s) => match s.vocabulary {
+                Vocabulary::MobyDick => CharTokenizer::from_text(MOBY_DICK).for_masked_lm(),
+                Vocabulary::Own => {
+                    let (set, _) = self.classes().expect("a classification task");
+                    let examples = set.examples()?;
+                    CharTokenizer::from_texts(examples.iter().map(|e| e.text.as_str()))
+                }
+            },
             Self::CmudictPairs { .. } | Self::TextPairs { .. } => {
                 return Ok(TaskTokenizer::Pairs(self.pairs()?.tokenizer().clone()));
             }
@@ -151,7 +183,13 @@ fn read_text(path: &std::path::Path) -> Result<String> {
 const MAX_TEXT_BYTES: u64 = 1 << 30;
 
 impl Task {
-    pub fn load(config: &DataConfig) -> Result<Self> {
+    /// The data of `run`: its `[data]`, read as its model kind takes it (a masked LM reads a text
+    /// as masked sequences).
+    pub fn load(run: &RunConfig) -> Result<Self> {
+        let config = &run.data;
+        if run.model.kind == ModelKind::MaskedLm {
+            return Self::masked_text(config);
+        }
         Ok(match config {
             DataConfig::MobyDick {
                 seq_len,
@@ -186,6 +224,41 @@ impl Task {
             DataConfig::CmudictPairs { .. }
             | DataConfig::SyntheticPairs { .. }
             | DataConfig::TextPairs { .. } => Self::Pairs(config.pairs()?),
+            DataConfig::Names(_) | DataConfig::Spam(_) | DataConfig::Stress(_) => {
+                let (set, settings) = config.classes().expect("a classification task");
+                let TaskTokenizer::Chars(tokenizer) = config.tokenizer(false)? else {
+                    unreachable!("a classification set is read by characters")
+                };
+                let split = LengthSplit {
+                    train_max_len: settings.train_max_len,
+                    valid_fraction: settings.valid_fraction,
+                    seed: PAIR_SPLIT_SEED,
+                };
+                let data = ClassData::new(set.examples()?, set.class_names(), &tokenizer, &split)?;
+                Self::Classes { tokenizer, data }
+            }
+        })
+    }
+
+    fn masked_text(config: &DataConfig) -> Result<Self> {
+        let (text, seq_len, valid_fraction) = match config {
+            &DataConfig::MobyDick {
+                seq_len,
+                valid_fraction,
+            } => (MOBY_DICK.to_string(), seq_len, valid_fraction),
+            DataConfig::TextFile {
+                path,
+                seq_len,
+                valid_fraction,
+            } => (read_text(path)?, *seq_len, *valid_fraction),
+            _ => return Err(masked_lm_needs_text()),
+        };
+        let tokenizer = CharTokenizer::from_text(&text).for_masked_lm();
+        let data = LanguageModelData::from_text(&tokenizer, &text, valid_fraction)?;
+        Ok(Self::MaskedText {
+            data: MaskedText::new(data, &tokenizer)?,
+            tokenizer,
+            seq_len,
         })
     }
 
@@ -201,7 +274,9 @@ impl Task {
 
     pub fn tokenizer(&self) -> TaskTokenizer {
         TaskTokenizer::Chars(match self {
-            Self::Text { tokenizer, .. } => tokenizer.clone(),
+            Self::Text { tokenizer, .. }
+            | Self::MaskedText { tokenizer, .. }
+            | Self::Classes { tokenizer, .. } => tokenizer.clone(),
             Self::Pronunciations { data, .. } => data.tokenizer().clone(),
             Self::Synthetic { .. } => SyntheticTask::tokenizer(),
             Self::Pairs(data) => return TaskTokenizer::Pairs(data.tokenizer().clone()),
@@ -212,10 +287,11 @@ impl Task {
     /// padding at the end of a row); a pair task's longest training source.
     pub fn train_len(&self) -> usize {
         match self {
-            Self::Text { seq_len, .. } => *seq_len,
+            Self::Text { seq_len, .. } | Self::MaskedText { seq_len, .. } => *seq_len,
             Self::Pronunciations { train_len, .. } => *train_len,
             Self::Synthetic { lengths, .. } => 2 * lengths.end() + 2,
             Self::Pairs(data) => data.train_shape()[0],
+            Self::Classes { data, .. } => data.train_len(),
         }
     }
 
@@ -223,6 +299,14 @@ impl Task {
     pub fn pair_shape(&self) -> Option<[usize; 2]> {
         match self {
             Self::Pairs(data) => Some(data.train_shape()),
+            _ => None,
+        }
+    }
+
+    /// A classification task's data.
+    pub fn class_data(&self) -> Option<&ClassData> {
+        match self {
+            Self::Classes { data, .. } => Some(data),
             _ => None,
         }
     }
@@ -242,9 +326,11 @@ impl Task {
         rng.set_stream(step as u64);
         let batch = match self {
             Self::Text { data, seq_len, .. } => data.sample_batch(&mut rng, rows, *seq_len)?,
+            Self::MaskedText { data, seq_len, .. } => data.sample_batch(&mut rng, rows, *seq_len)?,
             Self::Pronunciations { data, .. } => data.sample_batch(&mut rng, rows)?,
             Self::Synthetic { task, lengths } => task.sample_batch(&mut rng, rows, lengths.clone())?,
             Self::Pairs(data) => return Ok(TrainBatch::Pairs(data.sample_batch(&mut rng, rows)?)),
+            Self::Classes { data, .. } => return Ok(TrainBatch::Classes(data.sample_batch(&mut rng, rows)?)),
         };
         Ok(TrainBatch::Tokens(batch.pad_to(self.train_len())?))
     }
@@ -255,6 +341,16 @@ impl Task {
     pub fn eval_sets(&self, lengths: &[usize], rows: usize, max_batches: usize) -> Vec<EvalSet> {
         match self {
             Self::Text { data, .. } => lengths
+                .iter()
+                .map(|&length| EvalSet {
+                    length,
+                    batches: data.eval_batches(length, rows).map(|mut batches| {
+                        batches.truncate(max_batches);
+                        batches
+                    }),
+                })
+                .collect(),
+            Self::MaskedText { data, .. } => lengths
                 .iter()
                 .map(|&length| EvalSet {
                     length,
@@ -281,6 +377,8 @@ impl Task {
             Self::Pronunciations { data, .. } => vec![dictionary_eval_set(data, rows, max_batches)],
             // Scored by decoding, bin by bin: see `Evaluator::evaluate_pairs`.
             Self::Pairs(_) => Vec::new(),
+            // Scored bin by bin: see `Evaluator::evaluate_classes`.
+            Self::Classes { .. } => Vec::new(),
         }
     }
 }
@@ -310,4 +408,13 @@ fn dictionary_eval_set(data: &Pronunciations, rows: usize, max_batches: usize) -
         length: longest,
         batches: batches.into_iter().collect(),
     }
+}
+
+/// What a masked LM refused on another task says.
+pub(super) fn masked_lm_needs_text() -> Error {
+    Error::Input(
+        "[model] kind masked_lm learns from a text (task moby_dick or text_file); the prompted and pair \
+         tasks are for causal LMs and seq2seq models"
+            .into(),
+    )
 }

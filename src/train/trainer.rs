@@ -13,8 +13,8 @@ use crate::backend::Backend;
 use crate::checkpoint::{Checkpoint, Metadata, TrainingState};
 use crate::data::TaskTokenizer;
 use crate::error::{Error, Result};
-use crate::model::Model;
 use crate::model::posenc::{QKV_INITIAL_NAME, qkv_initial_from_static_biases};
+use crate::model::{Model, ModelConfig};
 use crate::params::ParamStore;
 
 /// What one step did.
@@ -51,7 +51,7 @@ impl Trainer {
     /// A fresh run: parameters initialised from the config's seed.
     pub fn new(backend: Rc<dyn Backend>, run: RunConfig) -> Result<Self> {
         run.validate()?;
-        let task = Task::load(&run.data)?;
+        let task = Task::load(&run)?;
         Self::with_task(backend, run, task)
     }
 
@@ -120,7 +120,7 @@ impl Trainer {
             return Err(differs("seed or batch"));
         }
         run.validate()?;
-        let task = Task::load(&run.data)?;
+        let task = Task::load(&run)?;
         // Before the model is built, which would only say that the vocabulary sizes differ.
         check_same_tokenizer(checkpoint.metadata(), &task.tokenizer())?;
         // Before the program allocates what the config claims (see `Checkpoint::check_parameters`).
@@ -145,12 +145,19 @@ impl Trainer {
     /// trained sinusoidal model for FLOATER's compatible form); the others keep their
     /// initialisation. FLOATER's initial q/k/v biases, when the checkpoint has none but has every
     /// layer's static `attn.qkv.bias`, start from those (as the authors warm-start).
+    ///
+    /// A checkpoint of another vocabulary or width is refused, naming what differs: its ids would
+    /// mean other characters, its matrices would not fit.
     pub fn warm_start(
         backend: Rc<dyn Backend>,
         run: RunConfig,
         checkpoint: &Checkpoint,
     ) -> Result<(Self, WarmStart)> {
-        let trainer = Self::new(backend, run)?;
+        run.validate()?;
+        check_warm_start(checkpoint, &run)?;
+        let task = Task::load(&run)?;
+        check_same_tokenizer(checkpoint.metadata(), &task.tokenizer())?;
+        let trainer = Self::with_task(backend, run, task)?;
         let params = trainer.program.params();
         let mut fresh = checkpoint.restore_shared(params)?;
         let mut derived = Vec::new();
@@ -225,6 +232,11 @@ impl Trainer {
                     graph.feed_batch(exec, batch)?;
                     graph.set_dropout_seed(exec, dropout_seed)
                 }
+                (TrainGraph::Tokens(graph), TrainBatch::Classes(batch)) => {
+                    let rows = &batch.batch;
+                    graph.feed(exec, rows.tokens(), &batch.classes, rows.mask())?;
+                    graph.set_dropout_seed(exec, dropout_seed)
+                }
                 (TrainGraph::Pairs(graph), TrainBatch::Pairs(batch)) => {
                     graph.feed(exec, batch)?;
                     graph.set_dropout_seed(exec, dropout_seed)
@@ -275,6 +287,12 @@ impl Trainer {
     /// Loss and accuracy on the validation data at the config's evaluation lengths.
     pub async fn evaluate(&mut self) -> EvalReport {
         let t = &self.run.train;
+        if let Some(data) = self.task.class_data() {
+            return self
+                .evaluator
+                .evaluate_classes(self.program.params(), data, t.batch, t.eval_batches)
+                .await;
+        }
         if let Some(data) = self.task.pair_data() {
             return self
                 .evaluator
@@ -308,4 +326,34 @@ impl Trainer {
             Checkpoint::gather(self.program.params(), Some(self.program.optimizer()), metadata).await?;
         self.program.with_run_state(checkpoint, self.step)
     }
+}
+
+/// Refuses a warm start from a model of another vocabulary size or width than `run`'s.
+fn check_warm_start(checkpoint: &Checkpoint, run: &RunConfig) -> Result<()> {
+    let saved = ModelConfig::from_json(&checkpoint.metadata().config)?;
+    let mine = &run.model;
+    for (what, theirs, ours) in [
+        ("vocab", saved.vocab, mine.vocab),
+        ("d_model", saved.d_model, mine.d_model),
+        ("ffn", saved.ffn, mine.ffn),
+    ] {
+        if theirs == ours {
+            continue;
+        }
+        let why = if what == "vocab" {
+            ", so its token ids would mean other characters"
+        } else {
+            ", so its matrices do not fit this model"
+        };
+        let hint = if what == "vocab" && run.data.classes().is_some() {
+            "; a classifier fine-tuned from configs/moby_mlm.toml's model reads its texts with that \
+             model's characters: set [data] vocabulary = \"moby_dick\""
+        } else {
+            ""
+        };
+        return Err(Error::Input(format!(
+            "cannot warm-start: the checkpoint's model has {what} {theirs}, this run's has {ours}{why}{hint}"
+        )));
+    }
+    Ok(())
 }

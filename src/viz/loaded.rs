@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use crate::backend::Backend;
 use crate::checkpoint::Checkpoint;
-use crate::data::{BOS, PairTokenizer, SPECIAL_TOKENS, TaskTokenizer};
+use crate::data::{BOS, PairTokenizer, TaskTokenizer};
 use crate::error::{Error, Result};
 use crate::inference::{Generator, SavedModel, Seq2SeqDecoder};
 use crate::model::{ModelKind, PosEnc};
@@ -33,7 +33,7 @@ impl LoadedCheckpoint {
         let saved = SavedModel::from_checkpoint(backend, &checkpoint)?;
         let run = saved_run(&saved.metadata).ok();
         let config = saved.model.config();
-        let is_encoder = matches!(config.kind, ModelKind::Encoder { .. });
+        let is_encoder = config.kind.reads_cls();
         let is_seq2seq = matches!(config.kind, ModelKind::Seq2Seq { .. });
         let starts_with_bos = is_encoder || run.as_ref().is_some_and(|r| r.data.starts_with_bos());
         let decoder = if is_seq2seq {
@@ -129,7 +129,9 @@ impl LoadedCheckpoint {
     /// name.
     pub fn token_label(&self, id: i32) -> String {
         match usize::try_from(id) {
-            Ok(i) if i < SPECIAL_TOKENS.len() => SPECIAL_TOKENS[i].to_string(),
+            Ok(i) if i < self.saved.tokenizer.specials().len() => {
+                self.saved.tokenizer.specials()[i].to_string()
+            }
             _ => match self.saved.tokenizer.decode(&[id]).as_deref() {
                 Ok(" ") => "·".into(),
                 Ok("\n") => "\\n".into(),

@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use posflow::backend::{Backend, BackendKind, CpuBackend, GpuBackend, gpu::SoftwareAdapters};
 use posflow::checkpoint::Checkpoint;
-use posflow::data::{BOS, PairTokenizer, SPECIAL_TOKENS, TaskTokenizer};
+use posflow::data::{BOS, PairTokenizer, TaskTokenizer};
 use posflow::inference::{DecodeOptions, Generator, MAX_BEAM, SavedModel, Seq2SeqDecoder};
 use posflow::model::ModelKind;
 use posflow::train::saved_run;
@@ -245,7 +245,7 @@ impl Loaded {
             .iter()
             .enumerate()
             .map(|(id, &p)| {
-                let name = match SPECIAL_TOKENS.get(id) {
+                let name = match tokenizer.specials().get(id) {
                     Some(special) => special.to_string(),
                     None => tokenizer.decode(&[id as i32])?,
                 };
