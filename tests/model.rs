@@ -184,7 +184,7 @@ fn hidden_every_third(tokens: &[i32], len: usize) -> Vec<i32> {
 fn targets_for(kind: ModelKind, tokens: &[i32], len: usize) -> Vec<i32> {
     match kind {
         ModelKind::Encoder { .. } => vec![2, 0],
-        ModelKind::MaskedLm => hidden_every_third(tokens, len),
+        ModelKind::MaskedLm {} => hidden_every_third(tokens, len),
         ModelKind::CausalLm { .. } | ModelKind::Seq2Seq { .. } => shifted(tokens, len),
     }
 }
@@ -412,7 +412,7 @@ fn relative_bias_runs_at_twice_the_training_length() {
 /// runs at 56 positions, both kinds.
 #[test]
 fn rope_and_alibi_run_at_four_times_the_training_length() {
-    for kind in [LM, ModelKind::Encoder { n_classes: 3 }, ModelKind::MaskedLm] {
+    for kind in [LM, ModelKind::Encoder { n_classes: 3 }, ModelKind::MaskedLm {}] {
         for posenc in [ROPE, PosEnc::Alibi] {
             run_past_max_len(kind, posenc, 4 * COPY_LEN);
         }
@@ -548,10 +548,10 @@ fn gpu_gives_the_cpu_logits_loss_and_gradients() {
         (ModelKind::Encoder { n_classes: 3 }, ROPE, residual),
         (LM, PosEnc::Alibi, residual),
         (ModelKind::Encoder { n_classes: 3 }, PosEnc::Alibi, residual),
-        (ModelKind::MaskedLm, PosEnc::Learned, residual),
-        (ModelKind::MaskedLm, TUPE_R_UNTIED, residual),
-        (ModelKind::MaskedLm, ROPE, residual),
-        (ModelKind::MaskedLm, PosEnc::Alibi, Block::Rk2Gated),
+        (ModelKind::MaskedLm {}, PosEnc::Learned, residual),
+        (ModelKind::MaskedLm {}, TUPE_R_UNTIED, residual),
+        (ModelKind::MaskedLm {}, ROPE, residual),
+        (ModelKind::MaskedLm {}, PosEnc::Alibi, Block::Rk2Gated),
     ];
     for (kind, posenc, block) in cases {
         // The sinusoidal cases also cover the scaled token embeddings.
