@@ -133,7 +133,7 @@ pub fn eval(backend: Rc<dyn Backend>, args: EvalArgs) -> posflow::Result<()> {
 
 pub fn sample(backend: Rc<dyn Backend>, args: SampleArgs) -> posflow::Result<()> {
     let saved = SavedModel::load(backend, &args.checkpoint)?;
-    if saved.model.config().kind == ModelKind::MaskedLm {
+    if matches!(saved.model.config().kind, ModelKind::MaskedLm {}) {
         return fill_masks(
             &saved.model,
             &saved.params,

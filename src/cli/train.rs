@@ -131,7 +131,7 @@ pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
             TaskTokenizer::Chars(chars) => chars,
             TaskTokenizer::Pairs(pairs) => return translate_sample(&trainer, &pairs, prompt),
         };
-        if trainer.model().config().kind == ModelKind::MaskedLm {
+        if matches!(trainer.model().config().kind, ModelKind::MaskedLm {}) {
             println!("sample (each <mask> filled with its most likely character):");
             return super::inspect::fill_masks(trainer.model(), trainer.params(), &chars, prompt);
         }

@@ -312,7 +312,10 @@ mod tests {
         );
         // ELEPHANT  EH1 L AH0 F AH0 N T; ABAD  AH0 B AA1 D; ADOREE  AE0 D ER0 IY1.
         let class_of = |word: &str| stress.iter().find(|s| s.text == word).unwrap().class;
-        assert_eq!([class_of("elephant"), class_of("abad"), class_of("adoree")], [0, 1, 2]);
+        assert_eq!(
+            [class_of("elephant"), class_of("abad"), class_of("adoree")],
+            [0, 1, 2]
+        );
     }
 
     #[test]

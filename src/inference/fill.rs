@@ -27,7 +27,7 @@ pub struct MaskFiller<'a> {
 impl<'a> MaskFiller<'a> {
     /// `model` must be a masked LM and `tokenizer` its own (with `<mask>`).
     pub fn new(model: &'a Model, params: &'a ParamStore, tokenizer: &'a CharTokenizer) -> Result<Self> {
-        if model.config().kind != ModelKind::MaskedLm || !tokenizer.is_masked_lm() {
+        if !matches!(model.config().kind, ModelKind::MaskedLm {}) || !tokenizer.is_masked_lm() {
             return Err(Error::Input(
                 "only a masked LM fills <mask>s; this model continues text (posflow sample without \
                  <mask> in the prompt)"

@@ -194,7 +194,7 @@ pub enum ModelKind {
     /// position gets logits `[B, L, vocab]` from BERT's head: a dense layer, GELU and a layer norm,
     /// then the token table transposed (tied, as BERT's) plus a bias. An `encoder` classifier
     /// warm-starts from its checkpoint, leaving the head behind.
-    MaskedLm,
+    MaskedLm {},
     /// Encoder-decoder: the config's `layers` encoder blocks (stepped as `block`) read the source
     /// bidirectionally, source padding hidden by a key mask; `decoder_layers` decoder blocks
     /// (stepped as `decoder_block`) read the target causally and attend to the encoder's output.
@@ -221,7 +221,7 @@ fn tied_by_default() -> bool {
 impl ModelKind {
     /// Whether position 0 is a [CLS] the model reads: an encoder's (classifier or masked LM).
     pub fn reads_cls(&self) -> bool {
-        matches!(self, Self::Encoder { .. } | Self::MaskedLm)
+        matches!(self, Self::Encoder { .. } | Self::MaskedLm {})
     }
 }
 
@@ -297,7 +297,7 @@ impl ModelConfig {
                 self.vocab
             ));
         }
-        if self.kind == ModelKind::MaskedLm {
+        if matches!(self.kind, ModelKind::MaskedLm {}) {
             self.validate_masked_lm()?;
         }
         if matches!(self.posenc, PosEnc::Sinusoidal { .. }) && !self.d_model.is_multiple_of(2) {

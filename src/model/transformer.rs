@@ -241,7 +241,7 @@ impl Model {
                 };
                 (logits, g.input("targets", TensorMeta::i32(&[batch, len])))
             }
-            ModelKind::MaskedLm => {
+            ModelKind::MaskedLm {} => {
                 let x = LayerNorm::declare(g, "ln_f", d)?.apply(g, x)?;
                 // BERT's head: a transform, then the token table (unscaled) and a bias per token.
                 let dense = Linear::declare(g, "mlm_head.dense", d, d, Init::Normal(INIT_STD))?;
@@ -299,7 +299,7 @@ impl ModelGraph {
     pub fn feed(&self, exec: &Executor, tokens: &[i32], targets: &[i32], mask: Option<&[f32]>) -> Result<()> {
         let (b, l) = (self.batch, self.len);
         let targets_len = match self.kind {
-            ModelKind::CausalLm { .. } | ModelKind::MaskedLm | ModelKind::Seq2Seq { .. } => b * l,
+            ModelKind::CausalLm { .. } | ModelKind::MaskedLm {} | ModelKind::Seq2Seq { .. } => b * l,
             ModelKind::Encoder { .. } => b,
         };
         if tokens.len() != b * l || targets.len() != targets_len || mask.is_some_and(|m| m.len() != b * l) {
@@ -417,7 +417,7 @@ impl ModelGraph {
 
     fn check_targets(&self, targets: &[i32]) -> Result<()> {
         let (classes, what) = match self.kind {
-            ModelKind::CausalLm { .. } | ModelKind::MaskedLm | ModelKind::Seq2Seq { .. } => {
+            ModelKind::CausalLm { .. } | ModelKind::MaskedLm {} | ModelKind::Seq2Seq { .. } => {
                 (self.vocab, "vocabulary")
             }
             ModelKind::Encoder { n_classes } => (n_classes, "classes"),

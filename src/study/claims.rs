@@ -20,12 +20,15 @@ pub enum Metric {
     ErrorRate,
     /// Corpus BLEU, 0–100.
     Bleu,
+    /// A classifier's mean F1 over classes.
+    MacroF1,
 }
 
 impl Metric {
     /// Every metric, in the order reports show them.
-    pub const ALL: [Metric; 6] = [
+    pub const ALL: [Metric; 7] = [
         Self::Accuracy,
+        Self::MacroF1,
         Self::Loss,
         Self::ErrorRate,
         Self::ExactMatch,
@@ -40,7 +43,10 @@ impl Metric {
 
     /// Whether only a seq2seq model's decoding measures it.
     pub fn is_decoded(self) -> bool {
-        !matches!(self, Self::Loss | Self::Accuracy)
+        matches!(
+            self,
+            Self::ExactMatch | Self::TokenAccuracy | Self::ErrorRate | Self::Bleu
+        )
     }
 
     /// Whether `a` is strictly better than `b`.
@@ -60,6 +66,7 @@ impl Metric {
             Self::TokenAccuracy => "token_accuracy",
             Self::ErrorRate => "error_rate",
             Self::Bleu => "bleu",
+            Self::MacroF1 => "macro_f1",
         }
     }
 
@@ -72,6 +79,7 @@ impl Metric {
             Self::TokenAccuracy => "Token accuracy (greedy decoding)",
             Self::ErrorRate => "Error rate (greedy decoding)",
             Self::Bleu => "BLEU (greedy decoding)",
+            Self::MacroF1 => "Macro-F1",
         }
     }
 
@@ -85,6 +93,7 @@ impl Metric {
             Self::TokenAccuracy => decoded.map(|d| d.token_accuracy as f64),
             Self::ErrorRate => decoded.map(|d| d.error_rate as f64),
             Self::Bleu => decoded.map(|d| d.bleu as f64),
+            Self::MacroF1 => value.classified.as_ref().map(|c| c.macro_f1 as f64),
         }
     }
 }

@@ -49,6 +49,7 @@ fn run(variant: &str, seed: u64, values: &[f64]) -> RunResult {
                     loss: v,
                     accuracy: v,
                     decoded: None,
+                    classified: None,
                 }],
             })
             .collect(),

@@ -41,6 +41,8 @@
 //! name = "learned_longer"
 //! set = { "train.steps" = 800, "train.lr" = 1e-3 }
 //! warm_start = "learned"             # optional: start from that variant's final checkpoint
+//! # data = { task = "names", ... }   # optional: this [data] in place of the base's (e.g. a
+//! #                                    classifier fine-tuned from a masked-LM variant)
 //!
 //! [[claim]]
 //! name = "extrapolation"
@@ -48,7 +50,7 @@
 //! kind = "order"
 //! metric = "accuracy"                # of the final evaluation: loss | accuracy (teacher-forced), or
 //!                                    # a pair task's greedy decoding: error_rate | exact_match |
-//!                                    # token_accuracy | bleu
+//!                                    # token_accuracy | bleu; a classifier's macro_f1
 //! bin = "65-128"                     # a length bin as the metrics log writes it
 //! order = ["sinusoidal", "learned"]  # best first
 //!

@@ -270,7 +270,7 @@ fn per_length(path: &Path, study: &Study, summary: &StudySummary, metric: Metric
         .fold(0.0, f64::max);
     let top = match metric {
         // A little room above 100%, so that points there are not cut by the frame.
-        Metric::Accuracy | Metric::ExactMatch | Metric::TokenAccuracy => 1.04,
+        Metric::Accuracy | Metric::ExactMatch | Metric::TokenAccuracy | Metric::MacroF1 => 1.04,
         Metric::Bleu => 104.0,
         // Edit distance can pass the reference's length.
         Metric::ErrorRate => (hi * 1.15).max(1.04),
@@ -342,6 +342,7 @@ fn per_length(path: &Path, study: &Study, summary: &StudySummary, metric: Metric
         Metric::ErrorRate => mesh
             .y_desc("edit distance / reference tokens")
             .y_label_formatter(&percent),
+        Metric::MacroF1 => mesh.y_desc("macro-F1 (mean over classes)"),
     };
     mesh.draw()?;
 

@@ -309,6 +309,7 @@ fn show(metric: Metric, v: &Spread) -> String {
     match metric {
         Metric::Loss => format!("{:.3} ± {:.3}", v.mean, v.sd),
         Metric::Bleu => format!("{:.2} ± {:.2}", v.mean, v.sd),
+        Metric::MacroF1 => format!("{:.3} ± {:.3}", v.mean, v.sd),
         Metric::Accuracy | Metric::ExactMatch | Metric::TokenAccuracy | Metric::ErrorRate => {
             format!("{:.1} ± {:.1}%", 100.0 * v.mean, 100.0 * v.sd)
         }

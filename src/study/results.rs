@@ -6,7 +6,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::train::{DecodedScores, Record, RunConfig};
+use crate::train::{ClassScores, DecodedScores, Record, RunConfig};
 
 /// Loss and accuracy of one length bin at one evaluation, and a seq2seq model's decoding scores.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -17,6 +17,9 @@ pub struct BinValue {
     pub accuracy: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decoded: Option<DecodedScores>,
+    /// A classifier's macro-F1 and confusion matrix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classified: Option<ClassScores>,
 }
 
 /// One evaluation: the steps completed and every bin evaluated.
@@ -68,6 +71,7 @@ impl RunResult {
                     loss,
                     accuracy,
                     decoded,
+                    classified,
                     ..
                 } => {
                     let value = BinValue {
@@ -75,6 +79,7 @@ impl RunResult {
                         loss: *loss as f64,
                         accuracy: *accuracy as f64,
                         decoded: *decoded,
+                        classified: classified.clone(),
                     };
                     match evals.last_mut() {
                         Some(last) if last.step == *step => last.bins.push(value),

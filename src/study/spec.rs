@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::claims::ClaimSpec;
+use super::claims::{ClaimSpec, Metric};
 use super::overrides::{self, STUDY_OWNED};
 use crate::data::LengthBins;
 use crate::error::{Error, Result};
@@ -37,6 +37,9 @@ struct Header {
 struct VariantFile {
     name: String,
     label: Option<String>,
+    /// The variant's whole `[data]`, in place of the base's: another task (e.g. a classification
+    /// set, fine-tuned from a pretraining variant), whose keys `set` could not remove.
+    data: Option<toml::Table>,
     #[serde(default)]
     set: toml::Table,
     warm_start: Option<String>,
@@ -47,7 +50,7 @@ struct VariantFile {
 pub struct Variant {
     pub name: String,
     pub label: Option<String>,
-    /// The overrides as written, for the report.
+    /// The overrides as written, for the report (a replaced `[data]` under the key `data`).
     pub set: toml::Table,
     pub warm_start: Option<String>,
     /// The base with the overrides; seed 0 and no outputs until [`Variant::run_for`].
@@ -56,6 +59,8 @@ pub struct Variant {
     pub bins: Vec<String>,
     /// Whether its evaluations decode (a pair task's seq2seq model), so that decoding metrics exist.
     pub decodes: bool,
+    /// Whether it is a classifier, so that macro-F1 exists.
+    pub classifies: bool,
 }
 
 impl Variant {
@@ -128,16 +133,26 @@ impl Study {
             if variants.iter().any(|o: &Variant| o.name == v.name) {
                 return Err(err(format!("two variants are named `{}`", v.name)));
             }
-            let run = variant_run(&file.base, &v.set, &v.name).map_err(|e| err(e.to_string()))?;
+            let mut base = file.base.clone();
+            // For the report: what the variant changes, its [data] first.
+            let mut set = toml::Table::new();
+            if let Some(data) = v.data {
+                base.insert("data".into(), toml::Value::Table(data.clone()));
+                set.insert("data".into(), toml::Value::Table(data));
+            }
+            let run = variant_run(&base, &v.set, &v.name).map_err(|e| err(e.to_string()))?;
+            set.extend(v.set);
             let (bins, decodes) = eval_bins(&run).map_err(|e| err(format!("variant `{}`: {e}", v.name)))?;
+            let classifies = run.data.classes().is_some();
             variants.push(Variant {
                 name: v.name,
                 label: v.label,
-                set: v.set,
+                set,
                 warm_start: v.warm_start,
                 run,
                 bins,
                 decodes,
+                classifies,
             });
         }
         let variants = dependency_order(variants).map_err(err)?;
@@ -179,10 +194,19 @@ fn variant_run(base: &toml::Table, set: &toml::Table, name: &str) -> Result<RunC
 }
 
 /// The bins a run's evaluation reports: the length bins of the rows its evaluation sets hold, or
-/// a pair task's source-length bins; and whether it decodes (pair tasks do).
+/// a pair task's source-length bins, or a classification set's text-length bins; and whether it
+/// decodes (pair tasks do).
 fn eval_bins(run: &RunConfig) -> Result<(Vec<String>, bool)> {
     let t = &run.train;
-    let task = Task::load(&run)?;
+    let task = Task::load(run)?;
+    if let Some(classes) = task.class_data() {
+        let bins = classes
+            .bins()
+            .iter()
+            .map(|bin| format!("{}-{}", bin.lengths.start(), bin.lengths.end()))
+            .collect();
+        return Ok((bins, false));
+    }
     if let Some(pairs) = task.pair_data() {
         let bins = pairs
             .eval()
@@ -260,6 +284,12 @@ fn check_claim(claim: &ClaimSpec, variants: &[Variant]) -> std::result::Result<(
                 known.join(", ")
             ));
         };
+        if claim.metric() == Metric::MacroF1 && !variant.classifies {
+            return Err(format!(
+                "metric \"macro_f1\" scores a classifier, and variant `{name}` is not an encoder on a \
+                 classification set; use loss or accuracy"
+            ));
+        }
         if claim.metric().is_decoded() && !variant.decodes {
             return Err(format!(
                 "metric \"{}\" scores decoded sequences, and variant `{name}` is not a seq2seq model \

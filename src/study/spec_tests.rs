@@ -207,3 +207,49 @@ fn every_committed_study_loads_with_its_claims_checked() {
     let copy = loaded.iter().find(|s| s.name == "copy_s2l").unwrap();
     assert!(copy.variants.iter().all(|v| !v.decodes));
 }
+
+/// A variant's `data` replaces the base's whole [data] (a classifier fine-tuned from a pretraining
+/// variant); macro-F1 is a classifier's metric, refused for the others.
+#[test]
+fn a_variant_can_replace_the_data_and_claim_macro_f1() {
+    let classifier = r#"
+[[variant]]
+name = "relative"
+
+[[variant]]
+name = "names"
+warm_start = "relative"
+data = { task = "names", train_max_len = 7, vocabulary = "own" }
+set = { "model.kind" = { type = "encoder", n_classes = 2 }, "train.eval_lengths" = [] }
+"#;
+    let claim = |variant: &str| {
+        format!(
+            r#"{classifier}
+[[claim]]
+name = "f1"
+text = "the classifier's macro-F1"
+kind = "order"
+metric = "macro_f1"
+bin = "1-7"
+order = ["{variant}", "names"]
+"#
+        )
+    };
+    let err = refused(&claim("relative"));
+    assert!(
+        err.contains("metric \"macro_f1\" scores a classifier, and variant `relative` is not an encoder"),
+        "{err}"
+    );
+    let s = Study::from_toml(&study(classifier), "tiny.toml").unwrap();
+    let names = s.variant("names").unwrap();
+    assert!(names.classifies && !names.decodes);
+    assert_eq!(names.bins, ["1-7", "8-14", "15-28"]);
+    assert!(names.run.data.classes().is_some());
+    assert!(
+        names.set.contains_key("data"),
+        "the report shows the replaced [data]"
+    );
+    assert!(!s.variant("relative").unwrap().classifies);
+    // The base keeps its own data.
+    assert!(s.base.data.classes().is_none());
+}

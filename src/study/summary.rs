@@ -24,6 +24,9 @@ pub struct BinSummary {
     pub error_rate: Option<Spread>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bleu: Option<Spread>,
+    /// A classifier's macro-F1; absent for the other models.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub macro_f1: Option<Spread>,
 }
 
 impl BinSummary {
@@ -35,6 +38,7 @@ impl BinSummary {
             Metric::TokenAccuracy => self.token_accuracy.as_ref(),
             Metric::ErrorRate => self.error_rate.as_ref(),
             Metric::Bleu => self.bleu.as_ref(),
+            Metric::MacroF1 => self.macro_f1.as_ref(),
         }
     }
 }
@@ -102,6 +106,7 @@ pub fn summarize(study: &Study, results: &[RunResult]) -> StudySummary {
                             token_accuracy: of(Metric::TokenAccuracy),
                             error_rate: of(Metric::ErrorRate),
                             bleu: of(Metric::Bleu),
+                            macro_f1: of(Metric::MacroF1),
                         }
                     })
                     .collect(),

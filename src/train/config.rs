@@ -478,7 +478,7 @@ impl RunConfig {
         match (self.data.is_pairs(), self.model.kind) {
             (false, ModelKind::CausalLm { .. }) | (true, ModelKind::Seq2Seq { .. }) => {}
             (false, ModelKind::Encoder { .. }) => {}
-            (_, ModelKind::MaskedLm) => {
+            (_, ModelKind::MaskedLm {}) => {
                 if !matches!(
                     self.data,
                     DataConfig::MobyDick { .. } | DataConfig::TextFile { .. }

@@ -187,7 +187,7 @@ impl Task {
     /// as masked sequences).
     pub fn load(run: &RunConfig) -> Result<Self> {
         let config = &run.data;
-        if run.model.kind == ModelKind::MaskedLm {
+        if matches!(run.model.kind, ModelKind::MaskedLm {}) {
             return Self::masked_text(config);
         }
         Ok(match config {
