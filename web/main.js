@@ -8,8 +8,9 @@
 //   posflow.translate(source, beam)  → Promise<{output, score}> a seq2seq model's beam search
 //   posflow.probabilities(prompt)    → Promise<{char: p}> the next character's distribution
 //   posflow.loadCheckpoint(bytes, name?) → Promise<model info>; rejects on a bad file
-//   posflow.loadShipped(name)        → Promise<model info>: 'web_demo' (the language model) or
-//                                       'cmudict_seq2seq' (spelling → pronunciation)
+//   posflow.loadShipped(name)        → Promise<model info>: 'web_demo' (the language model, FLOATER),
+//                                       'web_demo_rope', 'web_demo_alibi' (the same with RoPE, ALiBi)
+//                                       or 'cmudict_seq2seq' (spelling → pronunciation)
 //   posflow.selectView(name)         → selects the viewer's tab: position_encodings, attention,
 //                                       tupe, metrics, prompt or translate
 //   posflow.setPrompt(prompt)        → sets the viewer's prompt and completes it
@@ -27,6 +28,8 @@ import init, * as wasm from './pkg/posflow_web.js';
 // The checkpoints the page ships; the first is loaded at start.
 const SHIPPED = {
   web_demo: 'assets/web_demo.safetensors',
+  web_demo_rope: 'assets/web_demo_rope.safetensors',
+  web_demo_alibi: 'assets/web_demo_alibi.safetensors',
   cmudict_seq2seq: 'assets/cmudict_seq2seq.safetensors',
 };
 const COMPLETION_CHARS = 80;

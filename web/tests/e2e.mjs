@@ -48,6 +48,8 @@ const TOLERANCE = 1e-4;
 // and a long word.
 const SOURCES = ['posflow', 'hello', 'extraordinarily'];
 const BEAM = 4;
+// The shipped language models with RoPE and with ALiBi, and their position encodings' types.
+const ROPE_ALIBI = [['web_demo_rope', 'rope'], ['web_demo_alibi', 'alibi']];
 const TIMEOUT = 360_000; // SwiftShader compiles every pipeline on the first run, slowly
 // Polling by timer, not Playwright's default requestAnimationFrame: a predicate run in every
 // frame next to the viewer's own frames starved the WebGPU readbacks (the page never got ready).
@@ -75,10 +77,10 @@ const NO_WEBGPU_FLAGS = ['--disable-features=WebGPU'];
 
 // ---- native posflow: the expected values ----
 
-function nativeSample(extra) {
+function nativeSample(extra, from = checkpoint) {
   const out = execFileSync(
     posflowBin,
-    ['--device', 'cpu', 'sample', '--checkpoint', checkpoint, '--prompt', PROMPT, ...extra],
+    ['--device', 'cpu', 'sample', '--checkpoint', from, '--prompt', PROMPT, ...extra],
     { encoding: 'utf8' },
   );
   // The first line names the device ("device: cpu (2 threads)"); the rest ends with a newline.
@@ -401,6 +403,23 @@ async function checkPage({ name, flags, backend, url, expected, files }) {
       /unknown character '3'/,
       'a character the model never saw is refused naming it',
     );
+    // The language models with RoPE and ALiBi: each loads, completes as native posflow does, and
+    // its position-encoding tab draws (RoPE's rotation angles, ALiBi's bias by distance).
+    for (const [shipped, type] of ROPE_ALIBI) {
+      const loaded = await page.evaluate((n) => window.posflow.loadShipped(n), shipped);
+      assert.equal(loaded.posenc.type, type, `model info: ${JSON.stringify(loaded)}`);
+      const text = await page.evaluate(([p, n]) => window.posflow.complete(p, n), [PROMPT, SHORT]);
+      assert.equal(text, expected.shipped[shipped], `${shipped}: posflow.complete differs from native`);
+      await page.evaluate(() => window.posflow.selectView('position_encodings'));
+      await page.waitForFunction(() => window.posflow.viewerStatus().status === 'ready', undefined, POLL);
+      await page.waitForTimeout(1000);
+      const maps = canvasPixels(await canvas.screenshot());
+      assert.ok(maps.coloured >= MIN_COLOURED, `${shipped}: the encodings tab draws no map: ${JSON.stringify(maps)}`);
+      console.log(`${shipped}: posenc ${type}, completes ${JSON.stringify(text)} (= native), ${maps.coloured} coloured pixels`);
+      if (process.env.SCREENSHOTS) {
+        await page.screenshot({ path: path.join(process.env.SCREENSHOTS, `${name}-${shipped}.png`), fullPage: true });
+      }
+    }
     assert.deepEqual(problems, [], 'errors in the browser console');
     console.log(`== ${name}: all checks passed`);
   } finally {
@@ -454,6 +473,10 @@ async function main() {
     completion: nativeSample(['--chars', String(CHARS), '--temperature', '0']),
     probabilities: JSON.parse(nativeSample(['--probabilities'])),
     translations: nativeTranslations(),
+    shipped: Object.fromEntries(ROPE_ALIBI.map(([shipped]) => [
+      shipped,
+      nativeSample(['--chars', String(SHORT), '--temperature', '0'], path.join(web, 'assets', `${shipped}.safetensors`)),
+    ])),
   };
   console.log(`native translations: ${JSON.stringify(expected.translations)}`);
   console.log(`native completion: ${JSON.stringify(expected.completion)}`);
