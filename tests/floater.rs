@@ -447,14 +447,17 @@ fn a_sinusoidal_checkpoint_warm_starts_the_compatible_form() {
         logits_of(sinusoidal.model(), sinusoidal.params(), &text)
     );
 
-    // A checkpoint of another width shares names but not shapes: an error naming the tensor.
+    // A checkpoint of another width shares names but not shapes: an error naming the width.
     let mut wide = moby_run(r#"{ type = "floater" }"#, SHORT);
     wide.model.d_model = 32;
     let err = Trainer::warm_start(cpu(), wide, &checkpoint)
         .err()
         .unwrap()
         .to_string();
-    assert!(err.contains("has shape") && err.contains("expects"), "{err}");
+    assert!(
+        err.contains("cannot warm-start: the checkpoint's model has d_model 16, this run's has 32"),
+        "{err}"
+    );
 }
 
 /// A checkpoint of the compatible form in posflow's old layout (a flow per block and projection,

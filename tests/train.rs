@@ -285,7 +285,7 @@ fn bad_run_configs_name_the_problem() {
         (
             "\"causal_lm\" }",
             "\"encoder\", n_classes = 2 }",
-            &["must be a causal_lm"],
+            &["an encoder classifies, so its task must be a classification set"],
         ),
         (
             "seq_len = 32",

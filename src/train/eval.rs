@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use super::eval_classes::ClassReport;
+use super::class_report::ClassReport;
 use super::pair_report::PairReport;
 use super::task::EvalSet;
 use crate::data::{ClassBatch, LengthBins};

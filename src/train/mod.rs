@@ -2,6 +2,7 @@
 //! evaluation per length bin, the learning-rate schedule, and natively the whole loop with its
 //! metrics log and checkpoints.
 
+mod class_report;
 mod config;
 mod eval;
 mod eval_classes;
@@ -17,12 +18,12 @@ mod schedule;
 mod task;
 mod trainer;
 
+pub use class_report::{ClassBinScores, ClassReport};
 pub use config::{
     ClassSettings, DEFAULT_RUN, DataConfig, MAX_SEQUENCE, RunConfig, TrainConfig, Vocabulary,
     check_eval_lengths,
 };
 pub use eval::{EvalReport, Evaluator};
-pub use eval_classes::{ClassBinScores, ClassReport};
 pub use finetune::{FineTune, FineTuneSettings};
 #[cfg(not(target_arch = "wasm32"))]
 pub use fit::{FitSummary, Progress, fit};

@@ -1,0 +1,358 @@
+//! The model config's parsing and validation.
+
+use super::*;
+
+const TINY: &str = r#"{ "vocab": 30, "d_model": 32, "heads": 2, "layers": 2, "ffn": 128, "max_len": 16,
+    "kind": { "type": "causal_lm" }, "posenc": { "type": "sinusoidal" } }"#;
+
+/// The error of `TINY` with `from` replaced by `to`.
+fn error_of(from: &str, to: &str) -> String {
+    assert!(TINY.contains(from), "{from} is not in the config");
+    ModelConfig::from_json(&TINY.replace(from, to))
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn every_size_over_its_limit_is_refused_naming_the_field() {
+    for (field, limit) in SIZE_LIMITS {
+        let from = format!(r#""{field}": "#);
+        let current: String = TINY[TINY.find(&from).unwrap() + from.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        let err = error_of(&format!("{from}{current}"), &format!("{from}{}", limit + 1));
+        assert!(
+            err.contains(&format!(
+                "{field} is {}, over posflow's limit of {limit}",
+                limit + 1
+            )),
+            "{err}"
+        );
+    }
+    // Each size within its limit, together too large to hold.
+    let err = error_of(
+        r#""vocab": 30, "d_model": 32"#,
+        r#""vocab": 1048576, "d_model": 16384"#,
+    );
+    assert!(
+        err.contains("parameters") && err.contains("GiB of weights"),
+        "{err}"
+    );
+}
+
+#[test]
+fn defaults_fill_the_optional_fields() {
+    let config = ModelConfig::from_json(TINY).unwrap();
+    assert_eq!(config.dropout, 0.0);
+    assert_eq!(config.kind, ModelKind::CausalLm { tied_head: true });
+    assert_eq!(config.posenc, PosEnc::Sinusoidal { every_block: false });
+    assert_eq!(config.embed_scale, EmbedScale::None);
+    assert_eq!(config.block, Block::Residual);
+    assert_eq!(config.head_dim(), 16);
+}
+
+#[test]
+fn a_config_survives_a_json_round_trip() {
+    let config = ModelConfig::from_json(TINY).unwrap();
+    let json = serde_json::to_string(&config).unwrap();
+    assert_eq!(ModelConfig::from_json(&json).unwrap(), config);
+}
+
+#[test]
+fn unknown_keys_are_errors_at_every_level() {
+    let err = error_of(r#""ffn": 128"#, r#""ffn": 128, "ffn_size": 64"#);
+    assert!(err.contains("unknown field `ffn_size`"), "{err}");
+    let err = error_of(
+        r#"{ "type": "causal_lm" }"#,
+        r#"{ "type": "causal_lm", "tied": true }"#,
+    );
+    assert!(err.contains("unknown field `tied`"), "{err}");
+    let err = error_of(
+        r#"{ "type": "sinusoidal" }"#,
+        r#"{ "type": "sinusoidal", "base": 1e4 }"#,
+    );
+    assert!(err.contains("unknown field `base`"), "{err}");
+}
+
+#[test]
+fn embed_scale_reads_its_two_names_and_refuses_others() {
+    let with = |value: &str| {
+        TINY.replace(
+            r#""max_len": 16"#,
+            &format!(r#""max_len": 16, "embed_scale": {value}"#),
+        )
+    };
+    let config = ModelConfig::from_json(&with(r#""sqrt_d""#)).unwrap();
+    assert_eq!(config.embed_scale, EmbedScale::SqrtD);
+    let config = ModelConfig::from_json(&with(r#""none""#)).unwrap();
+    assert_eq!(config.embed_scale, EmbedScale::None);
+    let err = ModelConfig::from_json(&with(r#""sqrt""#))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("unknown variant `sqrt`, expected `none` or `sqrt_d`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unknown_encodings_are_errors_listing_the_known_ones() {
+    let err = error_of(r#""sinusoidal""#, r#""xpos""#);
+    assert!(
+        err.contains(
+            "unknown variant `xpos`, expected one of `none`, `sinusoidal`, `learned`, `relative`, \
+             `tupe_a`, `tupe_r`, `floater`, `rope`, `alibi`"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn floater_reads_its_defaults_and_refuses_bad_settings() {
+    let config =
+        ModelConfig::from_json(&TINY.replace(r#"{ "type": "sinusoidal" }"#, r#"{ "type": "floater" }"#))
+            .unwrap();
+    let PosEnc::Floater(floater) = config.posenc else {
+        panic!("{:?}", config.posenc)
+    };
+    // The authors' form and solver: compatible form, Δ 0.01, rk4 at Δ/5, adjoint, ReLU.
+    assert_eq!(floater.form, crate::model::FloaterForm::Bias);
+    assert!(floater.delta == 0.01 && floater.substeps == 5 && floater.resolve_every == 1);
+    assert_eq!(floater.method, crate::model::SolverMethod::Rk4);
+    assert_eq!(floater.gradient, crate::model::GradientMethod::Adjoint);
+    assert_eq!(floater.activation, crate::model::Nonlinearity::Relu);
+    let err = error_of(r#""sinusoidal""#, r#""floater", "delta": -1"#);
+    assert_eq!(err, "model config: FLOATER's delta must be positive, got -1");
+    let err = error_of(r#""sinusoidal""#, r#""floater", "method": "dopri5", "rtol": 0"#);
+    assert!(err.contains("dopri5 needs rtol > 0"), "{err}");
+}
+
+#[test]
+fn invalid_sizes_are_errors_naming_the_values() {
+    assert_eq!(
+        error_of(r#""heads": 2"#, r#""heads": 3"#),
+        "model config: d_model 32 is not divisible by heads 3"
+    );
+    let err = error_of(r#""d_model": 32, "heads": 2"#, r#""d_model": 512, "heads": 2"#);
+    assert!(
+        err.contains("512 / 2 = 256 is over attention's limit of 128"),
+        "{err}"
+    );
+    assert_eq!(
+        error_of(r#""layers": 2"#, r#""layers": 0"#),
+        "model config: layers must be positive, got 0"
+    );
+    let err = error_of(r#""d_model": 32, "heads": 2"#, r#""d_model": 33, "heads": 3"#);
+    assert!(err.contains("d_model must be even, got 33"), "{err}");
+    let err = error_of(
+        r#"{ "type": "causal_lm" }"#,
+        r#"{ "type": "encoder", "n_classes": 0 }"#,
+    );
+    assert!(err.contains("n_classes ≥ 1"), "{err}");
+}
+
+#[test]
+fn relative_encoding_has_t5_s_defaults_and_checks_its_sizes() {
+    let config = ModelConfig::from_json(&TINY.replace(r#""sinusoidal""#, r#""relative""#)).unwrap();
+    assert_eq!(
+        config.posenc,
+        PosEnc::Relative {
+            buckets: 32,
+            max_distance: 128
+        }
+    );
+    let relative = |fields: &str| {
+        error_of(
+            r#"{ "type": "sinusoidal" }"#,
+            &format!(r#"{{ "type": "relative", {fields} }}"#),
+        )
+    };
+    for buckets in [2, 5000] {
+        let err = relative(&format!(r#""buckets": {buckets}"#));
+        assert!(
+            err.contains(&format!("needs 4 ≤ buckets ≤ 4096, got {buckets}")),
+            "{err}"
+        );
+    }
+    let err = relative(r#""max_distance": 1000000000000"#);
+    assert!(
+        err.contains("max_distance is 1000000000000, over posflow's limit"),
+        "{err}"
+    );
+    let err = relative(r#""buckets": 32, "max_distance": 16"#);
+    assert!(err.contains("max_distance > buckets / 2 = 16, got 16"), "{err}");
+    let err = relative(r#""buckets": 32, "distance": 16"#);
+    assert!(err.contains("unknown field `distance`"), "{err}");
+}
+
+#[test]
+fn tupe_reads_both_variants_and_unties_cls_only_in_an_encoder() {
+    let with = |posenc: &str, kind: &str| {
+        TINY.replace(r#"{ "type": "sinusoidal" }"#, posenc)
+            .replace(r#"{ "type": "causal_lm" }"#, kind)
+    };
+    let encoder = r#"{ "type": "encoder", "n_classes": 2 }"#;
+    let config =
+        ModelConfig::from_json(&with(r#"{ "type": "tupe_a", "untie_cls": true }"#, encoder)).unwrap();
+    assert_eq!(config.posenc, PosEnc::TupeA { untie_cls: true });
+    let config =
+        ModelConfig::from_json(&with(r#"{ "type": "tupe_r", "untie_cls": true }"#, encoder)).unwrap();
+    assert_eq!(
+        config.posenc,
+        PosEnc::TupeR {
+            untie_cls: true,
+            buckets: 32,
+            max_distance: 128
+        }
+    );
+    let lm = r#"{ "type": "causal_lm" }"#;
+    let config = ModelConfig::from_json(&with(r#"{ "type": "tupe_a", "untie_cls": false }"#, lm)).unwrap();
+    assert_eq!(config.posenc, PosEnc::TupeA { untie_cls: false });
+    let err = ModelConfig::from_json(&with(r#"{ "type": "tupe_r", "untie_cls": true }"#, lm))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(
+            "untie_cls resets the positional term of [CLS] (position 0), which only an encoder (a classifier or a masked LM) has"
+        ),
+        "{err}"
+    );
+    let err = ModelConfig::from_json(&with(r#"{ "type": "tupe_a" }"#, lm))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("missing field `untie_cls`"), "{err}");
+    let err = ModelConfig::from_json(&with(
+        r#"{ "type": "tupe_r", "untie_cls": false, "buckets": 32, "max_distance": 8 }"#,
+        lm,
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("max_distance > buckets / 2 = 16, got 8"), "{err}");
+    let err = ModelConfig::from_json(&with(
+        r#"{ "type": "tupe_a", "untie_cls": false, "buckets": 8 }"#,
+        lm,
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("unknown field `buckets`"), "{err}");
+}
+
+#[test]
+fn rope_reads_its_base_and_refuses_what_it_cannot_turn() {
+    let sinusoidal = r#"{ "type": "sinusoidal" }"#;
+    let rope = |posenc: &str| ModelConfig::from_json(&TINY.replace(sinusoidal, posenc));
+    assert_eq!(
+        rope(r#"{ "type": "rope" }"#).unwrap().posenc,
+        PosEnc::Rope { base: 10_000.0 }
+    );
+    assert_eq!(
+        rope(r#"{ "type": "rope", "base": 500 }"#).unwrap().posenc,
+        PosEnc::Rope { base: 500.0 }
+    );
+    let err = rope(r#"{ "type": "rope", "base": 1 }"#).unwrap_err().to_string();
+    assert!(
+        err.contains("rope's base must be finite and above 1, got 1"),
+        "{err}"
+    );
+    let err = rope(r#"{ "type": "rope", "buckets": 8 }"#)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown field `buckets`, expected `base`"), "{err}");
+    let odd = TINY
+        .replace(sinusoidal, r#"{ "type": "rope" }"#)
+        .replace(r#""heads": 2"#, r#""heads": 4"#)
+        .replace(r#""d_model": 32"#, r#""d_model": 36"#);
+    let err = ModelConfig::from_json(&odd).unwrap_err().to_string();
+    assert!(
+        err.contains("the head width d_model / heads = 36 / 4 = 9 must be even"),
+        "{err}"
+    );
+    let seq2seq = TINY.replace(sinusoidal, r#"{ "type": "rope" }"#).replace(
+        r#"{ "type": "causal_lm" }"#,
+        r#"{ "type": "seq2seq", "decoder_layers": 1 }"#,
+    );
+    let err = ModelConfig::from_json(&seq2seq).unwrap_err().to_string();
+    assert!(err.contains("a seq2seq model cannot have it yet"), "{err}");
+}
+
+#[test]
+fn alibi_takes_no_settings_and_no_seq2seq_model() {
+    let sinusoidal = r#"{ "type": "sinusoidal" }"#;
+    let alibi = |posenc: &str| ModelConfig::from_json(&TINY.replace(sinusoidal, posenc));
+    assert_eq!(alibi(r#"{ "type": "alibi" }"#).unwrap().posenc, PosEnc::Alibi);
+    let err = alibi(r#"{ "type": "alibi", "base": 2 }"#)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown field `base`, there are no fields"), "{err}");
+    let seq2seq = TINY.replace(sinusoidal, r#"{ "type": "alibi" }"#).replace(
+        r#"{ "type": "causal_lm" }"#,
+        r#"{ "type": "seq2seq", "decoder_layers": 1 }"#,
+    );
+    let err = ModelConfig::from_json(&seq2seq).unwrap_err().to_string();
+    assert!(
+        err.contains("alibi is for the causal LM and the encoder so far"),
+        "{err}"
+    );
+}
+
+#[test]
+fn dropout_must_be_a_probability_below_one() {
+    assert_eq!(
+        error_of(r#""ffn": 128"#, r#""ffn": 128, "dropout": 1.0"#),
+        "model config: dropout must be in [0, 1), got 1"
+    );
+}
+
+#[test]
+fn block_reads_every_kind_with_rk2_s_default_gamma() {
+    let with = |block: &str| TINY.replace(r#""max_len": 16"#, &format!(r#""max_len": 16, "block": {block}"#));
+    let read = |block: &str| ModelConfig::from_json(&with(block)).map(|c| c.block);
+    assert_eq!(read(r#"{ "type": "residual" }"#).unwrap(), Block::Residual);
+    assert_eq!(
+        read(r#"{ "type": "rk2" }"#).unwrap(),
+        Block::Rk2 { gamma: [0.5, 0.5] }
+    );
+    assert_eq!(
+        read(r#"{ "type": "rk2", "gamma": [1, 1] }"#).unwrap(),
+        Block::Rk2 { gamma: [1.0, 1.0] }
+    );
+    assert_eq!(read(r#"{ "type": "rk2_gated" }"#).unwrap(), Block::Rk2Gated);
+    assert_eq!(read(r#"{ "type": "rk4" }"#).unwrap(), Block::Rk4);
+    let err = |block: &str| read(block).unwrap_err().to_string();
+    let e = err(r#"{ "type": "rk3" }"#);
+    assert!(
+        e.contains("unknown variant `rk3`, expected one of `residual`, `rk2`, `rk2_gated`, `rk4`"),
+        "{e}"
+    );
+    let e = err(r#"{ "type": "rk4", "gamma": [1, 1] }"#);
+    assert!(e.contains("block.gamma is a setting of type rk2 only"), "{e}");
+    let e = err(r#"{ "type": "rk2", "gama": [1, 1] }"#);
+    assert!(
+        e.contains("unknown field `gama`, expected `type` or `gamma`"),
+        "{e}"
+    );
+    let e = err(r#"{ "type": "rk2", "gamma": [1, 1, 1] }"#);
+    assert!(
+        e.contains("block.gamma takes the 2 coefficients of F1 and F2, got [1.0, 1.0, 1.0]"),
+        "{e}"
+    );
+    for block in [Block::Rk2 { gamma: [1.0, 1.0] }, Block::Rk4] {
+        let config = ModelConfig {
+            block,
+            ..ModelConfig::from_json(TINY).unwrap()
+        };
+        let json = serde_json::to_string(&config).unwrap();
+        assert_eq!(ModelConfig::from_json(&json).unwrap(), config, "{json}");
+    }
+    let infinite = ModelConfig {
+        block: Block::Rk2 {
+            gamma: [0.5, f32::INFINITY],
+        },
+        ..ModelConfig::from_json(TINY).unwrap()
+    };
+    assert_eq!(
+        infinite.validate().unwrap_err().to_string(),
+        "model config: block.gamma must be finite, got [0.5, inf]"
+    );
+}
