@@ -169,14 +169,14 @@ impl LengthBins {
 }
 
 /// −log softmax(scores)[target], computed stably in f64.
-fn cross_entropy(scores: &[f32], target: usize) -> f64 {
+pub fn cross_entropy(scores: &[f32], target: usize) -> f64 {
     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
     let sum: f64 = scores.iter().map(|&s| (s as f64 - max).exp()).sum();
     max + sum.ln() - scores[target] as f64
 }
 
 /// The first index of the largest score.
-fn argmax(scores: &[f32]) -> usize {
+pub fn argmax(scores: &[f32]) -> usize {
     scores
         .iter()
         .enumerate()

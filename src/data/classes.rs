@@ -5,6 +5,7 @@
 //!
 //! A sequence is [CLS] (the BOS token) then the text's characters; the class is the target.
 
+use std::collections::HashSet;
 use std::ops::RangeInclusive;
 
 use rand::seq::SliceRandom;
@@ -61,17 +62,17 @@ impl ClassTask {
 }
 
 fn names() -> Vec<Labelled> {
+    // Each list's distinct names, in its order.
     let list = |text: &'static str| -> Vec<&'static str> {
-        let mut names: Vec<&str> = Vec::new();
-        for name in text.lines().filter(|l| !l.is_empty()) {
-            if !names.contains(&name) {
-                names.push(name);
-            }
-        }
-        names
+        let mut seen = HashSet::new();
+        text.lines()
+            .filter(|l| !l.is_empty() && seen.insert(*l))
+            .collect()
     };
     let (female, male) = (list(FEMALE_FIRST_NAMES), list(MALE_FIRST_NAMES));
-    let on_both = |name: &&str| female.contains(name) && male.contains(name);
+    let in_female: HashSet<&str> = female.iter().copied().collect();
+    let in_male: HashSet<&str> = male.iter().copied().collect();
+    let on_both = |name: &&str| in_female.contains(name) && in_male.contains(name);
     let labelled = |names: &[&str], class| -> Vec<Labelled> {
         names
             .iter()

@@ -35,7 +35,7 @@ mod tokenizer;
 mod word_tokenizer;
 
 pub use batch::Batch;
-pub use bins::{BinTotals, LengthBins, source_bin, source_bin_lengths};
+pub use bins::{BinTotals, LengthBins, argmax, cross_entropy, source_bin, source_bin_lengths};
 pub use classes::{ClassBatch, ClassBin, ClassData, ClassTask, Labelled};
 pub use cmudict::{Pronunciation, Pronunciations, parse_cmudict};
 pub use cmudict_pairs::{cmudict_pairs, pronunciation_pairs};

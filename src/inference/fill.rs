@@ -1,6 +1,7 @@
 //! Filling the `<mask>`s of a text with a masked LM: its pretraining task, run as inference. Every
 //! mask is predicted at once from the whole text around it (BERT's way, not left to right).
 
+use super::generate::softmax;
 use crate::data::{BOS, CharTokenizer, IGNORE_INDEX, MASK};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
@@ -66,13 +67,8 @@ impl<'a> MaskFiller<'a> {
         for &position in &masks {
             // Over the characters alone: a special token is never the answer.
             let row = &logits[position * vocab + first_char..(position + 1) * vocab];
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let total: f32 = row.iter().map(|&l| (l - max).exp()).sum();
-            let mut ranked: Vec<(char, f32)> = row
-                .iter()
-                .enumerate()
-                .map(|(i, &l)| (self.tokenizer.chars()[i], (l - max).exp() / total))
-                .collect();
+            let mut ranked: Vec<(char, f32)> =
+                self.tokenizer.chars().iter().copied().zip(softmax(row)).collect();
             ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
             ranked.truncate(top.max(1));
             guesses.push(ranked);

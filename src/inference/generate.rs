@@ -130,7 +130,8 @@ impl Generator {
     }
 }
 
-fn softmax(logits: &[f32]) -> Vec<f32> {
+/// The probabilities of `logits`, computed from their maximum so that none overflows.
+pub(super) fn softmax(logits: &[f32]) -> Vec<f32> {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let exps: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
     let total: f32 = exps.iter().sum();

@@ -3,7 +3,7 @@
 
 use super::class_report::{ClassBinScores, ClassReport};
 use super::eval::{EvalReport, Evaluator};
-use crate::data::{ClassBatch, ClassData};
+use crate::data::{ClassBatch, ClassData, argmax, cross_entropy};
 use crate::error::Result;
 use crate::params::ParamStore;
 use crate::score::Confusion;
@@ -43,13 +43,8 @@ impl Evaluator {
                     let logits = self.logits_of(params, &batch).await?;
                     for (row, &truth) in batch.classes.iter().enumerate() {
                         let logits = &logits[row * classes..(row + 1) * classes];
-                        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                        let log_total = logits.iter().map(|&l| f64::from(l - max).exp()).sum::<f64>().ln();
-                        scored.loss_sum += log_total - f64::from(logits[truth as usize] - max);
-                        let predicted = (0..classes)
-                            .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
-                            .unwrap_or(0);
-                        scored.confusion.record(truth as usize, predicted);
+                        scored.loss_sum += cross_entropy(logits, truth as usize);
+                        scored.confusion.record(truth as usize, argmax(logits));
                     }
                 }
                 Ok(())

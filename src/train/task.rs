@@ -9,9 +9,9 @@ use rand_chacha::ChaCha8Rng;
 
 use super::config::{DataConfig, RunConfig, Vocabulary};
 use crate::data::{
-    Batch, CharTokenizer, ClassBatch, ClassData, LanguageModelData, LengthBins, LengthSplit, MOBY_DICK,
-    MaskedText, MaxLengths, PairBatch, PairData, Pronunciations, SyntheticTask, TaskTokenizer, cmudict_pairs,
-    text_pairs,
+    Batch, CharTokenizer, ClassBatch, ClassData, Labelled, LanguageModelData, LengthBins, LengthSplit,
+    MOBY_DICK, MaskedText, MaxLengths, PairBatch, PairData, Pronunciations, SyntheticTask, TaskTokenizer,
+    cmudict_pairs, text_pairs,
 };
 use crate::error::{Error, Result};
 use crate::model::ModelKind;
@@ -92,14 +92,14 @@ impl DataConfig {
             Self::Cmudict { valid_fraction } => Pronunciations::cmudict(*valid_fraction)?.tokenizer().clone(),
             Self::Copy { .. } | Self::Reverse { .. } => SyntheticTask::tokenizer(),
             Self::SyntheticPairs { pairs, .. } => return Ok(TaskTokenizer::Pairs(pairs.tokenizer())),
-            Self::Names(s) | Self::Spam(s) | Self::Stress(s) => match s.vocabulary {
-                Vocabulary::MobyDick => CharTokenizer::from_text(MOBY_DICK).for_masked_lm(),
-                Vocabulary::Own => {
-                    let (set, _) = self.classes().expect("a classification task");
-                    let examples = set.examples()?;
-                    CharTokenizer::from_texts(examples.iter().map(|e| e.text.as_str()))
-                }
-            },
+            Self::Names(s) | Self::Spam(s) | Self::Stress(s) => {
+                let (set, _) = self.classes().expect("a classification task");
+                let examples = match s.vocabulary {
+                    Vocabulary::MobyDick => Vec::new(),
+                    Vocabulary::Own => set.examples()?,
+                };
+                class_tokenizer(s.vocabulary, &examples)
+            }
             Self::CmudictPairs { .. } | Self::TextPairs { .. } => {
                 return Ok(TaskTokenizer::Pairs(self.pairs()?.tokenizer().clone()));
             }
@@ -226,15 +226,14 @@ impl Task {
             | DataConfig::TextPairs { .. } => Self::Pairs(config.pairs()?),
             DataConfig::Names(_) | DataConfig::Spam(_) | DataConfig::Stress(_) => {
                 let (set, settings) = config.classes().expect("a classification task");
-                let TaskTokenizer::Chars(tokenizer) = config.tokenizer(false)? else {
-                    unreachable!("a classification set is read by characters")
-                };
+                let examples = set.examples()?;
+                let tokenizer = class_tokenizer(settings.vocabulary, &examples);
                 let split = LengthSplit {
                     train_max_len: settings.train_max_len,
                     valid_fraction: settings.valid_fraction,
                     seed: PAIR_SPLIT_SEED,
                 };
-                let data = ClassData::new(set.examples()?, set.class_names(), &tokenizer, &split)?;
+                let data = ClassData::new(examples, set.class_names(), &tokenizer, &split)?;
                 Self::Classes { tokenizer, data }
             }
         })
@@ -340,26 +339,12 @@ impl Task {
     /// cannot serve is an error for that length only.
     pub fn eval_sets(&self, lengths: &[usize], rows: usize, max_batches: usize) -> Vec<EvalSet> {
         match self {
-            Self::Text { data, .. } => lengths
-                .iter()
-                .map(|&length| EvalSet {
-                    length,
-                    batches: data.eval_batches(length, rows).map(|mut batches| {
-                        batches.truncate(max_batches);
-                        batches
-                    }),
-                })
-                .collect(),
-            Self::MaskedText { data, .. } => lengths
-                .iter()
-                .map(|&length| EvalSet {
-                    length,
-                    batches: data.eval_batches(length, rows).map(|mut batches| {
-                        batches.truncate(max_batches);
-                        batches
-                    }),
-                })
-                .collect(),
+            Self::Text { data, .. } => {
+                windows(lengths, max_batches, |length| data.eval_batches(length, rows))
+            }
+            Self::MaskedText { data, .. } => {
+                windows(lengths, max_batches, |length| data.eval_batches(length, rows))
+            }
             Self::Synthetic { task, .. } => lengths
                 .iter()
                 .map(|&length| {
@@ -407,6 +392,33 @@ fn dictionary_eval_set(data: &Pronunciations, rows: usize, max_batches: usize) -
     EvalSet {
         length: longest,
         batches: batches.into_iter().collect(),
+    }
+}
+
+/// The validation windows of a text at each of `lengths`, at most `max_batches` batches each.
+fn windows(
+    lengths: &[usize],
+    max_batches: usize,
+    eval_batches: impl Fn(usize) -> Result<Vec<Batch>>,
+) -> Vec<EvalSet> {
+    lengths
+        .iter()
+        .map(|&length| EvalSet {
+            length,
+            batches: eval_batches(length).map(|mut batches| {
+                batches.truncate(max_batches);
+                batches
+            }),
+        })
+        .collect()
+}
+
+/// A classification set's tokenizer: its own characters (those of `examples`), or the Moby Dick
+/// masked LM's (then `examples` are not read).
+fn class_tokenizer(vocabulary: Vocabulary, examples: &[Labelled]) -> CharTokenizer {
+    match vocabulary {
+        Vocabulary::MobyDick => CharTokenizer::from_text(MOBY_DICK).for_masked_lm(),
+        Vocabulary::Own => CharTokenizer::from_texts(examples.iter().map(|e| e.text.as_str())),
     }
 }
 
