@@ -1,5 +1,6 @@
 //! Writes the small posflow checkpoints that `tests/reference/model_reference.py` rebuilds in
-//! PyTorch, one per model variant, each with the batch it is evaluated on.
+//! PyTorch (and `authors_ode.py`, the ODE Transformer's code form), one per model variant, each
+//! with the batch it is evaluated on.
 //!
 //! `cargo run --example reference_checkpoints -- OUTDIR`
 //!
@@ -17,7 +18,9 @@ use std::rc::Rc;
 use posflow::backend::CpuBackend;
 use posflow::checkpoint::{Checkpoint, Metadata, TrainingState};
 use posflow::data::{BOS, CharTokenizer, IGNORE_INDEX, PAD, Pair, PairBatch, PairTokenizer};
-use posflow::model::{Block, EmbedScale, Model, ModelConfig, ModelKind, PosEnc};
+use posflow::model::{
+    Block, Coefficients, EmbedScale, History, Model, ModelConfig, ModelKind, PosEnc, RkStage,
+};
 use posflow::params::ParamStore;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -54,6 +57,7 @@ fn config(kind: ModelKind, posenc: PosEnc) -> ModelConfig {
         posenc,
         embed_scale: EmbedScale::None,
         block: Block::Residual,
+        ..ModelConfig::default()
     }
 }
 
@@ -242,6 +246,70 @@ fn seq2seq_cases() -> Vec<(&'static str, ModelConfig)> {
     ]
 }
 
+/// The ODE Transformer's code form (`tests/reference/authors_ode.py` runs the authors' loop and
+/// history on these), three layers so that the history's rows differ: every block kind, both
+/// histories, both shapes of learned coefficients, and an encoder (which keeps `ln_f`).
+fn code_cases() -> Vec<Case> {
+    let lm = |block, history| ModelConfig {
+        layers: 3,
+        block,
+        history,
+        rk_stage: RkStage::Layer,
+        ..config(ModelKind::CausalLm { tied_head: true }, PosEnc::None)
+    };
+    let full = [LEN; BATCH];
+    let learned = |coefficients| Block::Rk2Learned {
+        gamma: [1.0, 1.0],
+        coefficients,
+    };
+    vec![
+        Case {
+            name: "lm_code_residual_dense",
+            config: lm(Block::Residual, History::Dense),
+            lengths: full,
+        },
+        Case {
+            name: "lm_code_rk2_dense",
+            config: lm(Block::Rk2 { gamma: [0.5, 0.5] }, History::Dense),
+            lengths: full,
+        },
+        Case {
+            name: "lm_code_rk2_scalar_learnable_dense",
+            config: lm(learned(Coefficients::Scalar), History::LearnableDense),
+            lengths: full,
+        },
+        Case {
+            name: "lm_code_rk2_channel_dense",
+            config: lm(learned(Coefficients::Channel), History::Dense),
+            lengths: full,
+        },
+        Case {
+            name: "lm_code_rk2_gated_dense",
+            config: lm(Block::Rk2Gated, History::Dense),
+            lengths: full,
+        },
+        // The authors' LM embeds as fairseq: × √D, sinusoidal positions at the input.
+        Case {
+            name: "lm_code_rk4_learnable_dense_sinusoidal",
+            config: ModelConfig {
+                embed_scale: EmbedScale::SqrtD,
+                posenc: PosEnc::Sinusoidal { every_block: false },
+                ..lm(Block::Rk4, History::LearnableDense)
+            },
+            lengths: full,
+        },
+        Case {
+            name: "encoder_code_rk2_gated_dense_padded",
+            config: ModelConfig {
+                kind: ModelKind::Encoder { n_classes: 3 },
+                posenc: PosEnc::Sinusoidal { every_block: false },
+                ..lm(Block::Rk2Gated, History::Dense)
+            },
+            lengths: [LEN, 6, 3],
+        },
+    ]
+}
+
 fn floater(settings: &str) -> PosEnc {
     PosEnc::Floater(serde_json::from_str(settings).expect("FLOATER settings"))
 }
@@ -313,14 +381,18 @@ fn main() -> posflow::Result<()> {
     let chars = CharTokenizer::from_text(CHARS);
     let tokenizer = serde_json::to_string(&chars).expect("tokenizer JSON");
     let pair_tokenizer = PairTokenizer::Chars(chars).to_json();
-    // Decoder-only cases with their row lengths, then the seq2seq ones (seeds continue).
+    // Decoder-only cases with their row lengths, then the seq2seq ones, then the ODE
+    // Transformer's code form (seeds continue, so that adding a group leaves the others' files).
     let decoder_only = cases()
         .into_iter()
         .map(|case| (case.name, case.config, Some(case.lengths)));
     let seq2seq = seq2seq_cases()
         .into_iter()
         .map(|(name, config)| (name, config, None));
-    for (seed, (name, config, lengths)) in decoder_only.chain(seq2seq).enumerate() {
+    let code = code_cases()
+        .into_iter()
+        .map(|case| (case.name, case.config, Some(case.lengths)));
+    for (seed, (name, config, lengths)) in decoder_only.chain(seq2seq).chain(code).enumerate() {
         let seed = seed as u64;
         let g = Model::new(config.clone())?.declare_params()?;
         let params = ParamStore::init(Rc::new(CpuBackend::new()), &g, seed)?;

@@ -31,6 +31,15 @@
 // Optional inputs: the op binds q in the slot of an absent bias, mask or bucket list (and in v's
 // slot for the probabilities kernel), and a one-word scratch in the dq pass's slot for the
 // relative bias's sums; the flags in the uniform say what is present, so those are never touched.
+//
+// Dropout on the probabilities (FlashAttention's): the kept probabilities are scaled by
+// 1 / (1 − p) and the others zeroed in out = Z∘P·v, Z drawn from the hash of each (b, h, i, j)'s
+// index, the step's seed and the site's salt (hash.wgsl, as the dropout op's), so nothing
+// [Lq, Lk] is stored: the backward draws the same Z. The softmax's sum is not dropped, and
+// D = rowsum(dout · out) still equals Σ_j P Z (dout · v_j), so dS = P ∘ (Z ∘ dout·vᵀ − D) and
+// dv = (Z∘P)ᵀ dout. Only the `_dropout` forward entries bind the seed (a ninth buffer: training
+// runs natively, where adapters have more than WebGPU's default eight); the stats pass copies
+// its stream into `stats` for the passes after it.
 
 struct Attn {
     batch: u32,
@@ -45,6 +54,11 @@ struct Attn {
     has_mask: u32,
     // Rows of the relative bias's table; 0 without one.
     buckets: u32,
+    // Dropout on the probabilities (training): a probability is dropped when the hash of its
+    // index is below drop_threshold (0: no dropout) and the others scaled by drop_scale.
+    drop_threshold: u32,
+    drop_scale: f32,
+    drop_salt: u32,
 }
 
 const DENSE_BIAS: u32 = 1u;
@@ -70,19 +84,23 @@ fn relative_lookup() -> bool {
 @group(0) @binding(6) var<storage, read> rel_buckets: array<i32>;
 @group(0) @binding(7) var<storage, read_write> out: array<f32>;
 @group(0) @binding(8) var<storage, read_write> lse_out: array<f32>;
+// attention_forward_dropout and _rows_dropout: the step's dropout seed, i32 [1].
+@group(0) @binding(9) var<storage, read> fwd_seed: array<i32>;
 
-// attention_backward_stats: out, lse, dout, key_mask, rel_buckets -> stats.
+// attention_backward_stats: out, lse, dout, key_mask, rel_buckets, seed -> stats.
 @group(0) @binding(1) var<storage, read> st_out: array<f32>;
 @group(0) @binding(2) var<storage, read> st_lse: array<f32>;
 @group(0) @binding(3) var<storage, read> st_dout: array<f32>;
 @group(0) @binding(4) var<storage, read> st_mask: array<i32>;
 @group(0) @binding(5) var<storage, read> st_buckets: array<i32>;
 @group(0) @binding(6) var<storage, read_write> stats_out: array<f32>;
+@group(0) @binding(7) var<storage, read> st_seed: array<i32>;
 
 // attention_backward_dkdv / _dq / _dbias: q, k, v, bias, stats, dout -> grad_a (dk, dq or dbias)
 // and grad_b (dkdv: dv; dq: the relative bias's per-row sums [B, H, Lq, buckets]).
 // stats = [lse (rows) | D (rows) | key visible (B·Lk) | relative bias: bucket of each offset
-// (Lq + Lk − 1), as f32, so that these passes bind eight storage buffers at most, WebGPU's default].
+// (Lq + Lk − 1), as f32 | dropout: the mask's stream, its bits], so that these passes bind eight
+// storage buffers at most, WebGPU's default.
 @group(0) @binding(5) var<storage, read_write> stats: array<f32>;
 @group(0) @binding(6) var<storage, read> dout: array<f32>;
 @group(0) @binding(7) var<storage, read_write> grad_a: array<f32>;
@@ -91,6 +109,35 @@ fn relative_lookup() -> bool {
 const WG: u32 = 64u;
 // The score of a hidden key: below any real score, and finite.
 const HIDDEN: f32 = -1e30;
+
+// The dropout stream of this invocation's dispatch (0 without dropout, when no mask is drawn).
+var<private> drop_stream: u32;
+
+// The stream of the seed `seed` at this dispatch's site, as the dropout op's.
+fn stream_of(seed: i32) -> u32 {
+    return pcg(bitcast<u32>(seed) ^ pcg(p.drop_salt));
+}
+
+// Where the stats hold the dropout stream.
+fn stream_at() -> u32 {
+    return buckets_at() + select(0u, p.q_len + p.k_len - 1u, relative_lookup());
+}
+
+// The backward passes' stream, from the stats.
+fn load_stream() {
+    if (p.drop_threshold != 0u) {
+        drop_stream = bitcast<u32>(stats[stream_at()]);
+    }
+}
+
+// Z of probability (slice bh, query i, key j): 0 (dropped) or drop_scale, or 1 without dropout.
+fn kept(bh: u32, i: u32, j: u32) -> f32 {
+    if (p.drop_threshold == 0u) {
+        return 1.0;
+    }
+    let index = (bh * p.q_len + i) * p.k_len + j;
+    return select(0.0, p.drop_scale, pcg(index ^ drop_stream) >= p.drop_threshold);
+}
 
 fn vec4s() -> u32 {
     return (p.dh + 3u) / 4u;
@@ -313,19 +360,23 @@ fn attention_backward_stats(@builtin(global_invocation_id) gid: vec3<u32>, @buil
     if (relative_lookup() && t + 1u < p.q_len + p.k_len) {
         stats_out[buckets_at() + t] = f32(st_buckets[t]);
     }
+    if (p.drop_threshold != 0u && t == 0u) {
+        stats_out[stream_at()] = bitcast<f32>(stream_of(st_seed[0]));
+    }
 }
 
-// P and dS of query i and key j (in batch b, head h, slice bh), with the query's and the key's
-// dot products already taken: qk = q_i · k_j and dv = dout_i · v_j.
+// Z∘P (what dv reads) and dS of query i and key j (in head h, slice bh), with the query's and
+// the key's dot products already taken: qk = q_i · k_j and dv = dout_i · v_j.
 fn p_and_ds(bh: u32, h: u32, i: u32, j: u32, qk: f32, dov: f32) -> vec2<f32> {
     let row = bh * p.q_len + i;
-    return p_and_ds_given(h, i, j, qk, dov, stats[row], stats[rows_total() + row]);
+    return p_and_ds_given(bh, h, i, j, qk, dov, stats[row], stats[rows_total() + row]);
 }
 
 // The same with the query's lse and D already read.
-fn p_and_ds_given(h: u32, i: u32, j: u32, qk: f32, dov: f32, lse: f32, d: f32) -> vec2<f32> {
+fn p_and_ds_given(bh: u32, h: u32, i: u32, j: u32, qk: f32, dov: f32, lse: f32, d: f32) -> vec2<f32> {
     let prob = exp(score(h, i, j, qk, bucket_bwd(i, j)) - lse);
-    return vec2<f32>(prob, prob * (dov - d));
+    let z = kept(bh, i, j);
+    return vec2<f32>(prob * z, prob * (z * dov - d));
 }
 
 // One thread per (h, i, j): dbias = Σ_b dS, summed in batch order.
@@ -335,6 +386,7 @@ fn attention_backward_dbias(@builtin(global_invocation_id) gid: vec3<u32>, @buil
     if (t >= p.heads * p.q_len * p.k_len) {
         return;
     }
+    load_stream();
     let h = t / (p.q_len * p.k_len);
     let i = (t / p.k_len) % p.q_len;
     let j = t % p.k_len;

@@ -170,7 +170,8 @@ fn forward_add_key(r: ptr<function, ForwardRow>, b: u32, h: u32, i: u32, j: u32,
     let prob = select(exp(s - m_new), 0.0, s <= HIDDEN);
     (*r).l = (*r).l * alpha + prob;
     (*r).m = m_new;
-    (*r).o = scale_add8((*r).o, alpha, prob, vj);
+    // The output sums the probabilities dropout keeps (Z = 1 without it); l sums them all.
+    (*r).o = scale_add8((*r).o, alpha, prob * kept(b * p.heads + h, i, j), vj);
 }
 
 fn forward_store(r: ForwardRow, bh: u32, i: u32) {
@@ -184,6 +185,16 @@ fn forward_store(r: ForwardRow, bh: u32, i: u32) {
 
 @compute @workgroup_size(64)
 fn attention_forward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    forward_rows(gid, groups);
+}
+
+@compute @workgroup_size(64)
+fn attention_forward_rows_dropout(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    drop_stream = stream_of(fwd_seed[0]);
+    forward_rows(gid, groups);
+}
+
+fn forward_rows(gid: vec3<u32>, groups: vec3<u32>) {
     let g = thread_rows(gid, groups, p.q_len);
     if (g.z == 0u) {
         return;
@@ -215,7 +226,7 @@ fn attention_forward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builti
 // the query's lse and D, qk = q_i · k_j and dov = dout_i · v_j.
 fn p_ds_or_zero(b: u32, h: u32, i: u32, j: u32, lse: f32, d: f32, qk: f32, dov: f32) -> vec2<f32> {
     if (i < p.q_len && j < p.k_len && visible_bwd(b, i, j)) {
-        return p_and_ds_given(h, i, j, qk, dov, lse, d);
+        return p_and_ds_given(b * p.heads + h, h, i, j, qk, dov, lse, d);
     }
     return vec2<f32>(0.0);
 }
@@ -279,6 +290,7 @@ fn attention_backward_dq_rows(@builtin(global_invocation_id) gid: vec3<u32>, @bu
     if (g.z == 0u) {
         return;
     }
+    load_stream();
     let bh = g.x;
     let i = g.y;
     let b = bh / p.heads;
@@ -336,6 +348,7 @@ fn attention_backward_dkdv_rows(@builtin(global_invocation_id) gid: vec3<u32>, @
     if (g.z == 0u) {
         return;
     }
+    load_stream();
     let bh = g.x;
     let j = g.y;
     let b = bh / p.heads;

@@ -120,6 +120,25 @@ fn attention_forward(
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
+    forward_tiles(wid, groups, lid);
+}
+
+@compute @workgroup_size(64)
+fn attention_forward_dropout(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    drop_stream = stream_of(fwd_seed[0]);
+    forward_tiles(wid, groups, lid);
+}
+
+// Z of query i's keys k0 .. k0 + 3.
+fn kept4(bh: u32, i: u32, k0: u32) -> vec4<f32> {
+    return vec4<f32>(kept(bh, i, k0), kept(bh, i, k0 + 1u), kept(bh, i, k0 + 2u), kept(bh, i, k0 + 3u));
+}
+
+fn forward_tiles(wid: vec3<u32>, groups: vec3<u32>, lid: u32) {
     let g = group_rows(wid, groups, p.q_len);
     if (g.z == 0u) {
         return;
@@ -167,27 +186,30 @@ fn attention_forward(
         let pb = select(exp(sb - m_new), vec4<f32>(0.0), sb <= vec4<f32>(HIDDEN));
         l = l * alpha + dot(pa + pb, vec4<f32>(1.0));
         m = m_new;
-        o0 = o0 * alpha + mix_b(lane, pa, pb);
+        // The output sums the probabilities dropout keeps (Z = 1 without it); l sums them all.
+        let za = pa * kept4(bh, i, k0);
+        let zb = pb * kept4(bh, i, k0 + 4u);
+        o0 = o0 * alpha + mix_b(lane, za, zb);
         if (lane + 4u < n4) {
-            o1 = o1 * alpha + mix_b(lane + 4u, pa, pb);
+            o1 = o1 * alpha + mix_b(lane + 4u, za, zb);
         }
         if (lane + 8u < n4) {
-            o2 = o2 * alpha + mix_b(lane + 8u, pa, pb);
+            o2 = o2 * alpha + mix_b(lane + 8u, za, zb);
         }
         if (lane + 12u < n4) {
-            o3 = o3 * alpha + mix_b(lane + 12u, pa, pb);
+            o3 = o3 * alpha + mix_b(lane + 12u, za, zb);
         }
         if (lane + 16u < n4) {
-            o4 = o4 * alpha + mix_b(lane + 16u, pa, pb);
+            o4 = o4 * alpha + mix_b(lane + 16u, za, zb);
         }
         if (lane + 20u < n4) {
-            o5 = o5 * alpha + mix_b(lane + 20u, pa, pb);
+            o5 = o5 * alpha + mix_b(lane + 20u, za, zb);
         }
         if (lane + 24u < n4) {
-            o6 = o6 * alpha + mix_b(lane + 24u, pa, pb);
+            o6 = o6 * alpha + mix_b(lane + 24u, za, zb);
         }
         if (lane + 28u < n4) {
-            o7 = o7 * alpha + mix_b(lane + 28u, pa, pb);
+            o7 = o7 * alpha + mix_b(lane + 28u, za, zb);
         }
         workgroupBarrier();
     }
@@ -220,6 +242,7 @@ fn attention_backward_dkdv(
     if (g.z == 0u) {
         return;
     }
+    load_stream();
     let bh = g.x;
     let b = bh / p.heads;
     let h = bh % p.heads;
@@ -343,6 +366,7 @@ fn attention_backward_dq(
     let i = q0 + r;
     let n4 = vec4s();
     let key_end = causal_key_end(q0, ROWS);
+    load_stream();
     var d0 = vec4<f32>(0.0);
     var d1 = vec4<f32>(0.0);
     var d2 = vec4<f32>(0.0);

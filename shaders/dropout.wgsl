@@ -1,7 +1,8 @@
 // Inverted dropout with a counter-based mask: element i of a run seeded `seed` at site `salt` is
 // kept when hash(i, seed, salt) >= threshold, and then scaled by 1 / (1 - p). The hash is PCG's
-// output permutation, the same u32 arithmetic as the CPU reference in src/ops/dropout.rs, so both
-// backends drop the same elements, and the backward pass re-derives the mask instead of storing it.
+// output permutation (hash.wgsl), the same u32 arithmetic as the CPU reference in
+// src/ops/dropout.rs, so both backends drop the same elements, and the backward pass re-derives
+// the mask instead of storing it.
 
 struct Params {
     n: u32,
@@ -14,12 +15,6 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> seed: array<i32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
-
-fn pcg(v: u32) -> u32 {
-    let state = v * 747796405u + 2891336453u;
-    let word = ((state >> ((state >> 28u) + 4u)) ^ state) * 277803737u;
-    return (word >> 22u) ^ word;
-}
 
 @compute @workgroup_size(256)
 fn dropout(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {

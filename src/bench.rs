@@ -149,6 +149,7 @@ impl Default for TrainBench {
                 posenc: PosEnc::Learned,
                 embed_scale: EmbedScale::None,
                 block: Block::Residual,
+                ..ModelConfig::default()
             },
             batch: 16,
             len: 128,

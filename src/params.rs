@@ -119,6 +119,7 @@ fn initial_values(init: Init, n: usize, seed: u64, name: &str) -> Vec<f32> {
     match init {
         Init::Zeros => vec![0.0; n],
         Init::Ones => vec![1.0; n],
+        Init::Constant(value) => vec![value; n],
         Init::Uniform(a) => (0..n).map(|_| (rng.random::<f32>() * 2.0 - 1.0) * a).collect(),
         Init::Normal(std) => (0..n).map(|_| standard_normal(&mut rng) * std).collect(),
     }

@@ -53,6 +53,7 @@ fn tiny(posenc: FloaterConfig) -> ModelConfig {
         posenc: PosEnc::Floater(posenc),
         embed_scale: EmbedScale::None,
         block: Block::Residual,
+        ..ModelConfig::default()
     }
 }
 

@@ -33,6 +33,7 @@ fn config(posenc: &str) -> ModelConfig {
         posenc: serde_json::from_str::<PosEnc>(posenc).unwrap(),
         embed_scale: EmbedScale::SqrtD,
         block: Block::Residual,
+        ..ModelConfig::default()
     }
 }
 

@@ -99,6 +99,7 @@ fn tiny(kind: ModelKind, posenc: PosEnc) -> ModelConfig {
         posenc,
         embed_scale: EmbedScale::None,
         block: Block::Residual,
+        ..ModelConfig::default()
     }
 }
 

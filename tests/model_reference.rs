@@ -3,7 +3,9 @@
 //! config (`Model::build`, or `Model::build_seq2seq` with its stored pairs), restored, and run
 //! forward and backward on its stored batch; logits, loss and every
 //! gradient must match `<name>.expected.safetensors`, which `tests/reference/model_reference.py`
-//! computed in float64 from the checkpoint's tensors by their documented names. Regenerate both:
+//! computed in float64 from the checkpoint's tensors by their documented names (the `*_code_*`
+//! cases: `tests/reference/authors_ode.py`, the ODE Transformer authors' layer, Runge-Kutta loop
+//! and layer history, transcribed from their code). Regenerate both:
 //!
 //! ```text
 //! cd tests/reference && python3 model_reference.py generate
@@ -27,7 +29,7 @@ use safetensors::SafeTensors;
 use serde::Deserialize;
 
 /// The committed checkpoints, one per model variant.
-const CASES: [&str; 16] = [
+const CASES: [&str; 23] = [
     "lm_tied_sinusoidal_sqrt_d",
     "lm_untied_learned_4_heads",
     "lm_sinusoidal_every_block",
@@ -44,6 +46,13 @@ const CASES: [&str; 16] = [
     "seq2seq_relative_untied_rk2_encoder",
     "seq2seq_floater_compatible",
     "seq2seq_tupe_r_rk4_decoder_4_heads",
+    "lm_code_residual_dense",
+    "lm_code_rk2_dense",
+    "lm_code_rk2_scalar_learnable_dense",
+    "lm_code_rk2_channel_dense",
+    "lm_code_rk2_gated_dense",
+    "lm_code_rk4_learnable_dense_sinusoidal",
+    "encoder_code_rk2_gated_dense_padded",
 ];
 
 /// The largest |posflow − PyTorch| allowed for any logit, the loss or any gradient element.
@@ -67,6 +76,13 @@ const CASES: [&str; 16] = [
 /// | seq2seq_relative_untied_rk2_encoder      | 1.2e-7  | 2.4e-7  |
 /// | seq2seq_floater_compatible               | 4.8e-7  | 4.8e-7  |
 /// | seq2seq_tupe_r_rk4_decoder_4_heads       | 2.4e-7  | 1.2e-7  |
+/// | lm_code_residual_dense                   | 2.4e-7  | 2.4e-7  |
+/// | lm_code_rk2_dense                        | 8.2e-8  | 9.7e-8  |
+/// | lm_code_rk2_scalar_learnable_dense       | 7.5e-8  | 1.2e-7  |
+/// | lm_code_rk2_channel_dense                | 1.2e-7  | 1.2e-7  |
+/// | lm_code_rk2_gated_dense                  | 1.2e-7  | 2.4e-7  |
+/// | lm_code_rk4_learnable_dense_sinusoidal   | 9.5e-7  | 4.8e-7  |
+/// | encoder_code_rk2_gated_dense_padded      | 8.9e-8  | 8.9e-8  |
 ///
 /// The FLOATER cases' reference solves the ODE with torchdiffeq (`odeint` differentiated through
 /// for backprop, `odeint_adjoint` for the adjoint), so they pin the whole model, dynamics and

@@ -48,6 +48,7 @@ fn config(posenc: PosEnc, kind: ModelKind) -> ModelConfig {
         posenc,
         embed_scale: EmbedScale::None,
         block: Block::Residual,
+        ..ModelConfig::default()
     }
 }
 

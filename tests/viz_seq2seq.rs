@@ -39,6 +39,7 @@ fn config(posenc: PosEnc) -> ModelConfig {
         posenc,
         embed_scale: EmbedScale::SqrtD,
         block: Block::Rk2 { gamma: [0.5, 0.5] },
+        ..ModelConfig::default()
     }
 }
 

@@ -26,6 +26,8 @@ impl TensorId {
 pub enum Init {
     Zeros,
     Ones,
+    /// Every element this value.
+    Constant(f32),
     /// Normal with this standard deviation.
     Normal(f32),
     /// Uniform on [-a, a].
@@ -97,6 +99,21 @@ impl Graph {
             return Err(Error::Graph(format!("parameter `{name}` declared twice")));
         }
         Ok(self.push_tensor(TensorMeta::f32(shape), name.to_string(), Source::Param(init)))
+    }
+
+    /// The parameter `name`, declared by the first call and the same tensor on every later one:
+    /// a parameter that several parts of a model share (the ODE Transformer authors' one gate
+    /// for all the blocks of a stack). A later call with another shape is an error.
+    pub fn shared_param(&mut self, name: &str, shape: &[usize], init: Init) -> Result<TensorId> {
+        let full = format!("{}{name}", self.param_prefix);
+        match self.param_by_name(&full) {
+            None => self.param(name, shape, init),
+            Some(id) if self.meta(id).shape == shape => Ok(id),
+            Some(id) => Err(Error::Graph(format!(
+                "parameter `{full}` is shared as {:?} and asked for again as {shape:?}",
+                self.meta(id).shape
+            ))),
+        }
     }
 
     /// Runs `build` with `prefix` in front of the names of the parameters it declares (after any

@@ -25,6 +25,7 @@ fn model(vocab: usize, posenc: PosEnc) -> Model {
         posenc,
         embed_scale: EmbedScale::None,
         block: Block::Residual,
+        ..ModelConfig::default()
     })
     .unwrap()
 }

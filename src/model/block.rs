@@ -7,8 +7,11 @@
 //! declared once per block and every stage evaluates `F` with them. The stage inputs (`y + ½F1`,
 //! …) and the block's output are each one `rk_combine` (or `rk_gated`) node, whose backward is one
 //! kernel too.
+//!
+//! A stage's value `k_i` is `F(y_i)` (the paper's form) or, with `rk_stage = "layer"`, the whole
+//! layer `G(y_i) = y_i + F(y_i)` (the authors' code); the combinations are the same either way.
 
-use super::config::{Block, ModelConfig};
+use super::config::{Block, Coefficients, ModelConfig, RkStage};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, TensorId};
 use crate::ops::attention::{AttentionBias, AttentionOpts};
@@ -35,8 +38,11 @@ pub(super) struct BlockInputs {
     pub attention_bias: Option<AttentionBias>,
     /// The factor on q·k.
     pub attention_scale: f32,
-    /// The step's seed input and the drop probability, in training graphs of a model with dropout.
-    pub dropout: Option<(TensorId, f32)>,
+    /// The step's seed and each site's drop probability, in training graphs of a model with
+    /// dropout.
+    pub dropout: Option<Dropouts>,
+    /// What each Runge-Kutta stage returns (the config's `rk_stage`).
+    pub rk_stage: RkStage,
     /// The stack's dropout salts start here, so that no two stacks of a graph share a mask.
     pub salt_base: u32,
     /// `[L, 3D]` per block: its q|k|v biases (FLOATER's compatible form), in place of the
@@ -64,6 +70,42 @@ pub(super) struct CrossInputs {
     /// `[T, D]` per block: the q biases of FLOATER's compatible form, in place of the static
     /// bias; empty when none.
     pub q_bias: Vec<TensorId>,
+}
+
+/// The dropout of a training graph: the step's seed input (i32 `[1]`, see
+/// [`super::ModelGraph::set_dropout_seed`]) and each site's probability.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Dropouts {
+    pub seed: TensorId,
+    /// The embeddings and every sub-block's outputs (the config's `dropout`).
+    pub residual: f32,
+    /// The FFN's activations (`activation_dropout`).
+    pub activation: f32,
+    /// The attention probabilities (`attention_dropout`).
+    pub attention: f32,
+}
+
+impl Dropouts {
+    /// The seed input and the config's probabilities, in a training graph of a model with any
+    /// dropout; `None` otherwise (no seed input either).
+    pub fn declare(g: &mut Graph, c: &ModelConfig, training: bool) -> Option<Self> {
+        let any = c.dropout > 0.0 || c.activation_dropout > 0.0 || c.attention_dropout > 0.0;
+        (training && any).then(|| Self {
+            seed: g.input("dropout_seed", crate::tensor::TensorMeta::i32(&[1])),
+            residual: c.dropout,
+            activation: c.activation_dropout,
+            attention: c.attention_dropout,
+        })
+    }
+
+    /// `x` through dropout of probability `p` (itself when `p` is 0).
+    pub fn apply(&self, g: &mut Graph, x: TensorId, p: f32, salt: u32) -> Result<TensorId> {
+        if p > 0.0 {
+            g.dropout(x, self.seed, p, salt)
+        } else {
+            Ok(x)
+        }
+    }
 }
 
 /// What [`block`] adds to a graph.
@@ -295,7 +337,7 @@ pub(super) fn block(
     let mut f = |g: &mut Graph, y: TensorId, stage: usize| -> Result<TensorId> {
         let s = sub_block(g, c, &p, y, stage, shared)?;
         keys_values.push(s.keys_values);
-        g.add(s.a, s.h)
+        s.value(g, shared.rk_stage)
     };
     // Every kind begins with a stage on the block's input: the one probed.
     let first = sub_block(g, c, &p, x, 0, shared)?;
@@ -303,24 +345,50 @@ pub(super) fn block(
         // (y + a) + h, as the pre-norm block has always been computed.
         Block::Residual => g.add(first.mid, first.h),
         Block::Rk2 { gamma } => {
-            let f1 = g.add(first.a, first.h)?;
+            let f1 = first.value(g, shared.rk_stage)?;
             let y2 = g.rk_combine(x, &[(1.0, f1)])?;
             let f2 = f(g, y2, 1)?;
             g.rk_combine(x, &[(gamma[0], f1), (gamma[1], f2)])
         }
-        Block::Rk2Gated => {
-            let f1 = g.add(first.a, first.h)?;
+        Block::Rk2Learned { gamma, coefficients } => {
+            let f1 = first.value(g, shared.rk_stage)?;
             let y2 = g.rk_combine(x, &[(1.0, f1)])?;
             let f2 = f(g, y2, 1)?;
-            // `[2D, 1]` and `[1]`, zero: g = ½ everywhere at the start, RK2 with γ = ½, ½.
-            let gate = Linear::declare(g, &format!("blocks.{layer}.gate"), 2 * c.d_model, 1, Init::Zeros)?;
+            let shape = match coefficients {
+                Coefficients::Scalar => 1,
+                Coefficients::Channel => c.d_model,
+            };
+            let mut out = x;
+            for (i, (start, stage)) in gamma.into_iter().zip([f1, f2]).enumerate() {
+                let name = format!("alpha{}", i + 1);
+                let alpha = rk_param(g, layer, shared.rk_stage, &name, &[shape], Init::Constant(start))?;
+                let term = g.mul(stage, alpha)?;
+                out = g.add(out, term)?;
+            }
+            Ok(out)
+        }
+        Block::Rk2Gated => {
+            let f1 = first.value(g, shared.rk_stage)?;
+            let y2 = g.rk_combine(x, &[(1.0, f1)])?;
+            let f2 = f(g, y2, 1)?;
+            let init = gate_init(c.d_model, shared.rk_stage);
+            let weight = rk_param(
+                g,
+                layer,
+                shared.rk_stage,
+                "gate.weight",
+                &[2 * c.d_model, 1],
+                init,
+            )?;
+            let bias = rk_param(g, layer, shared.rk_stage, "gate.bias", &[1], Init::Zeros)?;
             let both = g.concat(&[f1, f2], 2)?;
-            let gate = gate.apply(g, both)?;
+            let gate = g.matmul(both, weight)?;
+            let gate = g.add(gate, bias)?;
             let gate = g.sigmoid(gate)?;
             g.rk_gated(x, f1, f2, gate)
         }
         Block::Rk4 => {
-            let f1 = g.add(first.a, first.h)?;
+            let f1 = first.value(g, shared.rk_stage)?;
             let y2 = g.rk_combine(x, &[(0.5, f1)])?;
             let f2 = f(g, y2, 1)?;
             let y3 = g.rk_combine(x, &[(0.5, f2)])?;
@@ -343,6 +411,43 @@ pub(super) fn block(
     })
 }
 
+/// A Runge-Kutta block's own parameter (the gate, learned coefficients): block `layer`'s
+/// `blocks.{layer}.{name}` in the paper's form; in the authors' code one module of the stack
+/// (`gate_linear`, `alpha`) serves every block, so there it is the stack's `rk.{name}`, shared.
+fn rk_param(
+    g: &mut Graph,
+    layer: usize,
+    stage: RkStage,
+    name: &str,
+    shape: &[usize],
+    init: Init,
+) -> Result<TensorId> {
+    match stage {
+        RkStage::SubBlock => g.param(&format!("blocks.{layer}.{name}"), shape, init),
+        RkStage::Layer => g.shared_param(&format!("rk.{name}"), shape, init),
+    }
+}
+
+/// The gate's weight `[2D, 1]` (its bias starts at 0). The paper's form starts it at 0: g = ½
+/// everywhere, RK2 with γ = ½, ½ (the paper gives no init). The authors' code builds it with
+/// fairseq's `Linear`: Xavier-uniform, bound √(6 / (2D + 1)).
+fn gate_init(d: usize, stage: RkStage) -> Init {
+    match stage {
+        RkStage::SubBlock => Init::Zeros,
+        RkStage::Layer => Init::Uniform((6.0 / (2 * d + 1) as f32).sqrt()),
+    }
+}
+
+impl Stage {
+    /// The stage's `k`: `F(y) = a + h`, or the whole layer `G(y) = (y + a) + h`.
+    fn value(&self, g: &mut Graph, form: RkStage) -> Result<TensorId> {
+        match form {
+            RkStage::SubBlock => g.add(self.a, self.h),
+            RkStage::Layer => g.add(self.mid, self.h),
+        }
+    }
+}
+
 /// The attention and FFN outputs of stage `stage` (from 0) on input `y`.
 fn sub_block(
     g: &mut Graph,
@@ -355,22 +460,25 @@ fn sub_block(
     let probed = shared.probed && stage == 0;
     let salt = |site| shared.salt_base + dropout_salt(shared.layers, p.layer, stage, site);
     let h = p.ln1.apply(g, y)?;
-    let attended = self_attention(g, c, p, h, stage, shared, probed)?;
+    let attended = self_attention(g, c, p, h, stage, shared, probed, salt(1))?;
     let mut a = dropout(g, attended.out, shared, salt(1))?;
     let mut mid = g.add(y, a)?;
     let mut cross_probs = None;
     if let (Some(params), Some(cross)) = (&p.cross, &shared.cross) {
         let h = params.ln.apply(g, mid)?;
-        let (h, probs) = cross_attention(g, c, params, p.layer, h, cross, shared, probed)?;
+        let (h, probs) = cross_attention(g, c, params, p.layer, h, cross, shared, probed, salt(1))?;
         cross_probs = probs;
-        // The cross site's salts follow every self-attention and FFN site of the stack.
-        let h = dropout(g, h, shared, salt(1) + cross_salt_offset(shared.layers))?;
+        let h = dropout(g, h, shared, salt(1) + site_offset(shared.layers, CROSS_SITES))?;
         a = g.add(a, h)?;
         mid = g.add(mid, h)?;
     }
     let h = p.ln2.apply(g, mid)?;
     let h = p.up.apply(g, h)?;
-    let h = g.gelu(h)?;
+    let mut h = g.gelu(h)?;
+    if let Some(d) = &shared.dropout {
+        let salt = salt(2) + site_offset(shared.layers, ACTIVATION_SITES);
+        h = d.apply(g, h, d.activation, salt)?;
+    }
     let h = p.down.apply(g, h)?;
     let h = dropout(g, h, shared, salt(2))?;
     Ok(Stage {
@@ -393,7 +501,9 @@ struct Attended {
 
 /// Multi-head self-attention of `x [B, L, D]`: one fused q|k|v projection, heads split to
 /// `[B, H, L, Dh]`, the cached keys and values of earlier positions (incremental decoding) put
-/// first, the fused attention op, heads merged, the output projection.
+/// first, the fused attention op (its probabilities' dropout salted from the stage's attention
+/// site `salt`), heads merged, the output projection.
+#[allow(clippy::too_many_arguments)]
 fn self_attention(
     g: &mut Graph,
     c: &ModelConfig,
@@ -402,6 +512,7 @@ fn self_attention(
     stage: usize,
     shared: &BlockInputs,
     probed: bool,
+    salt: u32,
 ) -> Result<Attended> {
     let (b, l, d) = (shared.batch, shared.len, c.d_model);
     let shape = [b, l, c.heads, c.head_dim()];
@@ -426,6 +537,7 @@ fn self_attention(
         .causal(shared.causal)
         .with_bias(shared.attention_bias)
         .with_key_mask(shared.key_mask);
+    let opts = probability_dropout(opts, shared, salt + site_offset(shared.layers, ATTENTION_SITES))?;
     let probs = probed.then(|| g.attention_probs(q, all_k, opts)).transpose()?;
     let out = g.attention(q, all_k, all_v, opts)?;
     let out = merge_heads(g, out, [b, l, d])?;
@@ -449,6 +561,7 @@ fn cross_attention(
     cross: &CrossInputs,
     shared: &BlockInputs,
     probed: bool,
+    salt: u32,
 ) -> Result<(TensorId, Option<TensorId>)> {
     let (b, l, d) = (shared.batch, shared.len, c.d_model);
     let mut q = params.q.apply(g, x)?;
@@ -458,6 +571,11 @@ fn cross_attention(
     let q = heads(g, q, 0, [b, l, c.heads, c.head_dim()])?;
     let (k, v) = cross.keys_values[layer];
     let opts = AttentionOpts::new(1.0 / (c.head_dim() as f32).sqrt()).with_key_mask(Some(cross.key_mask));
+    let opts = probability_dropout(
+        opts,
+        shared,
+        salt + site_offset(shared.layers, CROSS_ATTENTION_SITES),
+    )?;
     let probs = probed.then(|| g.attention_probs(q, k, opts)).transpose()?;
     let out = g.attention(q, k, v, opts)?;
     let out = merge_heads(g, out, [b, l, d])?;
@@ -474,16 +592,35 @@ fn dropout_salt(layers: usize, layer: usize, stage: usize, site: usize) -> u32 {
     (2 * (stage * layers + layer) + site) as u32
 }
 
-/// How far a decoder's cross-attention salts sit above its self-attention salts: past every
-/// site of the stack's (up to 4) stages.
-fn cross_salt_offset(layers: usize) -> u32 {
-    (2 * 4 * layers) as u32
+/// The dropout sites beyond a stage's attention and FFN outputs, each a range of salts above
+/// theirs: a decoder's cross-attention (on the attention site's salt) and the FFN's
+/// activations (on the FFN output's).
+const CROSS_SITES: u32 = 1;
+const ACTIVATION_SITES: u32 = 2;
+/// The self- and cross-attention's probabilities (on the attention site's salt).
+const ATTENTION_SITES: u32 = 3;
+const CROSS_ATTENTION_SITES: u32 = 4;
+
+/// How far the salts of sites `range` sit above the self-attention and FFN outputs' salts: past
+/// every site of the stack's (up to 4) stages, once per range before it.
+fn site_offset(layers: usize, range: u32) -> u32 {
+    range * (2 * 4 * layers) as u32
 }
 
-/// `x` through dropout in training graphs of a model with dropout; `x` itself otherwise.
+/// An attention's options with the model's dropout on its probabilities, in training graphs of a
+/// model with `attention_dropout`.
+fn probability_dropout(opts: AttentionOpts, shared: &BlockInputs, salt: u32) -> Result<AttentionOpts> {
+    match &shared.dropout {
+        Some(d) => opts.with_dropout(d.seed, d.attention, salt),
+        None => Ok(opts),
+    }
+}
+
+/// `x` through the residual sites' dropout in training graphs of a model with dropout; `x`
+/// itself otherwise.
 fn dropout(g: &mut Graph, x: TensorId, shared: &BlockInputs, salt: u32) -> Result<TensorId> {
-    match shared.dropout {
-        Some((seed, p)) => g.dropout(x, seed, p, salt),
+    match &shared.dropout {
+        Some(d) => d.apply(g, x, d.residual, salt),
         None => Ok(x),
     }
 }
@@ -512,6 +649,7 @@ mod tests {
             posenc: PosEnc::None,
             embed_scale: EmbedScale::None,
             block,
+            ..ModelConfig::default()
         }
     }
 
@@ -533,6 +671,7 @@ mod tests {
                 attention_bias: None,
                 attention_scale: 1.0 / (c.head_dim() as f32).sqrt(),
                 dropout: None,
+                rk_stage: RkStage::SubBlock,
                 qkv_bias: Vec::new(),
                 rope: None,
                 probed: false,
@@ -567,6 +706,16 @@ mod tests {
         let mut salts: Vec<u32> = (0..layers)
             .flat_map(|layer| (0..stages).flat_map(move |stage| [1, 2].map(|site| (layer, stage, site))))
             .map(|(layer, stage, site)| dropout_salt(layers, layer, stage, site))
+            .flat_map(|salt| {
+                [
+                    0,
+                    CROSS_SITES,
+                    ACTIVATION_SITES,
+                    ATTENTION_SITES,
+                    CROSS_ATTENTION_SITES,
+                ]
+                .map(|range| salt + site_offset(layers, range))
+            })
             .collect();
         salts.push(EMBEDDING_DROPOUT_SALT);
         // Stage 0 keeps the residual block's salts.

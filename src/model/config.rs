@@ -46,8 +46,8 @@ pub struct ModelConfig {
     /// The feed-forward network's hidden size (usually 4·d_model).
     pub ffn: usize,
     /// The probability of dropping an element of the embeddings and of each sub-block's output
-    /// during training (GPT-2's sites; the fused attention has no dropout on its probabilities).
-    /// In [0, 1); optional in a config file, default 0.
+    /// during training (GPT-2's sites; `attention_dropout` and `activation_dropout` are the
+    /// other two). In [0, 1); optional in a config file, default 0.
     #[serde(default)]
     pub dropout: f32,
     /// The longest sequence a learned position table holds; other encodings take any length.
@@ -61,6 +61,93 @@ pub struct ModelConfig {
     /// a config file; defaults to `residual`.
     #[serde(default)]
     pub block: Block,
+    /// What each Runge-Kutta stage returns: the sub-block `F(y)` (the paper's equations) or the
+    /// whole layer `y + F(y)` (the authors' code). Optional; defaults to `sub_block`.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub rk_stage: RkStage,
+    /// How blocks feed one another: in a chain, or through the authors' layer history. Optional;
+    /// defaults to `none`.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub history: History,
+    /// The probability of dropping an element of the FFN's activations (after GELU) in training,
+    /// in [0, 1) (the ODE Transformer's and BERT's `relu_dropout` / `activation_dropout`).
+    /// Optional; defaults to 0.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub activation_dropout: f32,
+    /// The probability of dropping an attention probability in training, in [0, 1) (BERT's and
+    /// fairseq's `attention_dropout`; inside the fused attention, so no `[H, L, L]` tensor is
+    /// made). Optional; defaults to 0.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub attention_dropout: f32,
+}
+
+/// Whether a value is its type's default, so that the options added since a checkpoint format
+/// was fixed are left out of its metadata when unset (older posflow versions read it unchanged).
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
+impl Default for ModelConfig {
+    /// The smallest model worth training: a 2-layer causal LM of width 32 over 32 tokens, no
+    /// position encoding, every option at its default. Config files name every size; code that
+    /// builds a config (tests, examples) starts here and sets what it needs.
+    fn default() -> Self {
+        Self {
+            vocab: 32,
+            d_model: 32,
+            heads: 2,
+            layers: 2,
+            ffn: 128,
+            dropout: 0.0,
+            max_len: 64,
+            kind: ModelKind::CausalLm { tied_head: true },
+            posenc: PosEnc::None,
+            embed_scale: EmbedScale::None,
+            block: Block::Residual,
+            rk_stage: RkStage::SubBlock,
+            history: History::None,
+            activation_dropout: 0.0,
+            attention_dropout: 0.0,
+        }
+    }
+}
+
+/// What each stage `k_i` of a Runge-Kutta block is (ODE Transformer; see
+/// `../shared/papers/authors-code.md` §2). In TOML: `rk_stage = "layer"`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RkStage {
+    /// `F(y)`, the sub-block without its input, as the paper's equations: RK2 is
+    /// `y + ½F1 + ½F(y + F1)`.
+    #[default]
+    SubBlock,
+    /// `G(y) = y + F(y)`, the whole layer with its residual, as every released and compiled
+    /// version of the authors' code (each stage calls the fairseq layer): RK2 is
+    /// `y + ½(G1 + G2)` with stage 2 at `y + G1 = 2y + F1`, and the gate reads `[G1, G2]` and
+    /// starts Xavier-uniform, as theirs. A residual block is `G(y)` in both forms. The stream
+    /// grows ×2.5 (RK2) to ×4 (γ = 1) per block, which the authors' layer history
+    /// ([`History::Dense`]) normalises away.
+    Layer,
+}
+
+/// How each block's input is formed from the ones before it. In TOML: `history = "dense"`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum History {
+    /// A chain: each block reads the previous block's output, and a final layer norm (`ln_f`)
+    /// reads the last.
+    #[default]
+    None,
+    /// The authors' `dense` layer history (fairseq/modules/layer_history.py, pre-norm): each
+    /// block's output goes through its own layer norm `history.ln.i`, each block reads the mean
+    /// of the embeddings and the earlier blocks' normalised outputs, and the stack's output is
+    /// the mean of all of them. A causal LM then has no `ln_f`, as their LM (`final_norm =
+    /// False`); an encoder keeps it, as their encoder.
+    Dense,
+    /// `learnable_dense` (their translation configs): the mean replaced by learned weights,
+    /// block i reading `Σ_j w_ij·x_j` over the embeddings and the i normalised outputs before it,
+    /// each row `history.mix.i` `[i + 1]` starting at the mean.
+    LearnableDense,
 }
 
 /// The step each block takes (ODE Transformer, Li et al. 2022). `F(y) = a + FFN(LN2(y + a))` with
@@ -74,6 +161,7 @@ pub struct ModelConfig {
 /// block = { type = "rk2", gamma = [1.0, 1.0] }   # the paper's RK2 with γ = 1, 1
 /// block = { type = "rk2_gated" }                 # y + g·F1 + (1 − g)·F2, g learned per position
 /// block = { type = "rk4" }
+/// block = { type = "rk2", learned = "scalar" }  # γ learned, from [1, 1] (the authors' code)
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "BlockSpec", into = "BlockSpec")]
@@ -88,6 +176,15 @@ pub enum Block {
     /// `blocks.i.gate.bias` `[1]`, both initialised to 0 so that the block starts as RK2 with
     /// γ = ½, ½.
     Rk2Gated,
+    /// RK2 with its two coefficients learned (the authors' `rk_type = "initialization"`):
+    /// `y' = y + α1·F1 + α2·F2`, α starting at `gamma` (`[1, 1]` unless set, as theirs), one
+    /// scalar each (`[1]`: their released code) or one per channel (`[d_model]`: their compiled
+    /// 2021 encoder); `blocks.i.alpha1`, `alpha2`, or with `rk_stage = "layer"` the stack's
+    /// one pair `rk.alpha1`, `rk.alpha2` shared by its blocks, as theirs.
+    Rk2Learned {
+        gamma: [f32; 2],
+        coefficients: Coefficients,
+    },
     /// `F1 = F(y)`, `F2 = F(y + ½F1)`, `F3 = F(y + ½F2)`, `F4 = F(y + F3)`,
     /// `y' = y + (F1 + 2F2 + 2F3 + F4)/6`.
     Rk4,
@@ -102,9 +199,21 @@ struct BlockSpec {
     kind: BlockType,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     gamma: Option<Vec<f32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    learned: Option<Coefficients>,
 }
 
-#[derive(Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// The shape of RK2's learned coefficients ([`Block::Rk2Learned`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Coefficients {
+    /// One scalar per coefficient.
+    Scalar,
+    /// One value per channel of the model.
+    Channel,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum BlockType {
     Residual,
@@ -117,28 +226,50 @@ impl TryFrom<BlockSpec> for Block {
     type Error = String;
 
     fn try_from(spec: BlockSpec) -> std::result::Result<Self, String> {
-        match (spec.kind, spec.gamma) {
-            (BlockType::Rk2, None) => Ok(Self::Rk2 { gamma: [0.5, 0.5] }),
-            (BlockType::Rk2, Some(gamma)) => match gamma[..] {
-                [g1, g2] => Ok(Self::Rk2 { gamma: [g1, g2] }),
-                _ => Err(format!(
-                    "block.gamma takes the 2 coefficients of F1 and F2, got {gamma:?}"
-                )),
-            },
-            (_, Some(_)) => Err("block.gamma is a setting of type rk2 only".into()),
-            (BlockType::Residual, None) => Ok(Self::Residual),
-            (BlockType::Rk2Gated, None) => Ok(Self::Rk2Gated),
-            (BlockType::Rk4, None) => Ok(Self::Rk4),
+        if spec.kind != BlockType::Rk2 {
+            if spec.gamma.is_some() {
+                return Err("block.gamma is a setting of type rk2 only".into());
+            }
+            if spec.learned.is_some() {
+                return Err("block.learned is a setting of type rk2 only".into());
+            }
+        }
+        let gamma = |default: [f32; 2]| match spec.gamma.as_deref() {
+            None => Ok(default),
+            Some(&[g1, g2]) => Ok([g1, g2]),
+            Some(other) => Err(format!(
+                "block.gamma takes the 2 coefficients of F1 and F2, got {other:?}"
+            )),
+        };
+        match (spec.kind, spec.learned) {
+            (BlockType::Rk2, None) => Ok(Self::Rk2 {
+                gamma: gamma([0.5, 0.5])?,
+            }),
+            (BlockType::Rk2, Some(coefficients)) => Ok(Self::Rk2Learned {
+                gamma: gamma([1.0, 1.0])?,
+                coefficients,
+            }),
+            (BlockType::Residual, _) => Ok(Self::Residual),
+            (BlockType::Rk2Gated, _) => Ok(Self::Rk2Gated),
+            (BlockType::Rk4, _) => Ok(Self::Rk4),
         }
     }
 }
 
 impl Block {
+    /// RK2's coefficients (the starting ones, where they are learned).
+    pub fn gamma(&self) -> Option<[f32; 2]> {
+        match *self {
+            Self::Rk2 { gamma } | Self::Rk2Learned { gamma, .. } => Some(gamma),
+            _ => None,
+        }
+    }
+
     /// How many times a block of this kind evaluates `F`.
     pub fn stages(&self) -> usize {
         match self {
             Self::Residual => 1,
-            Self::Rk2 { .. } | Self::Rk2Gated => 2,
+            Self::Rk2 { .. } | Self::Rk2Gated | Self::Rk2Learned { .. } => 2,
             Self::Rk4 => 4,
         }
     }
@@ -146,13 +277,16 @@ impl Block {
 
 impl From<Block> for BlockSpec {
     fn from(block: Block) -> Self {
-        let (kind, gamma) = match block {
-            Block::Residual => (BlockType::Residual, None),
-            Block::Rk2 { gamma } => (BlockType::Rk2, Some(gamma.to_vec())),
-            Block::Rk2Gated => (BlockType::Rk2Gated, None),
-            Block::Rk4 => (BlockType::Rk4, None),
+        let (kind, gamma, learned) = match block {
+            Block::Residual => (BlockType::Residual, None, None),
+            Block::Rk2 { gamma } => (BlockType::Rk2, Some(gamma.to_vec()), None),
+            Block::Rk2Learned { gamma, coefficients } => {
+                (BlockType::Rk2, Some(gamma.to_vec()), Some(coefficients))
+            }
+            Block::Rk2Gated => (BlockType::Rk2Gated, None, None),
+            Block::Rk4 => (BlockType::Rk4, None, None),
         };
-        Self { kind, gamma }
+        Self { kind, gamma, learned }
     }
 }
 
@@ -272,10 +406,25 @@ impl ModelConfig {
         if !(0.0..1.0).contains(&self.dropout) {
             return config_err(format!("dropout must be in [0, 1), got {}", self.dropout));
         }
-        if let Block::Rk2 { gamma } = self.block
+        if let Some(gamma) = self.block.gamma()
             && !gamma.iter().all(|c| c.is_finite())
         {
             return config_err(format!("block.gamma must be finite, got {gamma:?}"));
+        }
+        for (field, p) in [
+            ("activation_dropout", self.activation_dropout),
+            ("attention_dropout", self.attention_dropout),
+        ] {
+            if !(0.0..1.0).contains(&p) {
+                return config_err(format!("{field} must be in [0, 1), got {p}"));
+            }
+        }
+        if self.history != History::None && matches!(self.kind, ModelKind::Seq2Seq { .. }) {
+            return config_err(
+                "history is for the causal LM, the masked LM and the classifier so far; a seq2seq \
+                 model cannot have one yet"
+                    .into(),
+            );
         }
         if let ModelKind::Seq2Seq {
             decoder_layers,
@@ -399,7 +548,7 @@ impl ModelConfig {
                 "decoder_layers must be in 1..={limit}, got {decoder_layers}"
             ));
         }
-        if let Block::Rk2 { gamma } = decoder_block
+        if let Some(gamma) = decoder_block.gamma()
             && !gamma.iter().all(|c| c.is_finite())
         {
             return config_err(format!("decoder_block.gamma must be finite, got {gamma:?}"));

@@ -329,7 +329,7 @@ fn block_reads_every_kind_with_rk2_s_default_gamma() {
     assert!(e.contains("block.gamma is a setting of type rk2 only"), "{e}");
     let e = err(r#"{ "type": "rk2", "gama": [1, 1] }"#);
     assert!(
-        e.contains("unknown field `gama`, expected `type` or `gamma`"),
+        e.contains("unknown field `gama`, expected one of `type`, `gamma`, `learned`"),
         "{e}"
     );
     let e = err(r#"{ "type": "rk2", "gamma": [1, 1, 1] }"#);

@@ -11,12 +11,17 @@
 //!     x = x + γ1·F1 + γ2·F2                       rk2: F1 = F(x), F2 = F(x + F1)
 //!     x = x + g·F1 + (1 − g)·F2                   rk2_gated: g = sigmoid([F1, F2]·gate.W + gate.b)
 //!     x = x + (F1 + 2F2 + 2F3 + F4)/6             rk4: F2 = F(x + ½F1), F3 = F(x + ½F2), F4 = F(x + F3)
+//!     x = x + α1⊙F1 + α2⊙F2                       rk2 learned: α from gamma, scalars or per channel
+//!     (rk_stage "layer": every Fi above is the whole layer Gi = yi + F(yi), as the authors' code)
+//! history "dense": block i reads mean(x0, LN_0(o_0), …, LN_{i-1}(o_{i-1})), the stack outputs the
+//!     mean over all blocks (x0 the embeddings, o_j block j's output; "learnable_dense": learned mix)
 //! LM:      logits = LN_f(x) · tok_emb^T  (tied, never scaled)  or  LN_f(x) · lm_head.weight
 //! encoder: logits = cls_head(LN_f(x[:, 0]))       position 0 holds BOS as [CLS]
 //! loss = cross_entropy(logits, targets, IGNORE_INDEX)
 //! ```
 //!
-//! `Drop` is dropout with the config's probability in training graphs ([`GraphOptions::training`]) and
+//! `Drop` is dropout with the config's probability (and, with `activation_dropout`, on GELU's
+//! output too) in training graphs ([`GraphOptions::training`]) and
 //! the identity everywhere else; each stage of a Runge-Kutta block draws its own masks.
 //!
 //! The block kinds are the ODE Transformer's ([`Block`], the config's `block`): every stage `Fi`
@@ -57,10 +62,14 @@
 //! | `blocks.i.ffn.up.bias`       | [F]            | 0                          | always                  |
 //! | `blocks.i.ffn.down.weight`   | [F, D]         | N(0, 0.02/√(2·layers))     | always                  |
 //! | `blocks.i.ffn.down.bias`     | [D]            | 0                          | always                  |
-//! | `blocks.i.gate.weight`       | [2D, 1]        | 0                          | block `rk2_gated`       |
+//! | `blocks.i.gate.weight`       | [2D, 1]        | 0 (`rk.gate`: Xavier-uniform) | block `rk2_gated`    |
 //! | `blocks.i.gate.bias`         | [1]            | 0                          | block `rk2_gated`       |
-//! | `ln_f.gain`                  | [D]            | 1                          | always                  |
-//! | `ln_f.bias`                  | [D]            | 0                          | always                  |
+//! | `blocks.i.alpha1`, `alpha2`  | [1] or [D]     | gamma                      | rk2 with `learned`      |
+//! | `rk.alpha1`, `rk.alpha2`, `rk.gate.weight`, `rk.gate.bias` | as above | as above | the same with `rk_stage = "layer"`: one for the stack |
+//! | `history.ln.i.gain`, `.bias` | [D]            | 1, 0                       | a `history`             |
+//! | `history.mix.i`              | [i + 1]        | 1/(i + 1)                  | `learnable_dense`       |
+//! | `ln_f.gain`                  | [D]            | 1                          | not a causal LM with a `history` |
+//! | `ln_f.bias`                  | [D]            | 0                          | not a causal LM with a `history` |
 //! | `lm_head.weight`             | [D, V]         | N(0, 0.02)                 | causal LM, untied head  |
 //! | `cls_head.weight`            | [D, C]         | N(0, 0.02)                 | encoder                 |
 //! | `cls_head.bias`              | [C]            | 0                          | encoder                 |
@@ -74,7 +83,8 @@
 //! unscaled, as fairseq does.
 //!
 //! The gate's rows are `[F1 | F2]`: rows `0..D` weigh F1, rows `D..2D` weigh F2. It starts at 0,
-//! so g = ½ everywhere and the block starts as `rk2` with γ = ½, ½ (the paper gives no init).
+//! so g = ½ everywhere and the block starts as `rk2` with γ = ½, ½ (the paper gives no init); with
+//! `rk_stage = "layer"` it is Xavier-uniform (bound √(6/(2D + 1))), as the authors' code.
 //!
 //! The columns of `attn.qkv` are `[q | k | v]`, each D wide; head `h` uses columns
 //! `h·Dh .. (h+1)·Dh` of each part (Dh = D / heads), as `qkv.split(D, -1)` then
@@ -89,13 +99,14 @@
 
 mod block;
 mod config;
+mod history;
 pub mod posenc;
 pub mod probe;
 mod seq2seq;
 mod transformer;
 
 pub use block::LN_EPS;
-pub use config::{Block, EmbedScale, ModelConfig, ModelKind};
+pub use config::{Block, Coefficients, EmbedScale, History, ModelConfig, ModelKind, RkStage};
 pub(crate) use posenc::refuse_other_settings;
 pub use posenc::{
     EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, PosEnc, SolverMethod,

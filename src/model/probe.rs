@@ -152,6 +152,7 @@ mod tests {
             posenc: PosEnc::None,
             embed_scale: EmbedScale::None,
             block,
+            ..ModelConfig::default()
         }
     }
 

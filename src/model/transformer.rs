@@ -1,7 +1,8 @@
 //! The pre-norm Transformer of a [`ModelConfig`], built into a [`Graph`] for one (batch, length).
 
-use super::block::{self, BlockInputs, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm, Linear};
-use super::config::{EmbedScale, ModelConfig, ModelKind};
+use super::block::{self, BlockInputs, Dropouts, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm, Linear};
+use super::config::{EmbedScale, History, ModelConfig, ModelKind};
+use super::history::LayerHistory;
 use super::posenc::{self, Constant, EncodingSource};
 use crate::data::{BOS, Batch, IGNORE_INDEX};
 use crate::error::{Error, Result};
@@ -177,8 +178,7 @@ impl Model {
         let key_mask = options
             .padded
             .then(|| g.input("key_mask", TensorMeta::i32(&[batch, len])));
-        let dropout = (options.training && c.dropout > 0.0)
-            .then(|| (g.input("dropout_seed", TensorMeta::i32(&[1])), c.dropout));
+        let dropout = Dropouts::declare(g, c, options.training);
         let positions = posenc::build_from(g, &c.posenc, c.dims(), len, options.encodings())?;
 
         let tok_emb_std = match c.embed_scale {
@@ -193,8 +193,8 @@ impl Model {
         if let Some(p) = positions.at_input {
             x = g.add(x, p)?;
         }
-        if let Some((seed, p)) = dropout {
-            x = g.dropout(x, seed, p, EMBEDDING_DROPOUT_SALT)?;
+        if let Some(d) = &dropout {
+            x = d.apply(g, x, d.residual, EMBEDDING_DROPOUT_SALT)?;
         }
         let shared = BlockInputs {
             batch,
@@ -215,23 +215,31 @@ impl Model {
                 .attention_scale
                 .unwrap_or(1.0 / (c.head_dim() as f32).sqrt()),
             dropout,
+            rk_stage: c.rk_stage,
             qkv_bias: positions.qkv_bias,
             rope: positions.rope,
             probed: options.probed,
         };
         let mut attention_probs = Vec::new();
+        let mut history = LayerHistory::new(c.history, d, x);
         for layer in 0..c.layers {
+            let mut x = history.pop(g)?;
             if let Some(&p) = positions.at_block.get(layer) {
                 x = g.add(x, p)?;
             }
             let block = block::block(g, c, x, layer, &shared)?;
-            x = block.out;
+            history.add(g, block.out)?;
             attention_probs.extend(block.attention_probs);
         }
+        let x = history.pop(g)?;
 
         let (logits, targets) = match c.kind {
             ModelKind::CausalLm { tied_head } => {
-                let x = LayerNorm::declare(g, "ln_f", d)?.apply(g, x)?;
+                // The authors' LM with a layer history has no final layer norm.
+                let x = match c.history {
+                    History::None => LayerNorm::declare(g, "ln_f", d)?.apply(g, x)?,
+                    History::Dense | History::LearnableDense => x,
+                };
                 // The tied head reads the table unscaled, whatever embed_scale (fairseq).
                 let logits = if tied_head {
                     g.matmul_t(x, tok_emb, false, true)?
@@ -279,7 +287,7 @@ impl Model {
             constants: positions.constants,
             encodings: positions.encodings,
             encodings_source: options.encodings(),
-            dropout_seed: dropout.map(|(seed, _)| seed),
+            dropout_seed: dropout.map(|d| d.seed),
             attention_probs,
         })
     }

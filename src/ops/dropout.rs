@@ -19,23 +19,48 @@ uniform! {
     pub struct DropoutUniform = DROPOUT "Params" { n: u32, threshold: u32, scale: f32, salt: u32 }
 }
 
-#[derive(Debug)]
-pub struct Dropout {
+/// Which elements one dropout site keeps, and their factor: element `index` of a run seeded
+/// `seed` is kept when `pcg(index ^ stream)` is at least `threshold`, with
+/// `stream = pcg(seed ^ pcg(salt))`. The dropout op and attention's dropout on its probabilities
+/// draw their masks this way; `shaders/hash.wgsl` is the same hash.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DropMask {
     /// Elements whose hash is below this are dropped: p · 2³².
-    threshold: u32,
-    scale: f32,
-    salt: u32,
+    pub threshold: u32,
+    /// 1 / (1 − p).
+    pub scale: f32,
+    pub salt: u32,
 }
 
-impl Dropout {
-    fn new(p: f32, salt: u32) -> Self {
+impl DropMask {
+    /// The mask of drop probability `p` (in [0, 1)) at site `salt`.
+    pub fn new(p: f32, salt: u32) -> Self {
         Self {
             threshold: (f64::from(p) * 4_294_967_296.0) as u32,
             scale: 1.0 / (1.0 - p),
             salt,
         }
     }
+
+    /// The stream of a run seeded `seed`.
+    pub fn stream(&self, seed: i32) -> u32 {
+        pcg(seed as u32 ^ pcg(self.salt))
+    }
+
+    /// Element `index`'s factor in the stream's mask: 0 or 1 / (1 − p). The index wraps at 2³²,
+    /// as the kernels' u32 arithmetic.
+    #[inline(always)]
+    pub fn factor(&self, stream: u32, index: usize) -> f32 {
+        if pcg(index as u32 ^ stream) >= self.threshold {
+            self.scale
+        } else {
+            0.0
+        }
+    }
 }
+
+#[derive(Debug)]
+pub struct Dropout(DropMask);
 
 /// PCG's output permutation of a 32-bit state: a cheap hash with well-mixed bits.
 fn pcg(v: u32) -> u32 {
@@ -62,13 +87,12 @@ impl Op for Dropout {
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let x = inputs[0].data;
-        let stream = pcg(inputs[1].ints()[0] as u32 ^ pcg(self.salt));
+        let mask = self.0;
+        let stream = mask.stream(inputs[1].ints()[0]);
+        // A dropped element is 0 even where x is not finite, as the kernel writes it.
         par_fill(outputs[0].data, |i| {
-            if pcg(i as u32 ^ stream) >= self.threshold {
-                x[i] * self.scale
-            } else {
-                0.0
-            }
+            let factor = mask.factor(stream, i);
+            if factor == 0.0 { 0.0 } else { x[i] * factor }
         });
     }
 
@@ -76,9 +100,9 @@ impl Op for Dropout {
         let n = outputs[0].numel();
         let uniform = DropoutUniform {
             n: word(n),
-            threshold: self.threshold,
-            scale: self.scale,
-            salt: self.salt,
+            threshold: self.0.threshold,
+            scale: self.0.scale,
+            salt: self.0.salt,
         };
         GpuKernels::single(Dispatch::new(
             "dropout",
@@ -92,12 +116,10 @@ impl Op for Dropout {
         let Some(grad) = args.grads[0] else {
             return Ok(vec![None, None]);
         };
-        let same = Dropout {
-            threshold: self.threshold,
-            scale: self.scale,
-            salt: self.salt,
-        };
-        Ok(vec![Some(g.apply1(same, &[grad, args.inputs[1]])?), None])
+        Ok(vec![
+            Some(g.apply1(Dropout(self.0), &[grad, args.inputs[1]])?),
+            None,
+        ])
     }
 }
 
@@ -112,7 +134,7 @@ impl Graph {
                 format!("the drop probability must be in [0, 1), got {p}"),
             );
         }
-        self.apply1(Dropout::new(p, salt), &[x, seed])
+        self.apply1(Dropout(DropMask::new(p, salt)), &[x, seed])
     }
 }
 

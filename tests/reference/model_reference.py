@@ -509,9 +509,15 @@ def reference_batch(cfg, metadata):
 
 
 def expect(path):
-    """Writes `<name>.expected.safetensors` beside the checkpoint: logits, loss, grad/<param>."""
+    """Writes `<name>.expected.safetensors` beside the checkpoint: logits, loss, grad/<param>. The
+    ODE Transformer's code form is authors_ode.py's, written from the authors' code instead."""
     path = pathlib.Path(path)
     cfg, metadata, params = load(path)
+    import authors_ode
+
+    if authors_ode.uses_authors_form(cfg):
+        authors_ode.expect(path)
+        return
     inputs, targets = reference_batch(cfg, metadata)
     leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
     logits = forward(cfg, leaves, inputs)

@@ -49,7 +49,7 @@ mod tests;
 
 pub use step::{DecoderStep, SourceMemory};
 
-use super::block::{self, BlockInputs, CrossInputs, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm};
+use super::block::{self, BlockInputs, CrossInputs, Dropouts, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm};
 use super::config::{EmbedScale, ModelConfig, ModelKind};
 use super::posenc::{self, Constant, ModelDims, PositionTerms};
 use super::transformer::{GraphOptions, Model};
@@ -130,7 +130,7 @@ pub(super) fn embed(
     tok_emb: TensorId,
     tokens: TensorId,
     positions: &PositionTerms,
-    dropout: Option<(TensorId, f32)>,
+    dropout: Option<Dropouts>,
     salt: u32,
 ) -> Result<TensorId> {
     let mut x = g.embedding(tok_emb, tokens)?;
@@ -141,7 +141,7 @@ pub(super) fn embed(
         x = g.add(x, p)?;
     }
     match dropout {
-        Some((seed, p)) => g.dropout(x, seed, p, salt),
+        Some(d) => d.apply(g, x, d.residual, salt),
         None => Ok(x),
     }
 }
@@ -228,7 +228,7 @@ pub(super) fn encode(
     batch: usize,
     source_len: usize,
     tok_emb: TensorId,
-    dropout: Option<(TensorId, f32)>,
+    dropout: Option<Dropouts>,
     probed: bool,
 ) -> Result<Encoded> {
     let source = g.input("source", TensorMeta::i32(&[batch, source_len]));
@@ -247,6 +247,7 @@ pub(super) fn encode(
             attention_bias,
             attention_scale,
             dropout,
+            rk_stage: c.rk_stage,
             salt_base: 0,
             qkv_bias: positions.qkv_bias.clone(),
             rope: None,
@@ -313,8 +314,7 @@ impl Model {
                  got batch {batch}, source length {source_len}, target length {target_len}"
             )));
         }
-        let dropout = (options.is_training() && c.dropout > 0.0)
-            .then(|| (g.input("dropout_seed", TensorMeta::i32(&[1])), c.dropout));
+        let dropout = Dropouts::declare(g, c, options.is_training());
         let probed = options.is_probed();
         let tok_emb = token_table(g, c)?;
 
@@ -337,6 +337,7 @@ impl Model {
                 attention_bias,
                 attention_scale,
                 dropout,
+                rk_stage: c.rk_stage,
                 salt_base: DECODER_SALTS,
                 qkv_bias: positions.qkv_bias.clone(),
                 rope: None,
@@ -371,7 +372,7 @@ impl Model {
             loss,
             vocab: c.vocab,
             constants,
-            dropout_seed: dropout.map(|(seed, _)| seed),
+            dropout_seed: dropout.map(|d| d.seed),
             encoder_probs: encoded.blocks.iter().filter_map(|b| b.attention_probs).collect(),
             decoder_probs: decoder_blocks.iter().filter_map(|b| b.attention_probs).collect(),
             cross_probs: decoder_blocks.iter().filter_map(|b| b.cross_probs).collect(),

@@ -158,6 +158,7 @@ impl Model {
                 attention_bias,
                 attention_scale,
                 dropout: None,
+                rk_stage: c.rk_stage,
                 salt_base: 0,
                 qkv_bias: positions.qkv_bias.clone(),
                 rope: None,

@@ -31,6 +31,7 @@ pub(crate) fn config(posenc: PosEnc, block: Block, decoder_block: Block) -> Mode
         posenc,
         embed_scale: EmbedScale::SqrtD,
         block,
+        ..ModelConfig::default()
     }
 }
 

@@ -10,11 +10,11 @@ use crate::kernel::AdapterKind;
 use crate::tensor::TensorMeta;
 
 /// The gradient of [`Attention`]. Inputs: the forward's inputs (q, k, v, the bias's inputs,
-/// key_mask?), then out, lse and dout. Outputs: dq (like q), dk, dv (like k), then for a dense
+/// key_mask?, seed?), then out, lse and dout. Outputs: dq (like q), dk, dv (like k), then for a dense
 /// bias dbias `[H, Lq, Lk]` (summed over the batch), for a relative bias each query row's dS
-/// summed per bucket, `[B, H, Lq, buckets]` (see `relative.rs`). With P = exp(s − lse) recomputed and
-/// D = rowsum(dout ∘ out): dV = Pᵀ dout, dS = P ∘ (dout·vᵀ − D), dq = dS k · scale,
-/// dk = dSᵀ q · scale, dbias = Σ_b dS.
+/// summed per bucket, `[B, H, Lq, buckets]` (see `relative.rs`). With P = exp(s − lse) recomputed, Z
+/// the dropout mask (1 without dropout) and D = rowsum(dout ∘ out): dV = (Z ∘ P)ᵀ dout,
+/// dS = P ∘ (Z ∘ dout·vᵀ − D), dq = dS k · scale, dk = dSᵀ q · scale, dbias = Σ_b dS.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionBackward(pub Attention);
 
@@ -133,7 +133,11 @@ impl Op for AttentionBackward {
         // lse and D per row, then 1/0 visibility per key, then (relative bias) the bucket of
         // each offset, so that the passes after it need one buffer less.
         let offsets = d.lq + d.lk - 1;
-        let mut scratch = vec![2 * d.rows() + d.b * d.lk + if relative { offsets } else { 0 }];
+        let stream = usize::from(self.0.dropout.is_some());
+        let mut scratch = vec![2 * d.rows() + d.b * d.lk + if relative { offsets } else { 0 } + stream];
+        // The stats pass copies the dropout stream for the passes after it; q stands in for an
+        // absent seed.
+        let seed = Arg::In(self.0.slots(3).seed.unwrap_or(0));
         // The dq pass writes a trained relative bias's per-row sums; without one it still binds
         // a writable buffer there, and a one-word scratch is one it never writes.
         let by_bucket = if trained {
@@ -146,7 +150,7 @@ impl Op for AttentionBackward {
         let mut dispatches = vec![
             dispatch(
                 "attention_backward_stats",
-                vec![out, lse, dout, mask, buckets, Arg::Scratch(0)],
+                vec![out, lse, dout, mask, buckets, Arg::Scratch(0), seed],
                 grid(d.rows().max(d.b * d.lk).max(offsets), 64),
             ),
             dispatch(

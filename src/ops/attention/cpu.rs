@@ -2,6 +2,7 @@
 //! (batch entry, head).
 
 use super::{Attention, Dims, In};
+use crate::ops::dropout::DropMask;
 use crate::ops::unary::exp;
 use crate::ops::vector::vectorised_fn;
 
@@ -27,6 +28,8 @@ pub(super) struct Problem<'a> {
     pub v: &'a [f32],
     bias: Bias<'a>,
     mask: Option<&'a [i32]>,
+    /// Dropout on the probabilities: its mask and this run's stream.
+    dropout: Option<(DropMask, u32)>,
 }
 
 impl<'a> Problem<'a> {
@@ -51,6 +54,20 @@ impl<'a> Problem<'a> {
             v: if with_v { inputs[2].data } else { &[] },
             bias,
             mask: slots.mask.map(|i| inputs[i].ints()),
+            dropout: op
+                .dropout
+                .zip(slots.seed)
+                .map(|(mask, i)| (mask, mask.stream(inputs[i].ints()[0]))),
+        }
+    }
+
+    /// Z of query row `row` (= (b·H + h)·Lq + i) and key j: 0 or 1/(1 − p) with dropout, 1
+    /// without.
+    #[inline(always)]
+    pub fn kept(&self, row: usize, j: usize) -> f32 {
+        match self.dropout {
+            Some((mask, stream)) => mask.factor(stream, row * self.d.lk + j),
+            None => 1.0,
         }
     }
 
@@ -171,8 +188,8 @@ impl<'a> Problem<'a> {
         max + total.ln()
     }
 
-    /// Row `row`'s probabilities recomputed from its lse, and dS = P ∘ (dout·vᵀ − D) with
-    /// D = dout · out of the row. `k_t` and `v_t` are the (b, h)'s keys and values transposed;
+    /// Row `row`'s probabilities recomputed from its lse, times the dropout mask Z (what dv
+    /// reads), and dS = P ∘ (Z ∘ dout·vᵀ − D) with D = dout · out of the row. `k_t` and `v_t` are the (b, h)'s keys and values transposed;
     /// `dp` is scratch of length Lk.
     #[inline(always)]
     pub fn p_and_ds(
@@ -194,13 +211,14 @@ impl<'a> Problem<'a> {
         let (ds, hidden_ds) = ds.split_at_mut(end);
         hidden_p.fill(0.0);
         hidden_ds.fill(0.0);
-        for ((p, ds), &dp) in p.iter_mut().zip(ds.iter_mut()).zip(&dp[..end]) {
+        for (j, ((p, ds), &dp)) in p.iter_mut().zip(ds.iter_mut()).zip(&dp[..end]).enumerate() {
             // Hidden keys have score −∞; select them explicitly so that lse = −∞ gives no NaN
             // (a select, not a branch, so that the loop is vectorised).
             let hidden = *p == f32::NEG_INFINITY;
             let prob = exp(*p - lse);
-            *p = if hidden { 0.0 } else { prob };
-            *ds = if hidden { 0.0 } else { prob * (dp - delta) };
+            let z = self.kept(row, j);
+            *p = if hidden { 0.0 } else { prob * z };
+            *ds = if hidden { 0.0 } else { prob * (z * dp - delta) };
         }
     }
 
@@ -227,8 +245,9 @@ vectorised_fn! {
         let Dims { lq, lk, dh, .. } = pr.d;
         pr.transposed(pr.k, bh, k_t);
         for (i, (o, lse)) in out.chunks_exact_mut(dh).zip(lse).enumerate() {
-            *lse = pr.probs(bh * lq + i, k_t, p);
-            weighted_sum(o, 0..pr.key_end(i), |j| Some(p[j]), |j| pr.at(pr.v, bh * lk + j));
+            let row = bh * lq + i;
+            *lse = pr.probs(row, k_t, p);
+            weighted_sum(o, 0..pr.key_end(i), |j| Some(p[j] * pr.kept(row, j)), |j| pr.at(pr.v, bh * lk + j));
         }
     }
 }

@@ -11,7 +11,11 @@
 //!   T5's relative bias `table[bucket(offset), h]`, which the kernels look up themselves from the
 //!   `[buckets, H]` table and the bucket of each offset, so that it costs memory linear in L;
 //! - `key_mask` (optional) is i32 `[B, Lk]`: 1 for a real token, 0 for padding. A padded key is
-//!   hidden from every query of its batch entry, as is every key after the query when `causal`.
+//!   hidden from every query of its batch entry, as is every key after the query when `causal`;
+//! - dropout on the probabilities (optional, training): `out = (Z ∘ softmax(…))·v` with Z 0 or
+//!   1/(1 − p) per (b, h, i, j), drawn from the hash of its index, the step's seed (an i32 `[1]`
+//!   input, the last) and a salt, as the dropout op's ([`DropMask`]), so that the backward draws
+//!   the same Z and nothing `[Lq, Lk]` is stored.
 //!
 //! The forward also outputs `lse [B, H, Lq]`, each query row's log Σ exp(score) over its visible
 //! keys, which the backward reads to recompute the probabilities instead of storing them. A row
@@ -40,6 +44,7 @@ use super::{Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Error, Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::{AdapterKind, uniform};
+use crate::ops::dropout::DropMask;
 use crate::tensor::{DType, TensorMeta};
 use cpu::{Problem, forward_head};
 
@@ -101,6 +106,9 @@ uniform! {
         bias_kind: u32,
         has_mask: u32,
         buckets: u32,
+        drop_threshold: u32,
+        drop_scale: f32,
+        drop_salt: u32,
     }
 }
 
@@ -138,8 +146,8 @@ impl BiasKind {
 }
 
 /// Attention as a graph op. Inputs: q, k, v, then the bias inputs of `bias` ([`BiasKind`]), then
-/// `key_mask` if `has_key_mask` (see the module doc for shapes and meaning). Outputs: out
-/// `[B, H, Lq, Dh]` and lse `[B, H, Lq]`.
+/// `key_mask` if `has_key_mask`, then the dropout seed if `dropout` (see the module doc for
+/// shapes and meaning). Outputs: out `[B, H, Lq, Dh]` and lse `[B, H, Lq]`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Attention {
     /// Query i sees keys 0..=i + Lk − Lq only.
@@ -148,6 +156,8 @@ pub struct Attention {
     pub scale: f32,
     pub bias: BiasKind,
     pub has_key_mask: bool,
+    /// Dropout on the probabilities, in training.
+    pub dropout: Option<DropMask>,
 }
 
 /// The additive bias of [`AttentionOpts`].
@@ -172,6 +182,8 @@ pub struct AttentionOpts {
     bias: Option<AttentionBias>,
     /// i32 `[B, Lk]`, 1 for real tokens and 0 for padded keys.
     key_mask: Option<TensorId>,
+    /// The step's seed (i32 `[1]`) and the mask of dropout on the probabilities.
+    dropout: Option<(TensorId, DropMask)>,
 }
 
 impl AttentionOpts {
@@ -182,6 +194,7 @@ impl AttentionOpts {
             scale,
             bias: None,
             key_mask: None,
+            dropout: None,
         }
     }
 
@@ -201,6 +214,20 @@ impl AttentionOpts {
     pub fn with_key_mask(mut self, key_mask: impl Into<Option<TensorId>>) -> Self {
         self.key_mask = key_mask.into();
         self
+    }
+
+    /// Drops each probability with probability `p` (in [0, 1); none at 0) and scales the rest
+    /// by 1 / (1 − p), the mask following `seed` (an i32 `[1]` input, new every step) at site
+    /// `salt`, as [`Graph::dropout`]'s.
+    pub fn with_dropout(mut self, seed: TensorId, p: f32, salt: u32) -> Result<Self> {
+        if !(0.0..1.0).contains(&p) {
+            return shape_err(
+                "attention",
+                format!("the probabilities' drop probability must be in [0, 1), got {p}"),
+            );
+        }
+        self.dropout = (p > 0.0).then(|| (seed, DropMask::new(p, salt)));
+        Ok(self)
     }
 }
 
@@ -231,11 +258,13 @@ struct Slots {
     /// The relative bias's bucket of each offset.
     buckets: Option<usize>,
     mask: Option<usize>,
+    /// The dropout seed.
+    seed: Option<usize>,
 }
 
 impl Attention {
     fn optional_count(&self) -> usize {
-        self.bias.inputs() + self.has_key_mask as usize
+        self.bias.inputs() + self.has_key_mask as usize + self.dropout.is_some() as usize
     }
 
     /// The optional inputs' indices, given where they start (after q, k and, if present, v).
@@ -245,6 +274,10 @@ impl Attention {
             bias: (n >= 1).then_some(first),
             buckets: matches!(self.bias, BiasKind::Relative { .. }).then_some(first + 1),
             mask: self.has_key_mask.then_some(first + n),
+            seed: self
+                .dropout
+                .is_some()
+                .then_some(first + n + self.has_key_mask as usize),
         }
     }
 
@@ -284,6 +317,9 @@ impl Attention {
             bias_kind: word(self.bias.code()),
             has_mask: u32::from(self.has_key_mask),
             buckets: word(d.buckets),
+            drop_threshold: self.dropout.map_or(0, |m| m.threshold),
+            drop_scale: self.dropout.map_or(1.0, |m| m.scale),
+            drop_salt: self.dropout.map_or(0, |m| m.salt),
         }
     }
 
@@ -304,6 +340,7 @@ impl Attention {
                     (bias, slots.bias),
                     ("buckets", slots.buckets),
                     ("key_mask", slots.mask),
+                    ("seed", slots.seed),
                 ]);
             let parts: Vec<String> = named
                 .filter_map(|(name, i)| Some(format!("{name} {}", inputs.get(i?)?)))
@@ -373,6 +410,14 @@ impl Attention {
                 ),
             );
         }
+        if let Some(i) = slots.seed
+            && *inputs[i] != TensorMeta::i32(&[1])
+        {
+            return shape_err(
+                op,
+                format!("needs the dropout seed i32 [1]; got {}", listed(inputs)),
+            );
+        }
         if !self.scale.is_finite() {
             return shape_err(op, format!("needs a finite scale, got {}", self.scale));
         }
@@ -411,19 +456,28 @@ impl Op for Attention {
         let d = self.dims(inputs, 3);
         let [bias, mask, buckets] = self.optional_args(3);
         let kernels = Kernels::choose(adapter, &d);
+        let mut args = vec![
+            Arg::In(0),
+            Arg::In(1),
+            Arg::In(2),
+            bias,
+            mask,
+            buckets,
+            Arg::Out(0),
+            Arg::Out(1),
+        ];
+        // Only the dropout entries bind the seed: the others keep to WebGPU's eight buffers.
+        let entry = match self.slots(3).seed {
+            Some(seed) => {
+                args.push(Arg::In(seed));
+                kernels.entry("attention_forward_dropout", "attention_forward_rows_dropout")
+            }
+            None => kernels.entry("attention_forward", "attention_forward_rows"),
+        };
         GpuKernels::single(Dispatch::new(
-            kernels.entry("attention_forward", "attention_forward_rows"),
+            entry,
             &self.uniform(d),
-            vec![
-                Arg::In(0),
-                Arg::In(1),
-                Arg::In(2),
-                bias,
-                mask,
-                buckets,
-                Arg::Out(0),
-                Arg::Out(1),
-            ],
+            args,
             kernels.grid(d.b * d.h, d.lq),
         ))
     }
@@ -450,9 +504,11 @@ impl Op for Attention {
             }
             BiasKind::Relative { trained: false } => result.extend([None, None]),
         }
-        if self.has_key_mask {
-            result.push(None);
-        }
+        // The key mask and the seed are integers: no gradient.
+        result.extend(std::iter::repeat_n(
+            None,
+            self.has_key_mask as usize + self.dropout.is_some() as usize,
+        ));
         Ok(result)
     }
 }
@@ -470,6 +526,7 @@ impl AttentionOpts {
                 },
             },
             has_key_mask: self.key_mask.is_some(),
+            dropout: self.dropout.map(|(_, mask)| mask),
         }
     }
 
@@ -479,7 +536,8 @@ impl AttentionOpts {
             Some(AttentionBias::Dense(bias)) => vec![bias],
             Some(AttentionBias::Relative(r)) => vec![r.table, r.buckets],
         };
-        bias.into_iter().chain(self.key_mask).collect()
+        let seed = self.dropout.map(|(seed, _)| seed);
+        bias.into_iter().chain(self.key_mask).chain(seed).collect()
     }
 }
 
@@ -498,8 +556,12 @@ impl Graph {
     }
 
     /// The probabilities `[B, H, Lq, Lk]` that [`Graph::attention`] with the same options would
-    /// use; for inspection, with no gradient.
+    /// use (before any dropout); for inspection, with no gradient.
     pub fn attention_probs(&mut self, q: TensorId, k: TensorId, opts: AttentionOpts) -> Result<TensorId> {
+        let opts = AttentionOpts {
+            dropout: None,
+            ..opts
+        };
         let inputs: Vec<TensorId> = [q, k].into_iter().chain(opts.optional_inputs()).collect();
         self.apply1(AttentionProbs(opts.op()), &inputs)
     }

@@ -12,6 +12,9 @@ use crate::params::ParamStore;
 use crate::tensor::TensorMeta;
 use crate::testing::*;
 
+/// The dropout site of the [`Case`]s with dropout.
+const DROPOUT_SALT: u32 = 5;
+
 /// The bias of a [`Case`].
 #[derive(Clone)]
 enum Bias {
@@ -42,6 +45,8 @@ struct Case {
     /// Real tokens per batch entry; the rest of each row of the key mask is padding.
     lengths: Option<Vec<usize>>,
     scale: f32,
+    /// Dropout on the probabilities: its probability and the step's seed.
+    dropout: Option<(f32, i32)>,
 }
 
 impl Case {
@@ -53,6 +58,15 @@ impl Case {
             bias: Bias::None,
             lengths: None,
             scale: 1.0 / (shape[3] as f32).sqrt(),
+            dropout: None,
+        }
+    }
+
+    /// Dropout of probability `p` on the probabilities, the step seeded `seed`.
+    fn dropout(self, p: f32, seed: i32) -> Self {
+        Self {
+            dropout: Some((p, seed)),
+            ..self
         }
     }
 
@@ -170,10 +184,18 @@ impl Case {
             feeds.push(feed);
             t
         });
-        AttentionOpts::new(self.scale)
+        let opts = AttentionOpts::new(self.scale)
             .causal(self.causal)
             .with_bias(bias)
-            .with_key_mask(key_mask)
+            .with_key_mask(key_mask);
+        match self.dropout {
+            Some((p, seed)) => {
+                let (seed, feed) = int_input(g, "seed", &[1], vec![seed]);
+                feeds.push(feed);
+                opts.with_dropout(seed, p, DROPOUT_SALT).unwrap()
+            }
+            None => opts,
+        }
     }
 
     fn attention(&self) -> impl Fn(&mut Graph) -> Built + 'static {
@@ -274,6 +296,23 @@ fn kernels_are_chosen_by_adapter_kind_and_head_width() {
     assert_eq!(entry(AdapterKind::Software, 5), "attention_forward_rows");
     assert_eq!(entry(AdapterKind::Software, 33), "attention_forward");
     assert_eq!(entry(AdapterKind::Gpu, 32), "attention_forward");
+    // Dropout has entries of its own, the only ones that bind a ninth buffer (the seed).
+    let mut g = Graph::new();
+    let seed = g.input("seed", TensorMeta::i32(&[1]));
+    let dropped = AttentionOpts::new(0.5).with_dropout(seed, 0.1, 0).unwrap().op();
+    let (q, one) = (bh(16), TensorMeta::i32(&[1]));
+    for (kind, want) in [
+        (AdapterKind::Software, "attention_forward_rows_dropout"),
+        (AdapterKind::Gpu, "attention_forward_dropout"),
+    ] {
+        let kernels = dropped.gpu(kind, &[&q, &q, &q, &one], &[]);
+        assert_eq!(
+            (kernels.dispatches[0].entry, kernels.dispatches[0].args.len()),
+            (want, 9)
+        );
+        let plain = AttentionOpts::new(0.5).op().gpu(kind, &[&q, &q, &q], &[]);
+        assert_eq!(plain.dispatches[0].args.len(), 8);
+    }
     let q = bh(16);
     let (out, lse) = (TensorMeta::f32(&[2, 3, 37, 16]), TensorMeta::f32(&[2, 3, 37]));
     let backward = AttentionBackward(AttentionOpts::new(0.5).op());
@@ -704,4 +743,96 @@ fn cross_length_gradients_match_finite_differences() {
     assert!(r.out[..8].iter().all(|&v| v == 0.0), "{:?}", &r.out[..8]);
     assert!(r.out[8..].iter().any(|&v| v != 0.0));
     assert!(r.grads["q"][..8].iter().all(|&v| v == 0.0));
+}
+
+/// Dropout on the probabilities, with every kind of bias, masks, causal and cross lengths, and
+/// heads for both kernel families: the GPU draws the CPU's mask, forward and backward.
+#[test]
+fn dropout_gpu_matches_cpu() {
+    let cases = [
+        Case::new([2, 3, 37, 16]).dropout(0.1, 7),
+        Case::new([2, 3, 37, 16]).causal().bias().dropout(0.5, -3),
+        Case::new([3, 2, 37, 16])
+            .bias()
+            .lengths(&[37, 20, 0])
+            .dropout(0.3, 11),
+        Case::new([1, 2, 130, 16])
+            .causal()
+            .relative(8, 20)
+            .dropout(0.2, 1),
+        Case::new([1, 2, 29, 8]).alibi().dropout(0.2, 4),
+        Case::new([2, 2, 9, 8]).keys(13).scrambled(6).dropout(0.4, 2),
+        Case::new([1, 2, 29, 33]).causal().lengths(&[23]).dropout(0.25, 9),
+        Case::new([1, 2, 19, 5])
+            .causal()
+            .bias()
+            .lengths(&[11])
+            .dropout(0.6, 0),
+    ];
+    for case in cases {
+        check_each_kind_matches_cpu(&case.attention(), 1e-5, 1e-4);
+    }
+}
+
+#[test]
+fn dropout_gradients_match_finite_differences() {
+    for case in [
+        Case::new([2, 2, 6, 4]).causal().bias().dropout(0.3, 5),
+        Case::new([2, 2, 5, 4])
+            .relative(4, 6)
+            .lengths(&[5, 3])
+            .dropout(0.5, -8),
+    ] {
+        check_gradients(&case.attention(), 1e-2, 1e-2, 20);
+    }
+}
+
+/// The op with dropout is `(Z ∘ P)·v`, P the probabilities without it and Z the mask the
+/// dropout op draws at the same seed and salt: kept probabilities scaled by 1/(1 − p), about
+/// 1 − p of them kept. A probability of 0 is no dropout at all.
+#[test]
+fn dropout_is_the_kept_probabilities_scaled() {
+    let (p, seed) = (0.3, 42);
+    let case = Case::new([2, 3, 40, 8]).causal().bias();
+    let [b, h, l, dh] = case.shape;
+    let over = Overrides::default();
+    let probs = forward(cpu(), &case.probs(), &over);
+    let plain = forward(cpu(), &case.attention(), &over);
+    let dropped = forward(cpu(), &case.clone().dropout(p, seed).attention(), &over);
+    let v = {
+        let mut g = Graph::new();
+        case.attention()(&mut g);
+        let store = ParamStore::init(cpu(), &g, 7).unwrap();
+        pollster::block_on(store.read("v")).unwrap()
+    };
+    let mask = crate::ops::dropout::DropMask::new(p, DROPOUT_SALT);
+    let stream = mask.stream(seed);
+    let (mut kept, mut visible) = (0usize, 0usize);
+    for row in 0..b * h * l {
+        let bh = row / l;
+        for c in 0..dh {
+            let mut want = 0.0f64;
+            for j in 0..l {
+                let z = mask.factor(stream, row * l + j);
+                want += f64::from(probs[row * l + j] * z) * f64::from(v[(bh * l + j) * dh + c]);
+            }
+            let got = f64::from(dropped[row * dh + c]);
+            assert!(
+                (got - want).abs() < 1e-5,
+                "row {row}, column {c}: {got} against {want}"
+            );
+        }
+        for j in 0..=row % l {
+            visible += 1;
+            kept += usize::from(mask.factor(stream, row * l + j) != 0.0);
+        }
+    }
+    let rate = kept as f64 / visible as f64;
+    assert!(
+        (rate - 0.7).abs() < 0.03,
+        "kept {rate} of the visible probabilities"
+    );
+    assert_ne!(dropped, plain);
+    let none = forward(cpu(), &case.clone().dropout(0.0, seed).attention(), &over);
+    assert_eq!(none, plain);
 }

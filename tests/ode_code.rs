@@ -1,0 +1,275 @@
+//! The ODE Transformer in the form of its authors' code (`rk_stage = "layer"`, the layer
+//! histories, learned RK2 coefficients) and the dropout sites their code has (attention
+//! probabilities, FFN activations): parameters, the configs' refusals, and dropout drawn per
+//! seed at each site. Fidelity against the authors' loop is
+//! `tests/model_reference.rs`'s `*_code_*` cases (`tests/reference/authors_ode.py`).
+
+use std::rc::Rc;
+
+use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
+use posflow::data::BOS;
+use posflow::exec::Executor;
+use posflow::graph::Source;
+use posflow::model::{
+    Block, Coefficients, GraphOptions, History, Model, ModelConfig, ModelKind, PosEnc, RkStage,
+};
+use posflow::params::ParamStore;
+use posflow::{Graph, TensorId};
+
+/// Three layers of width 32, vocabulary 30, no position encoding.
+fn tiny(block: Block, rk_stage: RkStage, history: History) -> ModelConfig {
+    ModelConfig {
+        vocab: 30,
+        d_model: 32,
+        heads: 2,
+        layers: 3,
+        ffn: 64,
+        max_len: 16,
+        block,
+        rk_stage,
+        history,
+        ..ModelConfig::default()
+    }
+}
+
+fn cpu() -> Rc<dyn Backend> {
+    Rc::new(CpuBackend::new())
+}
+
+/// Every parameter as `name [shape]`, sorted.
+fn params(config: ModelConfig) -> Vec<String> {
+    let g = Model::new(config).unwrap().declare_params().unwrap();
+    let mut names: Vec<String> = g
+        .tensors()
+        .filter(|(_, t)| matches!(t.source, Source::Param(_)))
+        .map(|(_, t)| format!("{} {:?}", t.name, t.meta.shape))
+        .collect();
+    names.sort();
+    names
+}
+
+fn with_prefix<'a>(names: &'a [String], prefix: &str) -> Vec<&'a str> {
+    names
+        .iter()
+        .filter(|n| n.starts_with(prefix))
+        .map(String::as_str)
+        .collect()
+}
+
+/// The names of `src/model/mod.rs`'s table: a layer norm per block in a history, no `ln_f` in a
+/// causal LM with one (an encoder keeps it), a mixing row per block and one for the output in
+/// `learnable_dense`, and in the code form one gate and one coefficient pair for the stack.
+#[test]
+fn the_code_form_s_parameters_are_the_documented_ones() {
+    let dense = params(tiny(Block::Residual, RkStage::Layer, History::Dense));
+    assert_eq!(
+        with_prefix(&dense, "history."),
+        [
+            "history.ln.0.bias [32]",
+            "history.ln.0.gain [32]",
+            "history.ln.1.bias [32]",
+            "history.ln.1.gain [32]",
+            "history.ln.2.bias [32]",
+            "history.ln.2.gain [32]",
+        ]
+    );
+    assert!(with_prefix(&dense, "ln_f").is_empty(), "{dense:?}");
+    let encoder = params(ModelConfig {
+        kind: ModelKind::Encoder { n_classes: 2 },
+        posenc: PosEnc::Learned,
+        ..tiny(Block::Residual, RkStage::Layer, History::Dense)
+    });
+    assert_eq!(
+        with_prefix(&encoder, "ln_f"),
+        ["ln_f.bias [32]", "ln_f.gain [32]"]
+    );
+    let learnable = params(tiny(Block::Rk4, RkStage::Layer, History::LearnableDense));
+    assert_eq!(
+        with_prefix(&learnable, "history.mix"),
+        [
+            "history.mix.0 [1]",
+            "history.mix.1 [2]",
+            "history.mix.2 [3]",
+            "history.mix.3 [4]",
+        ]
+    );
+    let gated = params(tiny(Block::Rk2Gated, RkStage::Layer, History::Dense));
+    assert_eq!(
+        with_prefix(&gated, "rk."),
+        ["rk.gate.bias [1]", "rk.gate.weight [64, 1]"]
+    );
+    assert!(!gated.iter().any(|n| n.contains("blocks.0.gate")), "{gated:?}");
+    let paper = params(tiny(Block::Rk2Gated, RkStage::SubBlock, History::None));
+    assert!(
+        paper.contains(&"blocks.2.gate.weight [64, 1]".to_string()),
+        "{paper:?}"
+    );
+    assert!(paper.contains(&"ln_f.gain [32]".to_string()), "{paper:?}");
+    let learned = |coefficients| Block::Rk2Learned {
+        gamma: [1.0, 1.0],
+        coefficients,
+    };
+    let channel = params(tiny(
+        learned(Coefficients::Channel),
+        RkStage::Layer,
+        History::Dense,
+    ));
+    assert_eq!(with_prefix(&channel, "rk."), ["rk.alpha1 [32]", "rk.alpha2 [32]"]);
+    let scalar = params(tiny(
+        learned(Coefficients::Scalar),
+        RkStage::SubBlock,
+        History::None,
+    ));
+    assert_eq!(
+        with_prefix(&scalar, "blocks.1.alpha"),
+        ["blocks.1.alpha1 [1]", "blocks.1.alpha2 [1]"]
+    );
+}
+
+#[test]
+fn code_form_settings_read_from_toml_and_bad_ones_are_refused() {
+    let model = |extra: &str| -> posflow::Result<ModelConfig> {
+        let text = format!(
+            "vocab = 30\nd_model = 32\nheads = 2\nlayers = 2\nffn = 64\nmax_len = 16\n\
+             kind = {{ type = \"causal_lm\" }}\nposenc = {{ type = \"none\" }}\n{extra}"
+        );
+        let config: ModelConfig = toml::from_str(&text).map_err(|e| posflow::Error::Input(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    };
+    let config = model(
+        "block = { type = \"rk2\", learned = \"channel\" }\nrk_stage = \"layer\"\n\
+         history = \"learnable_dense\"\nattention_dropout = 0.1\nactivation_dropout = 0.2",
+    )
+    .unwrap();
+    assert_eq!(
+        config.block,
+        Block::Rk2Learned {
+            gamma: [1.0, 1.0],
+            coefficients: Coefficients::Channel
+        }
+    );
+    assert_eq!(
+        (config.rk_stage, config.history),
+        (RkStage::Layer, History::LearnableDense)
+    );
+    assert_eq!((config.attention_dropout, config.activation_dropout), (0.1, 0.2));
+    // The learned coefficients start at gamma when it is given.
+    let started = model("block = { type = \"rk2\", learned = \"scalar\", gamma = [0.5, 2.0] }").unwrap();
+    assert_eq!(
+        started.block,
+        Block::Rk2Learned {
+            gamma: [0.5, 2.0],
+            coefficients: Coefficients::Scalar
+        }
+    );
+    // Older configs mean what they meant, and the new options stay out of saved configs unset.
+    let plain = model("").unwrap();
+    assert_eq!(
+        (plain.rk_stage, plain.history),
+        (RkStage::SubBlock, History::None)
+    );
+    let json = serde_json::to_string(&plain).unwrap();
+    for key in ["rk_stage", "history", "attention_dropout", "activation_dropout"] {
+        assert!(!json.contains(key), "{json}");
+    }
+    let json = serde_json::to_string(&config).unwrap();
+    assert_eq!(ModelConfig::from_json(&json).unwrap(), config, "{json}");
+    let refused = |extra: &str| model(extra).unwrap_err().to_string();
+    let e = refused("block = { type = \"rk4\", learned = \"scalar\" }");
+    assert!(e.contains("block.learned is a setting of type rk2 only"), "{e}");
+    let e = refused("block = { type = \"rk2\", learned = \"vector\" }");
+    assert!(
+        e.contains("unknown variant `vector`, expected `scalar` or `channel`"),
+        "{e}"
+    );
+    let e = refused("history = \"gru\"");
+    assert!(e.contains("unknown variant `gru`"), "{e}");
+    let e = refused("rk_stage = \"stage\"");
+    assert!(
+        e.contains("unknown variant `stage`, expected `sub_block` or `layer`"),
+        "{e}"
+    );
+    let e = refused("attention_dropout = 1.0");
+    assert_eq!(e, "model config: attention_dropout must be in [0, 1), got 1");
+    let e = refused("activation_dropout = -0.1");
+    assert_eq!(e, "model config: activation_dropout must be in [0, 1), got -0.1");
+    let seq2seq = ModelConfig {
+        kind: ModelKind::Seq2Seq {
+            tied_head: true,
+            decoder_layers: 1,
+            decoder_block: Block::Residual,
+        },
+        ..tiny(Block::Residual, RkStage::SubBlock, History::Dense)
+    };
+    let e = seq2seq.validate().unwrap_err().to_string();
+    assert!(e.contains("a seq2seq model cannot have one yet"), "{e}");
+}
+
+/// The logits and every gradient of `config` on a fixed batch, the dropout seeded `seed`.
+fn logits(config: &ModelConfig, options: GraphOptions, seed: u32, backend: Rc<dyn Backend>) -> Vec<f32> {
+    let (batch, len) = (2, 9);
+    let model = Model::new(config.clone()).unwrap();
+    let mut g = Graph::new();
+    let built = model.build(&mut g, batch, len, options).unwrap();
+    let grads = g.backward(built.loss).unwrap();
+    let params = ParamStore::init(backend, &g, 7).unwrap();
+    let mut outputs: Vec<TensorId> = vec![built.logits];
+    outputs.extend(grads.iter().map(|(_, g)| g));
+    let exec = Executor::new(&g, &outputs, &params).unwrap();
+    let tokens: Vec<i32> = (0..batch * len)
+        .map(|i| {
+            if i % len == 0 {
+                BOS
+            } else {
+                3 + (i * 7 % 27) as i32
+            }
+        })
+        .collect();
+    let targets: Vec<i32> = tokens
+        .chunks(len)
+        .flat_map(|row| row[1..].iter().copied().chain([-100]))
+        .collect();
+    built.feed(&exec, &tokens, &targets, None).unwrap();
+    built.set_dropout_seed(&exec, seed).unwrap();
+    exec.run().unwrap();
+    let mut values = exec.read_blocking(built.logits).unwrap();
+    for (_, grad) in grads.iter() {
+        values.extend(exec.read_blocking(grad).unwrap());
+    }
+    values
+}
+
+/// Each dropout site alone (attention probabilities, FFN activations, with the authors' code
+/// form around them) draws its masks from the seed in training graphs only, the same on the GPU.
+#[test]
+fn each_dropout_site_follows_the_seed_in_training_graphs_only() {
+    let base = tiny(Block::Rk2Gated, RkStage::Layer, History::Dense);
+    let sites = [
+        ModelConfig {
+            attention_dropout: 0.3,
+            ..base.clone()
+        },
+        ModelConfig {
+            activation_dropout: 0.3,
+            ..base
+        },
+    ];
+    let training = GraphOptions::default().training();
+    for config in sites {
+        let eval = logits(&config, GraphOptions::default(), 0, cpu());
+        let seed1 = logits(&config, training, 1, cpu());
+        assert_eq!(seed1, logits(&config, training, 1, cpu()), "{config:?}");
+        let differ = |a: &[f32], b: &[f32]| a.iter().zip(b).filter(|(x, y)| x != y).count();
+        assert!(differ(&seed1, &logits(&config, training, 2, cpu())) > seed1.len() / 2);
+        assert!(differ(&seed1, &eval) > seed1.len() / 2);
+        assert_eq!(eval, logits(&config, GraphOptions::default(), 9, cpu()));
+        if let Some(gpu) = gpu_for_tests() {
+            let on_gpu = logits(&config, training, 1, gpu);
+            let scale = seed1.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+            for (c, g) in seed1.iter().zip(&on_gpu) {
+                assert!((c - g).abs() <= 1e-4 * scale, "{config:?}: {c} vs {g}");
+            }
+        }
+    }
+}
