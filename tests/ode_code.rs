@@ -4,8 +4,15 @@
 //! seed at each site. Fidelity against the authors' loop is
 //! `tests/model_reference.rs`'s `*_code_*` cases (`tests/reference/authors_ode.py`).
 
+#[path = "common/binary.rs"]
+mod binary;
+#[path = "common/scratch.rs"]
+mod scratch_dir;
+
+use std::path::Path;
 use std::rc::Rc;
 
+use binary::posflow_in;
 use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::data::BOS;
 use posflow::exec::Executor;
@@ -15,6 +22,7 @@ use posflow::model::{
 };
 use posflow::params::ParamStore;
 use posflow::{Graph, TensorId};
+use scratch_dir::scratch;
 
 /// Three layers of width 32, vocabulary 30, no position encoding.
 fn tiny(block: Block, rk_stage: RkStage, history: History) -> ModelConfig {
@@ -270,6 +278,61 @@ fn each_dropout_site_follows_the_seed_in_training_graphs_only() {
             for (c, g) in seed1.iter().zip(&on_gpu) {
                 assert!((c - g).abs() <= 1e-4 * scale, "{config:?}: {c} vs {g}");
             }
+        }
+    }
+}
+
+/// configs/moby_{residual,rk2,rk4}_code.toml train (two steps of two windows) and evaluate (one
+/// batch at the training length and at twice it), on the CPU and, when there is one, the GPU.
+#[test]
+fn the_shipped_code_form_configs_train_and_evaluate() {
+    let dir = scratch("ode_code", "shipped_configs");
+    let mut devices = vec!["cpu"];
+    if gpu_for_tests().is_some() {
+        devices.push("gpu");
+    }
+    for device in devices {
+        for kind in ["residual", "rk2", "rk4"] {
+            let shipped =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("configs/moby_{kind}_code.toml"));
+            // Batches of 2, one evaluation batch at two lengths and no end-of-run sample (200
+            // tokens, a whole forward each): lavapipe takes minutes a config as shipped.
+            let text = std::fs::read_to_string(shipped)
+                .unwrap()
+                .replace("batch = 16", "batch = 2")
+                .replace("sample_prompt = \"Call me Ishmael. \"\n", "")
+                .replace("eval_batches = 4", "eval_batches = 1")
+                .replace("eval_lengths = [64, 128, 256, 512]", "eval_lengths = [64, 256]");
+            let config = format!("{device}_{kind}.toml");
+            std::fs::write(dir.join(&config), text).unwrap();
+            let run = format!("{device}_{kind}");
+            let args = [
+                "train",
+                "--config",
+                &config,
+                "--steps",
+                "2",
+                "--device",
+                device,
+                "--out",
+                &format!("{run}.safetensors"),
+                "--metrics",
+                &format!("{run}.jsonl"),
+            ];
+            let o = posflow_in(&dir, &args);
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(
+                o.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            for part in ["evaluation after step 2", "33-64", "129-256"] {
+                assert!(
+                    out.contains(part),
+                    "{device} {kind}: expected {part:?} in:\n{out}"
+                );
+            }
+            assert!(dir.join(format!("{run}.safetensors")).exists());
         }
     }
 }

@@ -10,7 +10,7 @@ use posflow::backend::Backend;
 use posflow::checkpoint::{Checkpoint, remove_interrupted_save};
 use posflow::data::{PairTokenizer, TaskTokenizer};
 use posflow::inference::{DecodeOptions, Generator, Seq2SeqDecoder};
-use posflow::model::ModelKind;
+use posflow::model::{Block, History, ModelKind, RkStage};
 use posflow::train::{DEFAULT_RUN, EvalReport, Progress, RunConfig, StepStats, Trainer, fit, saved_run};
 use rand::SeedableRng;
 
@@ -182,6 +182,35 @@ fn describe(run: &RunConfig) {
         m.vocab,
         serde_json::to_string(&m.posenc).expect("a posenc serializes")
     );
+    // The block and its form, where they are not the plain pre-norm residual chain.
+    let mut blocks = Vec::new();
+    if m.block != Block::Residual {
+        blocks.push(format!(
+            "block {}",
+            serde_json::to_string(&m.block).expect("a block serializes")
+        ));
+    }
+    if m.rk_stage != RkStage::SubBlock {
+        blocks.push("each stage the whole layer y + F(y) (the authors' code)".into());
+    }
+    if m.history != History::None {
+        let history = serde_json::to_value(m.history).expect("a history serializes");
+        blocks.push(format!("layer history {}", history.as_str().unwrap_or_default()));
+    }
+    let drops = [
+        ("dropout", m.dropout),
+        ("attention dropout", m.attention_dropout),
+        ("activation dropout", m.activation_dropout),
+    ];
+    blocks.extend(
+        drops
+            .iter()
+            .filter(|(_, p)| *p > 0.0)
+            .map(|(site, p)| format!("{site} {p}")),
+    );
+    if !blocks.is_empty() {
+        println!("       {}", blocks.join(", "));
+    }
     println!(
         "training: {} steps of batch {}, lr {} ({:?} decay, {} warmup), seed {}",
         t.steps, t.batch, t.lr, t.decay, t.warmup, t.seed
