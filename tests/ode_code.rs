@@ -6,22 +6,17 @@
 
 #[path = "common/binary.rs"]
 mod binary;
+#[path = "common/models.rs"]
+mod models;
 #[path = "common/scratch.rs"]
 mod scratch_dir;
 
 use std::path::Path;
-use std::rc::Rc;
 
 use binary::posflow_in;
-use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
-use posflow::data::BOS;
-use posflow::exec::Executor;
+use posflow::backend::gpu_for_tests;
 use posflow::graph::Source;
-use posflow::model::{
-    Block, Coefficients, GraphOptions, History, Model, ModelConfig, ModelKind, PosEnc, RkStage,
-};
-use posflow::params::ParamStore;
-use posflow::{Graph, TensorId};
+use posflow::model::{Block, Coefficients, History, Model, ModelConfig, ModelKind, PosEnc, RkStage};
 use scratch_dir::scratch;
 
 /// Three layers of width 32, vocabulary 30, no position encoding.
@@ -38,10 +33,6 @@ fn tiny(block: Block, rk_stage: RkStage, history: History) -> ModelConfig {
         history,
         ..ModelConfig::default()
     }
-}
-
-fn cpu() -> Rc<dyn Backend> {
-    Rc::new(CpuBackend::new())
 }
 
 /// Every parameter as `name [shape]`, sorted.
@@ -214,46 +205,12 @@ fn code_form_settings_read_from_toml_and_bad_ones_are_refused() {
     assert!(e.contains("a seq2seq model cannot have one yet"), "{e}");
 }
 
-/// The logits and every gradient of `config` on a fixed batch, the dropout seeded `seed`.
-fn logits(config: &ModelConfig, options: GraphOptions, seed: u32, backend: Rc<dyn Backend>) -> Vec<f32> {
-    let (batch, len) = (2, 9);
-    let model = Model::new(config.clone()).unwrap();
-    let mut g = Graph::new();
-    let built = model.build(&mut g, batch, len, options).unwrap();
-    let grads = g.backward(built.loss).unwrap();
-    let params = ParamStore::init(backend, &g, 7).unwrap();
-    let mut outputs: Vec<TensorId> = vec![built.logits];
-    outputs.extend(grads.iter().map(|(_, g)| g));
-    let exec = Executor::new(&g, &outputs, &params).unwrap();
-    let tokens: Vec<i32> = (0..batch * len)
-        .map(|i| {
-            if i % len == 0 {
-                BOS
-            } else {
-                3 + (i * 7 % 27) as i32
-            }
-        })
-        .collect();
-    let targets: Vec<i32> = tokens
-        .chunks(len)
-        .flat_map(|row| row[1..].iter().copied().chain([-100]))
-        .collect();
-    built.feed(&exec, &tokens, &targets, None).unwrap();
-    built.set_dropout_seed(&exec, seed).unwrap();
-    exec.run().unwrap();
-    let mut values = exec.read_blocking(built.logits).unwrap();
-    for (_, grad) in grads.iter() {
-        values.extend(exec.read_blocking(grad).unwrap());
-    }
-    values
-}
-
 /// Each dropout site alone (attention probabilities, FFN activations, with the authors' code
 /// form around them) draws its masks from the seed in training graphs only, the same on the GPU.
 #[test]
 fn each_dropout_site_follows_the_seed_in_training_graphs_only() {
     let base = tiny(Block::Rk2Gated, RkStage::Layer, History::Dense);
-    let sites = [
+    for config in [
         ModelConfig {
             attention_dropout: 0.3,
             ..base.clone()
@@ -262,23 +219,8 @@ fn each_dropout_site_follows_the_seed_in_training_graphs_only() {
             activation_dropout: 0.3,
             ..base
         },
-    ];
-    let training = GraphOptions::default().training();
-    for config in sites {
-        let eval = logits(&config, GraphOptions::default(), 0, cpu());
-        let seed1 = logits(&config, training, 1, cpu());
-        assert_eq!(seed1, logits(&config, training, 1, cpu()), "{config:?}");
-        let differ = |a: &[f32], b: &[f32]| a.iter().zip(b).filter(|(x, y)| x != y).count();
-        assert!(differ(&seed1, &logits(&config, training, 2, cpu())) > seed1.len() / 2);
-        assert!(differ(&seed1, &eval) > seed1.len() / 2);
-        assert_eq!(eval, logits(&config, GraphOptions::default(), 9, cpu()));
-        if let Some(gpu) = gpu_for_tests() {
-            let on_gpu = logits(&config, training, 1, gpu);
-            let scale = seed1.iter().fold(1.0f32, |m, x| m.max(x.abs()));
-            for (c, g) in seed1.iter().zip(&on_gpu) {
-                assert!((c - g).abs() <= 1e-4 * scale, "{config:?}: {c} vs {g}");
-            }
-        }
+    ] {
+        models::assert_dropout_follows_the_seed(&config);
     }
 }
 

@@ -381,9 +381,12 @@ pub(super) fn block(
                 init,
             )?;
             let bias = rk_param(g, layer, shared.rk_stage, "gate.bias", &[1], Init::Zeros)?;
+            let gate = Linear {
+                weight,
+                bias: Some(bias),
+            };
             let both = g.concat(&[f1, f2], 2)?;
-            let gate = g.matmul(both, weight)?;
-            let gate = g.add(gate, bias)?;
+            let gate = gate.apply(g, both)?;
             let gate = g.sigmoid(gate)?;
             g.rk_gated(x, f1, f2, gate)
         }

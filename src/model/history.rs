@@ -18,6 +18,8 @@ pub(super) struct LayerHistory {
     d_model: usize,
     /// The embeddings, then each block's normalised output (with `none`: only the last output).
     entries: Vec<TensorId>,
+    /// `dense`: the entries' running sum, added to once per block as the authors' `self.sum`.
+    sum: TensorId,
 }
 
 impl LayerHistory {
@@ -26,6 +28,7 @@ impl LayerHistory {
             kind,
             d_model,
             entries: vec![embeddings],
+            sum: embeddings,
         }
     }
 
@@ -38,6 +41,9 @@ impl LayerHistory {
                 let ln = LayerNorm::declare(g, &format!("history.ln.{block}"), self.d_model)?;
                 let normalised = ln.apply(g, output)?;
                 self.entries.push(normalised);
+                if self.kind == History::Dense {
+                    self.sum = g.add(self.sum, normalised)?;
+                }
             }
         }
         Ok(())
@@ -48,13 +54,7 @@ impl LayerHistory {
         let n = self.entries.len();
         match self.kind {
             History::None => Ok(self.entries[0]),
-            History::Dense => {
-                let mut sum = self.entries[0];
-                for &entry in &self.entries[1..] {
-                    sum = g.add(sum, entry)?;
-                }
-                g.scale(sum, 1.0 / n as f32)
-            }
+            History::Dense => g.scale(self.sum, 1.0 / n as f32),
             History::LearnableDense => {
                 // Row n − 1 of the authors' lower-triangular [layers + 1, layers + 1] weight,
                 // initialised as theirs: each row sums to 1.

@@ -33,13 +33,17 @@ pub struct DropMask {
 }
 
 impl DropMask {
-    /// The mask of drop probability `p` (in [0, 1)) at site `salt`.
-    pub fn new(p: f32, salt: u32) -> Self {
-        Self {
+    /// The mask of drop probability `p` at site `salt`; a `p` outside [0, 1) is an error naming
+    /// the op `op` that asked for it.
+    pub fn new(op: &'static str, p: f32, salt: u32) -> Result<Self> {
+        if !(0.0..1.0).contains(&p) {
+            return shape_err(op, format!("the drop probability must be in [0, 1), got {p}"));
+        }
+        Ok(Self {
             threshold: (f64::from(p) * 4_294_967_296.0) as u32,
             scale: 1.0 / (1.0 - p),
             salt,
-        }
+        })
     }
 
     /// The stream of a run seeded `seed`.
@@ -128,13 +132,8 @@ impl Graph {
     /// 1 / (1 − p). `seed` is an i32 `[1]` input, new every step; `salt` tells apart the sites of
     /// one graph that share it.
     pub fn dropout(&mut self, x: TensorId, seed: TensorId, p: f32, salt: u32) -> Result<TensorId> {
-        if !(0.0..1.0).contains(&p) {
-            return shape_err(
-                "dropout",
-                format!("the drop probability must be in [0, 1), got {p}"),
-            );
-        }
-        self.apply1(Dropout(DropMask::new(p, salt)), &[x, seed])
+        let mask = DropMask::new("dropout", p, salt)?;
+        self.apply1(Dropout(mask), &[x, seed])
     }
 }
 

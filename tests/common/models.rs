@@ -1,17 +1,20 @@
 //! The small models and position encodings the model test files share (included with `#[path]`
-//! by tests/model.rs and tests/model_training.rs).
+//! by tests/model.rs, tests/model_training.rs and tests/ode_code.rs).
 
 // Each including file uses part of this.
 #![allow(dead_code)]
 
 use std::rc::Rc;
 
-use posflow::backend::{Backend, CpuBackend};
-use posflow::data::SyntheticTask;
+use posflow::Graph;
+use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
+use posflow::data::{BOS, IGNORE_INDEX, SyntheticTask};
+use posflow::exec::Executor;
 use posflow::model::{
-    Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, ModelConfig, ModelKind, Nonlinearity,
-    PosEnc, SolverMethod,
+    Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, GraphOptions, Model, ModelConfig,
+    ModelKind, Nonlinearity, PosEnc, SolverMethod,
 };
+use posflow::params::ParamStore;
 
 pub const T5: PosEnc = PosEnc::Relative {
     buckets: 32,
@@ -106,3 +109,78 @@ pub fn cpu() -> Rc<dyn Backend> {
 
 /// Rows of the copy task: strings of 2..=6 symbols, `<bos> abc|abc <eos>`, at most 14 inputs.
 pub const COPY_LEN: usize = 14;
+
+/// Tokens in `[3, vocab)` (no special tokens), BOS first.
+pub fn tokens(n_rows: usize, len: usize, vocab: usize, seed: u64) -> Vec<i32> {
+    (0..n_rows * len)
+        .map(|i| {
+            if i % len == 0 {
+                BOS
+            } else {
+                3 + ((i as u64 * 7919 + seed * 104_729) % (vocab as u64 - 3)) as i32
+            }
+        })
+        .collect()
+}
+
+/// Next-token targets of `tokens` rows: the row shifted left, IGNORE_INDEX at the end.
+pub fn shifted(tokens: &[i32], len: usize) -> Vec<i32> {
+    tokens
+        .chunks(len)
+        .flat_map(|row| row[1..].iter().copied().chain([IGNORE_INDEX]))
+        .collect()
+}
+
+/// Dropout acts in training graphs only: a causal LM's logits and gradients on a fixed batch are
+/// the same for the same seed, differ for another seed and from the evaluation graph (which
+/// ignores the seed), and the GPU, where there is one, draws the CPU's masks.
+pub fn assert_dropout_follows_the_seed(config: &ModelConfig) {
+    let model = Model::new(config.clone()).unwrap();
+    let (batch, len) = (2, 9);
+    let a = tokens(batch, len, config.vocab, 5);
+    let targets = shifted(&a, len);
+    let logits = |backend: Rc<dyn Backend>, training: bool, seed: u32| -> Vec<f32> {
+        let mut g = Graph::new();
+        let built = if training {
+            model.build(&mut g, batch, len, GraphOptions::default().training())
+        } else {
+            model.build(&mut g, batch, len, GraphOptions::default())
+        }
+        .unwrap();
+        let grads = g.backward(built.loss).unwrap();
+        let params = ParamStore::init(backend, &g, 7).unwrap();
+        let mut outputs = vec![built.logits];
+        outputs.extend(grads.iter().map(|(_, g)| g));
+        let exec = Executor::new(&g, &outputs, &params).unwrap();
+        built.feed(&exec, &a, &targets, None).unwrap();
+        built.set_dropout_seed(&exec, seed).unwrap();
+        exec.run().unwrap();
+        let mut values = exec.read_blocking(built.logits).unwrap();
+        for (_, grad) in grads.iter() {
+            values.extend(exec.read_blocking(grad).unwrap());
+        }
+        values
+    };
+    let eval = logits(cpu(), false, 0);
+    let (seed1, seed1_again, seed2) = (
+        logits(cpu(), true, 1),
+        logits(cpu(), true, 1),
+        logits(cpu(), true, 2),
+    );
+    assert_eq!(seed1, seed1_again, "{config:?}");
+    let differ = |a: &[f32], b: &[f32]| a.iter().zip(b).filter(|(x, y)| x != y).count();
+    assert!(differ(&seed1, &seed2) > seed1.len() / 2, "{config:?}");
+    assert!(differ(&seed1, &eval) > seed1.len() / 2, "{config:?}");
+    assert_eq!(
+        eval,
+        logits(cpu(), false, 9),
+        "the evaluation graph ignores the seed"
+    );
+    if let Some(gpu) = gpu_for_tests() {
+        let on_gpu = logits(gpu, true, 1);
+        let scale = seed1.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+        for (c, g) in seed1.iter().zip(&on_gpu) {
+            assert!((c - g).abs() <= 1e-4 * scale, "{config:?}: {c} vs {g}");
+        }
+    }
+}

@@ -220,13 +220,8 @@ impl AttentionOpts {
     /// by 1 / (1 − p), the mask following `seed` (an i32 `[1]` input, new every step) at site
     /// `salt`, as [`Graph::dropout`]'s.
     pub fn with_dropout(mut self, seed: TensorId, p: f32, salt: u32) -> Result<Self> {
-        if !(0.0..1.0).contains(&p) {
-            return shape_err(
-                "attention",
-                format!("the probabilities' drop probability must be in [0, 1), got {p}"),
-            );
-        }
-        self.dropout = (p > 0.0).then(|| (seed, DropMask::new(p, salt)));
+        let mask = DropMask::new("attention", p, salt)?;
+        self.dropout = (p > 0.0).then_some((seed, mask));
         Ok(self)
     }
 }

@@ -805,7 +805,7 @@ fn dropout_is_the_kept_probabilities_scaled() {
         let store = ParamStore::init(cpu(), &g, 7).unwrap();
         pollster::block_on(store.read("v")).unwrap()
     };
-    let mask = crate::ops::dropout::DropMask::new(p, DROPOUT_SALT);
+    let mask = crate::ops::dropout::DropMask::new("attention", p, DROPOUT_SALT).unwrap();
     let stream = mask.stream(seed);
     let (mut kept, mut visible) = (0usize, 0usize);
     for row in 0..b * h * l {
@@ -835,4 +835,14 @@ fn dropout_is_the_kept_probabilities_scaled() {
     assert_ne!(dropped, plain);
     let none = forward(cpu(), &case.clone().dropout(0.0, seed).attention(), &over);
     assert_eq!(none, plain);
+    let mut g = Graph::new();
+    let seed = g.input("seed", TensorMeta::i32(&[1]));
+    let err = AttentionOpts::new(1.0)
+        .with_dropout(seed, 1.0, 0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("attention") && err.contains("[0, 1), got 1"),
+        "{err}"
+    );
 }
