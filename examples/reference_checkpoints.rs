@@ -17,9 +17,10 @@ use std::rc::Rc;
 
 use posflow::backend::CpuBackend;
 use posflow::checkpoint::{Checkpoint, Metadata, TrainingState};
-use posflow::data::{BOS, CharTokenizer, IGNORE_INDEX, PAD, Pair, PairBatch, PairTokenizer};
+use posflow::data::{BOS, CharTokenizer, IGNORE_INDEX, MASK, PAD, Pair, PairBatch, PairTokenizer};
 use posflow::model::{
-    Block, Coefficients, EmbedScale, History, Model, ModelConfig, ModelKind, PosEnc, RkStage,
+    Block, Coefficients, EmbedScale, History, Model, ModelConfig, ModelKind, Norm, PosEnc, RkStage, TupeForm,
+    WordScale,
 };
 use posflow::params::ParamStore;
 use rand::{RngExt, SeedableRng};
@@ -66,6 +67,7 @@ fn cases() -> Vec<Case> {
     let relative = PosEnc::Relative {
         buckets: 8,
         max_distance: 20,
+        learned_absolute: false,
     };
     let full = [LEN; BATCH];
     vec![
@@ -111,7 +113,13 @@ fn cases() -> Vec<Case> {
             name: "lm_tupe_a_4_heads",
             config: ModelConfig {
                 heads: 4,
-                ..config(tied, PosEnc::TupeA { untie_cls: false })
+                ..config(
+                    tied,
+                    PosEnc::TupeA {
+                        untie_cls: false,
+                        form: TupeForm::Paper,
+                    },
+                )
             },
             lengths: full,
         },
@@ -123,6 +131,7 @@ fn cases() -> Vec<Case> {
                     untie_cls: true,
                     buckets: 8,
                     max_distance: 20,
+                    form: TupeForm::Paper,
                 },
             ),
             lengths: [LEN, 5, 2],
@@ -212,6 +221,7 @@ fn seq2seq_cases() -> Vec<(&'static str, ModelConfig)> {
                     PosEnc::Relative {
                         buckets: 8,
                         max_distance: 20,
+                        learned_absolute: false,
                     },
                 )
             },
@@ -239,6 +249,7 @@ fn seq2seq_cases() -> Vec<(&'static str, ModelConfig)> {
                         untie_cls: false,
                         buckets: 8,
                         max_distance: 20,
+                        form: TupeForm::Paper,
                     },
                 )
             },
@@ -310,6 +321,66 @@ fn code_cases() -> Vec<Case> {
     ]
 }
 
+/// TUPE as its authors ran it (`tests/reference/authors_tupe.py` runs their encoder, layer and
+/// LM head on these): masked LMs with TUPE-A and TUPE-R in the code form, post-LN (their BERT, with
+/// the embedding layer norm) and pre-LN (with the final norm); and the paper's baselines that are
+/// not in their code, checked by `model_reference.py`: BERT-R (a learned table plus T5's bias)
+/// with TUPE's word scale, TUPE's temperature control.
+fn tupe_cases() -> Vec<Case> {
+    let code = |untie_cls| PosEnc::TupeA {
+        untie_cls,
+        form: TupeForm::Code,
+    };
+    let mlm = |posenc, norm| ModelConfig {
+        norm,
+        ..config(ModelKind::MaskedLm {}, posenc)
+    };
+    let full = [LEN; BATCH];
+    vec![
+        Case {
+            name: "mlm_code_tupe_a_post",
+            config: mlm(code(true), Norm::Post),
+            lengths: full,
+        },
+        Case {
+            name: "mlm_code_tupe_r_post_4_heads",
+            config: ModelConfig {
+                heads: 4,
+                ..mlm(
+                    PosEnc::TupeR {
+                        untie_cls: true,
+                        buckets: 8,
+                        max_distance: 20,
+                        form: TupeForm::Code,
+                    },
+                    Norm::Post,
+                )
+            },
+            lengths: full,
+        },
+        Case {
+            name: "mlm_code_tupe_a_pre",
+            config: mlm(code(true), Norm::Pre),
+            lengths: full,
+        },
+        Case {
+            name: "lm_bert_r_word_scale_tupe_padded",
+            config: ModelConfig {
+                word_scale: Some(WordScale::Tupe),
+                ..config(
+                    ModelKind::CausalLm { tied_head: true },
+                    PosEnc::Relative {
+                        buckets: 8,
+                        max_distance: 20,
+                        learned_absolute: true,
+                    },
+                )
+            },
+            lengths: [LEN, 5, 7],
+        },
+    ]
+}
+
 fn floater(settings: &str) -> PosEnc {
     PosEnc::Floater(serde_json::from_str(settings).expect("FLOATER settings"))
 }
@@ -325,6 +396,18 @@ fn batch(config: &ModelConfig, lengths: [usize; BATCH], rng: &mut ChaCha8Rng) ->
             .collect();
         tokens.extend(real.iter().copied().chain(std::iter::repeat_n(PAD, LEN - n)));
         mask.extend((0..LEN).map(|p| i32::from(p < n)));
+        if let ModelKind::MaskedLm {} = config.kind {
+            // BERT's corruption, every third position hidden: <mask>, or a random token, or kept.
+            let hidden = |p: usize| p > 0 && (p + row).is_multiple_of(3);
+            targets.extend((0..LEN).map(|p| if hidden(p) { real[p] } else { IGNORE_INDEX }));
+            let row_tokens = tokens.len() - LEN;
+            for p in (0..n).filter(|&p| hidden(p)) {
+                tokens[row_tokens + p] = match p % 3 {
+                    0 if row != 1 => MASK,
+                    _ => rng.random_range(3..vocab),
+                };
+            }
+        }
         if let ModelKind::CausalLm { .. } = config.kind {
             // Next tokens; the last real position and the padding count no loss, nor (as a
             // prompt would) the first target of row 0.
@@ -382,7 +465,8 @@ fn main() -> posflow::Result<()> {
     let tokenizer = serde_json::to_string(&chars).expect("tokenizer JSON");
     let pair_tokenizer = PairTokenizer::Chars(chars).to_json();
     // Decoder-only cases with their row lengths, then the seq2seq ones, then the ODE
-    // Transformer's code form (seeds continue, so that adding a group leaves the others' files).
+    // Transformer's code form, then TUPE's (seeds continue, so that adding a group leaves the
+    // others' files).
     let decoder_only = cases()
         .into_iter()
         .map(|case| (case.name, case.config, Some(case.lengths)));
@@ -391,6 +475,7 @@ fn main() -> posflow::Result<()> {
         .map(|(name, config)| (name, config, None));
     let code = code_cases()
         .into_iter()
+        .chain(tupe_cases())
         .map(|case| (case.name, case.config, Some(case.lengths)));
     for (seed, (name, config, lengths)) in decoder_only.chain(seq2seq).chain(code).enumerate() {
         let seed = seed as u64;

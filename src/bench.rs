@@ -13,6 +13,7 @@ use crate::exec::Executor;
 use crate::graph::Graph;
 use crate::model::{
     Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, Model, ModelConfig, ModelKind, PosEnc,
+    TupeForm,
 };
 use crate::ops::matmul::KernelChoice;
 use crate::optim::AdamW;
@@ -209,7 +210,12 @@ impl TrainBench {
                     ..authors
                 })
             }
-            "tupe_a" => m.posenc = PosEnc::TupeA { untie_cls: false },
+            "tupe_a" => {
+                m.posenc = PosEnc::TupeA {
+                    untie_cls: false,
+                    form: TupeForm::Paper,
+                }
+            }
             "alibi" => m.posenc = PosEnc::Alibi,
             "rope" => {
                 m.posenc = PosEnc::Rope {

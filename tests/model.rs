@@ -11,7 +11,9 @@ use posflow::backend::{Backend, gpu_for_tests};
 use posflow::data::IGNORE_INDEX;
 use posflow::exec::Executor;
 use posflow::graph::Source;
-use posflow::model::{Block, EmbedScale, GraphOptions, Model, ModelConfig, ModelGraph, ModelKind, PosEnc};
+use posflow::model::{
+    Block, EmbedScale, GraphOptions, Model, ModelConfig, ModelGraph, ModelKind, PosEnc, TupeForm,
+};
 use posflow::params::ParamStore;
 use posflow::{Graph, TensorId};
 
@@ -324,7 +326,10 @@ fn run_past_max_len(kind: ModelKind, posenc: PosEnc, len: usize) -> Harness {
 
 #[test]
 fn tupe_untie_cls_in_a_causal_lm_is_a_config_error() {
-    let untied = PosEnc::TupeA { untie_cls: true };
+    let untied = PosEnc::TupeA {
+        untie_cls: true,
+        form: TupeForm::Paper,
+    };
     let err = Model::new(tiny(LM, untied)).unwrap_err().to_string();
     assert_eq!(
         err,
@@ -423,6 +428,7 @@ fn gpu_gives_the_cpu_logits_loss_and_gradients() {
             PosEnc::Relative {
                 buckets: 8,
                 max_distance: 20,
+                learned_absolute: false,
             },
             residual,
         ),

@@ -5,7 +5,8 @@
 //! gradient must match `<name>.expected.safetensors`, which `tests/reference/model_reference.py`
 //! computed in float64 from the checkpoint's tensors by their documented names (the `*_code_*`
 //! cases: `tests/reference/authors_ode.py`, the ODE Transformer authors' layer, Runge-Kutta loop
-//! and layer history, transcribed from their code). Regenerate both:
+//! and layer history, and `tests/reference/authors_tupe.py`, the TUPE authors' encoder, post- or
+//! pre-LN layer and masked-LM head, transcribed from their code). Regenerate both:
 //!
 //! ```text
 //! cd tests/reference && python3 model_reference.py generate
@@ -29,7 +30,7 @@ use safetensors::SafeTensors;
 use serde::Deserialize;
 
 /// The committed checkpoints, one per model variant.
-const CASES: [&str; 23] = [
+const CASES: [&str; 27] = [
     "lm_tied_sinusoidal_sqrt_d",
     "lm_untied_learned_4_heads",
     "lm_sinusoidal_every_block",
@@ -53,6 +54,10 @@ const CASES: [&str; 23] = [
     "lm_code_rk2_gated_dense",
     "lm_code_rk4_learnable_dense_sinusoidal",
     "encoder_code_rk2_gated_dense_padded",
+    "mlm_code_tupe_a_post",
+    "mlm_code_tupe_r_post_4_heads",
+    "mlm_code_tupe_a_pre",
+    "lm_bert_r_word_scale_tupe_padded",
 ];
 
 /// The largest |posflow − PyTorch| allowed for any logit, the loss or any gradient element.
@@ -83,6 +88,10 @@ const CASES: [&str; 23] = [
 /// | lm_code_rk2_gated_dense                  | 1.2e-7  | 2.4e-7  |
 /// | lm_code_rk4_learnable_dense_sinusoidal   | 9.5e-7  | 4.8e-7  |
 /// | encoder_code_rk2_gated_dense_padded      | 8.9e-8  | 8.9e-8  |
+/// | mlm_code_tupe_a_post                     | 2.4e-7  | 3.3e-7  |
+/// | mlm_code_tupe_r_post_4_heads             | 2.4e-7  | 2.4e-7  |
+/// | mlm_code_tupe_a_pre                      | 2.4e-7  | 3.6e-7  |
+/// | lm_bert_r_word_scale_tupe_padded         | 1.5e-7  | 2.4e-7  |
 ///
 /// The FLOATER cases' reference solves the ODE with torchdiffeq (`odeint` differentiated through
 /// for backprop, `odeint_adjoint` for the adjoint), so they pin the whole model, dynamics and

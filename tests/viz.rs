@@ -16,7 +16,9 @@ use posflow::backend::{Backend, CpuBackend};
 use posflow::checkpoint::{Checkpoint, Metadata, TrainingState};
 use posflow::data::CharTokenizer;
 use posflow::model::posenc::sinusoidal_table;
-use posflow::model::{Block, EmbedScale, FloaterConfig, LN_EPS, Model, ModelConfig, ModelKind, PosEnc};
+use posflow::model::{
+    Block, EmbedScale, FloaterConfig, LN_EPS, Model, ModelConfig, ModelKind, PosEnc, TupeForm,
+};
 use posflow::params::ParamStore;
 use posflow::viz::attention::attention_view;
 use posflow::viz::colormap::Colormap;
@@ -175,6 +177,7 @@ fn floater_encodings_run_past_the_table_and_relative_is_described() {
     let relative = load(&lm(PosEnc::Relative {
         buckets: 8,
         max_distance: 20,
+        learned_absolute: false,
     }));
     let encodings = pollster::block_on(position_encodings(&relative, 40)).unwrap();
     assert!(encodings.maps.is_empty());
@@ -190,7 +193,10 @@ fn floater_encodings_run_past_the_table_and_relative_is_described() {
 #[test]
 fn tupe_correlation_matches_a_direct_computation() {
     let c = config(
-        PosEnc::TupeA { untie_cls: true },
+        PosEnc::TupeA {
+            untie_cls: true,
+            form: TupeForm::Paper,
+        },
         ModelKind::Encoder { n_classes: 2 },
     );
     // Non-trivial layer norm and θ's, so that leaving them out would show.

@@ -20,7 +20,7 @@ use crate::data::{BOS, EOS, PAD};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::Graph;
-use crate::model::{DecoderStep, Model, ModelKind, PosEnc};
+use crate::model::{DecoderStep, Model, ModelKind};
 use crate::params::ParamStore;
 
 /// How to decode.
@@ -114,9 +114,10 @@ impl Seq2SeqDecoder {
     pub fn max_len(&self, source_len: usize, options: &DecodeOptions) -> usize {
         let c = self.model.config();
         let bound = (options.max_len_a * source_len as f32).floor().max(0.0) as usize + options.max_len_b;
-        let table = match c.posenc {
-            PosEnc::Learned | PosEnc::TupeA { .. } | PosEnc::TupeR { .. } => c.max_len,
-            _ => usize::MAX,
+        let table = if c.posenc.has_table() {
+            c.max_len
+        } else {
+            usize::MAX
         };
         bound.min(table).max(1)
     }

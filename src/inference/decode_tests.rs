@@ -120,6 +120,7 @@ fn beam_hypotheses_carry_the_teacher_forced_log_probabilities() {
             PosEnc::Relative {
                 buckets: 8,
                 max_distance: 20,
+                learned_absolute: false,
             },
             PosEnc::Floater(FloaterConfig::default()),
         ] {

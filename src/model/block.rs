@@ -10,8 +10,11 @@
 //!
 //! A stage's value `k_i` is `F(y_i)` (the paper's form) or, with `rk_stage = "layer"`, the whole
 //! layer `G(y_i) = y_i + F(y_i)` (the authors' code); the combinations are the same either way.
+//!
+//! With `norm = "post"` a block is BERT's post-LN residual block instead (the same parameters,
+//! its layer norms after each residual add).
 
-use super::config::{Block, Coefficients, ModelConfig, RkStage};
+use super::config::{Block, Coefficients, ModelConfig, Norm, RkStage};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, TensorId};
 use crate::ops::attention::{AttentionBias, AttentionOpts};
@@ -231,7 +234,11 @@ impl BlockParams {
     fn declare(g: &mut Graph, c: &ModelConfig, layer: usize, shared: &BlockInputs) -> Result<Self> {
         let prefix = format!("blocks.{layer}");
         let d = c.d_model;
-        let residual = residual_init(shared.layers);
+        let residual = match c.norm {
+            Norm::Pre => residual_init(shared.layers),
+            // BERT's init (the TUPE authors' `init_bert_params`): no depth scaling.
+            Norm::Post => Init::Normal(INIT_STD),
+        };
         let ln1 = LayerNorm::declare(g, &format!("{prefix}.ln1"), d)?;
         let qkv = linear_maybe_biased(
             g,
@@ -333,6 +340,9 @@ pub(super) fn block(
     shared: &BlockInputs,
 ) -> Result<BlockOutput> {
     let p = BlockParams::declare(g, c, layer, shared)?;
+    if c.norm == Norm::Post {
+        return post_norm_block(g, c, &p, x, shared);
+    }
     let mut keys_values = Vec::new();
     let mut f = |g: &mut Graph, y: TensorId, stage: usize| -> Result<TensorId> {
         let s = sub_block(g, c, &p, y, stage, shared)?;
@@ -476,14 +486,7 @@ fn sub_block(
         mid = g.add(mid, h)?;
     }
     let h = p.ln2.apply(g, mid)?;
-    let h = p.up.apply(g, h)?;
-    let mut h = g.gelu(h)?;
-    if let Some(d) = &shared.dropout {
-        let salt = salt(2) + site_offset(shared.layers, ACTIVATION_SITES);
-        h = d.apply(g, h, d.activation, salt)?;
-    }
-    let h = p.down.apply(g, h)?;
-    let h = dropout(g, h, shared, salt(2))?;
+    let h = feed_forward(g, p, h, shared, salt(2))?;
     Ok(Stage {
         mid,
         a,
@@ -491,6 +494,49 @@ fn sub_block(
         probs: attended.probs,
         cross_probs,
         keys_values: attended.keys_values,
+    })
+}
+
+/// `Drop(down(Drop(GELU(up(x)))))`, the FFN output's site salted `salt` and its activations'
+/// from that site's range.
+fn feed_forward(
+    g: &mut Graph,
+    p: &BlockParams,
+    x: TensorId,
+    shared: &BlockInputs,
+    salt: u32,
+) -> Result<TensorId> {
+    let h = p.up.apply(g, x)?;
+    let mut h = g.gelu(h)?;
+    if let Some(d) = &shared.dropout {
+        let salt = salt + site_offset(shared.layers, ACTIVATION_SITES);
+        h = d.apply(g, h, d.activation, salt)?;
+    }
+    let h = p.down.apply(g, h)?;
+    dropout(g, h, shared, salt)
+}
+
+/// BERT's post-LN block ([`Norm::Post`]): `m = LN1(y + Drop(Attn(y)))`,
+/// `y' = LN2(m + Drop(FFN(m)))`, with the residual block's dropout salts.
+fn post_norm_block(
+    g: &mut Graph,
+    c: &ModelConfig,
+    p: &BlockParams,
+    y: TensorId,
+    shared: &BlockInputs,
+) -> Result<BlockOutput> {
+    let salt = |site| shared.salt_base + dropout_salt(shared.layers, p.layer, 0, site);
+    let attended = self_attention(g, c, p, y, 0, shared, shared.probed, salt(1))?;
+    let a = dropout(g, attended.out, shared, salt(1))?;
+    let sum = g.add(y, a)?;
+    let mid = p.ln1.apply(g, sum)?;
+    let h = feed_forward(g, p, mid, shared, salt(2))?;
+    let sum = g.add(mid, h)?;
+    Ok(BlockOutput {
+        out: p.ln2.apply(g, sum)?,
+        attention_probs: attended.probs,
+        cross_probs: None,
+        keys_values: vec![attended.keys_values],
     })
 }
 

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::posenc::{ModelDims, PosEnc};
+use super::posenc::{ModelDims, PosEnc, is_default};
 use crate::error::{Error, Result};
 use crate::ops::attention::MAX_HEAD_DIM;
 
@@ -79,12 +79,16 @@ pub struct ModelConfig {
     /// made). Optional; defaults to 0.
     #[serde(default, skip_serializing_if = "is_default")]
     pub attention_dropout: f32,
-}
-
-/// Whether a value is its type's default, so that the options added since a checkpoint format
-/// was fixed are left out of its metadata when unset (older posflow versions read it unchanged).
-fn is_default<T: Default + PartialEq>(value: &T) -> bool {
-    *value == T::default()
+    /// Where each block's layer norms sit: before its sub-blocks (GPT-2, the default) or after
+    /// each residual add (BERT, as the TUPE authors trained). Optional; defaults to `pre`.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub norm: Norm,
+    /// The factor on every attention's word term `q·k`. Optional: unset, the position
+    /// encoding's own (TUPE's 1/√(2·Dh), every other's 1/√Dh); set, that factor for any encoding,
+    /// e.g. `word_scale = "tupe"` on learned positions, to separate TUPE's cooler word logits from
+    /// its position term.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub word_scale: Option<WordScale>,
 }
 
 impl Default for ModelConfig {
@@ -108,6 +112,43 @@ impl Default for ModelConfig {
             history: History::None,
             activation_dropout: 0.0,
             attention_dropout: 0.0,
+            norm: Norm::Pre,
+            word_scale: None,
+        }
+    }
+}
+
+/// Where a block's layer norms sit. In TOML: `norm = "post"`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Norm {
+    /// `y + F(y)` with `F`'s layer norms on its inputs (GPT-2), and a final `ln_f`.
+    #[default]
+    Pre,
+    /// BERT's post-LN block, as the TUPE authors' encoder (`encoder_normalize_before = False`,
+    /// `--embedding-normalize`): `m = LN1(y + Drop(Attn(y)))`, `y' = LN2(m + Drop(FFN(m)))`; a
+    /// layer norm `emb_ln` on the embeddings (after the input position term); no `ln_f`, the
+    /// last block's output being normalised already; BERT's N(0, 0.02) for every projection (no
+    /// GPT-2 depth scaling). Residual blocks only: a Runge-Kutta stage is a pre-norm `F`.
+    Post,
+}
+
+/// The factor on attention's word term. In TOML: `word_scale = "tupe"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WordScale {
+    /// `1/√Dh`, Vaswani et al.'s.
+    Standard,
+    /// `1/√(2·Dh)`, TUPE's (its word and position terms share the factor).
+    Tupe,
+}
+
+impl WordScale {
+    /// The factor for heads of `head_dim`.
+    pub fn factor(self, head_dim: usize) -> f32 {
+        match self {
+            Self::Standard => 1.0 / (head_dim as f32).sqrt(),
+            Self::Tupe => 1.0 / (2.0 * head_dim as f32).sqrt(),
         }
     }
 }
@@ -419,6 +460,9 @@ impl ModelConfig {
                 return config_err(format!("{field} must be in [0, 1), got {p}"));
             }
         }
+        if self.norm == Norm::Post {
+            self.validate_post_norm()?;
+        }
         if self.history != History::None && matches!(self.kind, ModelKind::Seq2Seq { .. }) {
             return config_err(
                 "history is for the causal LM, the masked LM and the classifier so far; a seq2seq \
@@ -538,6 +582,42 @@ impl ModelConfig {
             );
         }
         Ok(())
+    }
+
+    /// What a post-LN model cannot have: Runge-Kutta stages and the layer history are pre-norm
+    /// constructions, and the decoder's cross-attention has no post-LN form here.
+    fn validate_post_norm(&self) -> Result<()> {
+        if self.block != Block::Residual || self.rk_stage != RkStage::SubBlock {
+            return config_err(
+                "norm = \"post\" is BERT's residual block; a Runge-Kutta block (and rk_stage) \
+                 steps a pre-norm sub-block: use norm = \"pre\" with it"
+                    .into(),
+            );
+        }
+        if self.history != History::None {
+            return config_err(
+                "norm = \"post\" and a layer history both normalise each block's output; the \
+                 history is the ODE Transformer's pre-norm construction: use norm = \"pre\""
+                    .into(),
+            );
+        }
+        if matches!(self.kind, ModelKind::Seq2Seq { .. }) {
+            return config_err(
+                "norm = \"post\" is for the causal LM, the masked LM and the classifier so far; a \
+                 seq2seq model cannot have it yet"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The attention op's factor on `q·k`: the config's `word_scale`, or else the position
+    /// encoding's (`encoding`, TUPE's), or else `1/√Dh`.
+    pub fn attention_scale(&self, encoding: Option<f32>) -> f32 {
+        match self.word_scale {
+            Some(scale) => scale.factor(self.head_dim()),
+            None => encoding.unwrap_or_else(|| WordScale::Standard.factor(self.head_dim())),
+        }
     }
 
     /// The decoder's sizes, and what the seq2seq decoder can be built with.

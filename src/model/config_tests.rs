@@ -1,6 +1,7 @@
 //! The model config's parsing and validation.
 
 use super::*;
+use crate::model::TupeForm;
 
 const TINY: &str = r#"{ "vocab": 30, "d_model": 32, "heads": 2, "layers": 2, "ffn": 128, "max_len": 16,
     "kind": { "type": "causal_lm" }, "posenc": { "type": "sinusoidal" } }"#;
@@ -159,7 +160,8 @@ fn relative_encoding_has_t5_s_defaults_and_checks_its_sizes() {
         config.posenc,
         PosEnc::Relative {
             buckets: 32,
-            max_distance: 128
+            max_distance: 128,
+            learned_absolute: false
         }
     );
     let relative = |fields: &str| {
@@ -195,7 +197,13 @@ fn tupe_reads_both_variants_and_unties_cls_only_in_an_encoder() {
     let encoder = r#"{ "type": "encoder", "n_classes": 2 }"#;
     let config =
         ModelConfig::from_json(&with(r#"{ "type": "tupe_a", "untie_cls": true }"#, encoder)).unwrap();
-    assert_eq!(config.posenc, PosEnc::TupeA { untie_cls: true });
+    assert_eq!(
+        config.posenc,
+        PosEnc::TupeA {
+            untie_cls: true,
+            form: TupeForm::Paper
+        }
+    );
     let config =
         ModelConfig::from_json(&with(r#"{ "type": "tupe_r", "untie_cls": true }"#, encoder)).unwrap();
     assert_eq!(
@@ -203,12 +211,19 @@ fn tupe_reads_both_variants_and_unties_cls_only_in_an_encoder() {
         PosEnc::TupeR {
             untie_cls: true,
             buckets: 32,
-            max_distance: 128
+            max_distance: 128,
+            form: TupeForm::Paper
         }
     );
     let lm = r#"{ "type": "causal_lm" }"#;
     let config = ModelConfig::from_json(&with(r#"{ "type": "tupe_a", "untie_cls": false }"#, lm)).unwrap();
-    assert_eq!(config.posenc, PosEnc::TupeA { untie_cls: false });
+    assert_eq!(
+        config.posenc,
+        PosEnc::TupeA {
+            untie_cls: false,
+            form: TupeForm::Paper
+        }
+    );
     let err = ModelConfig::from_json(&with(r#"{ "type": "tupe_r", "untie_cls": true }"#, lm))
         .unwrap_err()
         .to_string();
@@ -355,4 +370,138 @@ fn block_reads_every_kind_with_rk2_s_default_gamma() {
         infinite.validate().unwrap_err().to_string(),
         "model config: block.gamma must be finite, got [0.5, inf]"
     );
+}
+
+#[test]
+fn tupe_reads_its_form_and_refuses_floater_s() {
+    let encoder = |posenc: &str| {
+        TINY.replace(r#"{ "type": "sinusoidal" }"#, posenc)
+            .replace(r#"{ "type": "causal_lm" }"#, r#"{ "type": "masked_lm" }"#)
+    };
+    let config = ModelConfig::from_json(&encoder(
+        r#"{ "type": "tupe_r", "untie_cls": true, "form": "code" }"#,
+    ))
+    .unwrap();
+    assert_eq!(
+        config.posenc,
+        PosEnc::TupeR {
+            untie_cls: true,
+            buckets: 32,
+            max_distance: 128,
+            form: TupeForm::Code
+        }
+    );
+    // The paper's form is the default, and is left out of a saved config (older readers).
+    let paper = ModelConfig::from_json(&encoder(
+        r#"{ "type": "tupe_a", "untie_cls": true, "form": "paper" }"#,
+    ))
+    .unwrap();
+    assert_eq!(
+        paper.posenc,
+        PosEnc::TupeA {
+            untie_cls: true,
+            form: TupeForm::Paper
+        }
+    );
+    assert!(!serde_json::to_string(&paper).unwrap().contains("form"));
+    assert!(
+        serde_json::to_string(&config)
+            .unwrap()
+            .contains(r#""form":"code""#)
+    );
+    let err = ModelConfig::from_json(&encoder(
+        r#"{ "type": "tupe_a", "untie_cls": true, "form": "bias" }"#,
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("TUPE's form is `paper` or `code`, got `bias`"),
+        "{err}"
+    );
+    let err = error_of(
+        r#"{ "type": "sinusoidal" }"#,
+        r#"{ "type": "floater", "form": "code" }"#,
+    );
+    assert!(
+        err.contains("floater's form is `bias` or `additive`, got `code`"),
+        "{err}"
+    );
+    let err = error_of(
+        r#"{ "type": "sinusoidal" }"#,
+        r#"{ "type": "learned", "form": "code" }"#,
+    );
+    assert!(err.contains("unknown field `form`, there are no fields"), "{err}");
+}
+
+#[test]
+fn relative_adds_a_learned_table_only_when_asked() {
+    let config = ModelConfig::from_json(&TINY.replace(
+        r#"{ "type": "sinusoidal" }"#,
+        r#"{ "type": "relative", "learned_absolute": true }"#,
+    ))
+    .unwrap();
+    assert_eq!(
+        config.posenc,
+        PosEnc::Relative {
+            buckets: 32,
+            max_distance: 128,
+            learned_absolute: true
+        }
+    );
+    // The table bounds the length, as a learned encoding's.
+    assert!(config.posenc.has_table());
+    let t5 = ModelConfig::from_json(&TINY.replace(r#""sinusoidal""#, r#""relative""#)).unwrap();
+    assert!(!t5.posenc.has_table());
+    assert!(!serde_json::to_string(&t5).unwrap().contains("learned_absolute"));
+}
+
+#[test]
+fn post_norm_refuses_what_is_pre_norm_only() {
+    let post = TINY.replace(r#""max_len": 16,"#, r#""max_len": 16, "norm": "post","#);
+    let config = ModelConfig::from_json(&post).unwrap();
+    assert_eq!(config.norm, Norm::Post);
+    let defaults = ModelConfig::from_json(TINY).unwrap();
+    assert_eq!(defaults.norm, Norm::Pre);
+    assert!(!serde_json::to_string(&defaults).unwrap().contains("norm"));
+    let with = |field: &str| {
+        ModelConfig::from_json(&post.replace(r#""norm": "post","#, &format!(r#""norm": "post", {field},"#)))
+    };
+    let err = with(r#""block": { "type": "rk2" }"#).unwrap_err().to_string();
+    assert!(
+        err.contains("a Runge-Kutta block (and rk_stage) steps a pre-norm sub-block"),
+        "{err}"
+    );
+    let err = with(r#""rk_stage": "layer""#).unwrap_err().to_string();
+    assert!(err.contains("use norm = \"pre\" with it"), "{err}");
+    let err = with(r#""history": "dense""#).unwrap_err().to_string();
+    assert!(err.contains("norm = \"post\" and a layer history"), "{err}");
+    let err = ModelConfig::from_json(&post.replace(
+        r#"{ "type": "causal_lm" }"#,
+        r#"{ "type": "seq2seq", "decoder_layers": 1 }"#,
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("a seq2seq model cannot have it yet"), "{err}");
+    let err = error_of(r#""max_len": 16,"#, r#""max_len": 16, "norm": "middle","#);
+    assert!(
+        err.contains("unknown variant `middle`, expected `pre` or `post`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn word_scale_overrides_the_encoding_s_factor() {
+    // d_model 32, 2 heads: Dh = 16.
+    let config = |json: &str| ModelConfig::from_json(json).unwrap();
+    let sinusoidal = config(TINY);
+    assert_eq!(sinusoidal.attention_scale(None), 0.25);
+    let tupe_scale = Some(1.0 / 32f32.sqrt());
+    // TUPE's own factor stands unless the config sets one.
+    assert_eq!(sinusoidal.attention_scale(tupe_scale), 1.0 / 32f32.sqrt());
+    let cooler = config(&TINY.replace(r#""max_len": 16,"#, r#""max_len": 16, "word_scale": "tupe","#));
+    assert_eq!(cooler.word_scale, Some(WordScale::Tupe));
+    assert_eq!(cooler.attention_scale(None), 1.0 / 32f32.sqrt());
+    let standard = config(&TINY.replace(r#""max_len": 16,"#, r#""max_len": 16, "word_scale": "standard","#));
+    assert_eq!(standard.attention_scale(tupe_scale), 0.25);
+    assert!(!serde_json::to_string(&sinusoidal).unwrap().contains("word_scale"));
 }

@@ -106,10 +106,12 @@ mod seq2seq;
 mod transformer;
 
 pub use block::LN_EPS;
-pub use config::{Block, Coefficients, EmbedScale, History, ModelConfig, ModelKind, RkStage};
+pub use config::{
+    Block, Coefficients, EmbedScale, History, ModelConfig, ModelKind, Norm, RkStage, WordScale,
+};
 pub(crate) use posenc::refuse_other_settings;
 pub use posenc::{
-    EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, PosEnc, SolverMethod,
+    EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, PosEnc, SolverMethod, TupeForm,
     encodings_shape,
 };
 pub use seq2seq::{DecoderStep, Seq2SeqGraph, SourceMemory};

@@ -1,7 +1,7 @@
 //! The pre-norm Transformer of a [`ModelConfig`], built into a [`Graph`] for one (batch, length).
 
 use super::block::{self, BlockInputs, Dropouts, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm, Linear};
-use super::config::{EmbedScale, History, ModelConfig, ModelKind};
+use super::config::{EmbedScale, History, ModelConfig, ModelKind, Norm};
 use super::history::LayerHistory;
 use super::posenc::{self, Constant, EncodingSource};
 use crate::data::{BOS, Batch, IGNORE_INDEX};
@@ -193,6 +193,9 @@ impl Model {
         if let Some(p) = positions.at_input {
             x = g.add(x, p)?;
         }
+        if c.norm == Norm::Post {
+            x = LayerNorm::declare(g, "emb_ln", d)?.apply(g, x)?;
+        }
         if let Some(d) = &dropout {
             x = d.apply(g, x, d.residual, EMBEDDING_DROPOUT_SALT)?;
         }
@@ -211,9 +214,7 @@ impl Model {
                 .attention_bias
                 .map(AttentionBias::Dense)
                 .or(positions.relative_bias.map(AttentionBias::Relative)),
-            attention_scale: positions
-                .attention_scale
-                .unwrap_or(1.0 / (c.head_dim() as f32).sqrt()),
+            attention_scale: c.attention_scale(positions.attention_scale),
             dropout,
             rk_stage: c.rk_stage,
             qkv_bias: positions.qkv_bias,
@@ -232,12 +233,17 @@ impl Model {
             attention_probs.extend(block.attention_probs);
         }
         let x = history.pop(g)?;
+        // A post-LN stack's output is normalised already.
+        let final_norm = |g: &mut Graph, x| match c.norm {
+            Norm::Pre => LayerNorm::declare(g, "ln_f", d)?.apply(g, x),
+            Norm::Post => Ok(x),
+        };
 
         let (logits, targets) = match c.kind {
             ModelKind::CausalLm { tied_head } => {
                 // The authors' LM with a layer history has no final layer norm.
                 let x = match c.history {
-                    History::None => LayerNorm::declare(g, "ln_f", d)?.apply(g, x)?,
+                    History::None => final_norm(g, x)?,
                     History::Dense | History::LearnableDense => x,
                 };
                 // The tied head reads the table unscaled, whatever embed_scale (fairseq).
@@ -250,7 +256,7 @@ impl Model {
                 (logits, g.input("targets", TensorMeta::i32(&[batch, len])))
             }
             ModelKind::MaskedLm {} => {
-                let x = LayerNorm::declare(g, "ln_f", d)?.apply(g, x)?;
+                let x = final_norm(g, x)?;
                 // BERT's head: a transform, then the token table (unscaled) and a bias per token.
                 let dense = Linear::declare(g, "mlm_head.dense", d, d, Init::Normal(INIT_STD))?;
                 let x = dense.apply(g, x)?;
@@ -265,7 +271,7 @@ impl Model {
             ModelKind::Encoder { n_classes } => {
                 let cls = g.slice(x, 1, 0, 1)?;
                 let cls = g.reshape(cls, &[batch, d])?;
-                let cls = LayerNorm::declare(g, "ln_f", d)?.apply(g, cls)?;
+                let cls = final_norm(g, cls)?;
                 let head = Linear::declare(g, "cls_head", d, n_classes, Init::Normal(INIT_STD))?;
                 let logits = head.apply(g, cls)?;
                 (logits, g.input("targets", TensorMeta::i32(&[batch])))

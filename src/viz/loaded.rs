@@ -8,7 +8,7 @@ use crate::checkpoint::Checkpoint;
 use crate::data::{BOS, PairTokenizer, TaskTokenizer};
 use crate::error::{Error, Result};
 use crate::inference::{Generator, SavedModel, Seq2SeqDecoder};
-use crate::model::{ModelKind, PosEnc};
+use crate::model::{ModelKind, PosEnc, TupeForm};
 use crate::train::saved_run;
 
 pub struct LoadedCheckpoint {
@@ -95,11 +95,7 @@ impl LoadedCheckpoint {
     /// The longest sequence its position encoding takes (a table's length), if it has a limit.
     pub fn length_limit(&self) -> Option<usize> {
         let c = self.saved.model.config();
-        matches!(
-            c.posenc,
-            PosEnc::Learned | PosEnc::TupeA { .. } | PosEnc::TupeR { .. }
-        )
-        .then_some(c.max_len)
+        c.posenc.has_table().then_some(c.max_len)
     }
 
     /// `text` as token ids, after <bos> where the model expects one (a seq2seq model: as a
@@ -149,9 +145,28 @@ pub fn posenc_name(posenc: &PosEnc) -> String {
         PosEnc::Sinusoidal { every_block: false } => "sinusoidal".into(),
         PosEnc::Sinusoidal { every_block: true } => "sinusoidal (every block)".into(),
         PosEnc::Learned => "learned table".into(),
-        PosEnc::Relative { .. } => "T5 relative".into(),
-        PosEnc::TupeA { .. } => "TUPE-A".into(),
-        PosEnc::TupeR { .. } => "TUPE-R".into(),
+        PosEnc::Relative {
+            learned_absolute: false,
+            ..
+        } => "T5 relative".into(),
+        PosEnc::Relative {
+            learned_absolute: true,
+            ..
+        } => "learned table + T5 relative (BERT-R)".into(),
+        PosEnc::TupeA {
+            form: TupeForm::Paper,
+            ..
+        } => "TUPE-A".into(),
+        PosEnc::TupeR {
+            form: TupeForm::Paper,
+            ..
+        } => "TUPE-R".into(),
+        PosEnc::TupeA {
+            form: TupeForm::Code, ..
+        } => "TUPE-A (authors' code)".into(),
+        PosEnc::TupeR {
+            form: TupeForm::Code, ..
+        } => "TUPE-R (authors' code)".into(),
         PosEnc::Rope { .. } => "RoPE".into(),
         PosEnc::Alibi => "ALiBi".into(),
         PosEnc::Floater(f) => match f.form {

@@ -101,12 +101,25 @@ pub async fn position_encodings(loaded: &LoadedCheckpoint, len: usize) -> Result
         PosEnc::Relative {
             buckets,
             max_distance,
+            learned_absolute: false,
         } => Ok(PositionEncodings {
             maps: Vec::new(),
             note: format!(
                 "T5 relative position bias: nothing is added to the tokens; every layer's attention logits get a \
                  trained bias per head for the bucket of the offset j - i ({buckets} buckets, log-spaced up to \
                  {max_distance}). It has no absolute table to draw."
+            ),
+        }),
+        PosEnc::Relative {
+            buckets,
+            max_distance,
+            learned_absolute: true,
+        } => Ok(PositionEncodings {
+            maps: vec![table_map(saved, LEARNED_TABLE, "input", len).await?],
+            note: format!(
+                "{name}: a trained [max_len = {}, d] table added to the token embeddings (drawn), and T5's \
+                 relative bias in every layer's attention logits ({buckets} buckets up to {max_distance}).",
+                c.max_len
             ),
         }),
         PosEnc::Rope { base } => Ok(PositionEncodings {
@@ -212,12 +225,22 @@ async fn seq2seq_encodings(saved: &SavedModel, len: usize) -> Result<PositionEnc
         PosEnc::Relative {
             buckets,
             max_distance,
+            learned_absolute,
         } => (
-            Vec::new(),
+            if learned_absolute {
+                tables(LEARNED_TABLE, "input").await?
+            } else {
+                Vec::new()
+            },
             format!(
                 "T5 relative position bias on both sides: a trained bias per head for the bucket of j - i \
                  ({buckets} buckets up to {max_distance}); the encoder's buckets tell left from right, the \
-                 decoder's look back only. Cross-attention has none. No absolute table to draw."
+                 decoder's look back only. Cross-attention has none.{}",
+                if learned_absolute {
+                    " Each side also adds its own trained absolute table (drawn) to its token embeddings."
+                } else {
+                    " No absolute table to draw."
+                }
             ),
         ),
         PosEnc::Learned => (

@@ -10,8 +10,8 @@ use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::Graph;
 use crate::inference::SavedModel;
-use crate::model::PosEnc;
 use crate::model::posenc::{self, Constant};
+use crate::model::{PosEnc, TupeForm};
 
 /// θ1 and θ2 `[H]` (names from `model/mod.rs`'s parameter table).
 const CLS_TO_OTHERS: &str = "posenc.tupe.cls_to_others";
@@ -33,8 +33,8 @@ pub struct TupeCorrelation {
 /// and the [CLS] reset left out), so it is exactly what the model adds, before those.
 pub async fn tupe_correlation(saved: &SavedModel) -> Result<TupeCorrelation> {
     let c = saved.model.config();
-    let untie_cls = match c.posenc {
-        PosEnc::TupeA { untie_cls } | PosEnc::TupeR { untie_cls, .. } => untie_cls,
+    let (untie_cls, form) = match c.posenc {
+        PosEnc::TupeA { untie_cls, form } | PosEnc::TupeR { untie_cls, form, .. } => (untie_cls, form),
         other => {
             return Err(Error::Input(format!(
                 "the positional correlation is TUPE's; this model has {}",
@@ -42,7 +42,6 @@ pub async fn tupe_correlation(saved: &SavedModel) -> Result<TupeCorrelation> {
             )));
         }
     };
-    let absolute_only = PosEnc::TupeA { untie_cls: false };
     let len = c.max_len;
     // A seq2seq model's is its encoder's (the decoder has a table of its own).
     let prefix = if c.decoder_dims().is_some() {
@@ -50,8 +49,44 @@ pub async fn tupe_correlation(saved: &SavedModel) -> Result<TupeCorrelation> {
     } else {
         ""
     };
+    let values = absolute_term(saved, prefix, false, form).await?;
+    let untied = match (untie_cls, form) {
+        (false, _) => None,
+        (true, TupeForm::Paper) => Some((
+            saved.params.read(&format!("{prefix}{CLS_TO_OTHERS}")).await?,
+            saved.params.read(&format!("{prefix}{OTHERS_TO_CLS}")).await?,
+        )),
+        // The code's θ1, θ2 are the table's rows 0 and 1 correlated with themselves: the reset
+        // term's entries (0, 0) and (1, 0) of each head.
+        (true, TupeForm::Code) => {
+            let reset = absolute_term(saved, prefix, true, form).await?;
+            let entry = |h: usize, i: usize| reset[(h * len + i) * len];
+            Some((
+                (0..c.heads).map(|h| entry(h, 0)).collect(),
+                (0..c.heads).map(|h| entry(h, 1)).collect(),
+            ))
+        }
+    };
+    Ok(TupeCorrelation {
+        heads: c.heads,
+        len,
+        values,
+        untied,
+    })
+}
+
+/// TUPE-A's `[H, max_len, max_len]` term of the saved model's parameters (under `prefix`), in
+/// `form`, with or without the [CLS] reset.
+async fn absolute_term(
+    saved: &SavedModel,
+    prefix: &str,
+    untie_cls: bool,
+    form: TupeForm,
+) -> Result<Vec<f32>> {
+    let c = saved.model.config();
+    let absolute_only = PosEnc::TupeA { untie_cls, form };
     let mut g = Graph::new();
-    let terms = g.with_param_prefix(prefix, |g| posenc::build(g, &absolute_only, c.dims(), len))?;
+    let terms = g.with_param_prefix(prefix, |g| posenc::build(g, &absolute_only, c.dims(), c.max_len))?;
     let bias = terms
         .attention_bias
         .ok_or_else(|| Error::Graph("TUPE-A built no attention bias".into()))?;
@@ -63,21 +98,7 @@ pub async fn tupe_correlation(saved: &SavedModel) -> Result<TupeCorrelation> {
         }
     }
     exec.run()?;
-    let values = exec.read(bias).await?;
-    let untied = if untie_cls {
-        Some((
-            saved.params.read(&format!("{prefix}{CLS_TO_OTHERS}")).await?,
-            saved.params.read(&format!("{prefix}{OTHERS_TO_CLS}")).await?,
-        ))
-    } else {
-        None
-    };
-    Ok(TupeCorrelation {
-        heads: c.heads,
-        len,
-        values,
-        untied,
-    })
+    exec.read(bias).await
 }
 
 pub(crate) fn show(ui: &mut egui::Ui, s: &mut State, jobs: &mut Vec<Job>) {

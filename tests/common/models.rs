@@ -12,21 +12,26 @@ use posflow::data::{BOS, IGNORE_INDEX, SyntheticTask};
 use posflow::exec::Executor;
 use posflow::model::{
     Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, GraphOptions, Model, ModelConfig,
-    ModelKind, Nonlinearity, PosEnc, SolverMethod,
+    ModelKind, Nonlinearity, PosEnc, SolverMethod, TupeForm,
 };
 use posflow::params::ParamStore;
 
 pub const T5: PosEnc = PosEnc::Relative {
     buckets: 32,
     max_distance: 128,
+    learned_absolute: false,
 };
 
-pub const TUPE_A: PosEnc = PosEnc::TupeA { untie_cls: false };
+pub const TUPE_A: PosEnc = PosEnc::TupeA {
+    untie_cls: false,
+    form: TupeForm::Paper,
+};
 
 pub const TUPE_R: PosEnc = PosEnc::TupeR {
     untie_cls: false,
     buckets: 32,
     max_distance: 128,
+    form: TupeForm::Paper,
 };
 
 /// TUPE-R of an encoder with the [CLS] reset, and small buckets.
@@ -34,6 +39,7 @@ pub const TUPE_R_UNTIED: PosEnc = PosEnc::TupeR {
     untie_cls: true,
     buckets: 8,
     max_distance: 20,
+    form: TupeForm::Paper,
 };
 
 /// FLOATER's additive form at every block, Δ = 0.1, midpoint, backprop (the form and settings

@@ -143,7 +143,11 @@ def relative_bias(cfg, p, length):
 
 
 def posenc_relative(cfg, p, length):
-    return PositionTerms(attention_bias=relative_bias(cfg, p, length))
+    """T5's bias, and with `learned_absolute` a learned table at the input too (TUPE's BERT-R)."""
+    at_input = None
+    if cfg["posenc"].get("learned_absolute", False):
+        at_input = posenc_learned(cfg, p, length).at_input
+    return PositionTerms(at_input=at_input, attention_bias=relative_bias(cfg, p, length))
 
 
 def tupe_correlation(cfg, p, length):
@@ -257,10 +261,17 @@ POSENCS = {
 }
 
 
+# The config's `word_scale`: the factor on q·k for heads of Dh, whatever the encoding's.
+WORD_SCALES = {"standard": lambda dh: 1 / math.sqrt(dh), "tupe": lambda dh: 1 / math.sqrt(2 * dh)}
+
+
 def position_terms(cfg, p, length):
     if cfg["posenc"]["type"] not in POSENCS:
         raise SystemExit(f"model_reference.py has no {cfg['posenc']['type']} position encoding yet")
-    return POSENCS[cfg["posenc"]["type"]](cfg, p, length)
+    terms = POSENCS[cfg["posenc"]["type"]](cfg, p, length)
+    if "word_scale" in cfg:
+        terms.attention_scale = WORD_SCALES[cfg["word_scale"]](cfg["d_model"] // cfg["heads"])
+    return terms
 
 
 def decoder_terms(cfg, p, target_len, source_len):
@@ -510,14 +521,17 @@ def reference_batch(cfg, metadata):
 
 def expect(path):
     """Writes `<name>.expected.safetensors` beside the checkpoint: logits, loss, grad/<param>. The
-    ODE Transformer's code form is authors_ode.py's, written from the authors' code instead."""
+    ODE Transformer's code form is authors_ode.py's, TUPE's code form and the masked LM
+    authors_tupe.py's, each written from its authors' code instead."""
     path = pathlib.Path(path)
     cfg, metadata, params = load(path)
     import authors_ode
+    import authors_tupe
 
-    if authors_ode.uses_authors_form(cfg):
-        authors_ode.expect(path)
-        return
+    for authors in (authors_ode, authors_tupe):
+        if authors.uses_authors_form(cfg):
+            authors.expect(path)
+            return
     inputs, targets = reference_batch(cfg, metadata)
     leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
     logits = forward(cfg, leaves, inputs)

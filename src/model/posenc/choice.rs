@@ -5,6 +5,21 @@ use serde::{Deserialize, Serialize};
 
 use super::{FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, SolverMethod};
 
+/// Which TUPE: as the paper writes it, or as its authors' code ran it (guolinke/TUPE,
+/// `transformer_sentence_encoder.py`; see `posenc::tupe`). In TOML: `form = "code"`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TupeForm {
+    /// The paper's equations: `U_Q`, `U_K` without biases, a table row per position, θ1 and θ2
+    /// free per-head scalars, TUPE-R's [CLS] reset applied to the sum of both terms.
+    #[default]
+    Paper,
+    /// The authors' code: `U_Q`, `U_K` with biases, a table of `max_len + 1` rows whose row i + 1
+    /// is position i, θ1 and θ2 the correlations of rows 0 and 1 with themselves (through the same
+    /// layer norm, projections and scale), TUPE-R's [CLS] row and column two buckets of their own.
+    Code,
+}
+
 /// The position encoding.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", try_from = "PosEncSpec")]
@@ -21,22 +36,37 @@ pub enum PosEnc {
     /// indexed by the bucket of the key-minus-query offset and shared by every layer. The encoder
     /// splits the buckets between both signs; the causal LM spends them all on the past. Half of
     /// each side's buckets are exact offsets, the rest log-spaced up to `max_distance`. No
-    /// absolute position is added to the input. Defaults: 32 buckets, max_distance 128.
-    Relative { buckets: usize, max_distance: usize },
+    /// absolute position is added to the input, unless `learned_absolute`: then a learned table
+    /// is added too, as `learned` (the TUPE paper's BERT-R baseline). Defaults: 32 buckets,
+    /// max_distance 128, no absolute table. In TOML:
+    /// `posenc = { type = "relative", learned_absolute = true }`.
+    Relative {
+        buckets: usize,
+        max_distance: usize,
+        #[serde(default, skip_serializing_if = "is_default")]
+        learned_absolute: bool,
+    },
     /// TUPE-A (Ke et al., 2020): no position is added to the input; each layer's attention logits
     /// get a positional correlation `(p_i U_Q)·(p_j U_K) / √(2·Dh)` per head, from a trained
     /// `[max_len, d_model]` table `p` (layer-normed) with its own projections, shared by every
     /// layer; the word logits are scaled by `1/√(2·Dh)` too. `untie_cls` (encoder only) replaces
-    /// the positional term of [CLS] (position 0) by trained per-head values. In TOML:
-    /// `posenc = { type = "tupe_a", untie_cls = true }`. See `posenc::tupe`.
-    TupeA { untie_cls: bool },
+    /// the positional term of [CLS] (position 0) by trained per-head values. `form` is the
+    /// paper's (default) or the authors' code's ([`TupeForm`]). In TOML:
+    /// `posenc = { type = "tupe_a", untie_cls = true, form = "code" }`. See `posenc::tupe`.
+    TupeA {
+        untie_cls: bool,
+        #[serde(default, skip_serializing_if = "is_default")]
+        form: TupeForm,
+    },
     /// TUPE-R: TUPE-A plus T5's relative bias (as `relative`, with the same defaults), summed
-    /// before the [CLS] reset. In TOML:
+    /// before the [CLS] reset (in the code form, given [CLS] buckets of its own). In TOML:
     /// `posenc = { type = "tupe_r", untie_cls = true, buckets = 32, max_distance = 128 }`.
     TupeR {
         untie_cls: bool,
         buckets: usize,
         max_distance: usize,
+        #[serde(default, skip_serializing_if = "is_default")]
+        form: TupeForm,
     },
     /// FLOATER: encodings from a neural ODE along the positions, added at the input of every
     /// block (or of the first); any length. See [`FloaterConfig`] for the solver settings.
@@ -70,7 +100,8 @@ struct PosEncSpec {
     buckets: Option<usize>,
     max_distance: Option<usize>,
     untie_cls: Option<bool>,
-    form: Option<FloaterForm>,
+    learned_absolute: Option<bool>,
+    form: Option<FormName>,
     delta: Option<f64>,
     method: Option<SolverMethod>,
     substeps: Option<usize>,
@@ -81,6 +112,56 @@ struct PosEncSpec {
     activation: Option<Nonlinearity>,
     resolve_every: Option<usize>,
     base: Option<f64>,
+}
+
+/// A `form` as read: FLOATER's ([`FloaterForm`]) or TUPE's ([`TupeForm`]), checked against the
+/// type when the spec becomes a [`PosEnc`].
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum FormName {
+    Additive,
+    Bias,
+    Paper,
+    Code,
+}
+
+impl FormName {
+    fn floater(self) -> std::result::Result<FloaterForm, String> {
+        match self {
+            Self::Additive => Ok(FloaterForm::Additive),
+            Self::Bias => Ok(FloaterForm::Bias),
+            other => Err(format!(
+                "floater's form is `bias` or `additive`, got `{}`",
+                other.name()
+            )),
+        }
+    }
+
+    fn tupe(self) -> std::result::Result<TupeForm, String> {
+        match self {
+            Self::Paper => Ok(TupeForm::Paper),
+            Self::Code => Ok(TupeForm::Code),
+            other => Err(format!(
+                "TUPE's form is `paper` or `code`, got `{}`",
+                other.name()
+            )),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Additive => "additive",
+            Self::Bias => "bias",
+            Self::Paper => "paper",
+            Self::Code => "code",
+        }
+    }
+}
+
+/// Whether a value is its type's default, so that the options added since a checkpoint format
+/// was fixed are left out of its metadata when unset (older posflow versions read it unchanged).
+pub(crate) fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -107,6 +188,7 @@ impl TryFrom<PosEncSpec> for PosEnc {
             ("buckets", spec.buckets.is_some()),
             ("max_distance", spec.max_distance.is_some()),
             ("untie_cls", spec.untie_cls.is_some()),
+            ("learned_absolute", spec.learned_absolute.is_some()),
             ("form", spec.form.is_some()),
             ("delta", spec.delta.is_some()),
             ("method", spec.method.is_some()),
@@ -122,9 +204,9 @@ impl TryFrom<PosEncSpec> for PosEnc {
         let takes: &[&str] = match spec.kind {
             T::None | T::Learned | T::Alibi => &[],
             T::Sinusoidal => &["every_block"],
-            T::Relative => &["buckets", "max_distance"],
-            T::TupeA => &["untie_cls"],
-            T::TupeR => &["untie_cls", "buckets", "max_distance"],
+            T::Relative => &["buckets", "max_distance", "learned_absolute"],
+            T::TupeA => &["untie_cls", "form"],
+            T::TupeR => &["untie_cls", "buckets", "max_distance", "form"],
             T::Floater => &[
                 "form",
                 "every_block",
@@ -144,6 +226,7 @@ impl TryFrom<PosEncSpec> for PosEnc {
         let untie_cls = || spec.untie_cls.ok_or("missing field `untie_cls`");
         let buckets = spec.buckets.unwrap_or_else(t5_buckets);
         let max_distance = spec.max_distance.unwrap_or_else(t5_max_distance);
+        let tupe_form = || spec.form.map_or(Ok(TupeForm::Paper), FormName::tupe);
         Ok(match spec.kind {
             T::None => Self::None,
             T::Sinusoidal => Self::Sinusoidal {
@@ -153,19 +236,22 @@ impl TryFrom<PosEncSpec> for PosEnc {
             T::Relative => Self::Relative {
                 buckets,
                 max_distance,
+                learned_absolute: spec.learned_absolute.unwrap_or(false),
             },
             T::TupeA => Self::TupeA {
                 untie_cls: untie_cls()?,
+                form: tupe_form()?,
             },
             T::TupeR => Self::TupeR {
                 untie_cls: untie_cls()?,
                 buckets,
                 max_distance,
+                form: tupe_form()?,
             },
             T::Floater => {
                 let d = FloaterConfig::default();
                 Self::Floater(FloaterConfig {
-                    form: spec.form.unwrap_or(d.form),
+                    form: spec.form.map_or(Ok(d.form), FormName::floater)?,
                     every_block: spec.every_block.unwrap_or(d.every_block),
                     delta: spec.delta.unwrap_or(d.delta),
                     method: spec.method.unwrap_or(d.method),
@@ -208,16 +294,31 @@ impl PosEnc {
     pub fn unties_cls(&self) -> bool {
         matches!(
             self,
-            Self::TupeA { untie_cls: true } | Self::TupeR { untie_cls: true, .. }
+            Self::TupeA { untie_cls: true, .. } | Self::TupeR { untie_cls: true, .. }
         )
     }
 
     /// The T5 bucket layout of the encodings that have a relative bias.
+    /// Whether a learned table bounds the sequence length by `max_len`.
+    pub fn has_table(&self) -> bool {
+        matches!(
+            self,
+            Self::Learned
+                | Self::TupeA { .. }
+                | Self::TupeR { .. }
+                | Self::Relative {
+                    learned_absolute: true,
+                    ..
+                }
+        )
+    }
+
     pub(crate) fn relative_buckets(&self) -> Option<(usize, usize)> {
         match *self {
             Self::Relative {
                 buckets,
                 max_distance,
+                ..
             }
             | Self::TupeR {
                 buckets,

@@ -16,13 +16,13 @@ mod sinusoidal;
 mod tupe;
 
 pub use alibi::{alibi_slopes, alibi_table};
-pub use choice::PosEnc;
-pub(crate) use choice::refuse_other_settings;
+pub use choice::{PosEnc, TupeForm};
+pub(crate) use choice::{is_default, refuse_other_settings};
 pub use floater::{
     ENCODINGS_INPUT, EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Nonlinearity,
     QKV_INITIAL_NAME, SolverMethod, encodings_shape, old_layout, qkv_initial_from_static_biases,
 };
-pub use relative::{bucket_matrix, buckets_by_offset, relative_bucket};
+pub use relative::{bucket_matrix, buckets_by_offset, cls_bucket_matrix, relative_bucket};
 pub use sinusoidal::sinusoidal_table;
 
 use crate::error::Result;
@@ -112,16 +112,21 @@ pub fn build_from(
         PosEnc::Relative {
             buckets,
             max_distance,
+            learned_absolute,
         } => {
             let values = buckets_by_offset(len, config.bidirectional, buckets, max_distance);
             let bias = relative::build(g, config.heads, buckets, &values)?;
+            let at_input = learned_absolute
+                .then(|| learned::build(g, len, config.max_len, config.d_model))
+                .transpose()?;
             Ok(PositionTerms {
+                at_input,
                 relative_bias: Some(bias),
                 constants: vec![(bias.buckets, Constant::I32(values))],
                 ..PositionTerms::default()
             })
         }
-        PosEnc::TupeA { untie_cls } => build_tupe(g, config, len, None, untie_cls),
+        PosEnc::TupeA { untie_cls, form } => build_tupe(g, config, len, None, untie_cls, form),
         PosEnc::Floater(floater) => match floater.form {
             FloaterForm::Additive => {
                 let terms = floater::build(g, &floater, len, config.d_model, config.layers, source)?;
@@ -152,9 +157,10 @@ pub fn build_from(
             untie_cls,
             buckets,
             max_distance,
+            form,
         } => {
             let relative = Some((config.bidirectional, buckets, max_distance));
-            build_tupe(g, config, len, relative, untie_cls)
+            build_tupe(g, config, len, relative, untie_cls, form)
         }
         PosEnc::Alibi => {
             let bias = alibi::build(g, config.heads, len)?;
@@ -304,25 +310,34 @@ pub fn build_step(
         PosEnc::Relative {
             buckets,
             max_distance,
+            learned_absolute,
         } => {
             // The op reads entry j for key j of the one query: the offsets −t..0, the first t + 1
             // of the 2t + 1 a square graph's input holds.
             let mut values = buckets_by_offset(t + 1, false, buckets, max_distance);
             values.truncate(t + 1);
             let bias = relative::build(g, dims.heads, buckets, &values)?;
+            let at_input = if learned_absolute {
+                let rows = learned::build(g, t + 1, dims.max_len, dims.d_model)?;
+                Some(g.slice(rows, 0, t, t + 1)?)
+            } else {
+                None
+            };
             let terms = PositionTerms {
+                at_input,
                 relative_bias: Some(bias),
                 constants: vec![(bias.buckets, Constant::I32(values))],
                 ..PositionTerms::default()
             };
             Ok((terms, Vec::new()))
         }
-        PosEnc::TupeA { untie_cls } => tupe_row(g, dims, t, None, untie_cls),
+        PosEnc::TupeA { untie_cls, form } => tupe_row(g, dims, t, None, untie_cls, form),
         PosEnc::TupeR {
             untie_cls,
             buckets,
             max_distance,
-        } => tupe_row(g, dims, t, Some((false, buckets, max_distance)), untie_cls),
+            form,
+        } => tupe_row(g, dims, t, Some((false, buckets, max_distance)), untie_cls, form),
         PosEnc::Floater(floater) => {
             let source = EncodingSource::Input;
             match floater.form {
@@ -371,8 +386,9 @@ fn tupe_row(
     t: usize,
     relative: Option<(bool, usize, usize)>,
     untie_cls: bool,
+    form: TupeForm,
 ) -> Result<(PositionTerms, Vec<TensorId>)> {
-    let mut terms = build_tupe(g, dims, t + 1, relative, untie_cls)?;
+    let mut terms = build_tupe(g, dims, t + 1, relative, untie_cls, form)?;
     if let Some(square) = terms.attention_bias {
         terms.attention_bias = Some(g.slice(square, 1, t, t + 1)?);
     }
@@ -385,6 +401,7 @@ fn build_tupe(
     len: usize,
     relative: Option<(bool, usize, usize)>,
     untie_cls: bool,
+    form: TupeForm,
 ) -> Result<PositionTerms> {
     let tupe = tupe::Tupe {
         len,
@@ -393,6 +410,7 @@ fn build_tupe(
         heads: config.heads,
         relative,
         untie_cls,
+        form,
     };
     let (bias, constants) = tupe.build(g)?;
     Ok(PositionTerms {
@@ -421,6 +439,7 @@ mod tests {
     const RELATIVE: PosEnc = PosEnc::Relative {
         buckets: 8,
         max_distance: 20,
+        learned_absolute: false,
     };
 
     /// The encoder's buckets are bidirectional, the causal LM's look only back; the bias is the
@@ -453,9 +472,18 @@ mod tests {
             untie_cls,
             buckets: 8,
             max_distance: 20,
+            form: TupeForm::Paper,
         };
         let cases = [
-            (false, PosEnc::TupeA { untie_cls: false }, None, 0),
+            (
+                false,
+                PosEnc::TupeA {
+                    untie_cls: false,
+                    form: TupeForm::Paper,
+                },
+                None,
+                0,
+            ),
             (false, tupe_r(false), Some(false), 1),
             (true, tupe_r(true), Some(true), 4),
         ];

@@ -84,24 +84,46 @@ pub(super) fn build(g: &mut Graph, heads: usize, buckets: usize, by_offset: &[i3
 
 /// The bias as a `[heads, len, len]` tensor (TUPE-R, which adds it to its positional term before
 /// the [CLS] reset): the table looked up at each (i, j)'s bucket, heads moved first. Quadratic
-/// in `len`, which TUPE bounds by `max_len`. Returns the bias, the bucket input and its values.
+/// in `len`, which TUPE bounds by `max_len`. With `cls_buckets` (TUPE-R in its authors' code), row
+/// 0 takes bucket `buckets / 2` and column 0 below it an added bucket `buckets`
+/// ([`cls_bucket_matrix`]). Returns the bias, the bucket input and its values.
 pub(super) fn build_dense(
     g: &mut Graph,
     len: usize,
     heads: usize,
-    bidirectional: bool,
-    buckets: usize,
-    max_distance: usize,
+    (bidirectional, buckets, max_distance): (bool, usize, usize),
+    cls_buckets: bool,
 ) -> Result<(TensorId, TensorId, Vec<i32>)> {
-    let table = g.param(PARAM_NAME, &[buckets, heads], Init::Normal(INIT_STD))?;
+    let (rows, values) = if cls_buckets {
+        (
+            buckets + 1,
+            cls_bucket_matrix(len, bidirectional, buckets, max_distance),
+        )
+    } else {
+        (buckets, bucket_matrix(len, bidirectional, buckets, max_distance))
+    };
+    let table = g.param(PARAM_NAME, &[rows, heads], Init::Normal(INIT_STD))?;
     let ids = g.input(MATRIX_INPUT_NAME, TensorMeta::i32(&[len, len]));
     let per_pair = g.embedding(table, ids)?;
     let bias = g.permute(per_pair, &[2, 0, 1])?;
-    Ok((
-        bias,
-        ids,
-        bucket_matrix(len, bidirectional, buckets, max_distance),
-    ))
+    Ok((bias, ids, values))
+}
+
+/// [`bucket_matrix`] with [CLS] buckets of its own, as TUPE's code: column 0 (the others attending
+/// to [CLS]) is bucket `buckets`, then row 0 ([CLS] attending to every position, (0, 0) included)
+/// is bucket `buckets / 2`, which the bidirectional bucketing never gives an offset (it would be
+/// the first bucket of the positive half, offset +0).
+pub fn cls_bucket_matrix(len: usize, bidirectional: bool, buckets: usize, max_distance: usize) -> Vec<i32> {
+    let mut matrix = bucket_matrix(len, bidirectional, buckets, max_distance);
+    for (k, bucket) in matrix.iter_mut().enumerate() {
+        let (i, j) = (k / len, k % len);
+        if i == 0 {
+            *bucket = (buckets / 2) as i32;
+        } else if j == 0 {
+            *bucket = buckets as i32;
+        }
+    }
+    matrix
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@
 //! position terms share the factor `1/√(2·Dh)`, so their sum keeps the usual logit scale. The
 //! position-only term (everything but the word term) is computed once per graph and added to every
 //! layer's attention logits as the `[H, L, L]` bias; `U_Q`, `U_K` and the table are shared by all
-//! layers, as the paper does. The projections have no bias: the paper writes `p_i U^Q`.
+//! layers, as the paper does. The projections have no bias: the paper writes `p_i U^Q` (the
+//! authors' code has them: see below).
 //! Unlike T5's relative bias on its own, which the attention kernels look up per (i, j), this term
 //! stays a dense tensor, quadratic in L: the learned table bounds L by `max_len`, and the [CLS]
 //! reset and TUPE-R's sum act on the whole term.
@@ -28,50 +29,52 @@
 //! reset[h, i, j] = term[h, i, j] otherwise
 //! ```
 //!
-//! θ1, θ2 are trained scalars per head, initialised to 0 (no preference at the start). θ1 shifts
-//! a whole row of logits by one value, which softmax ignores: it never gets a gradient and has no
-//! effect; the reset still matters, because it removes the positional term from [CLS]'s row. It
-//! is kept because eq. 9 has it (and the reference code's coupled form, below, has it too). For TUPE-R
-//! the reset applies to the sum of the positional correlation and the relative bias. The paper
-//! resets the "content-free (position-only) correlation", gives its form for eq. 7 and for eq. 8,
-//! and says the reset applies to "any position-only correlations"; our copy of the text has lost
-//! those formulas (`shared/papers/README.md` restates the rest), so for TUPE-R we take the
-//! position-only correlation to be both position-only terms. What differs elsewhere, as far as we
-//! can tell:
-//! - Section 3.3 of the paper says θ1 and θ2 are parameterised through learnable vectors "to
-//!   directly obtain similar scales for every term" (that formula is lost in our copy too). The
-//!   reference code (github.com/guolinke/TUPE, `fairseq/modules/transformer_sentence_encoder.py`,
-//!   which we read only through a third-party copy that cites it) does this: its table has
-//!   `max_len + 1` rows, the sequence's positions use rows 1.., and θ1, θ2 are the diagonal
-//!   entries (0, 0) and (1, 1) of the positional correlation of the longer table, so they go
-//!   through the same layer norm, `U_Q`, `U_K` (there `nn.Linear`, with biases) and scale. Here
-//!   θ1, θ2 are free scalars, as eq. 9 states them: each can still take any value per head, but
-//!   it is not coupled to the projections, so it trains differently.
-//! - In that code the reset replaces only the absolute correlation. Its relative bias instead
-//!   sends row 0 and column 0 to two buckets of their own (bucket `buckets / 2`, which the
-//!   bidirectional bucketing never produces, and an added bucket `buckets`), whose values are
-//!   added to θ. The [CLS] row and column are still one trained value per head each, as here,
-//!   but split over two parameters. We reset the sum, so the relative table keeps T5's `buckets`
-//!   rows.
+//! In the paper's form θ1, θ2 are trained scalars per head, initialised to 0 (no preference at
+//! the start), as eq. 9 states them. θ1 shifts a whole row of logits by one value, which softmax
+//! ignores: it never gets a gradient and has no effect (in both forms); the reset still matters,
+//! because it removes the positional term from [CLS]'s row. It is kept because eq. 9 has it. For
+//! TUPE-R the reset applies to the sum of the positional correlation and the relative bias. The
+//! paper resets the "content-free (position-only) correlation", gives its form for eq. 7 and for
+//! eq. 8, and says the reset applies to "any position-only correlations"; our copy of the text has
+//! lost those formulas (`shared/papers/README.md` restates the rest), so for TUPE-R we take the
+//! position-only correlation to be both position-only terms.
+//! # The authors' code (`form = "code"`)
+//!
+//! The numbers in the paper came from github.com/guolinke/TUPE
+//! (`fairseq/modules/transformer_sentence_encoder.py`), which differs from the equations above in
+//! three ways (`../shared/papers/authors-code.md`, TUPE rows 6, 8, 9 and 11):
+//! - `U_Q` and `U_K` are `nn.Linear`s with biases (zero-initialised): `p̂_i U_Q + b_Q`.
+//! - The table has `max_len + 1` rows and position i uses row i + 1. θ1 and θ2 are not free:
+//!   they are the correlations of rows 0 and 1 with themselves, `θ1 = c[h, 0, 0]`,
+//!   `θ2 = c[h, 1, 1]` of the `[H, L + 1, L + 1]` correlation `c` of rows 0..=L, through the same
+//!   layer norm, projections and scale (the paper's §3.3 "parameterise θ through learnable
+//!   vectors to obtain similar scales"). The reset is then applied to `c[:, 1:, 1:]`.
+//! - TUPE-R: the reset replaces the absolute term only; the relative bias sends row 0 ([CLS] to
+//!   the others) to bucket `buckets / 2`, which the bidirectional bucketing never produces, and
+//!   column 0 below it to an added bucket `buckets` (the table has `buckets + 1` rows), so the
+//!   [CLS] row and column are still one trained value per head each, split over two parameters.
+//!
+//! In the code form without `untie_cls` (not in the authors' code, which always unties) the
+//! biases and the layout stay and the reset goes.
 //!
 //! The reset is `term · keep + θ1 · cls_row + θ2 · cls_column` with three constant `[L, L]` masks
 //! (graph inputs, written by the host like the relative buckets).
 
-use super::Constant;
 use super::relative;
+use super::{Constant, TupeForm};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, TensorId};
 use crate::model::LN_EPS;
 use crate::tensor::TensorMeta;
 
-/// The position table `[max_len, D]`.
+/// The position table `[max_len, D]` (the code form: `[max_len + 1, D]`).
 pub const TABLE_NAME: &str = "posenc.tupe.weight";
 /// The layer norm on the table's rows: `<prefix>.gain`, `<prefix>.bias` `[D]`.
 pub const LN_PREFIX: &str = "posenc.tupe.ln";
-/// `U_Q` `[D, D]`.
-pub const QUERY_NAME: &str = "posenc.tupe.query.weight";
-/// `U_K` `[D, D]`.
-pub const KEY_NAME: &str = "posenc.tupe.key.weight";
+/// `U_Q` `[D, D]`, and in the code form its bias `<prefix>.bias` `[D]`.
+pub const QUERY_PREFIX: &str = "posenc.tupe.query";
+/// `U_K` `[D, D]`, and in the code form its bias `<prefix>.bias` `[D]`.
+pub const KEY_PREFIX: &str = "posenc.tupe.key";
 /// θ1 `[H]`: [CLS] attending to every position.
 pub const CLS_TO_OTHERS_NAME: &str = "posenc.tupe.cls_to_others";
 /// θ2 `[H]`: every other position attending to [CLS].
@@ -95,6 +98,7 @@ pub(super) struct Tupe {
     /// T5's relative bias (TUPE-R): (bidirectional, buckets, max_distance).
     pub relative: Option<(bool, usize, usize)>,
     pub untie_cls: bool,
+    pub form: TupeForm,
 }
 
 impl Tupe {
@@ -105,52 +109,97 @@ impl Tupe {
 
     /// The `[H, L, L]` position-only attention bias, and the constant inputs it reads.
     pub fn build(&self, g: &mut Graph) -> Result<(TensorId, Vec<(TensorId, Constant)>)> {
-        let (len, d, heads) = (self.len, self.d_model, self.heads);
+        let (len, d) = (self.len, self.d_model);
         if len > self.max_len {
             return Err(Error::Input(format!(
                 "sequence length {len} is over the TUPE position table's max_len {}",
                 self.max_len
             )));
         }
-        let table = g.param(TABLE_NAME, &[self.max_len, d], Init::Normal(INIT_STD))?;
-        let p = if len == self.max_len {
+        let code = self.form == TupeForm::Code;
+        // The code form's row 0 is θ1's, and position i reads row i + 1.
+        let (table_rows, rows) = if code {
+            (self.max_len + 1, len + 1)
+        } else {
+            (self.max_len, len)
+        };
+        let table = g.param(TABLE_NAME, &[table_rows, d], Init::Normal(INIT_STD))?;
+        let p = if rows == table_rows {
             table
         } else {
-            g.slice(table, 0, 0, len)?
+            g.slice(table, 0, 0, rows)?
         };
         let gain = g.param(&format!("{LN_PREFIX}.gain"), &[d], Init::Ones)?;
         let bias = g.param(&format!("{LN_PREFIX}.bias"), &[d], Init::Zeros)?;
         let p = g.layernorm(p, gain, bias, LN_EPS)?;
-        let mut per_head = |name: &str| -> Result<TensorId> {
-            let u = g.param(name, &[d, d], Init::Normal(INIT_STD))?;
-            let t = g.matmul(p, u)?;
-            let t = g.reshape(t, &[len, heads, d / heads])?;
-            g.permute(t, &[1, 0, 2])
-        };
-        let (q, k) = (per_head(QUERY_NAME)?, per_head(KEY_NAME)?);
+        let (q, k) = (
+            self.project(g, p, QUERY_PREFIX, rows)?,
+            self.project(g, p, KEY_PREFIX, rows)?,
+        );
         let correlation = g.matmul_t(q, k, false, true)?;
-        let mut term = g.scale(correlation, self.scale())?;
+        let correlation = g.scale(correlation, self.scale())?;
         let mut constants = Vec::new();
+        let mut term = if code {
+            let positions = g.slice(correlation, 1, 1, rows)?;
+            let positions = g.slice(positions, 2, 1, rows)?;
+            if self.untie_cls {
+                let diagonal = |g: &mut Graph, row| -> Result<TensorId> {
+                    let entry = g.slice(correlation, 1, row, row + 1)?;
+                    g.slice(entry, 2, row, row + 1)
+                };
+                let thetas = [diagonal(g, 0)?, diagonal(g, 1)?];
+                self.reset(g, positions, thetas, &mut constants)?
+            } else {
+                positions
+            }
+        } else {
+            correlation
+        };
         if let Some((bidirectional, buckets, max_distance)) = self.relative {
-            let (relative, ids, values) =
-                relative::build_dense(g, len, heads, bidirectional, buckets, max_distance)?;
+            let cls_buckets = code && self.untie_cls;
+            let (relative, ids, values) = relative::build_dense(
+                g,
+                len,
+                self.heads,
+                (bidirectional, buckets, max_distance),
+                cls_buckets,
+            )?;
             term = g.add(term, relative)?;
             constants.push((ids, Constant::I32(values)));
         }
-        if self.untie_cls {
-            term = self.untie(g, term, &mut constants)?;
+        if self.untie_cls && !code {
+            let thetas = [CLS_TO_OTHERS_NAME, OTHERS_TO_CLS_NAME].map(|name| {
+                g.param(name, &[self.heads], Init::Zeros)
+                    .and_then(|theta| g.reshape(theta, &[self.heads, 1, 1]))
+            });
+            let [theta1, theta2] = thetas;
+            term = self.reset(g, term, [theta1?, theta2?], &mut constants)?;
         }
         Ok((term, constants))
     }
 
-    /// `term · keep + θ1 · cls_row + θ2 · cls_column`.
-    fn untie(
+    /// `p̂ U (+ b in the code form)` split into heads, `[H, rows, Dh]`.
+    fn project(&self, g: &mut Graph, p: TensorId, prefix: &str, rows: usize) -> Result<TensorId> {
+        let d = self.d_model;
+        let u = g.param(&format!("{prefix}.weight"), &[d, d], Init::Normal(INIT_STD))?;
+        let mut t = g.matmul(p, u)?;
+        if self.form == TupeForm::Code {
+            let b = g.param(&format!("{prefix}.bias"), &[d], Init::Zeros)?;
+            t = g.add(t, b)?;
+        }
+        let t = g.reshape(t, &[rows, self.heads, d / self.heads])?;
+        g.permute(t, &[1, 0, 2])
+    }
+
+    /// `term · keep + θ1 · cls_row + θ2 · cls_column`, θ1 and θ2 `[H, 1, 1]`.
+    fn reset(
         &self,
         g: &mut Graph,
         term: TensorId,
+        [theta1, theta2]: [TensorId; 2],
         constants: &mut Vec<(TensorId, Constant)>,
     ) -> Result<TensorId> {
-        let (len, heads) = (self.len, self.heads);
+        let len = self.len;
         let masks = untie_masks(len);
         let [keep, cls_row, cls_column] = [KEEP_INPUT, CLS_ROW_INPUT, CLS_COLUMN_INPUT]
             .map(|name| g.input(name, TensorMeta::f32(&[len, len])));
@@ -158,9 +207,7 @@ impl Tupe {
             constants.push((t, Constant::F32(values)));
         }
         let mut reset = g.mul(term, keep)?;
-        for (name, mask) in [(CLS_TO_OTHERS_NAME, cls_row), (OTHERS_TO_CLS_NAME, cls_column)] {
-            let theta = g.param(name, &[heads], Init::Zeros)?;
-            let theta = g.reshape(theta, &[heads, 1, 1])?;
+        for (theta, mask) in [(theta1, cls_row), (theta2, cls_column)] {
             let value = g.mul(theta, mask)?;
             reset = g.add(reset, value)?;
         }
@@ -196,6 +243,7 @@ mod tests {
             heads: 3,
             relative,
             untie_cls,
+            form: TupeForm::Paper,
         }
     }
 
@@ -215,15 +263,25 @@ mod tests {
 
     const BIDIRECTIONAL_8_20: Option<(bool, usize, usize)> = Some((true, 8, 20));
 
+    fn code(spec: Tupe) -> Tupe {
+        Tupe {
+            form: TupeForm::Code,
+            ..spec
+        }
+    }
+
     /// `tests/reference/tupe.safetensors` (from `gen_tupe.py`): the bias and the gradients of
     /// every parameter in float64 PyTorch, for TUPE-A without and with the [CLS] reset and for
-    /// TUPE-R (encoder buckets) with it.
+    /// TUPE-R (encoder buckets) with it, and both in the authors' code form (θ from the table's
+    /// rows 0 and 1, U with biases, TUPE-R's [CLS] buckets).
     #[test]
     fn bias_and_gradients_match_pytorch() {
         let cases = [
             ("tupe_a", tupe(None, false)),
             ("tupe_a_untie", tupe(None, true)),
             ("tupe_r_untie", tupe(BIDIRECTIONAL_8_20, true)),
+            ("code_tupe_a_untie", code(tupe(None, true))),
+            ("code_tupe_r_untie", code(tupe(BIDIRECTIONAL_8_20, true))),
         ];
         for (case, spec) in cases {
             check_reference("tupe", case, &subgraph(spec), 1e-5, 1e-4);
@@ -239,8 +297,16 @@ mod tests {
             heads: 2,
             relative: Some((false, 8, 20)),
             untie_cls: true,
+            form: TupeForm::Paper,
         };
         check_gradients(&subgraph(spec), 1e-2, 1e-2, 12);
+        let bidirectional = Tupe {
+            relative: Some((true, 8, 20)),
+            ..spec
+        };
+        // θ is quadratic in a layer-normed row of 8: a smaller step keeps the central
+        // difference's curvature error (3% at 1e-2) under the tolerance.
+        check_gradients(&subgraph(code(bidirectional)), 3e-3, 1e-2, 12);
     }
 
     /// A whole table (no slice) and a length over one workgroup tile.
@@ -253,8 +319,91 @@ mod tests {
             heads: 3,
             relative: BIDIRECTIONAL_8_20,
             untie_cls: true,
+            form: TupeForm::Paper,
         };
         check_gpu_matches_cpu(&subgraph(spec), 1e-5, 1e-4);
+        check_gpu_matches_cpu(&subgraph(code(spec)), 1e-5, 1e-4);
+    }
+
+    /// The code form's θ are the self-correlations of rows 0 and 1, so a table whose rows 0 and 1
+    /// are those of positions 2 and 5 gives the term's [CLS] row and column the values of entries
+    /// (2, 2) and (5, 5) of the same model without the reset.
+    #[test]
+    fn code_form_thetas_are_table_rows_through_the_same_projections() {
+        let spec = code(tupe(None, true));
+        let built = subgraph(spec);
+        let tied = subgraph(Tupe {
+            untie_cls: false,
+            ..spec
+        });
+        let cpu = std::rc::Rc::new(crate::backend::CpuBackend::new());
+        let run = |build: &dyn Fn(&mut Graph) -> Built, table: &[f32]| -> Vec<f32> {
+            let mut g = Graph::new();
+            let Built { out, feeds } = build(&mut g);
+            let params = crate::params::ParamStore::init(cpu.clone(), &g, 3).unwrap();
+            params.set(TABLE_NAME, table).unwrap();
+            let exec = crate::exec::Executor::new(&g, &[out], &params).unwrap();
+            for (t, feed) in feeds {
+                match feed {
+                    Feed::F32(v) => exec.set_f32(t, &v).unwrap(),
+                    Feed::I32(v) => exec.set_i32(t, &v).unwrap(),
+                }
+            }
+            exec.run().unwrap();
+            pollster::block_on(exec.read(out)).unwrap()
+        };
+        let (d, len, rows) = (spec.d_model, spec.len, spec.max_len + 1);
+        let mut table: Vec<f32> = (0..rows * d)
+            .map(|k| ((k * 37 % 23) as f32 - 11.0) / 7.0)
+            .collect();
+        // Position i reads row i + 1: rows 0 and 1 become positions 2's and 5's rows.
+        let row = |table: &[f32], r: usize| table[r * d..(r + 1) * d].to_vec();
+        let (p2, p5) = (row(&table, 3), row(&table, 6));
+        table[..d].copy_from_slice(&p2);
+        table[d..2 * d].copy_from_slice(&p5);
+        let (untied, plain) = (run(&built, &table), run(&tied, &table));
+        let at = |v: &[f32], h: usize, i: usize, j: usize| v[(h * len + i) * len + j];
+        let close = |a: f32, b: f32, what: String| assert!((a - b).abs() <= 1e-6, "{what}: {a} vs {b}");
+        for h in 0..spec.heads {
+            assert!(
+                at(&plain, h, 2, 2) != at(&plain, h, 5, 5),
+                "head {h}: pick other rows"
+            );
+            for j in 0..len {
+                close(
+                    at(&untied, h, 0, j),
+                    at(&plain, h, 2, 2),
+                    format!("head {h}, θ1 at (0, {j})"),
+                );
+            }
+            for i in 1..len {
+                close(
+                    at(&untied, h, i, 0),
+                    at(&plain, h, 5, 5),
+                    format!("head {h}, θ2 at ({i}, 0)"),
+                );
+                for j in 1..len {
+                    close(
+                        at(&untied, h, i, j),
+                        at(&plain, h, i, j),
+                        format!("head {h} at ({i}, {j})"),
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cls_buckets_take_the_unused_bucket_and_an_added_one() {
+        let plain = relative::bucket_matrix(4, true, 8, 20);
+        let cls = relative::cls_bucket_matrix(4, true, 8, 20);
+        // Bucket 4 (8 / 2) is offset +0 of the positive half, which no pair has.
+        assert!(!plain.contains(&4));
+        assert_eq!(&cls[..4], &[4, 4, 4, 4]);
+        for i in 1..4 {
+            assert_eq!(cls[i * 4], 8, "row {i}");
+            assert_eq!(&cls[i * 4 + 1..(i + 1) * 4], &plain[i * 4 + 1..(i + 1) * 4]);
+        }
     }
 
     #[test]

@@ -161,10 +161,7 @@ pub(super) fn attention_terms(c: &ModelConfig, positions: &PositionTerms) -> (Op
         .attention_bias
         .map(AttentionBias::Dense)
         .or(positions.relative_bias.map(AttentionBias::Relative));
-    let scale = positions
-        .attention_scale
-        .unwrap_or(1.0 / (c.head_dim() as f32).sqrt());
-    (bias, scale)
+    (bias, c.attention_scale(positions.attention_scale))
 }
 
 /// Runs `x` through a stack's blocks, adding the every-block position terms; returns the output

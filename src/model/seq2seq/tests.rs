@@ -10,6 +10,7 @@ use crate::exec::Executor;
 use crate::graph::{Graph, TensorId};
 use crate::model::{
     Block, EmbedScale, FloaterConfig, FloaterForm, GraphOptions, Model, ModelConfig, ModelKind, PosEnc,
+    TupeForm,
 };
 use crate::params::ParamStore;
 use crate::testing::{assert_close, cpu, gpu};
@@ -45,12 +46,17 @@ pub(crate) fn every_posenc() -> Vec<PosEnc> {
         PosEnc::Relative {
             buckets: 8,
             max_distance: 20,
+            learned_absolute: false,
         },
-        PosEnc::TupeA { untie_cls: false },
+        PosEnc::TupeA {
+            untie_cls: false,
+            form: TupeForm::Paper,
+        },
         PosEnc::TupeR {
             untie_cls: false,
             buckets: 8,
             max_distance: 20,
+            form: TupeForm::Paper,
         },
         PosEnc::Floater(floater),
         PosEnc::Floater(FloaterConfig {
