@@ -582,3 +582,68 @@ fn export_writes_one_picture_per_view_with_content() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("error: checkpoint broken.safetensors"), "{err}");
 }
+
+/// In the authors' code form position i reads table row i + 1 through U_Q, U_K with biases, and
+/// the untied θ1, θ2 shown are rows 0's and 1's correlations with themselves.
+#[test]
+fn tupe_code_form_correlation_reads_the_rows_after_the_first_and_its_thetas() {
+    let c = config(
+        PosEnc::TupeA {
+            untie_cls: true,
+            form: TupeForm::Code,
+        },
+        ModelKind::MaskedLm {},
+    );
+    let bytes = checkpoint_bytes(&c, |params| {
+        let ramp = |n: usize, base: f32| (0..n).map(|i| base + 0.05 * i as f32).collect::<Vec<_>>();
+        params.set("posenc.tupe.query.bias", &ramp(16, -0.4)).unwrap();
+        params.set("posenc.tupe.key.bias", &ramp(16, 0.1)).unwrap();
+    });
+    let loaded = LoadedCheckpoint::from_bytes(cpu(), "tupe_code", &bytes).unwrap();
+    let tupe = pollster::block_on(tupe_correlation(&loaded.saved)).unwrap();
+    let (d, heads, dh, len) = (16, 2, 8, 12);
+    assert_eq!((tupe.heads, tupe.len), (heads, len));
+    let table = read(&loaded, "posenc.tupe.weight");
+    assert_eq!(table.len(), (len + 1) * d);
+    let gain = read(&loaded, "posenc.tupe.ln.gain");
+    let bias = read(&loaded, "posenc.tupe.ln.bias");
+    let [uq, bq, uk, bk] = ["query.weight", "query.bias", "key.weight", "key.bias"]
+        .map(|name| read(&loaded, &format!("posenc.tupe.{name}")));
+    let normed: Vec<Vec<f64>> = table
+        .chunks(d)
+        .map(|p| {
+            let mean = p.iter().map(|&v| f64::from(v)).sum::<f64>() / d as f64;
+            let var = p.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / d as f64;
+            let rstd = 1.0 / (var + f64::from(LN_EPS)).sqrt();
+            (0..d)
+                .map(|k| (f64::from(p[k]) - mean) * rstd * f64::from(gain[k]) + f64::from(bias[k]))
+                .collect()
+        })
+        .collect();
+    let project = |p: &[f64], u: &[f32], b: &[f32], column: usize| -> f64 {
+        (0..d).map(|k| p[k] * f64::from(u[k * d + column])).sum::<f64>() + f64::from(b[column])
+    };
+    let correlation = |h: usize, row_i: usize, row_j: usize| -> f64 {
+        (0..dh)
+            .map(|e| {
+                project(&normed[row_i], &uq, &bq, h * dh + e) * project(&normed[row_j], &uk, &bk, h * dh + e)
+            })
+            .sum::<f64>()
+            / (2.0 * dh as f64).sqrt()
+    };
+    let mut worst = 0f64;
+    for h in 0..heads {
+        for i in 0..len {
+            for j in 0..len {
+                let got = f64::from(tupe.values[(h * len + i) * len + j]);
+                worst = worst.max((got - correlation(h, i + 1, j + 1)).abs());
+            }
+        }
+    }
+    let (theta1, theta2) = tupe.untied.expect("the code form unties [CLS]");
+    for h in 0..heads {
+        worst = worst.max((f64::from(theta1[h]) - correlation(h, 0, 0)).abs());
+        worst = worst.max((f64::from(theta2[h]) - correlation(h, 1, 1)).abs());
+    }
+    assert!(worst < 1e-5, "largest difference {worst}");
+}

@@ -10,7 +10,7 @@ use posflow::backend::Backend;
 use posflow::checkpoint::{Checkpoint, remove_interrupted_save};
 use posflow::data::{PairTokenizer, TaskTokenizer};
 use posflow::inference::{DecodeOptions, Generator, Seq2SeqDecoder};
-use posflow::model::{Block, History, ModelKind, RkStage};
+use posflow::model::{Block, History, ModelKind, Norm, RkStage};
 use posflow::train::{DEFAULT_RUN, EvalReport, Progress, RunConfig, StepStats, Trainer, fit, saved_run};
 use rand::SeedableRng;
 
@@ -196,6 +196,19 @@ fn describe(run: &RunConfig) {
     if m.history != History::None {
         let history = serde_json::to_value(m.history).expect("a history serializes");
         blocks.push(format!("layer history {}", history.as_str().unwrap_or_default()));
+    }
+    if m.norm == Norm::Post {
+        blocks.push("post-LN (BERT: a layer norm after each residual add and on the embeddings)".into());
+    }
+    if let Some(scale) = m.word_scale {
+        blocks.push(format!(
+            "word term × {:.4} (word_scale {})",
+            scale.factor(m.head_dim()),
+            serde_json::to_value(scale)
+                .expect("a word scale serializes")
+                .as_str()
+                .unwrap_or_default()
+        ));
     }
     let drops = [
         ("dropout", m.dropout),

@@ -15,6 +15,8 @@
 //!     (rk_stage "layer": every Fi above is the whole layer Gi = yi + F(yi), as the authors' code)
 //! history "dense": block i reads mean(x0, LN_0(o_0), …, LN_{i-1}(o_{i-1})), the stack outputs the
 //!     mean over all blocks (x0 the embeddings, o_j block j's output; "learnable_dense": learned mix)
+//! norm "post" (BERT): x = emb_LN(x) first; each block m = LN1(x + Drop(Attn(x))),
+//!     x = LN2(m + Drop(FFN(m))); no LN_f below (word_scale sets the q·k factor for any encoding)
 //! LM:      logits = LN_f(x) · tok_emb^T  (tied, never scaled)  or  LN_f(x) · lm_head.weight
 //! encoder: logits = cls_head(LN_f(x[:, 0]))       position 0 holds BOS as [CLS]
 //! loss = cross_entropy(logits, targets, IGNORE_INDEX)
@@ -38,14 +40,17 @@
 //! |------------------------------|----------------|----------------------------|-------------------------|
 //! | `tok_emb.weight`             | [V, D]         | N(0, 0.02) or N(0, D^-½)   | always                  |
 //! | `pos_emb.weight`             | [max_len, D]   | N(0, 0.02)                 | posenc `learned`        |
-//! | `posenc.relative.weight`     | [buckets, H]   | N(0, 0.02)                 | `relative`, `tupe_r`    |
-//! | `posenc.tupe.weight`         | [max_len, D]   | N(0, 0.02)                 | `tupe_a`, `tupe_r`      |
+//! | `pos_emb.weight`             | [max_len, D]   | N(0, 0.02)                 | `relative` with `learned_absolute` |
+//! | `posenc.relative.weight`     | [buckets, H]   | N(0, 0.02)                 | `relative`, `tupe_r` (code form with `untie_cls`: buckets + 1 rows) |
+//! | `posenc.tupe.weight`         | [max_len, D]   | N(0, 0.02)                 | `tupe_a`, `tupe_r` (code form: max_len + 1 rows) |
 //! | `posenc.tupe.ln.gain`        | [D]            | 1                          | `tupe_a`, `tupe_r`      |
 //! | `posenc.tupe.ln.bias`        | [D]            | 0                          | `tupe_a`, `tupe_r`      |
 //! | `posenc.tupe.query.weight`   | [D, D]         | N(0, 0.02)                 | `tupe_a`, `tupe_r`      |
 //! | `posenc.tupe.key.weight`     | [D, D]         | N(0, 0.02)                 | `tupe_a`, `tupe_r`      |
-//! | `posenc.tupe.cls_to_others`  | [H]            | 0                          | TUPE with `untie_cls`   |
-//! | `posenc.tupe.others_to_cls`  | [H]            | 0                          | TUPE with `untie_cls`   |
+//! | `posenc.tupe.query.bias`, `.key.bias` | [D]   | 0                          | TUPE, `form = "code"`   |
+//! | `posenc.tupe.cls_to_others`  | [H]            | 0                          | TUPE with `untie_cls` (paper form) |
+//! | `posenc.tupe.others_to_cls`  | [H]            | 0                          | TUPE with `untie_cls` (paper form) |
+//! | `emb_ln.gain`, `emb_ln.bias` | [D]            | 1, 0                       | `norm = "post"`         |
 //! | `posenc.floater.w1`, `.w2`   | [D, D + 1]     | Xavier-normal (additive: N(0, 0.02)) | posenc `floater` |
 //! | `posenc.floater.b1`, `.b2`   | [D]            | 0                          | posenc `floater`        |
 //! | `posenc.floater.qkv_initial` | [3, layers, D] | Xavier-uniform             | `floater` (compatible)  |
@@ -54,13 +59,13 @@
 //! | `blocks.i.ln1.bias`          | [D]            | 0                          | always                  |
 //! | `blocks.i.attn.qkv.weight`   | [D, 3D]        | N(0, 0.02)                 | always                  |
 //! | `blocks.i.attn.qkv.bias`     | [3D]           | 0                          | not FLOATER compatible  |
-//! | `blocks.i.attn.out.weight`   | [D, D]         | N(0, 0.02/√(2·layers))     | always                  |
+//! | `blocks.i.attn.out.weight`   | [D, D]         | N(0, 0.02/√(2·layers)) (post: N(0, 0.02)) | always   |
 //! | `blocks.i.attn.out.bias`     | [D]            | 0                          | always                  |
 //! | `blocks.i.ln2.gain`          | [D]            | 1                          | always                  |
 //! | `blocks.i.ln2.bias`          | [D]            | 0                          | always                  |
 //! | `blocks.i.ffn.up.weight`     | [D, F]         | N(0, 0.02)                 | always                  |
 //! | `blocks.i.ffn.up.bias`       | [F]            | 0                          | always                  |
-//! | `blocks.i.ffn.down.weight`   | [F, D]         | N(0, 0.02/√(2·layers))     | always                  |
+//! | `blocks.i.ffn.down.weight`   | [F, D]         | N(0, 0.02/√(2·layers)) (post: N(0, 0.02)) | always   |
 //! | `blocks.i.ffn.down.bias`     | [D]            | 0                          | always                  |
 //! | `blocks.i.gate.weight`       | [2D, 1]        | 0 (`rk.gate`: Xavier-uniform) | block `rk2_gated`    |
 //! | `blocks.i.gate.bias`         | [1]            | 0                          | block `rk2_gated`       |
@@ -68,8 +73,8 @@
 //! | `rk.alpha1`, `rk.alpha2`, `rk.gate.weight`, `rk.gate.bias` | as above | as above | the same with `rk_stage = "layer"`: one for the stack |
 //! | `history.ln.i.gain`, `.bias` | [D]            | 1, 0                       | a `history`             |
 //! | `history.mix.i`              | [i + 1]        | 1/(i + 1)                  | `learnable_dense`       |
-//! | `ln_f.gain`                  | [D]            | 1                          | not a causal LM with a `history` |
-//! | `ln_f.bias`                  | [D]            | 0                          | not a causal LM with a `history` |
+//! | `ln_f.gain`                  | [D]            | 1                          | `norm = "pre"`, not a causal LM with a `history` |
+//! | `ln_f.bias`                  | [D]            | 0                          | `norm = "pre"`, not a causal LM with a `history` |
 //! | `lm_head.weight`             | [D, V]         | N(0, 0.02)                 | causal LM, untied head  |
 //! | `cls_head.weight`            | [D, C]         | N(0, 0.02)                 | encoder                 |
 //! | `cls_head.bias`              | [C]            | 0                          | encoder                 |
