@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+use plotters::coord::types::RangedCoordf64;
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
 use super::claims::Metric;
@@ -33,6 +35,11 @@ const PALETTE: [RGBColor; 10] = [
 ];
 
 const SIZE: (u32, u32) = (900, 560);
+
+/// Up to this many variants the legend sits in the chart; more get rows of their own below it,
+/// each `LEGEND_ROW` pixels high.
+const LEGEND_INSIDE: usize = 8;
+const LEGEND_ROW: u32 = 22;
 const FONT: &str = "sans-serif";
 
 fn seeds(study: &Study) -> String {
@@ -44,6 +51,37 @@ fn seeds(study: &Study) -> String {
 
 fn colour(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
+}
+
+/// Past the palette's ten colours they repeat: those variants get dashed lines and triangle
+/// markers, so that no two look alike.
+fn dashed(i: usize) -> bool {
+    (i / PALETTE.len()) % 2 == 1
+}
+
+/// Variant `i`'s line through `points`, labelled `label` in the legend (dashed past ten).
+fn draw_line<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    i: usize,
+    label: &str,
+    points: Vec<(f64, f64)>,
+) -> Drawn
+where
+    DB::ErrorType: 'static,
+{
+    let c = colour(i);
+    if dashed(i) {
+        chart
+            .draw_series(DashedLineSeries::new(points, 9, 5, c.stroke_width(2)))?
+            .label(label)
+            .legend(move |(x, y)| DashedPathElement::new(vec![(x, y), (x + 24, y)], 7, 4, c.stroke_width(3)));
+    } else {
+        chart
+            .draw_series(LineSeries::new(points, c.stroke_width(2)))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(3)));
+    }
+    Ok(())
 }
 
 /// Writes every picture into `out`; returns (file name, caption) of each.
@@ -205,9 +243,21 @@ fn curves(path: &Path, study: &Study, title: &str, y_desc: &str, bands: &[(usize
         .max()
         .unwrap_or(1) as f64;
 
-    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    // Many variants' legend would hide the curves: it goes below the chart, in two columns.
+    let legend_rows = if bands.len() > LEGEND_INSIDE {
+        bands.len().div_ceil(2) as u32
+    } else {
+        0
+    };
+    let legend_height = if legend_rows > 0 {
+        legend_rows * LEGEND_ROW + 12
+    } else {
+        0
+    };
+    let root = SVGBackend::new(path, (SIZE.0, SIZE.1 + legend_height)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
+    let (upper, lower) = root.split_vertically(SIZE.1);
+    let mut chart = ChartBuilder::on(&upper)
         .caption(title, (FONT, 22))
         .margin(16)
         .x_label_area_size(48)
@@ -239,21 +289,35 @@ fn curves(path: &Path, study: &Study, title: &str, y_desc: &str, bands: &[(usize
         let mut outline: Vec<(f64, f64)> = band.iter().map(|p| (p.0, y(p.3))).collect();
         outline.extend(band.iter().rev().map(|p| (p.0, y(p.2))));
         chart.draw_series(std::iter::once(Polygon::new(outline, c.mix(0.18).filled())))?;
-        chart
-            .draw_series(LineSeries::new(
-                band.iter().map(|p| (p.0, y(p.1))),
-                c.stroke_width(2),
-            ))?
-            .label(*label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(3)));
+        draw_line(
+            &mut chart,
+            *i,
+            label,
+            band.iter().map(|p| (p.0, y(p.1))).collect(),
+        )?;
     }
-    chart
-        .configure_series_labels()
-        .label_font((FONT, 15))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.4))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()?;
+    if legend_rows == 0 {
+        chart
+            .configure_series_labels()
+            .label_font((FONT, 15))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()?;
+    } else {
+        let column = (SIZE.0 as i32 - 80) / 2;
+        for (k, (i, label, _)) in bands.iter().enumerate() {
+            let x = 80 + column * (k % 2) as i32;
+            let y = 10 + LEGEND_ROW as i32 * (k / 2) as i32;
+            let (c, sample) = (colour(*i), vec![(x, y), (x + 24, y)]);
+            if dashed(*i) {
+                lower.draw(&DashedPathElement::new(sample, 7, 4, c.stroke_width(3)))?;
+            } else {
+                lower.draw(&PathElement::new(sample, c.stroke_width(3)))?;
+            }
+            lower.draw(&Text::new(label.to_string(), (x + 32, y - 8), (FONT, 15)))?;
+        }
+    }
     root.present()?;
     Ok(())
 }
@@ -357,13 +421,12 @@ fn per_length(path: &Path, study: &Study, summary: &StudySummary, metric: Metric
             .enumerate()
             .filter_map(|(x, b)| spread(b).map(|s| (x as f64 + shift, s.mean, s.sd)))
             .collect();
-        chart
-            .draw_series(LineSeries::new(
-                points.iter().map(|p| (p.0, p.1)),
-                c.stroke_width(2),
-            ))?
-            .label(v.label.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(3)));
+        draw_line(
+            &mut chart,
+            i,
+            &v.label,
+            points.iter().map(|p| (p.0, p.1)).collect(),
+        )?;
         chart.draw_series(points.iter().map(|&(x, mean, sd)| {
             ErrorBar::new_vertical(
                 x,
@@ -374,11 +437,19 @@ fn per_length(path: &Path, study: &Study, summary: &StudySummary, metric: Metric
                 10,
             )
         }))?;
-        chart.draw_series(
-            points
-                .iter()
-                .map(|&(x, mean, _)| Circle::new((x, mean), 4, c.filled())),
-        )?;
+        if dashed(i) {
+            chart.draw_series(
+                points
+                    .iter()
+                    .map(|&(x, mean, _)| TriangleMarker::new((x, mean), 6, c.filled())),
+            )?;
+        } else {
+            chart.draw_series(
+                points
+                    .iter()
+                    .map(|&(x, mean, _)| Circle::new((x, mean), 4, c.filled())),
+            )?;
+        }
     }
     chart
         .configure_series_labels()
