@@ -396,10 +396,17 @@ fn inconsistent_mutant(bases: &[(String, Table)], rng: &mut ChaCha8Rng) -> Mutan
             data.retain(|k, _| k == "task");
             data.insert("min_len".into(), int(large));
             data.insert("max_len".into(), int(small));
-            // The copy task trains a causal LM: a seq2seq base would be a second inconsistency.
+            // The copy task trains a causal LM: a seq2seq base would be a second inconsistency,
+            // and so would an encoder's untied [CLS].
             let mut kind = Table::new();
             kind.insert("type".into(), Value::String("causal_lm".into()));
-            section(&mut table, "model").insert("kind".into(), Value::Table(kind));
+            let model = section(&mut table, "model");
+            model.insert("kind".into(), Value::Table(kind));
+            if let Some(Value::Table(posenc)) = model.get_mut("posenc")
+                && posenc.contains_key("untie_cls")
+            {
+                posenc.insert("untie_cls".into(), Value::Boolean(false));
+            }
             (
                 format!("min_len {large} > max_len {small}"),
                 ["min_len", "max_len"],
