@@ -14,9 +14,9 @@ mod scratch_dir;
 use std::path::Path;
 
 use binary::posflow_in;
+use models::{params, with_prefix};
 use posflow::backend::gpu_for_tests;
-use posflow::graph::Source;
-use posflow::model::{Block, Coefficients, History, Model, ModelConfig, ModelKind, PosEnc, RkStage};
+use posflow::model::{Block, Coefficients, History, ModelConfig, ModelKind, PosEnc, RkStage};
 use scratch_dir::scratch;
 
 /// Three layers of width 32, vocabulary 30, no position encoding.
@@ -33,26 +33,6 @@ fn tiny(block: Block, rk_stage: RkStage, history: History) -> ModelConfig {
         history,
         ..ModelConfig::default()
     }
-}
-
-/// Every parameter as `name [shape]`, sorted.
-fn params(config: ModelConfig) -> Vec<String> {
-    let g = Model::new(config).unwrap().declare_params().unwrap();
-    let mut names: Vec<String> = g
-        .tensors()
-        .filter(|(_, t)| matches!(t.source, Source::Param(_)))
-        .map(|(_, t)| format!("{} {:?}", t.name, t.meta.shape))
-        .collect();
-    names.sort();
-    names
-}
-
-fn with_prefix<'a>(names: &'a [String], prefix: &str) -> Vec<&'a str> {
-    names
-        .iter()
-        .filter(|n| n.starts_with(prefix))
-        .map(String::as_str)
-        .collect()
 }
 
 /// The names of `src/model/mod.rs`'s table: a layer norm per block in a history, no `ln_f` in a

@@ -6,14 +6,16 @@
 
 #[path = "common/binary.rs"]
 mod binary;
+#[path = "common/models.rs"]
+mod models;
 #[path = "common/scratch.rs"]
 mod scratch_dir;
 
 use std::path::Path;
 
 use binary::posflow_in;
+use models::{params, with_prefix};
 use posflow::backend::gpu_for_tests;
-use posflow::graph::Source;
 use posflow::model::{Model, ModelConfig, ModelKind, Norm, PosEnc, TupeForm};
 use scratch_dir::scratch;
 
@@ -27,26 +29,6 @@ fn mlm(posenc: PosEnc, norm: Norm) -> ModelConfig {
         norm,
         ..ModelConfig::default()
     }
-}
-
-/// Every parameter as `name [shape]`, sorted.
-fn params(config: ModelConfig) -> Vec<String> {
-    let g = Model::new(config).unwrap().declare_params().unwrap();
-    let mut names: Vec<String> = g
-        .tensors()
-        .filter(|(_, t)| matches!(t.source, Source::Param(_)))
-        .map(|(_, t)| format!("{} {:?}", t.name, t.meta.shape))
-        .collect();
-    names.sort();
-    names
-}
-
-fn with_prefix<'a>(names: &'a [String], prefix: &str) -> Vec<&'a str> {
-    names
-        .iter()
-        .filter(|n| n.starts_with(prefix))
-        .map(String::as_str)
-        .collect()
 }
 
 const CODE_TUPE_R: PosEnc = PosEnc::TupeR {

@@ -188,6 +188,22 @@ fn floater_encodings_run_past_the_table_and_relative_is_described() {
     );
 }
 
+/// Each `gain.len()`-wide row of `table` through a layer norm, in f64.
+fn layer_normed_rows(table: &[f32], gain: &[f32], bias: &[f32]) -> Vec<Vec<f64>> {
+    let d = gain.len();
+    table
+        .chunks(d)
+        .map(|p| {
+            let mean = p.iter().map(|&v| f64::from(v)).sum::<f64>() / d as f64;
+            let var = p.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / d as f64;
+            let rstd = 1.0 / (var + f64::from(LN_EPS)).sqrt();
+            (0..d)
+                .map(|k| (f64::from(p[k]) - mean) * rstd * f64::from(gain[k]) + f64::from(bias[k]))
+                .collect()
+        })
+        .collect()
+}
+
 /// TUPE's positional correlation per head equals (LN(p_i) U_Q^h)·(LN(p_j) U_K^h) / √(2·Dh) from
 /// the parameters, and the untied θ's are read back.
 #[test]
@@ -220,17 +236,7 @@ fn tupe_correlation_matches_a_direct_computation() {
         read(&loaded, "posenc.tupe.query.weight"),
         read(&loaded, "posenc.tupe.key.weight"),
     );
-    let normed: Vec<Vec<f64>> = table
-        .chunks(d)
-        .map(|p| {
-            let mean = p.iter().map(|&v| f64::from(v)).sum::<f64>() / d as f64;
-            let var = p.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / d as f64;
-            let rstd = 1.0 / (var + f64::from(LN_EPS)).sqrt();
-            (0..d)
-                .map(|k| (f64::from(p[k]) - mean) * rstd * f64::from(gain[k]) + f64::from(bias[k]))
-                .collect()
-        })
-        .collect();
+    let normed = layer_normed_rows(&table, &gain, &bias);
     let project = |p: &[f64], u: &[f32], column: usize| -> f64 {
         (0..d).map(|k| p[k] * f64::from(u[k * d + column])).sum()
     };
@@ -609,17 +615,7 @@ fn tupe_code_form_correlation_reads_the_rows_after_the_first_and_its_thetas() {
     let bias = read(&loaded, "posenc.tupe.ln.bias");
     let [uq, bq, uk, bk] = ["query.weight", "query.bias", "key.weight", "key.bias"]
         .map(|name| read(&loaded, &format!("posenc.tupe.{name}")));
-    let normed: Vec<Vec<f64>> = table
-        .chunks(d)
-        .map(|p| {
-            let mean = p.iter().map(|&v| f64::from(v)).sum::<f64>() / d as f64;
-            let var = p.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / d as f64;
-            let rstd = 1.0 / (var + f64::from(LN_EPS)).sqrt();
-            (0..d)
-                .map(|k| (f64::from(p[k]) - mean) * rstd * f64::from(gain[k]) + f64::from(bias[k]))
-                .collect()
-        })
-        .collect();
+    let normed = layer_normed_rows(&table, &gain, &bias);
     let project = |p: &[f64], u: &[f32], b: &[f32], column: usize| -> f64 {
         (0..d).map(|k| p[k] * f64::from(u[k * d + column])).sum::<f64>() + f64::from(b[column])
     };

@@ -1,5 +1,5 @@
 //! The small models and position encodings the model test files share (included with `#[path]`
-//! by tests/model.rs, tests/model_training.rs and tests/ode_code.rs).
+//! by tests/model.rs, tests/model_training.rs, tests/ode_code.rs and tests/tupe_code.rs).
 
 // Each including file uses part of this.
 #![allow(dead_code)]
@@ -10,6 +10,7 @@ use posflow::Graph;
 use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::data::{BOS, IGNORE_INDEX, SyntheticTask};
 use posflow::exec::Executor;
+use posflow::graph::Source;
 use posflow::model::{
     Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, GraphOptions, Model, ModelConfig,
     ModelKind, Nonlinearity, PosEnc, SolverMethod, TupeForm,
@@ -189,4 +190,24 @@ pub fn assert_dropout_follows_the_seed(config: &ModelConfig) {
             assert!((c - g).abs() <= 1e-4 * scale, "{config:?}: {c} vs {g}");
         }
     }
+}
+
+/// Every parameter of `config`'s model as `name [shape]`, sorted.
+pub fn params(config: ModelConfig) -> Vec<String> {
+    let g = Model::new(config).unwrap().declare_params().unwrap();
+    let mut names: Vec<String> = g
+        .tensors()
+        .filter(|(_, t)| matches!(t.source, Source::Param(_)))
+        .map(|(_, t)| format!("{} {:?}", t.name, t.meta.shape))
+        .collect();
+    names.sort();
+    names
+}
+
+pub fn with_prefix<'a>(names: &'a [String], prefix: &str) -> Vec<&'a str> {
+    names
+        .iter()
+        .filter(|n| n.starts_with(prefix))
+        .map(String::as_str)
+        .collect()
 }

@@ -32,7 +32,6 @@ import sys
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from safetensors.torch import save_file
 
 import model_reference as posflow_reference
 
@@ -305,13 +304,7 @@ def expect(path):
     cfg, metadata, params = posflow_reference.load(path)
     inputs, targets = posflow_reference.reference_batch(cfg, metadata)
     logits, loss, grads = model_and_grads(cfg, params, inputs, targets)
-    out = {"logits": logits.detach(), "loss": loss.detach().reshape(1)}
-    for name, grad in grads.items():
-        out[f"grad/{name}"] = grad
-    out = {k: v.float().contiguous() for k, v in out.items()}
-    target = path.with_name(path.name.removesuffix(".safetensors") + ".expected.safetensors")
-    save_file(out, str(target))
-    print(f"{target.name}: loss {loss.item():.6f}, {len(grads)} gradients (the TUPE authors' code)")
+    posflow_reference.write_expected(path, logits, loss, grads, " (the TUPE authors' code)")
 
 
 if __name__ == "__main__":

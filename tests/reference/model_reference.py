@@ -537,13 +537,19 @@ def expect(path):
     logits = forward(cfg, leaves, inputs)
     loss = loss_of(cfg, logits, targets)
     loss.backward()
+    write_expected(path, logits, loss, {name: leaf.grad for name, leaf in leaves.items()})
+
+
+def write_expected(path, logits, loss, grads, source=""):
+    """`<name>.expected.safetensors` beside the checkpoint at `path`: logits, loss and
+    grad/<param>, as float32; `source` says whose code computed them."""
     out = {"logits": logits.detach(), "loss": loss.detach().reshape(1)}
-    for name, leaf in leaves.items():
-        out[f"grad/{name}"] = leaf.grad
+    for name, grad in grads.items():
+        out[f"grad/{name}"] = grad
     out = {k: v.float().contiguous() for k, v in out.items()}
     target = path.with_name(path.name.removesuffix(".safetensors") + ".expected.safetensors")
     save_file(out, str(target))
-    print(f"{target.name}: loss {loss.item():.6f}, {len(leaves)} gradients")
+    print(f"{target.name}: loss {loss.item():.6f}, {len(grads)} gradients{source}")
 
 
 def generate(outdir):
