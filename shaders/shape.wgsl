@@ -33,9 +33,21 @@ struct Gather {
     src_strides: array<vec4<u32>, 2>,
 }
 
+// Attention heads: part `offset / (heads · head_dim)` of a packed [B, L, row] tensor as
+// [B, heads, L, head_dim], and back.
+struct Heads {
+    n: u32,        // elements of one part
+    heads: u32,
+    len: u32,
+    head_dim: u32,
+    row: u32,      // the packed tensor's last axis: parts · heads · head_dim
+    offset: u32,   // where the part starts in each packed row
+}
+
 @group(0) @binding(0) var<uniform> rows: Rows;
 @group(0) @binding(0) var<uniform> pad: Pad;
 @group(0) @binding(0) var<uniform> perm: Gather;
+@group(0) @binding(0) var<uniform> hd: Heads;
 @group(0) @binding(1) var<storage, read> src: array<u32>;
 @group(0) @binding(2) var<storage, read_write> dst: array<u32>;
 
@@ -76,4 +88,33 @@ fn gather(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups
     let lo = (vec4<u32>(i) / perm.out_strides[0]) % perm.out_shape[0];
     let hi = (vec4<u32>(i) / perm.out_strides[1]) % perm.out_shape[1];
     dst[i] = src[dot(lo, perm.src_strides[0]) + dot(hi, perm.src_strides[1])];
+}
+
+// Where element i of a part [B, H, L, Dh] lives in the packed [B, L, row] tensor.
+fn packed_index(i: u32) -> u32 {
+    let d = i % hd.head_dim;
+    let row = i / hd.head_dim;
+    let l = row % hd.len;
+    let bh = row / hd.len;
+    let h = bh % hd.heads;
+    let b = bh / hd.heads;
+    return (b * hd.len + l) * hd.row + hd.offset + h * hd.head_dim + d;
+}
+
+@compute @workgroup_size(256)
+fn split_heads(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * 256u;
+    if (i >= hd.n) {
+        return;
+    }
+    dst[i] = src[packed_index(i)];
+}
+
+@compute @workgroup_size(256)
+fn merge_heads(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * 256u;
+    if (i >= hd.n) {
+        return;
+    }
+    dst[packed_index(i)] = src[i];
 }

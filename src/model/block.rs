@@ -15,7 +15,7 @@
 //! its layer norms after each residual add).
 
 use super::config::{Block, Coefficients, ModelConfig, Norm, RkStage};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::graph::{Graph, Init, TensorId};
 use crate::ops::attention::{AttentionBias, AttentionOpts};
 
@@ -27,8 +27,6 @@ pub const LN_EPS: f32 = 1e-5;
 
 /// What every block of one stack (the model's, or a seq2seq model's encoder or decoder) shares.
 pub(super) struct BlockInputs {
-    pub batch: usize,
-    pub len: usize,
     /// How each block steps (the config's `block`, or a decoder's `decoder_block`).
     pub step: Block,
     /// The number of blocks in the stack (the residual projections' init and the dropout salts
@@ -280,12 +278,6 @@ pub(super) fn cross_keys_values(
     kv_bias: Option<TensorId>,
 ) -> Result<(TensorId, TensorId)> {
     let d = c.d_model;
-    let &[b, s, _] = g.shape(memory) else {
-        return Err(Error::Graph(format!(
-            "the encoder's output must be [B, S, D], got {:?}",
-            g.shape(memory)
-        )));
-    };
     let kv = linear_maybe_biased(
         g,
         &format!("blocks.{layer}.cross.kv"),
@@ -297,23 +289,10 @@ pub(super) fn cross_keys_values(
     if let Some(bias) = kv_bias {
         kv = g.add(kv, bias)?;
     }
-    let shape = [b, s, c.heads, c.head_dim()];
-    Ok((heads(g, kv, 0, shape)?, heads(g, kv, 1, shape)?))
-}
-
-/// Part `part` (D wide) of the last axis of `x [B, L, parts·D]`, split into heads
-/// `[B, H, L, Dh]`.
-fn heads(g: &mut Graph, x: TensorId, part: usize, [b, l, h, dh]: [usize; 4]) -> Result<TensorId> {
-    let d = h * dh;
-    let t = g.slice(x, 2, part * d, (part + 1) * d)?;
-    let t = g.reshape(t, &[b, l, h, dh])?;
-    g.permute(t, &[0, 2, 1, 3])
-}
-
-/// Heads `[B, H, L, Dh]` merged back into `[B, L, D]`.
-fn merge_heads(g: &mut Graph, x: TensorId, [b, l, d]: [usize; 3]) -> Result<TensorId> {
-    let x = g.permute(x, &[0, 2, 1, 3])?;
-    g.reshape(x, &[b, l, d])
+    let [k, v] = g.split_heads(kv, 2, c.heads)?[..] else {
+        unreachable!("split_heads returns one tensor per part")
+    };
+    Ok((k, v))
 }
 
 /// One evaluation of the sub-block: `a = Drop(Attn(LN1 y))` (a decoder's: plus its
@@ -563,17 +542,13 @@ fn self_attention(
     probed: bool,
     salt: u32,
 ) -> Result<Attended> {
-    let (b, l, d) = (shared.batch, shared.len, c.d_model);
-    let shape = [b, l, c.heads, c.head_dim()];
     let mut qkv = p.qkv.apply(g, x)?;
     if let Some(&bias) = shared.qkv_bias.get(p.layer) {
         qkv = g.add(qkv, bias)?;
     }
-    let (mut q, mut k, v) = (
-        heads(g, qkv, 0, shape)?,
-        heads(g, qkv, 1, shape)?,
-        heads(g, qkv, 2, shape)?,
-    );
+    let [mut q, mut k, v] = g.split_heads(qkv, 3, c.heads)?[..] else {
+        unreachable!("split_heads returns one tensor per part")
+    };
     if let Some(table) = shared.rope {
         q = g.rope(q, table)?;
         k = g.rope(k, table)?;
@@ -589,7 +564,7 @@ fn self_attention(
     let opts = probability_dropout(opts, shared, salt + site_offset(shared.layers, ATTENTION_SITES))?;
     let probs = probed.then(|| g.attention_probs(q, all_k, opts)).transpose()?;
     let out = g.attention(q, all_k, all_v, opts)?;
-    let out = merge_heads(g, out, [b, l, d])?;
+    let out = g.merge_heads(&[out])?;
     Ok(Attended {
         out: p.out.apply(g, out)?,
         probs,
@@ -612,12 +587,11 @@ fn cross_attention(
     probed: bool,
     salt: u32,
 ) -> Result<(TensorId, Option<TensorId>)> {
-    let (b, l, d) = (shared.batch, shared.len, c.d_model);
     let mut q = params.q.apply(g, x)?;
     if let Some(&bias) = cross.q_bias.get(layer) {
         q = g.add(q, bias)?;
     }
-    let q = heads(g, q, 0, [b, l, c.heads, c.head_dim()])?;
+    let q = g.split_heads(q, 1, c.heads)?[0];
     let (k, v) = cross.keys_values[layer];
     let opts = AttentionOpts::new(1.0 / (c.head_dim() as f32).sqrt()).with_key_mask(Some(cross.key_mask));
     let opts = probability_dropout(
@@ -627,7 +601,7 @@ fn cross_attention(
     )?;
     let probs = probed.then(|| g.attention_probs(q, k, opts)).transpose()?;
     let out = g.attention(q, k, v, opts)?;
-    let out = merge_heads(g, out, [b, l, d])?;
+    let out = g.merge_heads(&[out])?;
     Ok((params.out.apply(g, out)?, probs))
 }
 
@@ -708,8 +682,6 @@ mod tests {
             let c = config(kind);
             let x = param(g, "x", &[B, L, D]);
             let shared = BlockInputs {
-                batch: B,
-                len: L,
                 step: kind,
                 layers: 1,
                 salt_base: 0,

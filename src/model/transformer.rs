@@ -200,8 +200,6 @@ impl Model {
             x = d.apply(g, x, d.residual, EMBEDDING_DROPOUT_SALT)?;
         }
         let shared = BlockInputs {
-            batch,
-            len,
             step: c.block,
             layers: c.layers,
             salt_base: 0,

@@ -14,6 +14,7 @@ pub mod dropout;
 pub mod elementwise;
 pub mod embedding;
 pub mod fill;
+pub mod heads;
 pub mod layernorm;
 pub mod matmul;
 pub mod ode_flow;

@@ -235,8 +235,6 @@ pub(super) fn encode(
         let x = embed(g, c, tok_emb, source, &positions, dropout, EMBEDDING_DROPOUT_SALT)?;
         let (attention_bias, attention_scale) = attention_terms(c, &positions);
         let shared = BlockInputs {
-            batch,
-            len: source_len,
             step: c.block,
             layers: c.layers,
             causal: false,
@@ -325,8 +323,6 @@ impl Model {
             let y = embed(g, c, tok_emb, target_in, &positions, dropout, DECODER_SALTS)?;
             let (attention_bias, attention_scale) = attention_terms(c, &positions);
             let shared = BlockInputs {
-                batch,
-                len: target_len,
                 step: sides.decoder_block,
                 layers: sides.decoder.layers,
                 causal: true,

@@ -149,8 +149,6 @@ impl Model {
             let y = embed(g, c, tok_emb, token, &positions, None, 0)?;
             let (attention_bias, attention_scale) = attention_terms(c, &positions);
             let shared = BlockInputs {
-                batch,
-                len: 1,
                 step: sides.decoder_block,
                 layers: sides.decoder.layers,
                 causal: true,
