@@ -99,7 +99,7 @@ impl Op for SplitHeads {
     fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
         let x = inputs[0];
         let columns = self.parts * self.heads;
-        if x.rank() != 3 || columns == 0 || x.shape[2] % columns != 0 || x.shape[2] == 0 {
+        if x.rank() != 3 || columns == 0 || !x.shape[2].is_multiple_of(columns) || x.shape[2] == 0 {
             return shape_err(
                 self.name(),
                 format!(
