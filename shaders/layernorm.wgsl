@@ -4,6 +4,10 @@
 // tree of barriers is dear, by one invocation each (the `_rows` entry points). dgamma and dbeta are sums
 // over rows: each thread of `layernorm_backward_partials` sums one column over a chunk of rows,
 // then `layernorm_backward_params` adds the chunks in order: deterministic, no float atomics.
+//
+// A residual add before a norm is fused into it (`add_layernorm_*`: s = x + r, written, and its
+// norm), and the gradient arriving at s from the residual stream into the norm's dx (the
+// `_residual` entry points): each saves an add's dispatch and a pass over the rows.
 
 struct Norm {
     rows: u32,
@@ -29,6 +33,19 @@ struct Norm {
 @group(0) @binding(5) var<storage, read> gy: array<f32>;
 @group(0) @binding(6) var<storage, read_write> dx: array<f32>;
 @group(0) @binding(6) var<storage, read_write> partials: array<f32>;
+
+// add_layernorm_forward: x, r, gamma, beta -> s = x + r, y = norm(s), mean, rstd.
+@group(0) @binding(2) var<storage, read> residual: array<f32>;
+@group(0) @binding(3) var<storage, read> fused_gamma: array<f32>;
+@group(0) @binding(4) var<storage, read> fused_beta: array<f32>;
+@group(0) @binding(5) var<storage, read_write> sum_out: array<f32>;
+@group(0) @binding(6) var<storage, read_write> fused_y: array<f32>;
+@group(0) @binding(7) var<storage, read_write> fused_mean: array<f32>;
+@group(0) @binding(8) var<storage, read_write> fused_rstd: array<f32>;
+
+// layernorm_backward_dx_residual: as layernorm_backward_dx, plus the gradient gs that reaches
+// the norm's input from elsewhere, added to dx.
+@group(0) @binding(7) var<storage, read> gs: array<f32>;
 
 // layernorm_backward_params: partials -> dgamma, dbeta.
 @group(0) @binding(1) var<storage, read_write> partials_in: array<f32>;
@@ -198,4 +215,107 @@ fn layernorm_backward_params(@builtin(global_invocation_id) gid: vec3<u32>, @bui
     }
     dgamma[col] = acc_gamma;
     dbeta[col] = acc_beta;
+}
+
+// The fused residual add: the forward kernels above with x + r in place of x, s written in the
+// first pass and read back by the thread that wrote it.
+@compute @workgroup_size(64)
+fn add_layernorm_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wid.x + wid.y * groups.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.dim;
+    let n = f32(p.dim);
+    var s = 0.0;
+    for (var k = lid; k < p.dim; k += WG) {
+        let v = x[base + k] + residual[base + k];
+        sum_out[base + k] = v;
+        s += v;
+    }
+    let m = workgroup_sum(lid, vec2(s, 0.0)).x / n;
+    var q = 0.0;
+    for (var k = lid; k < p.dim; k += WG) {
+        let d = sum_out[base + k] - m;
+        q += d * d;
+    }
+    let variance = workgroup_sum(lid, vec2(q, 0.0)).x / n;
+    let r = 1.0 / sqrt(variance + p.eps);
+    for (var k = lid; k < p.dim; k += WG) {
+        fused_y[base + k] = (sum_out[base + k] - m) * r * fused_gamma[k] + fused_beta[k];
+    }
+    if (lid == 0u) {
+        fused_mean[row] = m;
+        fused_rstd[row] = r;
+    }
+}
+
+@compute @workgroup_size(64)
+fn add_layernorm_forward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let row = gid.x + gid.y * groups.x * WG;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.dim;
+    let n = f32(p.dim);
+    var s = 0.0;
+    for (var k = 0u; k < p.dim; k++) {
+        let v = x[base + k] + residual[base + k];
+        sum_out[base + k] = v;
+        s += v;
+    }
+    let m = s / n;
+    var q = 0.0;
+    for (var k = 0u; k < p.dim; k++) {
+        let d = sum_out[base + k] - m;
+        q += d * d;
+    }
+    let r = 1.0 / sqrt(q / n + p.eps);
+    for (var k = 0u; k < p.dim; k++) {
+        fused_y[base + k] = (sum_out[base + k] - m) * r * fused_gamma[k] + fused_beta[k];
+    }
+    fused_mean[row] = m;
+    fused_rstd[row] = r;
+}
+
+@compute @workgroup_size(64)
+fn layernorm_backward_dx_residual(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wid.x + wid.y * groups.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.dim;
+    let m = mean[row];
+    let r = rstd[row];
+    var acc = vec2(0.0, 0.0);
+    for (var k = lid; k < p.dim; k += WG) {
+        let g = gy[base + k] * gamma[k];
+        acc += vec2(g, g * (x[base + k] - m) * r);
+    }
+    let means = workgroup_sum(lid, acc) / f32(p.dim);
+    for (var k = lid; k < p.dim; k += WG) {
+        let xhat = (x[base + k] - m) * r;
+        dx[base + k] = gs[base + k] + r * (gy[base + k] * gamma[k] - means.x - xhat * means.y);
+    }
+}
+
+@compute @workgroup_size(64)
+fn layernorm_backward_dx_rows_residual(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let row = gid.x + gid.y * groups.x * WG;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.dim;
+    let m = mean[row];
+    let r = rstd[row];
+    var acc = vec2(0.0, 0.0);
+    for (var k = 0u; k < p.dim; k++) {
+        let g = gy[base + k] * gamma[k];
+        acc += vec2(g, g * (x[base + k] - m) * r);
+    }
+    let means = acc / f32(p.dim);
+    for (var k = 0u; k < p.dim; k++) {
+        let xhat = (x[base + k] - m) * r;
+        dx[base + k] = gs[base + k] + r * (gy[base + k] * gamma[k] - means.x - xhat * means.y);
+    }
 }

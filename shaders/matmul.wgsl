@@ -27,6 +27,10 @@
 // load, which an override could choose, ran 10-30% slower on lavapipe). A product whose tiles are
 // too few for the adapter splits k over workgroup z (Dims.splits), and matmul_sum_splits adds
 // the partial products up.
+//
+// A linear layer's bias is added as each value of C is written (the override BIAS), or after
+// the partial products are summed for a split-K product: the add kernel it replaces read and
+// wrote all of C again, in a dispatch of its own.
 
 struct Dims {
     m: u32,
@@ -56,6 +60,10 @@ struct Dims {
 // The same operands seen as vec4s, for the entry points that need m, n and k multiples of 4.
 @group(0) @binding(1) var<storage, read> a4: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> b4: array<vec4<f32>>;
+// The bias [n] added to every row of C when BIAS is true; products without one bind A here, unread.
+@group(0) @binding(4) var<storage, read> bias: array<f32>;
+
+override BIAS: bool = false;
 
 // Rows and columns of C per workgroup: a multiple of 16 for matmul_16x16, of 8 for matmul_8x8.
 override TILE: u32;
@@ -205,7 +213,11 @@ fn store4(base: u32, row: u32, col: u32, v: vec4<f32>) {
     let at = base + row * dims.n;
     for (var j = 0u; j < 4u; j++) {
         if (col + j < dims.n) {
-            c[at + col + j] = v[j];
+            var value = v[j];
+            if (BIAS) {
+                value += bias[col + j];
+            }
+            c[at + col + j] = value;
         }
     }
 }
@@ -534,9 +546,10 @@ fn matmul_8x8_vec4(@builtin(local_invocation_id) local: vec3<u32>, @builtin(loca
 // The partial products are a scratch buffer, which ops bind read_write.
 @group(0) @binding(1) var<storage, read_write> parts: array<f32>;
 @group(0) @binding(2) var<storage, read_write> sums: array<f32>;
+@group(0) @binding(3) var<storage, read> split_bias: array<f32>;
 
 // After a split-K product: each output element the sum of its `splits` partial products, in
-// split order (deterministic), one thread each.
+// split order (deterministic), one thread each. Then the bias, if BIAS.
 @compute @workgroup_size(64)
 fn matmul_sum_splits(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let e = gid.x + gid.y * groups.x * 64u;
@@ -549,6 +562,9 @@ fn matmul_sum_splits(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num
     var total = 0.0;
     for (var s = 0u; s < dims.splits; s++) {
         total += parts[at + s * per];
+    }
+    if (BIAS) {
+        total += split_bias[e % dims.n];
     }
     sums[e] = total;
 }

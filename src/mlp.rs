@@ -63,11 +63,9 @@ pub fn train_mlp(
     let b1 = g.param("b1", &[h], Init::Zeros)?;
     let w2 = g.param("w2", &[h, 1], Init::Normal(1.0 / (h as f32).sqrt()))?;
     let b2 = g.param("b2", &[1], Init::Zeros)?;
-    let z = g.matmul(x, w1)?;
-    let z = g.add(z, b1)?;
+    let z = g.matmul_bias(x, w1, b1)?;
     let a = g.tanh(z)?;
-    let out = g.matmul(a, w2)?;
-    let out = g.add(out, b2)?;
+    let out = g.matmul_bias(a, w2, b2)?;
     let err = g.sub(out, target)?;
     let sq = g.mul(err, err)?;
     let total = g.sum_all(sq)?;

@@ -51,6 +51,7 @@ fn layouts() -> Vec<Layout> {
         Layout::of::<ops::shape::CopyRowsUniform>(),
         Layout::of::<ops::shape::PadUniform>(),
         Layout::of::<ops::shape::GatherUniform>(),
+        Layout::of::<ops::heads::HeadsUniform>(),
         Layout::of::<ops::unary::UnaryUniform>(),
         Layout::of::<ops::matmul::MatMulUniform>(),
         Layout::of::<ops::ode_flow::FlowUniform>(),

@@ -158,10 +158,9 @@ impl Linear {
     }
 
     pub fn apply(&self, g: &mut Graph, x: TensorId) -> Result<TensorId> {
-        let y = g.matmul(x, self.weight)?;
         match self.bias {
-            Some(bias) => g.add(y, bias),
-            None => Ok(y),
+            Some(bias) => g.matmul_bias(x, self.weight, bias),
+            None => g.matmul(x, self.weight),
         }
     }
 }
@@ -182,6 +181,11 @@ impl LayerNorm {
 
     pub fn apply(&self, g: &mut Graph, x: TensorId) -> Result<TensorId> {
         g.layernorm(x, self.gain, self.bias, LN_EPS)
+    }
+
+    /// The residual sum `x + r` and its norm, in one op.
+    pub fn apply_to_sum(&self, g: &mut Graph, x: TensorId, r: TensorId) -> Result<(TensorId, TensorId)> {
+        g.add_layernorm(x, r, self.gain, self.bias, LN_EPS)
     }
 }
 
@@ -454,18 +458,20 @@ fn sub_block(
     let h = p.ln1.apply(g, y)?;
     let attended = self_attention(g, c, p, h, stage, shared, probed, salt(1))?;
     let mut a = dropout(g, attended.out, shared, salt(1))?;
-    let mut mid = g.add(y, a)?;
     let mut cross_probs = None;
-    if let (Some(params), Some(cross)) = (&p.cross, &shared.cross) {
-        let h = params.ln.apply(g, mid)?;
-        let (h, probs) = cross_attention(g, c, params, p.layer, h, cross, shared, probed, salt(1))?;
-        cross_probs = probs;
-        let h = dropout(g, h, shared, salt(1) + site_offset(shared.layers, CROSS_SITES))?;
-        a = g.add(a, h)?;
-        mid = g.add(mid, h)?;
-    }
-    let h = p.ln2.apply(g, mid)?;
-    let h = feed_forward(g, p, h, shared, salt(2))?;
+    // Each residual sum is formed by the norm that reads it.
+    let (mid, normed) = match (&p.cross, &shared.cross) {
+        (Some(params), Some(cross)) => {
+            let (mid, h) = params.ln.apply_to_sum(g, y, a)?;
+            let (h, probs) = cross_attention(g, c, params, p.layer, h, cross, shared, probed, salt(1))?;
+            cross_probs = probs;
+            let h = dropout(g, h, shared, salt(1) + site_offset(shared.layers, CROSS_SITES))?;
+            a = g.add(a, h)?;
+            p.ln2.apply_to_sum(g, mid, h)?
+        }
+        _ => p.ln2.apply_to_sum(g, y, a)?,
+    };
+    let h = feed_forward(g, p, normed, shared, salt(2))?;
     Ok(Stage {
         mid,
         a,
@@ -507,12 +513,11 @@ fn post_norm_block(
     let salt = |site| shared.salt_base + dropout_salt(shared.layers, p.layer, 0, site);
     let attended = self_attention(g, c, p, y, 0, shared, shared.probed, salt(1))?;
     let a = dropout(g, attended.out, shared, salt(1))?;
-    let sum = g.add(y, a)?;
-    let mid = p.ln1.apply(g, sum)?;
+    let (_, mid) = p.ln1.apply_to_sum(g, y, a)?;
     let h = feed_forward(g, p, mid, shared, salt(2))?;
-    let sum = g.add(mid, h)?;
+    let (_, out) = p.ln2.apply_to_sum(g, mid, h)?;
     Ok(BlockOutput {
-        out: p.ln2.apply(g, sum)?,
+        out,
         attention_probs: attended.probs,
         cross_probs: None,
         keys_values: vec![attended.keys_values],

@@ -1,4 +1,5 @@
-//! Layer normalisation over the last axis with a learned scale and shift, and its gradient.
+//! Layer normalisation over the last axis with a learned scale and shift, and its gradient; and
+//! the same with the residual add before it fused in (`s = x + r`, then its norm).
 //!
 //! Like llm.c, the forward also outputs each row's mean and 1/std, which the backward reads
 //! instead of recomputing them.
@@ -72,30 +73,12 @@ impl Op for LayerNorm {
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
-        let (x, gamma, beta) = (inputs[0].data, inputs[1].data, inputs[2].data);
         let (_, dim) = inputs[0].meta.rows();
-        let rows = rows_per_task(dim);
         let [y, mean, rstd] = outputs else {
             unreachable!("layernorm has three outputs")
         };
-        y.data
-            .par_chunks_mut(rows * dim)
-            .zip(mean.data.par_chunks_mut(rows))
-            .zip(rstd.data.par_chunks_mut(rows))
-            .enumerate()
-            .for_each(|(c, ((y, mean), rstd))| {
-                for (r, y) in y.chunks_mut(dim).enumerate() {
-                    let x = &x[(c * rows + r) * dim..][..dim];
-                    let m = x.iter().sum::<f32>() / dim as f32;
-                    let var = x.iter().map(|v| (v - m) * (v - m)).sum::<f32>() / dim as f32;
-                    let s = 1.0 / (var + self.eps).sqrt();
-                    for (i, o) in y.iter_mut().enumerate() {
-                        *o = (x[i] - m) * s * gamma[i] + beta[i];
-                    }
-                    mean[r] = m;
-                    rstd[r] = s;
-                }
-            });
+        let (gamma, beta) = (inputs[1].data, inputs[2].data);
+        normalise(self.eps, dim, inputs[0].data, (gamma, beta), [y, mean, rstd]);
     }
 
     fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
@@ -127,16 +110,124 @@ impl Op for LayerNorm {
         };
         let (x, gamma) = (args.inputs[0], args.inputs[1]);
         let (mean, rstd) = (args.outputs[1], args.outputs[2]);
-        let grads = g.apply(LayerNormBackward, &[x, gamma, mean, rstd, gy])?;
+        let grads = g.apply(LayerNormBackward { residual: false }, &[x, gamma, mean, rstd, gy])?;
         Ok(grads.into_iter().map(Some).collect())
+    }
+}
+
+/// The CPU forward of both norms: `y`, `mean` and `rstd` of the rows of `x` (`dim` long).
+fn normalise(eps: f32, dim: usize, x: &[f32], (gamma, beta): (&[f32], &[f32]), outputs: [&mut Out; 3]) {
+    let rows = rows_per_task(dim);
+    let [y, mean, rstd] = outputs;
+    y.data
+        .par_chunks_mut(rows * dim)
+        .zip(mean.data.par_chunks_mut(rows))
+        .zip(rstd.data.par_chunks_mut(rows))
+        .enumerate()
+        .for_each(|(c, ((y, mean), rstd))| {
+            for (r, y) in y.chunks_mut(dim).enumerate() {
+                let x = &x[(c * rows + r) * dim..][..dim];
+                let m = x.iter().sum::<f32>() / dim as f32;
+                let var = x.iter().map(|v| (v - m) * (v - m)).sum::<f32>() / dim as f32;
+                let s = 1.0 / (var + eps).sqrt();
+                for (i, o) in y.iter_mut().enumerate() {
+                    *o = (x[i] - m) * s * gamma[i] + beta[i];
+                }
+                mean[r] = m;
+                rstd[r] = s;
+            }
+        });
+}
+
+/// [`LayerNorm`] of `s = x + r`, which it also outputs: the residual add before a pre-LN block's
+/// second norm (or a post-LN block's norms), in the norm's own pass. Inputs x, r (x's shape),
+/// gamma, beta; outputs s, y, mean, rstd. Its gradient adds the gradient that reaches s from
+/// the residual stream into the norm's dx, so neither the add nor the gradients' sum is a
+/// dispatch of its own.
+#[derive(Debug)]
+pub struct AddLayerNorm {
+    pub eps: f32,
+}
+
+impl Op for AddLayerNorm {
+    fn name(&self) -> &'static str {
+        "add_layernorm"
+    }
+
+    fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let (x, r) = (inputs[0], inputs[1]);
+        if r != x {
+            return shape_err(
+                self.name(),
+                format!("x {x} and the residual {r} must have one shape and dtype"),
+            );
+        }
+        let mut metas = LayerNorm { eps: self.eps }.infer(&[x, inputs[2], inputs[3]])?;
+        metas.insert(0, x.clone());
+        Ok(metas)
+    }
+
+    fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
+        let (_, dim) = inputs[0].meta.rows();
+        let [sum, y, mean, rstd] = outputs else {
+            unreachable!("add_layernorm has four outputs")
+        };
+        sum.data
+            .par_iter_mut()
+            .zip(inputs[0].data.par_iter().zip(inputs[1].data))
+            .for_each(|(s, (x, r))| *s = x + r);
+        let (gamma, beta) = (inputs[2].data, inputs[3].data);
+        normalise(self.eps, dim, sum.data, (gamma, beta), [y, mean, rstd]);
+    }
+
+    fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+        let (rows, dim) = inputs[0].rows();
+        let per_row = RowKernels::for_adapter(adapter);
+        let mut args: Vec<Arg> = (0..4).map(Arg::In).collect();
+        args.extend((0..4).map(Arg::Out));
+        GpuKernels::single(Dispatch::new(
+            per_row.entry("add_layernorm_forward", "add_layernorm_forward_rows"),
+            &norm_uniform(rows, dim, self.eps),
+            args,
+            per_row.grid(rows),
+        ))
+    }
+
+    fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
+        if args.grads[2].is_some() || args.grads[3].is_some() {
+            return Err(Error::Graph(
+                "add_layernorm: mean and rstd are caches for the backward and have no gradient".into(),
+            ));
+        }
+        let (gs, gy) = (args.grads[0], args.grads[1]);
+        let Some(gy) = gy else {
+            // Only the sum was used: d x = d r = d s.
+            return Ok(vec![gs, gs, None, None]);
+        };
+        let gamma = args.inputs[2];
+        let [sum, _, mean, rstd] = args.outputs[..] else {
+            unreachable!("add_layernorm has four outputs")
+        };
+        let mut inputs = vec![sum, gamma, mean, rstd, gy];
+        inputs.extend(gs);
+        let op = LayerNormBackward {
+            residual: gs.is_some(),
+        };
+        let [dx, dgamma, dbeta] = g.apply(op, &inputs)?[..] else {
+            unreachable!("layernorm_backward has three outputs")
+        };
+        Ok(vec![Some(dx), Some(dx), Some(dgamma), Some(dbeta)])
     }
 }
 
 /// The gradient of [`LayerNorm`]: inputs x, gamma, mean, rstd, gy; outputs dx, dgamma, dbeta.
 /// With x̂ = (x − mean)·rstd and g = gy·gamma, per row dx = rstd·(g − mean(g) − x̂·mean(g·x̂));
-/// over rows dgamma = Σ gy·x̂ and dbeta = Σ gy.
+/// over rows dgamma = Σ gy·x̂ and dbeta = Σ gy. With `residual`, a sixth input gs (x's shape)
+/// is the gradient that reaches x from elsewhere, added to dx: [`AddLayerNorm`]'s gradient.
 #[derive(Debug)]
-pub struct LayerNormBackward;
+pub struct LayerNormBackward {
+    pub residual: bool,
+}
 
 impl Op for LayerNormBackward {
     fn name(&self) -> &'static str {
@@ -144,29 +235,35 @@ impl Op for LayerNormBackward {
     }
 
     fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
-        let [x, gamma, mean, rstd, gy] = inputs else {
-            return shape_err(self.name(), format!("needs 5 inputs, got {}", inputs.len()));
-        };
+        let want = if self.residual { 6 } else { 5 };
+        if inputs.len() != want {
+            return shape_err(self.name(), format!("needs {want} inputs, got {}", inputs.len()));
+        }
+        let [x, gamma, mean, rstd, gy] = [0, 1, 2, 3, 4].map(|i| inputs[i]);
+        let gs = inputs.get(5).copied();
         let (rows, dim) = x.rows();
         let fits = x.shape.last().is_some_and(|&d| d > 0)
             && inputs.iter().all(|m| m.dtype == DType::F32)
             && gamma.shape == [dim]
             && mean.shape == [rows]
             && rstd.shape == [rows]
-            && gy == x;
+            && gy == x
+            && gs.is_none_or(|gs| gs == x);
         if !fits {
             return shape_err(
                 self.name(),
                 format!(
-                    "needs x [.., D] with gamma [D], mean and rstd [rows], gy like x; got x {x}, gamma {gamma}, mean {mean}, rstd {rstd}, gy {gy}"
+                    "needs x [.., D] with gamma [D], mean and rstd [rows], gy (and gs) like x; got x {x}, gamma {gamma}, mean {mean}, rstd {rstd}, gy {gy}{}",
+                    gs.map(|gs| format!(", gs {gs}")).unwrap_or_default()
                 ),
             );
         }
-        Ok(vec![(*x).clone(), (*gamma).clone(), (*gamma).clone()])
+        Ok(vec![x.clone(), gamma.clone(), gamma.clone()])
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let [x, gamma, mean, rstd, gy] = [0, 1, 2, 3, 4].map(|i| inputs[i].data);
+        let gs = inputs.get(5).map(|gs| gs.data);
         let (n_rows, dim) = inputs[0].meta.rows();
         let [dx, dgamma, dbeta] = outputs else {
             unreachable!("layernorm_backward has three outputs")
@@ -182,9 +279,11 @@ impl Op for LayerNormBackward {
             }
             g_mean /= dim as f32;
             gx_mean /= dim as f32;
+            let gs = gs.map(|gs| &gs[row * dim..][..dim]);
             for (i, o) in dx.iter_mut().enumerate() {
                 let xhat = (x[i] - m) * s;
-                *o = s * (gy[i] * gamma[i] - g_mean - xhat * gx_mean);
+                let own = s * (gy[i] * gamma[i] - g_mean - xhat * gx_mean);
+                *o = gs.map_or(own, |gs| gs[i] + own);
             }
         });
         dgamma.data.fill(0.0);
@@ -209,11 +308,22 @@ impl Op for LayerNormBackward {
             // dgamma partials, then dbeta partials: [2][chunks][dim].
             scratch: vec![(2 * chunks * dim).max(1)],
             dispatches: vec![
-                dispatch(
-                    per_row.entry("layernorm_backward_dx", "layernorm_backward_dx_rows"),
-                    [&ins[..], &[Arg::Out(0)]].concat(),
-                    per_row.grid(rows),
-                ),
+                if self.residual {
+                    dispatch(
+                        per_row.entry(
+                            "layernorm_backward_dx_residual",
+                            "layernorm_backward_dx_rows_residual",
+                        ),
+                        [&ins[..], &[Arg::Out(0), Arg::In(5)]].concat(),
+                        per_row.grid(rows),
+                    )
+                } else {
+                    dispatch(
+                        per_row.entry("layernorm_backward_dx", "layernorm_backward_dx_rows"),
+                        [&ins[..], &[Arg::Out(0)]].concat(),
+                        per_row.grid(rows),
+                    )
+                },
                 dispatch(
                     "layernorm_backward_partials",
                     [&ins[..], &[Arg::Scratch(0)]].concat(),
@@ -233,6 +343,19 @@ impl Graph {
     /// Layer normalisation of `x` over its last axis, scaled by `gamma` and shifted by `beta`.
     pub fn layernorm(&mut self, x: TensorId, gamma: TensorId, beta: TensorId, eps: f32) -> Result<TensorId> {
         Ok(self.apply(LayerNorm { eps }, &[x, gamma, beta])?[0])
+    }
+
+    /// `s = x + r` and the layer norm of `s`, in one pass: `(s, norm(s))`.
+    pub fn add_layernorm(
+        &mut self,
+        x: TensorId,
+        r: TensorId,
+        gamma: TensorId,
+        beta: TensorId,
+        eps: f32,
+    ) -> Result<(TensorId, TensorId)> {
+        let outputs = self.apply(AddLayerNorm { eps }, &[x, r, gamma, beta])?;
+        Ok((outputs[0], outputs[1]))
     }
 }
 
@@ -262,6 +385,76 @@ mod tests {
         }
     }
 
+    /// Which outputs of the fused residual norm the loss reads.
+    #[derive(Clone, Copy)]
+    enum Read {
+        Norm,
+        Sum,
+        Both,
+    }
+
+    /// `add_layernorm(x, r)` with parameters x, r, gamma, beta uniform on [-1, 1]; `Both` joins
+    /// s and the norm along the first axis, so each gets its own upstream weights (and the
+    /// backward takes the residual path, gs into dx).
+    fn add_layernorm(shape: &'static [usize], eps: f32, read: Read) -> impl Fn(&mut Graph) -> Built {
+        move |g| {
+            let dim = *shape.last().unwrap();
+            let x = param(g, "x", shape);
+            let r = param(g, "r", shape);
+            let gamma = param(g, "gamma", &[dim]);
+            let beta = param(g, "beta", &[dim]);
+            let (sum, norm) = g.add_layernorm(x, r, gamma, beta, eps).unwrap();
+            let out = match read {
+                Read::Norm => norm,
+                Read::Sum => sum,
+                Read::Both => g.concat(&[sum, norm], 0).unwrap(),
+            };
+            Built { out, feeds: vec![] }
+        }
+    }
+
+    #[test]
+    fn the_fused_residual_norm_matches_cpu_on_both_kinds() {
+        let shapes: [&'static [usize]; 4] = [&[37, 91, 53], &[5, 1], &[4, 300], &[16, 128, 128]];
+        for shape in shapes {
+            for read in [Read::Norm, Read::Both] {
+                check_each_kind_matches_cpu(&add_layernorm(shape, 1e-5, read), 1e-4, 1e-4);
+            }
+        }
+        check_each_kind_matches_cpu(&add_layernorm(&[3, 7], 1e-5, Read::Sum), 0.0, 0.0);
+    }
+
+    /// The fused op computes exactly what the add and the norm computed apart, forward and
+    /// backward, on every backend: the model's numbers do not move.
+    #[test]
+    fn the_fused_residual_norm_equals_the_add_then_the_norm() {
+        let apart = |g: &mut Graph| {
+            let x = param(g, "x", &[6, 40]);
+            let r = param(g, "r", &[6, 40]);
+            let gamma = param(g, "gamma", &[40]);
+            let beta = param(g, "beta", &[40]);
+            let sum = g.add(x, r).unwrap();
+            let norm = g.layernorm(sum, gamma, beta, 1e-5).unwrap();
+            Built {
+                out: g.concat(&[sum, norm], 0).unwrap(),
+                feeds: vec![],
+            }
+        };
+        let mut backends = vec![cpu()];
+        backends.extend(gpu());
+        for backend in backends {
+            let want = run(backend.clone(), &apart, 3, &Overrides::default());
+            let got = run(
+                backend.clone(),
+                &add_layernorm(&[6, 40], 1e-5, Read::Both),
+                3,
+                &Overrides::default(),
+            );
+            assert_eq!(got.out, want.out, "forward on {}", backend.describe());
+            assert_eq!(got.grads, want.grads, "gradients on {}", backend.describe());
+        }
+    }
+
     #[test]
     fn gpu_matches_cpu_on_odd_and_long_rows() {
         // Odd rows (53), rows of 1 and 3, rows longer than the 64-thread workgroup (300, 1000),
@@ -276,6 +469,9 @@ mod tests {
 
     #[test]
     fn gradients_match_finite_differences() {
+        for read in [Read::Norm, Read::Sum, Read::Both] {
+            check_gradients(&add_layernorm(&[2, 3, 6], 1e-5, read), 1e-2, 1e-2, 12);
+        }
         check_gradients(&layernorm(&[2, 3, 6], 1.0, 0.0, 1e-5), 1e-2, 1e-2, 12);
         // A large eps makes rstd depend on eps; the gradient must still hold.
         check_gradients(&layernorm(&[4, 5], 1.0, 0.0, 0.5), 1e-2, 1e-2, 10);
@@ -301,6 +497,13 @@ mod tests {
             "layernorm",
             "large_eps",
             &layernorm(&[4, 7], 1.0, 0.0, 0.1),
+            1e-5,
+            1e-4,
+        );
+        check_reference(
+            "layernorm",
+            "residual",
+            &add_layernorm(&[3, 4, 16], 1e-5, Read::Both),
             1e-5,
             1e-4,
         );

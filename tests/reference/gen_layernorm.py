@@ -18,4 +18,12 @@ def main(path):
     case(s, "large_eps", layer_norm(0.1), {"x": rand(4, 7), "gamma": rand(7), "beta": rand(7)})
     # Rows whose mean is 100 times their spread.
     case(s, "offset_rows", layer_norm(1e-5), {"x": rand(4, 50, low=9.9, high=10.1), "gamma": rand(50), "beta": rand(50)})
+
+    # The residual add fused into the norm (`Graph::add_layernorm`): s = x + r and its norm, joined
+    # along the first axis as the Rust test reads them.
+    def residual(x, r, gamma, beta):
+        s_ = x + r
+        return torch.cat([s_, layer_norm(1e-5)(s_, gamma, beta)], dim=0)
+
+    case(s, "residual", residual, {"x": rand(3, 4, 16), "r": rand(3, 4, 16), "gamma": rand(16), "beta": rand(16)})
     save(s, path)

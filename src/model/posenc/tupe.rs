@@ -182,11 +182,12 @@ impl Tupe {
     fn project(&self, g: &mut Graph, p: TensorId, prefix: &str, rows: usize) -> Result<TensorId> {
         let d = self.d_model;
         let u = g.param(&format!("{prefix}.weight"), &[d, d], Init::Normal(INIT_STD))?;
-        let mut t = g.matmul(p, u)?;
-        if self.form == TupeForm::Code {
+        let t = if self.form == TupeForm::Code {
             let b = g.param(&format!("{prefix}.bias"), &[d], Init::Zeros)?;
-            t = g.add(t, b)?;
-        }
+            g.matmul_bias(p, u, b)?
+        } else {
+            g.matmul(p, u)?
+        };
         let t = g.reshape(t, &[rows, self.heads, d / self.heads])?;
         g.permute(t, &[1, 0, 2])
     }
