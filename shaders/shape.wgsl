@@ -50,6 +50,12 @@ struct Heads {
 @group(0) @binding(0) var<uniform> hd: Heads;
 @group(0) @binding(1) var<storage, read> src: array<u32>;
 @group(0) @binding(2) var<storage, read_write> dst: array<u32>;
+// split_heads3 writes k and v too; merge_heads3 reads k and v and writes the packed tensor.
+@group(0) @binding(3) var<storage, read_write> dst_k: array<u32>;
+@group(0) @binding(4) var<storage, read_write> dst_v: array<u32>;
+@group(0) @binding(2) var<storage, read> src_k: array<u32>;
+@group(0) @binding(3) var<storage, read> src_v: array<u32>;
+@group(0) @binding(4) var<storage, read_write> packed: array<u32>;
 
 // Concat (one dispatch per input, into its slice of the output) and slice (out of one).
 @compute @workgroup_size(256)
@@ -117,4 +123,31 @@ fn merge_heads(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
         return;
     }
     dst[packed_index(i)] = src[i];
+}
+
+// q, k and v (three parts) in one dispatch each way: a thread moves element i of all three.
+@compute @workgroup_size(256)
+fn split_heads3(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * 256u;
+    if (i >= hd.n) {
+        return;
+    }
+    let at = packed_index(i);
+    let part = hd.heads * hd.head_dim;
+    dst[i] = src[at];
+    dst_k[i] = src[at + part];
+    dst_v[i] = src[at + 2u * part];
+}
+
+@compute @workgroup_size(256)
+fn merge_heads3(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * 256u;
+    if (i >= hd.n) {
+        return;
+    }
+    let at = packed_index(i);
+    let part = hd.heads * hd.head_dim;
+    packed[at] = src[i];
+    packed[at + part] = src_k[i];
+    packed[at + 2u * part] = src_v[i];
 }

@@ -260,9 +260,8 @@ impl Model {
                 let x = dense.apply(g, x)?;
                 let x = g.gelu(x)?;
                 let x = LayerNorm::declare(g, "mlm_head.ln", d)?.apply(g, x)?;
-                let logits = g.matmul_t(x, tok_emb, false, true)?;
                 let bias = g.param("mlm_head.bias", &[c.vocab], Init::Zeros)?;
-                let logits = g.add(logits, bias)?;
+                let logits = g.matmul_t_bias(x, tok_emb, false, true, bias)?;
                 (logits, g.input("targets", TensorMeta::i32(&[batch, len])))
             }
             ModelKind::Seq2Seq { .. } => return Err(needs_build_seq2seq()),

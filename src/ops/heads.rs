@@ -25,6 +25,13 @@ uniform! {
 }
 
 /// The sizes both ops share: batch, length, parts, heads and head width.
+/// Which way the data moves: out of the packed tensor, or into it.
+#[derive(Clone, Copy, Debug)]
+enum Direction {
+    Split,
+    Merge,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Layout {
     batch: usize,
@@ -47,21 +54,38 @@ impl Layout {
         [self.batch, self.heads, self.len, self.head_dim]
     }
 
-    /// One dispatch of `entry` per part, each over one part's elements.
-    fn dispatches(&self, entry: &'static str, arg: impl Fn(usize) -> (Arg, Arg)) -> GpuKernels {
+    /// The dispatches that move every part: for q|k|v (three parts) one of the three-part entry
+    /// point, otherwise one per part, each over one part's elements.
+    fn dispatches(&self, direction: Direction) -> GpuKernels {
         let n = self.batch * self.heads * self.len * self.head_dim;
+        let uniform = |part: usize| HeadsUniform {
+            n: word(n),
+            heads: word(self.heads),
+            len: word(self.len),
+            head_dim: word(self.head_dim),
+            row: word(self.parts * self.heads * self.head_dim),
+            offset: word(part * self.heads * self.head_dim),
+        };
+        if self.parts == 3 {
+            let (entry, args) = match direction {
+                Direction::Split => (
+                    "split_heads3",
+                    vec![Arg::In(0), Arg::Out(0), Arg::Out(1), Arg::Out(2)],
+                ),
+                Direction::Merge => (
+                    "merge_heads3",
+                    vec![Arg::In(0), Arg::In(1), Arg::In(2), Arg::Out(0)],
+                ),
+            };
+            return GpuKernels::single(Dispatch::new(entry, &uniform(0), args, grid(n, 256)));
+        }
         let dispatches = (0..self.parts)
             .map(|part| {
-                let uniform = HeadsUniform {
-                    n: word(n),
-                    heads: word(self.heads),
-                    len: word(self.len),
-                    head_dim: word(self.head_dim),
-                    row: word(self.parts * self.heads * self.head_dim),
-                    offset: word(part * self.heads * self.head_dim),
+                let (entry, args) = match direction {
+                    Direction::Split => ("split_heads", vec![Arg::In(0), Arg::Out(part)]),
+                    Direction::Merge => ("merge_heads", vec![Arg::In(part), Arg::Out(0)]),
                 };
-                let (input, output) = arg(part);
-                Dispatch::new(entry, &uniform, vec![input, output], grid(n, 256))
+                Dispatch::new(entry, &uniform(part), args, grid(n, 256))
             })
             .collect();
         GpuKernels {
@@ -130,8 +154,7 @@ impl Op for SplitHeads {
     }
 
     fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
-        self.layout(inputs[0])
-            .dispatches("split_heads", |part| (Arg::In(0), Arg::Out(part)))
+        self.layout(inputs[0]).dispatches(Direction::Split)
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
@@ -230,7 +253,7 @@ impl Op for MergeHeads {
     }
 
     fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
-        Self::layout(inputs).dispatches("merge_heads", |part| (Arg::In(part), Arg::Out(0)))
+        Self::layout(inputs).dispatches(Direction::Merge)
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {

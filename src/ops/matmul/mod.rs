@@ -353,13 +353,26 @@ impl Graph {
 
     /// `x · w + bias`, the bias `[n]` added to every row as the product is written: a linear layer.
     pub fn matmul_bias(&mut self, x: TensorId, w: TensorId, bias: TensorId) -> Result<TensorId> {
+        self.matmul_t_bias(x, w, false, false, bias)
+    }
+
+    /// `op(a) · op(b) + bias`, as [`Graph::matmul_t`] with a bias `[n]` added to every row (a
+    /// tied output layer reads the token table transposed).
+    pub fn matmul_t_bias(
+        &mut self,
+        a: TensorId,
+        b: TensorId,
+        trans_a: bool,
+        trans_b: bool,
+        bias: TensorId,
+    ) -> Result<TensorId> {
         let op = MatMul {
-            trans_a: false,
-            trans_b: false,
+            trans_a,
+            trans_b,
             kernel: None,
             bias: true,
         };
-        self.apply1(op, &[x, w, bias])
+        self.apply1(op, &[a, b, bias])
     }
 
     /// `a · b` computed by the kernel named: for measuring each kernel on an adapter.

@@ -140,15 +140,27 @@ fn every_kernel_validates_with_its_constants() {
 
 /// `x · w + bias` with x `[..batch, m, k]`, w `[k, n]` and bias `[n]`.
 fn linear(batch: &[usize], m: usize, k: usize, n: usize) -> impl Fn(&mut Graph) -> Built + use<> {
+    linear_t(batch, m, k, n, false)
+}
+
+/// `x · op(w) + bias`, w stored `[n, k]` when `trans_w` (a tied output layer's token table).
+fn linear_t(
+    batch: &[usize],
+    m: usize,
+    k: usize,
+    n: usize,
+    trans_w: bool,
+) -> impl Fn(&mut Graph) -> Built + use<> {
     let mut sx = batch.to_vec();
     sx.extend([m, k]);
     let sx = leak(sx);
+    let sw = leak(if trans_w { vec![n, k] } else { vec![k, n] });
     move |g| {
         let x = param(g, "x", sx);
-        let w = param(g, "w", leak(vec![k, n]));
+        let w = param(g, "w", sw);
         let bias = param(g, "bias", leak(vec![n]));
         Built {
-            out: g.matmul_bias(x, w, bias).unwrap(),
+            out: g.matmul_t_bias(x, w, false, trans_w, bias).unwrap(),
             feeds: vec![],
         }
     }
@@ -169,6 +181,7 @@ fn products_with_a_bias_match_cpu() {
     ] {
         check_each_kind_matches_cpu(&linear(batch, m, k, n), 1e-4, 1e-4);
     }
+    check_each_kind_matches_cpu(&linear_t(&[4], 31, 24, 65, true), 1e-4, 1e-4);
 }
 
 #[test]
@@ -298,6 +311,7 @@ fn gradients_match_finite_differences() {
         check_gradients(&product(leak(sa), leak(sb), ta, tb), 1e-2, 1e-3, 12);
     }
     check_gradients(&linear(&[2], 3, 4, 5), 1e-2, 1e-3, 12);
+    check_gradients(&linear_t(&[2], 3, 4, 5, true), 1e-2, 1e-3, 12);
 }
 
 /// A case of `gen_matmul.py`: name, shapes of a and b, trans_a, trans_b.
