@@ -2,8 +2,9 @@
 // torch.nn.utils.clip_grad_norm_.
 //
 // A step is: one `sum_squares` per gradient, each writing its squared norm into one slot of
-// `norms`; then one `adam` per parameter, which reads all slots to get the global norm, and
-// skips the update when that norm is not finite. The
+// `norms`; `clip_factor`, which adds the slots up once and writes the clipping factor (NaN when
+// the global norm is not finite); then one `adam` per parameter, which skips the update when
+// that factor is NaN. The
 // learning rate and bias corrections change every step, so they come from a small storage
 // buffer written before each run instead of from the uniform, which is fixed at compile time.
 
@@ -12,15 +13,18 @@ struct SumSquares {
     slot: u32,
 }
 
+struct Clip {
+    n_norms: u32,
+    // Clip the global gradient norm to this value; 0 means no clipping.
+    max_norm: f32,
+}
+
 struct Adam {
     n: u32,
-    n_norms: u32,
     beta1: f32,
     beta2: f32,
     eps: f32,
     weight_decay: f32,
-    // Clip the global gradient norm to this value; 0 means no clipping.
-    max_norm: f32,
 }
 
 @group(0) @binding(0) var<uniform> sq: SumSquares;
@@ -78,9 +82,34 @@ fn sum_squares(@builtin(local_invocation_index) lid: u32) {
     }
 }
 
+@group(0) @binding(0) var<uniform> clip_params: Clip;
+@group(0) @binding(1) var<storage, read> all_norms: array<f32>;
+@group(0) @binding(2) var<storage, read_write> clip_out: array<f32>;
+
+// One invocation: the slots summed in order, as the CPU reference does.
+@compute @workgroup_size(1)
+fn clip_factor() {
+    var total = 0.0;
+    for (var k = 0u; k < clip_params.n_norms; k++) {
+        total += all_norms[k];
+    }
+    // A non-finite gradient anywhere skips the whole update, so a diverging step leaves the
+    // parameters as they were. The exponent bits test for inf and NaN alike, where a NaN
+    // comparison might be optimised away.
+    if ((bitcast<u32>(total) & 0x7f800000u) == 0x7f800000u) {
+        clip_out[0] = bitcast<f32>(0x7fc00000u);
+        return;
+    }
+    var clip = 1.0;
+    if (clip_params.max_norm > 0.0) {
+        clip = min(clip_params.max_norm / (sqrt(total) + 1e-6), 1.0);
+    }
+    clip_out[0] = clip;
+}
+
 @group(0) @binding(0) var<uniform> adam: Adam;
 // binding 1 is `grad`, shared with sum_squares.
-@group(0) @binding(2) var<storage, read> all_norms: array<f32>;
+@group(0) @binding(2) var<storage, read> clip: array<f32>;
 // [learning rate, 1 - beta1^t, 1 - beta2^t]
 @group(0) @binding(3) var<storage, read> schedule: array<f32>;
 @group(0) @binding(4) var<storage, read_write> param: array<f32>;
@@ -93,22 +122,12 @@ fn adam_step(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
     if (i >= adam.n) {
         return;
     }
-    var total = 0.0;
-    for (var k = 0u; k < adam.n_norms; k++) {
-        total += all_norms[k];
-    }
-    // A non-finite gradient anywhere skips the whole update, so a diverging step leaves the
-    // parameters as they were. The exponent bits test for inf and NaN alike, where a NaN
-    // comparison might be optimised away.
-    if ((bitcast<u32>(total) & 0x7f800000u) == 0x7f800000u) {
+    let factor = clip[0];
+    if ((bitcast<u32>(factor) & 0x7f800000u) == 0x7f800000u) {
         return;
     }
-    var clip = 1.0;
-    if (adam.max_norm > 0.0) {
-        clip = min(adam.max_norm / (sqrt(total) + 1e-6), 1.0);
-    }
     let lr = schedule[0];
-    let g = grad[i] * clip;
+    let g = grad[i] * factor;
     let mi = adam.beta1 * m[i] + (1.0 - adam.beta1) * g;
     let vi = adam.beta2 * v[i] + (1.0 - adam.beta2) * g * g;
     m[i] = mi;

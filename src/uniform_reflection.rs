@@ -36,6 +36,7 @@ fn layouts() -> Vec<Layout> {
     vec![
         Layout::of::<ops::fill::FillUniform>(),
         Layout::of::<optim::adam::SumSquaresUniform>(),
+        Layout::of::<optim::adam::ClipUniform>(),
         Layout::of::<optim::adam::AdamUniform>(),
         Layout::of::<ops::reduce::AxisUniform>(),
         Layout::of::<ops::embedding::LookupUniform>(),

@@ -123,19 +123,61 @@ impl Op for SumSquares {
 }
 
 uniform! {
+    pub(crate) struct ClipUniform = ADAM "Clip" { n_norms: u32, max_norm: f32 }
+}
+
+/// The step's clipping factor from the squared norms of every gradient (one word, NaN when the
+/// global norm is not finite), computed once: each update kernel read all the norms per element
+/// before, 52 loads per parameter value in the peers' step.
+#[derive(Debug)]
+struct ClipFactor {
+    max_norm: Option<f32>,
+}
+
+impl Op for ClipFactor {
+    fn name(&self) -> &'static str {
+        "clip_factor"
+    }
+
+    fn infer(&self, _inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        Ok(vec![TensorMeta::f32(&[1])])
+    }
+
+    fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
+        let norms = inputs[0].data;
+        outputs[0].data[0] = if norms.iter().sum::<f32>().is_finite() {
+            clip_factor(self.max_norm, norms)
+        } else {
+            f32::NAN
+        };
+    }
+
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+        let uniform = ClipUniform {
+            n_norms: word(inputs[0].numel()),
+            max_norm: self.max_norm.unwrap_or(0.0),
+        };
+        GpuKernels::single(Dispatch::new(
+            "clip_factor",
+            &uniform,
+            vec![Arg::In(0), Arg::Out(0)],
+            [1, 1, 1],
+        ))
+    }
+}
+
+uniform! {
     pub(crate) struct AdamUniform = ADAM "Adam" {
         n: u32,
-        n_norms: u32,
         beta1: f32,
         beta2: f32,
         eps: f32,
         weight_decay: f32,
-        max_norm: f32,
     }
 }
 
 /// The in-place AdamW update of one parameter and its two moments.
-/// Inputs: gradient, squared norms of all gradients, schedule [lr, 1-β1^t, 1-β2^t].
+/// Inputs: gradient, the step's clipping factor ([`ClipFactor`]), schedule [lr, 1-β1^t, 1-β2^t].
 /// Outputs (read and written): parameter, first moment, second moment.
 #[derive(Debug)]
 struct AdamUpdate {
@@ -154,12 +196,11 @@ impl Op for AdamUpdate {
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let c = &self.config;
-        let (grad, norms, schedule) = (inputs[0].data, inputs[1].data, inputs[2].data);
-        if !norms.iter().sum::<f32>().is_finite() {
+        let (grad, clip, schedule) = (inputs[0].data, inputs[1].data[0], inputs[2].data);
+        if !clip.is_finite() {
             // A diverged step changes nothing (the trainer then stops with an error).
             return;
         }
-        let clip = clip_factor(c.max_grad_norm, norms);
         let (lr, bias1, bias2) = (schedule[0], schedule[1], schedule[2]);
         let [param, m, v] = outputs else {
             unreachable!("adam_update has three outputs")
@@ -185,12 +226,10 @@ impl Op for AdamUpdate {
         let n = inputs[0].numel();
         let uniform = AdamUniform {
             n: word(n),
-            n_norms: word(inputs[1].numel()),
             beta1: c.beta1,
             beta2: c.beta2,
             eps: c.eps,
             weight_decay: self.weight_decay,
-            max_norm: c.max_grad_norm.unwrap_or(0.0),
         };
         GpuKernels::single(Dispatch::new(
             "adam_step",
@@ -228,6 +267,7 @@ pub struct Optimizer {
     backend: Rc<dyn Backend>,
     moments: Vec<(String, Moments)>,
     norms: Bound,
+    clip: Bound,
     schedule: Bound,
     step: u64,
 }
@@ -259,6 +299,7 @@ impl Optimizer {
         };
         Ok(Self {
             norms: bound("adam.grad_norms", n_params)?,
+            clip: bound("adam.clip", 1)?,
             schedule: bound("adam.schedule", 3)?,
             config,
             backend,
@@ -304,6 +345,13 @@ impl Optimizer {
         }
         let mut norms = self.norms.clone();
         norms.meta = TensorMeta::f32(&[grads.len()]);
+        steps.push(Step {
+            op: Rc::new(ClipFactor {
+                max_norm: self.config.max_grad_norm,
+            }),
+            inputs: vec![norms],
+            outputs: vec![self.clip.clone()],
+        });
         for &(param, grad) in &grads {
             let name = &graph.info(param).name;
             let stored = params
@@ -325,7 +373,11 @@ impl Optimizer {
                     config: self.config.clone(),
                     weight_decay,
                 }),
-                inputs: vec![exec.bound(grad)?.clone(), norms.clone(), self.schedule.clone()],
+                inputs: vec![
+                    exec.bound(grad)?.clone(),
+                    self.clip.clone(),
+                    self.schedule.clone(),
+                ],
                 outputs: vec![
                     bound("", &stored.buffer),
                     bound(".adam_m", &moments.m),
@@ -386,7 +438,7 @@ mod tests {
     use std::rc::Rc;
 
     use super::{AdamW, Optimizer};
-    use crate::backend::Backend;
+    use crate::backend::{Backend, words_f32};
     use crate::exec::Executor;
     use crate::graph::{Graph, Init, TensorId};
     use crate::params::ParamStore;
@@ -503,6 +555,52 @@ mod tests {
             let norm = pollster::block_on(opt.last_grad_norm()).unwrap();
             let err = (f64::from(norm) - want).abs() / want;
             assert!(err < 1e-5, "norm {norm} vs {want} on {}", backend.describe());
+        }
+    }
+
+    /// The clipping factor scales the gradient before the moments: after one step on the
+    /// gradients 3 and −40 (norm 40.11) the first moment is (1 − β1)·g unclipped, and that times
+    /// 1/40.11 clipped to norm 1 (AdamW's step itself hardly shows the factor: it divides it out
+    /// up to ε). In both cases the weights move by lr·g/(|g| + ε) against the gradient.
+    #[test]
+    fn the_clipping_factor_scales_the_moments() {
+        let gradient = [3.0f32, -40.0];
+        let norm = gradient.iter().map(|g| g * g).sum::<f32>().sqrt();
+        let mut backends = vec![cpu()];
+        backends.extend(gpu());
+        for backend in backends {
+            for (max_grad_norm, factor) in [(None, 1.0), (Some(1.0), 1.0 / (norm + 1e-6))] {
+                let mut g = Graph::new();
+                let w = g.param("w", &[2], Init::Zeros).unwrap();
+                let c = g.input("c", TensorMeta::f32(&[2]));
+                let wc = g.mul(w, c).unwrap();
+                let loss = g.sum_all(wc).unwrap();
+                let grads = g.backward(loss).unwrap();
+                let params = ParamStore::init(backend.clone(), &g, 0).unwrap();
+                let config = AdamW {
+                    max_grad_norm,
+                    ..AdamW::default()
+                };
+                let mut opt = Optimizer::new(config, &params).unwrap();
+                let mut outputs = vec![loss];
+                outputs.extend(grads.iter().map(|(_, gr)| gr));
+                let mut exec = Executor::new(&g, &outputs, &params).unwrap();
+                opt.attach(&mut exec, &g, &grads, &params).unwrap();
+                exec.set_f32(c, &gradient).unwrap();
+                opt.prepare_step(0.1).unwrap();
+                exec.run().unwrap();
+                let on = format!("{} with clipping {max_grad_norm:?}", backend.describe());
+                let m = opt.moments_of("w").unwrap();
+                let m1 = words_f32(pollster::block_on(backend.read(&m.m)).unwrap());
+                let want: Vec<f32> = gradient.iter().map(|g| 0.1 * g * factor).collect();
+                assert_close(&format!("first moment on {on}"), &m1[..2], &want, 1e-7, 1e-5);
+                let w1 = pollster::block_on(params.read("w")).unwrap();
+                let want: Vec<f32> = gradient
+                    .iter()
+                    .map(|g| -0.1 * g * factor / ((g * factor).abs() + 1e-8))
+                    .collect();
+                assert_close(&format!("w after one step on {on}"), &w1, &want, 1e-6, 1e-5);
+            }
         }
     }
 
