@@ -1,16 +1,20 @@
 // AdamW with global gradient-norm clipping, as torch.optim.AdamW after
 // torch.nn.utils.clip_grad_norm_.
 //
-// A step is: one `sum_squares` per gradient, each writing its squared norm into one slot of
-// `norms`; `clip_factor`, which adds the slots up once and writes the clipping factor (NaN when
+// A step is: `sum_squares` over up to seven gradients at a time, each writing its squared norm
+// into one slot of `norms`; `clip_factor`, which adds the slots up once and writes the clipping factor (NaN when
 // the global norm is not finite); then one `adam` per parameter, which skips the update when
 // that factor is NaN. The
 // learning rate and bias corrections change every step, so they come from a small storage
 // buffer written before each run instead of from the uniform, which is fixed at compile time.
 
 struct SumSquares {
-    n: u32,
-    slot: u32,
+    // Each gradient's length; 0 for the bindings a dispatch with fewer than seven repeats.
+    lengths: array<vec4<u32>, 2>,
+    first_slot: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 struct Clip {
@@ -29,15 +33,36 @@ struct Adam {
 
 @group(0) @binding(0) var<uniform> sq: SumSquares;
 @group(0) @binding(1) var<storage, read> grad: array<f32>;
-@group(0) @binding(2) var<storage, read_write> norms: array<f32>;
+@group(0) @binding(2) var<storage, read> grad1: array<f32>;
+@group(0) @binding(3) var<storage, read> grad2: array<f32>;
+@group(0) @binding(4) var<storage, read> grad3: array<f32>;
+@group(0) @binding(5) var<storage, read> grad4: array<f32>;
+@group(0) @binding(6) var<storage, read> grad5: array<f32>;
+@group(0) @binding(7) var<storage, read> grad6: array<f32>;
+@group(0) @binding(8) var<storage, read_write> norms: array<f32>;
 
 var<workgroup> partial: array<f32, 256>;
 
-// One workgroup: 256 threads stride over the gradient, then a tree sum. Each thread keeps eight
+// Element i of gradient k of the dispatch (k is the workgroup's, so every thread takes one case).
+fn gradient_value(k: u32, i: u32) -> f32 {
+    switch k {
+        case 0u: { return grad[i]; }
+        case 1u: { return grad1[i]; }
+        case 2u: { return grad2[i]; }
+        case 3u: { return grad3[i]; }
+        case 4u: { return grad4[i]; }
+        case 5u: { return grad5[i]; }
+        default: { return grad6[i]; }
+    }
+}
+
+// A workgroup per gradient: 256 threads stride over it, then a tree sum. Each thread keeps eight
 // sums of every eighth of its values, so eight of its loads are in flight at once: one running
 // sum made each load wait for the one before, 28 µs per gradient on an H100 (BENCHMARKS.md).
 @compute @workgroup_size(256)
-fn sum_squares(@builtin(local_invocation_index) lid: u32) {
+fn sum_squares(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let k = wid.x;
+    let n = sq.lengths[k / 4u][k % 4u];
     var s0 = 0.0;
     var s1 = 0.0;
     var s2 = 0.0;
@@ -47,15 +72,15 @@ fn sum_squares(@builtin(local_invocation_index) lid: u32) {
     var s6 = 0.0;
     var s7 = 0.0;
     var i = lid;
-    for (; i + 7u * 256u < sq.n; i += 8u * 256u) {
-        let g0 = grad[i];
-        let g1 = grad[i + 256u];
-        let g2 = grad[i + 2u * 256u];
-        let g3 = grad[i + 3u * 256u];
-        let g4 = grad[i + 4u * 256u];
-        let g5 = grad[i + 5u * 256u];
-        let g6 = grad[i + 6u * 256u];
-        let g7 = grad[i + 7u * 256u];
+    for (; i + 7u * 256u < n; i += 8u * 256u) {
+        let g0 = gradient_value(k, i);
+        let g1 = gradient_value(k, i + 256u);
+        let g2 = gradient_value(k, i + 2u * 256u);
+        let g3 = gradient_value(k, i + 3u * 256u);
+        let g4 = gradient_value(k, i + 4u * 256u);
+        let g5 = gradient_value(k, i + 5u * 256u);
+        let g6 = gradient_value(k, i + 6u * 256u);
+        let g7 = gradient_value(k, i + 7u * 256u);
         s0 += g0 * g0;
         s1 += g1 * g1;
         s2 += g2 * g2;
@@ -65,8 +90,8 @@ fn sum_squares(@builtin(local_invocation_index) lid: u32) {
         s6 += g6 * g6;
         s7 += g7 * g7;
     }
-    for (; i < sq.n; i += 256u) {
-        let g = grad[i];
+    for (; i < n; i += 256u) {
+        let g = gradient_value(k, i);
         s0 += g * g;
     }
     partial[lid] = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));
@@ -78,7 +103,7 @@ fn sum_squares(@builtin(local_invocation_index) lid: u32) {
         workgroupBarrier();
     }
     if (lid == 0u) {
-        norms[sq.slot] = partial[0];
+        norms[sq.first_slot + k] = partial[0];
     }
 }
 

@@ -13,8 +13,7 @@ use crate::backend::{Backend, Bound, Buffer, Step, f32_words, words_f32};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Gradients, Graph};
-use crate::kernel::AdapterKind;
-use crate::kernel::uniform;
+use crate::kernel::{AdapterKind, eight_words, uniform};
 use crate::ops::par::PAR_CHUNK;
 use crate::ops::{Arg, Dispatch, GpuKernels, In, Op, Out, grid, word};
 use crate::params::ParamStore;
@@ -79,13 +78,25 @@ impl AdamW {
 }
 
 uniform! {
-    pub(crate) struct SumSquaresUniform = ADAM "SumSquares" { n: u32, slot: u32 }
+    pub(crate) struct SumSquaresUniform = ADAM "SumSquares" {
+        lengths: [[u32; 4]; 2],
+        first_slot: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
+    }
 }
 
-/// Squared L2 norm of one gradient, written into slot `slot` of a shared buffer.
+/// Gradients one `sum_squares` dispatch reads: with the norms, the 8 storage buffers a WebGPU
+/// shader stage may bind by default.
+const GRADIENTS_PER_DISPATCH: usize = 7;
+
+/// Squared L2 norms of up to [`GRADIENTS_PER_DISPATCH`] gradients (the inputs), written into
+/// slots `first_slot..` of a shared buffer: a workgroup per gradient. One dispatch per gradient
+/// was 52 per step, each a few microseconds of a GPU's fixed cost.
 #[derive(Debug)]
 struct SumSquares {
-    slot: usize,
+    first_slot: usize,
 }
 
 impl Op for SumSquares {
@@ -94,30 +105,42 @@ impl Op for SumSquares {
     }
 
     fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
-        Ok(vec![inputs[0].clone()])
+        Ok(vec![TensorMeta::f32(&[self.first_slot + inputs.len()])])
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
-        // Fixed chunks summed in order: rayon's own `sum` splits the work by what threads are
-        // free, so its rounding (and with clipping, the whole run) would vary from run to run.
-        let partial: Vec<f32> = inputs[0]
-            .data
-            .par_chunks(PAR_CHUNK)
-            .map(|chunk| chunk.iter().map(|g| g * g).sum())
-            .collect();
-        outputs[0].data[self.slot] = partial.iter().sum();
+        for (k, grad) in inputs.iter().enumerate() {
+            // Fixed chunks summed in order: rayon's own `sum` splits the work by what threads
+            // are free, so its rounding (and with clipping, the whole run) would vary from run
+            // to run.
+            let partial: Vec<f32> = grad
+                .data
+                .par_chunks(PAR_CHUNK)
+                .map(|chunk| chunk.iter().map(|g| g * g).sum())
+                .collect();
+            outputs[0].data[self.first_slot + k] = partial.iter().sum();
+        }
     }
 
     fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+        let lengths: Vec<usize> = inputs.iter().map(|g| g.numel()).collect();
         let uniform = SumSquaresUniform {
-            n: word(inputs[0].numel()),
-            slot: word(self.slot),
+            // Unused bindings repeat the first gradient, read with length 0.
+            lengths: eight_words(&lengths, 0, 0),
+            first_slot: word(self.first_slot),
+            _pad0: 0,
+            _pad1: 0,
+            _pad2: 0,
         };
+        let mut args: Vec<Arg> = (0..GRADIENTS_PER_DISPATCH)
+            .map(|k| Arg::In(if k < inputs.len() { k } else { 0 }))
+            .collect();
+        args.push(Arg::Out(0));
         GpuKernels::single(Dispatch::new(
             "sum_squares",
             &uniform,
-            vec![Arg::In(0), Arg::Out(0)],
-            [1, 1, 1],
+            args,
+            [word(inputs.len()), 1, 1],
         ))
     }
 }
@@ -331,10 +354,16 @@ impl Optimizer {
                 )));
             }
         }
-        for (slot, &(_, grad)) in grads.iter().enumerate() {
+        for (group, chunk) in grads.chunks(GRADIENTS_PER_DISPATCH).enumerate() {
+            let inputs = chunk
+                .iter()
+                .map(|&(_, grad)| exec.bound(grad).cloned())
+                .collect::<Result<Vec<_>>>()?;
             steps.push(Step {
-                op: Rc::new(SumSquares { slot }),
-                inputs: vec![exec.bound(grad)?.clone()],
+                op: Rc::new(SumSquares {
+                    first_slot: group * GRADIENTS_PER_DISPATCH,
+                }),
+                inputs,
                 outputs: vec![self.norms.clone()],
             });
         }
@@ -517,10 +546,22 @@ mod tests {
     }
 
     /// The clip's norm over gradients long enough for every path of the sum (eight values per
-    /// thread at a time, then the rest): 70,005 and 2,049 values, and one.
+    /// thread at a time, then the rest): 70,005 and 2,049 values, one, and seven more, so that
+    /// the ten take two dispatches of up to seven gradients, the second with bindings to spare.
     #[test]
     fn the_gradient_norm_of_long_gradients_is_exact() {
-        let sizes: [&[usize]; 3] = [&[5, 14_001], &[2049], &[1]];
+        let sizes: [&[usize]; 10] = [
+            &[5, 14_001],
+            &[2049],
+            &[1],
+            &[3],
+            &[17, 3],
+            &[256],
+            &[257],
+            &[1, 1],
+            &[8, 9],
+            &[300],
+        ];
         let inputs: Vec<Vec<f32>> = sizes
             .iter()
             .enumerate()
