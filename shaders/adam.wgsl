@@ -2,11 +2,11 @@
 // torch.nn.utils.clip_grad_norm_.
 //
 // A step is: `sum_squares` over up to seven gradients at a time, each writing its squared norm
-// into one slot of `norms`; `clip_factor`, which adds the slots up once and writes the clipping factor (NaN when
-// the global norm is not finite); then one `adam` per parameter, which skips the update when
-// that factor is NaN. The
-// learning rate and bias corrections change every step, so they come from a small storage
-// buffer written before each run instead of from the uniform, which is fixed at compile time.
+// into one slot of `norms`; `clip_factor`, which adds the slots up once and writes the clipping
+// factor (not finite when the global norm is not); then one `adam` per parameter, which skips
+// the update when that factor is not finite. The learning rate and bias corrections change
+// every step, so they come from a small storage buffer written before each run instead of from
+// the uniform, which is fixed at compile time.
 
 struct SumSquares {
     // Each gradient's length; 0 for the bindings a dispatch with fewer than seven repeats.
@@ -120,9 +120,11 @@ fn clip_factor() {
     }
     // A non-finite gradient anywhere skips the whole update, so a diverging step leaves the
     // parameters as they were. The exponent bits test for inf and NaN alike, where a NaN
-    // comparison might be optimised away.
+    // comparison might be optimised away. The sum itself is the factor then (inf or NaN): a NaN
+    // constant would be plainer, but Chrome's WGSL compiler refuses one ("value nan cannot be
+    // represented as 'f32'").
     if ((bitcast<u32>(total) & 0x7f800000u) == 0x7f800000u) {
-        clip_out[0] = bitcast<f32>(0x7fc00000u);
+        clip_out[0] = total;
         return;
     }
     var clip = 1.0;

@@ -103,4 +103,32 @@ mod tests {
             );
         }
     }
+
+    /// No shader spells an infinite or NaN f32 as a constant (`bitcast<f32>` of an all-ones
+    /// exponent): naga accepts one, but Chrome's WGSL compiler refuses the module ("value nan
+    /// cannot be represented as 'f32'"), which only the browser test would see.
+    #[test]
+    fn no_shader_spells_a_non_finite_constant() {
+        for shader in ALL {
+            // Code only: attention.wgsl's comments quote the constant they avoid.
+            let code: String = shader
+                .source
+                .lines()
+                .map(|line| line.split("//").next().unwrap_or(""))
+                .collect();
+            let source = code.to_ascii_lowercase().replace(' ', "");
+            for (at, _) in source.match_indices("bitcast<f32>(0x") {
+                let digits: String = source[at + "bitcast<f32>(0x".len()..]
+                    .chars()
+                    .take_while(char::is_ascii_hexdigit)
+                    .collect();
+                let bits = u32::from_str_radix(&digits, 16).unwrap_or(0);
+                assert!(
+                    bits & 0x7f80_0000 != 0x7f80_0000,
+                    "{}.wgsl: bitcast<f32>(0x{digits}) is not finite",
+                    shader.name
+                );
+            }
+        }
+    }
 }

@@ -149,9 +149,9 @@ uniform! {
     pub(crate) struct ClipUniform = ADAM "Clip" { n_norms: u32, max_norm: f32 }
 }
 
-/// The step's clipping factor from the squared norms of every gradient (one word, NaN when the
-/// global norm is not finite), computed once: each update kernel read all the norms per element
-/// before, 52 loads per parameter value in the peers' step.
+/// The step's clipping factor from the squared norms of every gradient (one word; the sum of
+/// the squares, inf or NaN, when that is not finite), computed once: each update kernel read
+/// all the norms per element before, 52 loads per parameter value in the peers' step.
 #[derive(Debug)]
 struct ClipFactor {
     max_norm: Option<f32>,
@@ -168,10 +168,11 @@ impl Op for ClipFactor {
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let norms = inputs[0].data;
-        outputs[0].data[0] = if norms.iter().sum::<f32>().is_finite() {
+        let total = norms.iter().sum::<f32>();
+        outputs[0].data[0] = if total.is_finite() {
             clip_factor(self.max_norm, norms)
         } else {
-            f32::NAN
+            total
         };
     }
 
