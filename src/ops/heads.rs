@@ -24,7 +24,6 @@ uniform! {
     }
 }
 
-/// The sizes both ops share: batch, length, parts, heads and head width.
 /// Which way the data moves: out of the packed tensor, or into it.
 #[derive(Clone, Copy, Debug)]
 enum Direction {
@@ -32,6 +31,7 @@ enum Direction {
     Merge,
 }
 
+/// The sizes both ops share: batch, length, parts, heads and head width.
 #[derive(Clone, Copy, Debug)]
 struct Layout {
     batch: usize,
@@ -42,8 +42,8 @@ struct Layout {
 }
 
 impl Layout {
-    /// Where element `(b, h, l, d)` of part `part` lives in the packed `[B, L, P·H·Dh]` tensor,
-    /// for the first element of the row `(b, h, l)` of a part: the row's index in `[B, H, L]`.
+    /// Where row `row` of part `part` (its index in `[B, H, L]`, the `Dh` values of one head at
+    /// one position) starts in the packed `[B, L, P·H·Dh]` tensor.
     fn packed_row_start(&self, part: usize, row: usize) -> usize {
         let (l, bh) = (row % self.len, row / self.len);
         let (h, b) = (bh % self.heads, bh / self.heads);
