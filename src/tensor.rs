@@ -49,6 +49,11 @@ impl TensorMeta {
     }
 }
 
+/// Tensors' metadata as an error message lists them: `[2, 3], [4] i32`.
+pub fn list_metas(metas: &[&TensorMeta]) -> String {
+    metas.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", ")
+}
+
 impl fmt::Display for TensorMeta {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

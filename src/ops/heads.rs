@@ -10,7 +10,7 @@ use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, 
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
-use crate::tensor::TensorMeta;
+use crate::tensor::{TensorMeta, list_metas};
 
 uniform! {
     /// `split_heads`' and `merge_heads`' uniform (`Heads` in `shape.wgsl`).
@@ -201,13 +201,6 @@ impl Op for MergeHeads {
     }
 
     fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
-        let listed = || {
-            inputs
-                .iter()
-                .map(|m| m.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         let Some(first) = inputs.first() else {
             return shape_err(self.name(), "needs at least one input");
         };
@@ -217,7 +210,7 @@ impl Op for MergeHeads {
                 self.name(),
                 format!(
                     "cannot merge {}: want one or more [batch, heads, len, head width] of one shape, with heads and width above 0",
-                    listed()
+                    list_metas(inputs)
                 ),
             );
         }

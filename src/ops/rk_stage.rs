@@ -8,7 +8,7 @@ use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, 
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
-use crate::tensor::{DType, TensorMeta};
+use crate::tensor::{DType, TensorMeta, list_metas};
 
 /// The most stages one combination takes (RK4's output).
 pub const MAX_STAGES: usize = 4;
@@ -42,10 +42,9 @@ fn same_shapes(op: &'static str, inputs: &[&TensorMeta]) -> Result<TensorMeta> {
         .iter()
         .any(|m| m.dtype != DType::F32 || m.shape != first.shape)
     {
-        let shapes: Vec<String> = inputs.iter().map(|m| m.to_string()).collect();
         return shape_err(
             op,
-            format!("takes f32 tensors of one shape, got {}", shapes.join(", ")),
+            format!("takes f32 tensors of one shape, got {}", list_metas(inputs)),
         );
     }
     Ok(first.clone())

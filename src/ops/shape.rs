@@ -8,7 +8,7 @@ use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, 
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::{eight_words, uniform};
-use crate::tensor::{MAX_RANK, TensorMeta, numel, split_at_axis, strides};
+use crate::tensor::{MAX_RANK, TensorMeta, list_metas, numel, split_at_axis, strides};
 
 /// Same elements, new shape. The planner gives the output the input's buffer, so nothing runs.
 #[derive(Debug)]
@@ -66,20 +66,13 @@ impl Op for Concat {
     }
 
     fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
-        let shapes = || {
-            inputs
-                .iter()
-                .map(|m| m.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         let Some(first) = inputs.first() else {
             return shape_err(self.name(), "needs at least one input");
         };
         if self.axis >= first.rank() {
             return shape_err(
                 self.name(),
-                format!("axis {} is out of range for {}", self.axis, shapes()),
+                format!("axis {} is out of range for {}", self.axis, list_metas(inputs)),
             );
         }
         let mut shape = first.shape.clone();
@@ -91,7 +84,7 @@ impl Op for Concat {
             if !agrees {
                 return shape_err(
                     self.name(),
-                    format!("cannot join {} along axis {}", shapes(), self.axis),
+                    format!("cannot join {} along axis {}", list_metas(inputs), self.axis),
                 );
             }
             shape[self.axis] += m.shape[self.axis];

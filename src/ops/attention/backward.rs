@@ -7,7 +7,7 @@ use super::cpu::{BackwardScratch, Problem, backward_head};
 use super::{Arg, Attention, BiasKind, Dims, Dispatch, GpuKernels, In, Kernels, Op, Out, grid};
 use crate::error::{Result, shape_err};
 use crate::kernel::AdapterKind;
-use crate::tensor::TensorMeta;
+use crate::tensor::{TensorMeta, list_metas};
 
 /// The gradient of [`Attention`]. Inputs: the forward's inputs (q, k, v, the bias's inputs,
 /// key_mask?, seed?), then out, lse and dout. Outputs: dq (like q), dk, dv (like k), then for a dense
@@ -33,14 +33,13 @@ impl Op for AttentionBackward {
     fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
         let fwd = self.forward_inputs();
         if inputs.len() != fwd + 3 {
-            let shapes: Vec<String> = inputs.iter().map(|m| m.to_string()).collect();
             return shape_err(
                 self.name(),
                 format!(
                     "needs {} inputs, got {}: {}",
                     fwd + 3,
                     inputs.len(),
-                    shapes.join(", ")
+                    list_metas(inputs)
                 ),
             );
         }

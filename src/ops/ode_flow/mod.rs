@@ -42,7 +42,7 @@ use crate::kernel::AdapterKind;
 use crate::ode::{
     Activation, Dynamics, FloaterDynamics, Flow, Gradients, Grid, MIN_RTOL, Method, Progress, Tolerance,
 };
-use crate::tensor::{DType, TensorMeta};
+use crate::tensor::{DType, TensorMeta, list_metas};
 
 /// The largest d and hidden the GPU kernels hold (`MAX_DIM` in the shader: workgroup vectors).
 pub const MAX_DIM: usize = 256;
@@ -254,13 +254,12 @@ impl Op for OdeFlow {
             && inputs[1].shape[0] > 0
             && inputs[1].shape[1] == d;
         if !fits {
-            let got: Vec<String> = inputs.iter().map(|m| m.to_string()).collect();
             return shape_err(
                 self.name(),
                 format!(
                     "needs theta f32 [{params}] (d = {d}, hidden = {}) and p0 f32 [blocks, {d}], got {}",
                     self.hidden,
-                    got.join(", ")
+                    list_metas(inputs)
                 ),
             );
         }
@@ -361,12 +360,11 @@ impl Op for OdeFlowBackward {
             && inputs[1].shape[2] == d
             && inputs[2] == inputs[1];
         if !fits {
-            let got: Vec<String> = inputs.iter().map(|m| m.to_string()).collect();
             return shape_err(
                 self.name(),
                 format!(
                     "needs theta f32 [{params}], trajectory and upstream f32 [{positions}, blocks, {d}], got {}",
-                    got.join(", ")
+                    list_metas(inputs)
                 ),
             );
         }
