@@ -103,6 +103,23 @@ fn layernorm_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
     }
 }
 
+// The dx kernels' shared arithmetic, on the row starting at `base`: (Σ g, Σ g·x̂) over the
+// columns first, first + step, … with g = gy·gamma and x̂ = (x − mean)·rstd; then one element's
+// dx from the row's means of those two.
+fn dx_sums(base: u32, first: u32, step: u32, m: f32, r: f32) -> vec2<f32> {
+    var acc = vec2(0.0, 0.0);
+    for (var k = first; k < p.dim; k += step) {
+        let g = gy[base + k] * gamma[k];
+        acc += vec2(g, g * (x[base + k] - m) * r);
+    }
+    return acc;
+}
+
+fn norm_dx(base: u32, k: u32, m: f32, r: f32, means: vec2<f32>) -> f32 {
+    let xhat = (x[base + k] - m) * r;
+    return r * (gy[base + k] * gamma[k] - means.x - xhat * means.y);
+}
+
 @compute @workgroup_size(64)
 fn layernorm_backward_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let row = wid.x + wid.y * groups.x;
@@ -112,16 +129,9 @@ fn layernorm_backward_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_wor
     let base = row * p.dim;
     let m = mean[row];
     let r = rstd[row];
-    // (Σ g, Σ g·x̂) with g = gy·gamma and x̂ = (x − mean)·rstd.
-    var acc = vec2(0.0, 0.0);
+    let means = workgroup_sum(lid, dx_sums(base, lid, WG, m, r)) / f32(p.dim);
     for (var k = lid; k < p.dim; k += WG) {
-        let g = gy[base + k] * gamma[k];
-        acc += vec2(g, g * (x[base + k] - m) * r);
-    }
-    let means = workgroup_sum(lid, acc) / f32(p.dim);
-    for (var k = lid; k < p.dim; k += WG) {
-        let xhat = (x[base + k] - m) * r;
-        dx[base + k] = r * (gy[base + k] * gamma[k] - means.x - xhat * means.y);
+        dx[base + k] = norm_dx(base, k, m, r, means);
     }
 }
 
@@ -161,15 +171,9 @@ fn layernorm_backward_dx_rows(@builtin(global_invocation_id) gid: vec3<u32>, @bu
     let base = row * p.dim;
     let m = mean[row];
     let r = rstd[row];
-    var acc = vec2(0.0, 0.0);
+    let means = dx_sums(base, 0u, 1u, m, r) / f32(p.dim);
     for (var k = 0u; k < p.dim; k++) {
-        let g = gy[base + k] * gamma[k];
-        acc += vec2(g, g * (x[base + k] - m) * r);
-    }
-    let means = acc / f32(p.dim);
-    for (var k = 0u; k < p.dim; k++) {
-        let xhat = (x[base + k] - m) * r;
-        dx[base + k] = r * (gy[base + k] * gamma[k] - means.x - xhat * means.y);
+        dx[base + k] = norm_dx(base, k, m, r, means);
     }
 }
 
@@ -218,7 +222,8 @@ fn layernorm_backward_params(@builtin(global_invocation_id) gid: vec3<u32>, @bui
 }
 
 // The fused residual add: the forward kernels above with x + r in place of x, s written in the
-// first pass and read back by the thread that wrote it.
+// first pass and read back by the thread that wrote it. (Written out again: their reads and
+// writes are other bindings, and a WGSL function cannot take a storage array as an argument.)
 @compute @workgroup_size(64)
 fn add_layernorm_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let row = wid.x + wid.y * groups.x;
@@ -287,15 +292,9 @@ fn layernorm_backward_dx_residual(@builtin(workgroup_id) wid: vec3<u32>, @builti
     let base = row * p.dim;
     let m = mean[row];
     let r = rstd[row];
-    var acc = vec2(0.0, 0.0);
+    let means = workgroup_sum(lid, dx_sums(base, lid, WG, m, r)) / f32(p.dim);
     for (var k = lid; k < p.dim; k += WG) {
-        let g = gy[base + k] * gamma[k];
-        acc += vec2(g, g * (x[base + k] - m) * r);
-    }
-    let means = workgroup_sum(lid, acc) / f32(p.dim);
-    for (var k = lid; k < p.dim; k += WG) {
-        let xhat = (x[base + k] - m) * r;
-        dx[base + k] = gs[base + k] + r * (gy[base + k] * gamma[k] - means.x - xhat * means.y);
+        dx[base + k] = gs[base + k] + norm_dx(base, k, m, r, means);
     }
 }
 
@@ -308,14 +307,8 @@ fn layernorm_backward_dx_rows_residual(@builtin(global_invocation_id) gid: vec3<
     let base = row * p.dim;
     let m = mean[row];
     let r = rstd[row];
-    var acc = vec2(0.0, 0.0);
+    let means = dx_sums(base, 0u, 1u, m, r) / f32(p.dim);
     for (var k = 0u; k < p.dim; k++) {
-        let g = gy[base + k] * gamma[k];
-        acc += vec2(g, g * (x[base + k] - m) * r);
-    }
-    let means = acc / f32(p.dim);
-    for (var k = 0u; k < p.dim; k++) {
-        let xhat = (x[base + k] - m) * r;
-        dx[base + k] = gs[base + k] + r * (gy[base + k] * gamma[k] - means.x - xhat * means.y);
+        dx[base + k] = gs[base + k] + norm_dx(base, k, m, r, means);
     }
 }
