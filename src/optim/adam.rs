@@ -497,21 +497,15 @@ mod tests {
             let lb = g.mul(b, cb).unwrap();
             let lb = g.sum_all(lb).unwrap();
             let loss = g.add(lw, lb).unwrap();
-            let grads = g.backward(loss).unwrap();
-            let params = ParamStore::init(backend.clone(), &g, 0).unwrap();
-            params.set("w", &get("w0")).unwrap();
-            params.set("b", &get("b0")).unwrap();
             let config = AdamW {
                 lr: 0.1,
                 weight_decay: 0.1,
                 max_grad_norm: Some(0.5),
                 ..AdamW::default()
             };
-            let mut opt = Optimizer::new(config, &params).unwrap();
-            let mut outputs = vec![loss];
-            outputs.extend(grads.iter().map(|(_, gr)| gr));
-            let mut exec = Executor::new(&g, &outputs, &params).unwrap();
-            opt.attach(&mut exec, &g, &grads, &params).unwrap();
+            let (params, mut opt, exec) = step_with(config, backend.clone(), &mut g, loss);
+            params.set("w", &get("w0")).unwrap();
+            params.set("b", &get("b0")).unwrap();
             exec.set_f32(cw, &get("cw")).unwrap();
             exec.set_f32(cb, &get("cb")).unwrap();
             for _ in 0..3 {
@@ -528,17 +522,17 @@ mod tests {
         }
     }
 
-    /// A NaN in one gradient skips the update of every parameter, moments included.
-    /// The parameters of `g` (seed 0), AdamW with the defaults, and an executor that computes
+    /// The parameters of `g` (seed 0), AdamW with `config`, and an executor that computes
     /// `loss` and every gradient and then applies the update.
-    fn default_step(
+    fn step_with(
+        config: AdamW,
         backend: Rc<dyn Backend>,
         g: &mut Graph,
         loss: TensorId,
     ) -> (ParamStore, Optimizer, Executor) {
         let grads = g.backward(loss).unwrap();
         let params = ParamStore::init(backend, g, 0).unwrap();
-        let opt = Optimizer::new(AdamW::default(), &params).unwrap();
+        let opt = Optimizer::new(config, &params).unwrap();
         let mut outputs = vec![loss];
         outputs.extend(grads.iter().map(|(_, gr)| gr));
         let mut exec = Executor::new(g, &outputs, &params).unwrap();
@@ -588,7 +582,7 @@ mod tests {
                 feeds.push(c);
             }
             let loss = terms.into_iter().reduce(|a, b| g.add(a, b).unwrap()).unwrap();
-            let (_, mut opt, exec) = default_step(backend.clone(), &mut g, loss);
+            let (_, mut opt, exec) = step_with(AdamW::default(), backend.clone(), &mut g, loss);
             for (c, values) in feeds.iter().zip(&inputs) {
                 exec.set_f32(*c, values).unwrap();
             }
@@ -617,17 +611,11 @@ mod tests {
                 let c = g.input("c", TensorMeta::f32(&[2]));
                 let wc = g.mul(w, c).unwrap();
                 let loss = g.sum_all(wc).unwrap();
-                let grads = g.backward(loss).unwrap();
-                let params = ParamStore::init(backend.clone(), &g, 0).unwrap();
                 let config = AdamW {
                     max_grad_norm,
                     ..AdamW::default()
                 };
-                let mut opt = Optimizer::new(config, &params).unwrap();
-                let mut outputs = vec![loss];
-                outputs.extend(grads.iter().map(|(_, gr)| gr));
-                let mut exec = Executor::new(&g, &outputs, &params).unwrap();
-                opt.attach(&mut exec, &g, &grads, &params).unwrap();
+                let (params, mut opt, exec) = step_with(config, backend.clone(), &mut g, loss);
                 exec.set_f32(c, &gradient).unwrap();
                 opt.prepare_step(0.1).unwrap();
                 exec.run().unwrap();
@@ -646,6 +634,7 @@ mod tests {
         }
     }
 
+    /// A NaN in one gradient skips the update of every parameter, moments included.
     #[test]
     fn a_non_finite_gradient_changes_nothing() {
         let mut backends = vec![cpu()];
@@ -658,7 +647,7 @@ mod tests {
             let wb = g.add(w, b).unwrap();
             let scaled = g.mul(wb, c).unwrap();
             let loss = g.sum_all(scaled).unwrap();
-            let (params, mut opt, exec) = default_step(backend.clone(), &mut g, loss);
+            let (params, mut opt, exec) = step_with(AdamW::default(), backend.clone(), &mut g, loss);
             exec.set_f32(c, &[1.0, 2.0, 3.0]).unwrap();
             opt.prepare_step(0.1).unwrap();
             exec.run().unwrap();
