@@ -49,6 +49,7 @@ impl ParamStore {
                 .sum();
             check_host_fits("the model's parameters", words * 4)?;
         }
+        let mut missing = Vec::new();
         for (_, info) in graph.tensors() {
             let Source::Param(init) = info.source else {
                 continue;
@@ -62,8 +63,16 @@ impl ParamStore {
                 }
                 continue;
             }
+            missing.push((info, init));
+        }
+        // Packed side by side on a GPU, so that AdamW updates them all in one dispatch.
+        let parts: Vec<(usize, String)> = missing
+            .iter()
+            .map(|(info, _)| (info.meta.numel(), info.name.clone()))
+            .collect();
+        let buffers = self.backend.alloc_packed(&parts)?;
+        for ((info, init), buffer) in missing.into_iter().zip(buffers) {
             let values = initial_values(init, info.meta.numel(), seed, &info.name);
-            let buffer = self.backend.alloc(values.len(), &info.name)?;
             self.backend.write(&buffer, f32_words(&values))?;
             self.params.insert(
                 info.name.clone(),

@@ -16,7 +16,7 @@ pub mod profile;
 mod select;
 
 pub use cpu::CpuBackend;
-pub use gpu::GpuBackend;
+pub use gpu::{GpuBackend, GpuView};
 pub use select::{DeviceChoice, select_backend};
 #[cfg(not(target_arch = "wasm32"))]
 pub use select::{gpu_backend_for_tests, gpu_for_tests};
@@ -25,15 +25,34 @@ pub use select::{gpu_backend_for_tests, gpu_for_tests};
 #[derive(Clone, Debug)]
 pub enum Buffer {
     Cpu(Arc<RwLock<Vec<f32>>>),
-    Gpu(wgpu::Buffer),
+    /// A GPU buffer, or a part of one ([`Backend::alloc_packed`]).
+    Gpu(GpuView),
 }
 
 impl Buffer {
     pub fn same(&self, other: &Buffer) -> bool {
         match (self, other) {
             (Buffer::Cpu(a), Buffer::Cpu(b)) => Arc::ptr_eq(a, b),
-            (Buffer::Gpu(a), Buffer::Gpu(b)) => a == b,
+            (Buffer::Gpu(a), Buffer::Gpu(b)) => a.buffer == b.buffer && a.offset == b.offset,
             _ => false,
+        }
+    }
+
+    /// Its length in 32-bit words.
+    pub fn words(&self) -> usize {
+        match self {
+            Buffer::Cpu(data) => data.read().expect("buffer lock").len(),
+            Buffer::Gpu(view) => (view.size / 4) as usize,
+        }
+    }
+
+    /// The allocation this buffer is part of, and the word at which it starts there: a
+    /// kernel that binds the allocation once reaches every buffer packed into it. A buffer
+    /// allocated alone is its own allocation, at word 0.
+    pub fn arena(&self) -> (Buffer, usize) {
+        match self {
+            Buffer::Cpu(_) => (self.clone(), 0),
+            Buffer::Gpu(view) => (Buffer::Gpu(view.whole()), (view.offset / 4) as usize),
         }
     }
 }
@@ -86,6 +105,17 @@ pub trait Backend {
 
     /// A zeroed buffer of `words` 32-bit words. `label` names the tensor in errors.
     fn alloc(&self, words: usize, label: &str) -> Result<Buffer>;
+
+    /// Zeroed buffers of these lengths (in words, each with its label), packed where the
+    /// backend can bind part of an allocation: on a GPU they are views into as few allocations
+    /// as its binding limit allows ([`Buffer::arena`]), so that one dispatch can update every
+    /// parameter. Elsewhere each is allocated alone.
+    fn alloc_packed(&self, parts: &[(usize, String)]) -> Result<Vec<Buffer>> {
+        parts
+            .iter()
+            .map(|(words, label)| self.alloc(*words, label))
+            .collect()
+    }
 
     fn write(&self, buffer: &Buffer, words: &[u32]) -> Result<()>;
 

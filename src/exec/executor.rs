@@ -25,8 +25,19 @@ pub struct Executor {
 impl Executor {
     /// Plans `graph` for reading `outputs` and binds it to the buffers of `params`' backend.
     pub fn new(graph: &Graph, outputs: &[TensorId], params: &ParamStore) -> Result<Self> {
+        Self::packing(graph, outputs, &[], params)
+    }
+
+    /// [`Executor::new`], with the outputs in `packed` (a training step's gradients) side by
+    /// side in one allocation where the backend packs ([`Plan::packing`]).
+    pub fn packing(
+        graph: &Graph,
+        outputs: &[TensorId],
+        packed: &[TensorId],
+        params: &ParamStore,
+    ) -> Result<Self> {
         let backend = params.backend().clone();
-        let plan = Plan::new(graph, outputs)?;
+        let plan = Plan::packing(graph, outputs, packed)?;
         if backend.kind() == BackendKind::Cpu {
             let words: usize = plan.buffers.iter().sum();
             check_host_fits(
@@ -37,11 +48,17 @@ impl Executor {
                 words as u64 * 4,
             )?;
         }
-        let buffers: Vec<Buffer> = plan
-            .buffers
+        let parts: Vec<(usize, String)> = plan
+            .packed
             .iter()
-            .enumerate()
-            .map(|(i, &words)| backend.alloc(words, &buffer_label(graph, &plan, i)))
+            .map(|&i| (plan.buffers[i], buffer_label(graph, &plan, i)))
+            .collect();
+        let packed = backend.alloc_packed(&parts)?;
+        let buffers: Vec<Buffer> = (0..plan.buffers.len())
+            .map(|i| match plan.packed.iter().position(|&p| p == i) {
+                Some(k) => Ok(packed[k].clone()),
+                None => backend.alloc(plan.buffers[i], &buffer_label(graph, &plan, i)),
+            })
             .collect::<Result<_>>()?;
         let mut bound = vec![None; plan.slots.len()];
         for (t, info) in graph.tensors() {

@@ -26,10 +26,19 @@ pub struct Plan {
     pub outputs: Vec<TensorId>,
     /// The graph's run checks whose tensors this plan computes (kept as outputs).
     pub checks: Vec<Check>,
+    /// Buffers to allocate side by side ([`crate::backend::Backend::alloc_packed`]): those of
+    /// the tensors asked to be packed that no kernel reads while writing another of them.
+    pub packed: Vec<usize>,
 }
 
 impl Plan {
     pub fn new(graph: &Graph, outputs: &[TensorId]) -> Result<Plan> {
+        Self::packing(graph, outputs, &[])
+    }
+
+    /// [`Plan::new`], with the buffers of `packed` (outputs: the gradients) listed to be
+    /// allocated side by side, so that one dispatch of the optimizer reaches them all.
+    pub fn packing(graph: &Graph, outputs: &[TensorId], packed: &[TensorId]) -> Result<Plan> {
         for &t in outputs {
             graph.check(t)?;
         }
@@ -146,14 +155,62 @@ impl Plan {
                 )));
             }
         }
+        let packed = packable(graph, &steps, &slots, &root, outputs, packed)?;
         Ok(Plan {
             steps,
             buffers,
             slots,
             outputs: outputs.to_vec(),
             checks,
+            packed,
         })
     }
+}
+
+/// The plan buffers of `packed` that can share one allocation. A GPU binds an allocation for
+/// reading or for writing within a dispatch, never both, so a buffer that some kernel reads while
+/// it writes another packed one stays apart (a bias's gradient summed from a weight's, when the
+/// two are the same tensor's gradient and its sum).
+fn packable(
+    graph: &Graph,
+    steps: &[usize],
+    slots: &[Option<Slot>],
+    root: &[usize],
+    outputs: &[TensorId],
+    packed: &[TensorId],
+) -> Result<Vec<usize>> {
+    let buffer_of = |t: TensorId| match slots[root[t.0]] {
+        Some(Slot::Buffer(b)) => Some(b),
+        _ => None,
+    };
+    let mut chosen: Vec<usize> = Vec::new();
+    for &t in packed {
+        if !outputs.contains(&t) {
+            return Err(Error::Graph(format!(
+                "`{}` is to be packed but is not an output of the plan",
+                graph.tensors[t.0].name
+            )));
+        }
+        // Parameters and inputs have buffers of their own already.
+        let source_is_node = matches!(graph.tensors[root[t.0]].source, Source::Node { .. });
+        if let (true, Some(b)) = (source_is_node, buffer_of(t))
+            && !chosen.contains(&b)
+        {
+            chosen.push(b);
+        }
+    }
+    for &n in steps {
+        let node = &graph.nodes[n];
+        let writes_packed = node
+            .outputs
+            .iter()
+            .any(|&t| buffer_of(t).is_some_and(|b| chosen.contains(&b)));
+        if writes_packed {
+            let read: Vec<usize> = node.inputs.iter().filter_map(|&t| buffer_of(t)).collect();
+            chosen.retain(|b| !read.contains(b));
+        }
+    }
+    Ok(chosen)
 }
 
 /// Nodes on some path to an output.
@@ -230,5 +287,39 @@ mod tests {
         let plan = Plan::new(&g, &[used]).unwrap();
         assert_eq!(plan.steps.len(), 1, "only the scale that feeds the output runs");
         assert_eq!(plan.slots[flat.index()], Some(Slot::Param("w".into())));
+    }
+
+    /// A weight and a bias whose gradients are one tensor and its sum: the sum reads the weight's
+    /// gradient while it writes the bias's, so only the bias's gradient is packed.
+    #[test]
+    fn a_gradient_read_to_make_another_is_not_packed() {
+        let mut g = Graph::new();
+        let w = g.param("w", &[2, 3], Init::Zeros).unwrap();
+        let b = g.param("b", &[3], Init::Zeros).unwrap();
+        let v = g.param("v", &[4], Init::Zeros).unwrap();
+        let c = g.input("c", TensorMeta::f32(&[2, 3]));
+        let wb = g.add(w, b).unwrap();
+        let wbc = g.mul(wb, c).unwrap();
+        let l1 = g.sum_all(wbc).unwrap();
+        let vv = g.mul(v, v).unwrap();
+        let l2 = g.sum_all(vv).unwrap();
+        let loss = g.add(l1, l2).unwrap();
+        let grads = g.backward(loss).unwrap();
+        let ids: Vec<_> = grads.iter().map(|(_, grad)| grad).collect();
+        let mut outputs = vec![loss];
+        outputs.extend(&ids);
+        let plan = Plan::packing(&g, &outputs, &ids).unwrap();
+        let buffer = |param| {
+            let grad = grads.iter().find(|&(p, _)| p == param).unwrap().1;
+            match plan.slots[grad.index()] {
+                Some(Slot::Buffer(b)) => b,
+                ref other => panic!("gradient placed in {other:?}"),
+            }
+        };
+        assert!(!plan.packed.contains(&buffer(w)), "{:?}", plan.packed);
+        assert!(plan.packed.contains(&buffer(b)), "{:?}", plan.packed);
+        assert!(plan.packed.contains(&buffer(v)), "{:?}", plan.packed);
+        let err = Plan::packing(&g, &[loss], &ids).unwrap_err().to_string();
+        assert!(err.contains("not an output"), "{err}");
     }
 }

@@ -13,8 +13,7 @@ use crate::backend::{Backend, Bound, Buffer, Step, f32_words, words_f32};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Gradients, Graph};
-use crate::kernel::{AdapterKind, eight_words, uniform};
-use crate::ops::par::PAR_CHUNK;
+use crate::kernel::{AdapterKind, uniform};
 use crate::ops::{Arg, Dispatch, GpuKernels, In, Op, Out, grid, word};
 use crate::params::ParamStore;
 use crate::tensor::TensorMeta;
@@ -77,25 +76,73 @@ impl AdamW {
     }
 }
 
-uniform! {
-    pub(crate) struct SumSquaresUniform = ADAM "SumSquares" {
-        lengths: [[u32; 4]; 2],
-        first_slot: u32,
-        _pad0: u32,
-        _pad1: u32,
-        _pad2: u32,
+/// Values a workgroup of the update kernels covers (256 threads × 16), and so the most one
+/// chunk of the table holds.
+const CHUNK: usize = 4096;
+
+/// Marks a chunk of a parameter that decays (bit 31 of its length word).
+const DECAYS: u32 = 1 << 31;
+
+/// One parameter's place in the allocations an update dispatch binds, in words.
+#[derive(Clone, Copy, Debug)]
+struct Segment {
+    grad: usize,
+    param: usize,
+    /// Where its first and second moments start: m and v share one layout.
+    moments: usize,
+    len: usize,
+    decays: bool,
+}
+
+/// A workgroup's share of the update: at most [`CHUNK`] values of one parameter.
+#[derive(Clone, Copy, Debug)]
+struct Chunk {
+    grad: usize,
+    param: usize,
+    moments: usize,
+    len: usize,
+    decays: bool,
+}
+
+impl Chunk {
+    /// Its row of the table the kernels read (`adam.wgsl`).
+    fn words(&self) -> [u32; 4] {
+        let decays = if self.decays { DECAYS } else { 0 };
+        [
+            word(self.grad),
+            word(self.param),
+            word(self.moments),
+            word(self.len) | decays,
+        ]
     }
 }
 
-/// Gradients one `sum_squares` dispatch reads: with the norms, the 8 storage buffers a WebGPU
-/// shader stage may bind by default.
-const GRADIENTS_PER_DISPATCH: usize = 7;
+/// The segments cut into chunks, in order.
+fn chunks_of(segments: &[Segment]) -> Vec<Chunk> {
+    segments
+        .iter()
+        .flat_map(|s| {
+            (0..s.len).step_by(CHUNK).map(move |at| Chunk {
+                grad: s.grad + at,
+                param: s.param + at,
+                moments: s.moments + at,
+                len: CHUNK.min(s.len - at),
+                decays: s.decays,
+            })
+        })
+        .collect()
+}
 
-/// Squared L2 norms of up to [`GRADIENTS_PER_DISPATCH`] gradients (the inputs), written into
-/// slots `first_slot..` of a shared buffer: a workgroup per gradient. One dispatch per gradient
-/// was 52 per step, each a few microseconds of a GPU's fixed cost.
+uniform! {
+    pub(crate) struct SumSquaresUniform = ADAM "SumSquares" { n_chunks: u32, first_slot: u32 }
+}
+
+/// The squared L2 norm of each chunk of the gradients in one allocation, written into slots
+/// `first_slot..` of a shared buffer. Inputs: the gradients' allocation and the chunk table.
+/// A dispatch per gradient was 52 per step, each a few microseconds of a GPU's fixed cost.
 #[derive(Debug)]
 struct SumSquares {
+    chunks: Rc<Vec<Chunk>>,
     first_slot: usize,
 }
 
@@ -104,43 +151,33 @@ impl Op for SumSquares {
         "sum_squares"
     }
 
-    fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
-        Ok(vec![TensorMeta::f32(&[self.first_slot + inputs.len()])])
+    fn infer(&self, _inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        Ok(vec![TensorMeta::f32(&[self.first_slot + self.chunks.len()])])
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
-        for (k, grad) in inputs.iter().enumerate() {
-            // Fixed chunks summed in order: rayon's own `sum` splits the work by what threads
-            // are free, so its rounding (and with clipping, the whole run) would vary from run
-            // to run.
-            let partial: Vec<f32> = grad
-                .data
-                .par_chunks(PAR_CHUNK)
-                .map(|chunk| chunk.iter().map(|g| g * g).sum())
-                .collect();
-            outputs[0].data[self.first_slot + k] = partial.iter().sum();
-        }
+        let grad = inputs[0].data;
+        let slots = &mut outputs[0].data[self.first_slot..][..self.chunks.len()];
+        // A fixed split summed in order: rayon's own `sum` splits the work by what threads are
+        // free, so its rounding (and with clipping, the whole run) would vary from run to run.
+        slots
+            .par_iter_mut()
+            .zip(self.chunks.par_iter())
+            .for_each(|(slot, c)| {
+                *slot = grad[c.grad..][..c.len].iter().map(|g| g * g).sum();
+            });
     }
 
-    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
-        let lengths: Vec<usize> = inputs.iter().map(|g| g.numel()).collect();
+    fn gpu(&self, _adapter: AdapterKind, _inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let uniform = SumSquaresUniform {
-            // Unused bindings repeat the first gradient, read with length 0.
-            lengths: eight_words(&lengths, 0, 0),
+            n_chunks: word(self.chunks.len()),
             first_slot: word(self.first_slot),
-            _pad0: 0,
-            _pad1: 0,
-            _pad2: 0,
         };
-        let mut args: Vec<Arg> = (0..GRADIENTS_PER_DISPATCH)
-            .map(|k| Arg::In(if k < inputs.len() { k } else { 0 }))
-            .collect();
-        args.push(Arg::Out(0));
         GpuKernels::single(Dispatch::new(
             "sum_squares",
             &uniform,
-            args,
-            [word(inputs.len()), 1, 1],
+            vec![Arg::In(0), Arg::In(1), Arg::Out(0)],
+            grid(self.chunks.len(), 1),
         ))
     }
 }
@@ -149,9 +186,10 @@ uniform! {
     pub(crate) struct ClipUniform = ADAM "Clip" { n_norms: u32, max_norm: f32 }
 }
 
-/// The step's clipping factor from the squared norms of every gradient (one word; the sum of
-/// the squares, inf or NaN, when that is not finite), computed once: each update kernel read
-/// all the norms per element before, 52 loads per parameter value in the peers' step.
+/// The step's clipping factor from the squared norms of every chunk, computed once (each update
+/// thread read all the norms before, 52 loads per parameter value in the peers' step), and the
+/// squared global norm: [factor, norm²]. The factor is that sum (inf or NaN) when it is not
+/// finite.
 #[derive(Debug)]
 struct ClipFactor {
     max_norm: Option<f32>,
@@ -163,17 +201,17 @@ impl Op for ClipFactor {
     }
 
     fn infer(&self, _inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
-        Ok(vec![TensorMeta::f32(&[1])])
+        Ok(vec![TensorMeta::f32(&[2])])
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
-        let norms = inputs[0].data;
-        let total = norms.iter().sum::<f32>();
+        let total = inputs[0].data.iter().sum::<f32>();
         outputs[0].data[0] = if total.is_finite() {
-            clip_factor(self.max_norm, norms)
+            clip_factor(self.max_norm, total)
         } else {
             total
         };
+        outputs[0].data[1] = total;
     }
 
     fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
@@ -192,7 +230,7 @@ impl Op for ClipFactor {
 
 uniform! {
     pub(crate) struct AdamUniform = ADAM "Adam" {
-        n: u32,
+        n_chunks: u32,
         beta1: f32,
         beta2: f32,
         eps: f32,
@@ -200,13 +238,14 @@ uniform! {
     }
 }
 
-/// The in-place AdamW update of one parameter and its two moments.
-/// Inputs: gradient, the step's clipping factor ([`ClipFactor`]), schedule [lr, 1-β1^t, 1-β2^t].
-/// Outputs (read and written): parameter, first moment, second moment.
+/// The in-place AdamW update of every parameter in one allocation.
+/// Inputs: the gradients' allocation, the chunk table, the step's clipping factor
+/// ([`ClipFactor`]), the schedule [lr, 1-β1^t, 1-β2^t].
+/// Outputs (read and written): the parameters', first moments' and second moments' allocations.
 #[derive(Debug)]
 struct AdamUpdate {
     config: AdamW,
-    weight_decay: f32,
+    chunks: Rc<Vec<Chunk>>,
 }
 
 impl Op for AdamUpdate {
@@ -214,13 +253,15 @@ impl Op for AdamUpdate {
         "adam_update"
     }
 
-    fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
-        Ok(vec![inputs[0].clone(); 3])
+    fn infer(&self, _inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        Err(Error::Graph(
+            "adam_update updates allocations the optimizer binds; it is not a graph op".into(),
+        ))
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let c = &self.config;
-        let (grad, clip, schedule) = (inputs[0].data, inputs[1].data[0], inputs[2].data);
+        let (grad, clip, schedule) = (inputs[0].data, inputs[2].data[0], inputs[3].data);
         if !clip.is_finite() {
             // A diverged step changes nothing (the trainer then stops with an error).
             return;
@@ -229,31 +270,30 @@ impl Op for AdamUpdate {
         let [param, m, v] = outputs else {
             unreachable!("adam_update has three outputs")
         };
-        let wd = self.weight_decay;
-        param
-            .data
-            .par_iter_mut()
-            .zip(m.data.par_iter_mut())
-            .zip(v.data.par_iter_mut())
-            .zip(grad.par_iter())
-            .for_each(|(((p, m), v), &g)| {
+        for chunk in self.chunks.iter() {
+            let wd = if chunk.decays { c.weight_decay } else { 0.0 };
+            let param = &mut param.data[chunk.param..][..chunk.len];
+            let m = &mut m.data[chunk.moments..][..chunk.len];
+            let v = &mut v.data[chunk.moments..][..chunk.len];
+            let grad = &grad[chunk.grad..][..chunk.len];
+            for (((p, m), v), &g) in param.iter_mut().zip(m).zip(v).zip(grad) {
                 let g = g * clip;
                 *m = c.beta1 * *m + (1.0 - c.beta1) * g;
                 *v = c.beta2 * *v + (1.0 - c.beta2) * g * g;
                 let denom = v.sqrt() / bias2.sqrt() + c.eps;
                 *p = *p * (1.0 - lr * wd) - (lr / bias1) * *m / denom;
-            });
+            }
+        }
     }
 
-    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, _inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let c = &self.config;
-        let n = inputs[0].numel();
         let uniform = AdamUniform {
-            n: word(n),
+            n_chunks: word(self.chunks.len()),
             beta1: c.beta1,
             beta2: c.beta2,
             eps: c.eps,
-            weight_decay: self.weight_decay,
+            weight_decay: c.weight_decay,
         };
         GpuKernels::single(Dispatch::new(
             "adam_step",
@@ -262,19 +302,20 @@ impl Op for AdamUpdate {
                 Arg::In(0),
                 Arg::In(1),
                 Arg::In(2),
+                Arg::In(3),
                 Arg::Out(0),
                 Arg::Out(1),
                 Arg::Out(2),
             ],
-            grid(n, 256),
+            grid(self.chunks.len(), 1),
         ))
     }
 }
 
 /// torch.nn.utils.clip_grad_norm_'s factor: max_norm / (norm + 1e-6), at most 1.
-fn clip_factor(max_norm: Option<f32>, squared_norms: &[f32]) -> f32 {
+fn clip_factor(max_norm: Option<f32>, squared_norm: f32) -> f32 {
     match max_norm {
-        Some(max) if max > 0.0 => (max / (squared_norms.iter().sum::<f32>().sqrt() + 1e-6)).min(1.0),
+        Some(max) if max > 0.0 => (max / (squared_norm.sqrt() + 1e-6)).min(1.0),
         _ => 1.0,
     }
 }
@@ -290,41 +331,52 @@ pub struct Optimizer {
     config: AdamW,
     backend: Rc<dyn Backend>,
     moments: Vec<(String, Moments)>,
-    norms: Bound,
+    /// [the clipping factor, the squared global norm] of the last step.
     clip: Bound,
     schedule: Bound,
     step: u64,
+}
+
+/// A new buffer of `words`, bound under `name`.
+fn alloc_bound(backend: &dyn Backend, name: &str, words: usize) -> Result<Bound> {
+    Ok(Bound {
+        name: name.into(),
+        meta: TensorMeta::f32(&[words]),
+        buffer: backend.alloc(words, name)?,
+    })
+}
+
+/// Parameters whose update one dispatch makes: the four allocations it binds, and where in them
+/// each parameter lies.
+struct Group {
+    grad: Buffer,
+    param: Buffer,
+    m: Buffer,
+    v: Buffer,
+    segments: Vec<Segment>,
 }
 
 impl Optimizer {
     pub fn new(config: AdamW, params: &ParamStore) -> Result<Self> {
         config.validate()?;
         let backend = params.backend().clone();
+        // m and v are packed alike (same lengths, same order), so one offset finds both.
+        let packed = |suffix: &str| {
+            let parts: Vec<(usize, String)> = params
+                .iter()
+                .map(|(name, p)| (p.meta.numel(), format!("{name}.{suffix}")))
+                .collect();
+            backend.alloc_packed(&parts)
+        };
+        let (m, v) = (packed("adam_m")?, packed("adam_v")?);
         let moments = params
             .iter()
-            .map(|(name, p)| {
-                let words = p.meta.numel();
-                Ok((
-                    name.to_string(),
-                    Moments {
-                        m: backend.alloc(words, &format!("{name}.adam_m"))?,
-                        v: backend.alloc(words, &format!("{name}.adam_v"))?,
-                    },
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let n_params = moments.len().max(1);
-        let bound = |name: &str, words: usize| -> Result<Bound> {
-            Ok(Bound {
-                name: name.into(),
-                meta: TensorMeta::f32(&[words]),
-                buffer: backend.alloc(words, name)?,
-            })
-        };
+            .zip(m.into_iter().zip(v))
+            .map(|((name, _), (m, v))| (name.to_string(), Moments { m, v }))
+            .collect();
         Ok(Self {
-            norms: bound("adam.grad_norms", n_params)?,
-            clip: bound("adam.clip", 1)?,
-            schedule: bound("adam.schedule", 3)?,
+            clip: alloc_bound(&*backend, "adam.clip", 2)?,
+            schedule: alloc_bound(&*backend, "adam.schedule", 3)?,
             config,
             backend,
             moments,
@@ -337,7 +389,9 @@ impl Optimizer {
     }
 
     /// Appends the clip-and-update steps for every parameter with a gradient to `exec`, whose
-    /// plan must have the gradients among its outputs (so their buffers survive until the update).
+    /// plan must have the gradients among its outputs (so their buffers survive until the
+    /// update), ideally packed ([`Executor::packing`]): the update takes a dispatch per
+    /// allocation of gradients (and of parameters), so packed gradients on a GPU take one.
     pub fn attach(
         &self,
         exec: &mut Executor,
@@ -345,36 +399,79 @@ impl Optimizer {
         grads: &Gradients,
         params: &ParamStore,
     ) -> Result<()> {
-        let mut steps = Vec::new();
-        let grads: Vec<_> = grads.iter().collect();
-        for &(param, grad) in &grads {
+        let mut groups: Vec<Group> = Vec::new();
+        for (param, grad) in grads.iter() {
+            let name = &graph.info(param).name;
             if !exec.plan().outputs.contains(&grad) {
                 return Err(Error::Graph(format!(
-                    "the gradient of `{}` is not an output of this plan: pass the gradients to Executor::new",
-                    graph.info(param).name
+                    "the gradient of `{name}` is not an output of this plan: pass the gradients to Executor::packing"
                 )));
             }
+            let stored = params
+                .get(name)
+                .ok_or_else(|| Error::Graph(format!("parameter `{name}` is not in the store")))?;
+            let moments = self.moments_of(name)?;
+            let (grad_arena, grad_at) = exec.bound(grad)?.buffer.arena();
+            let (param_arena, param_at) = stored.buffer.arena();
+            let (m_arena, m_at) = moments.m.arena();
+            let (v_arena, v_at) = moments.v.arena();
+            if m_at != v_at {
+                return Err(Error::Graph(format!(
+                    "the moments of `{name}` are not laid out alike"
+                )));
+            }
+            let segment = Segment {
+                grad: grad_at,
+                param: param_at,
+                moments: m_at,
+                len: stored.meta.numel(),
+                decays: stored.meta.rank() >= 2,
+            };
+            let same = |g: &Group| {
+                g.grad.same(&grad_arena)
+                    && g.param.same(&param_arena)
+                    && g.m.same(&m_arena)
+                    && g.v.same(&v_arena)
+            };
+            match groups.iter_mut().find(|g| same(g)) {
+                Some(group) => group.segments.push(segment),
+                None => groups.push(Group {
+                    grad: grad_arena,
+                    param: param_arena,
+                    m: m_arena,
+                    v: v_arena,
+                    segments: vec![segment],
+                }),
+            }
         }
-        for (group, chunk) in grads.chunks(GRADIENTS_PER_DISPATCH).enumerate() {
-            let inputs = chunk
-                .iter()
-                .map(|&(_, grad)| exec.bound(grad).cloned())
-                .collect::<Result<Vec<_>>>()?;
+        let chunks: Vec<Rc<Vec<Chunk>>> = groups.iter().map(|g| Rc::new(chunks_of(&g.segments))).collect();
+        let slots: usize = chunks.iter().map(|c| c.len()).sum();
+        let norms = alloc_bound(&*self.backend, "adam.chunk_norms", slots)?;
+        let mut tables = Vec::new();
+        for c in &chunks {
+            let table = alloc_bound(&*self.backend, "adam.chunks", 4 * c.len())?;
+            let words: Vec<u32> = c.iter().flat_map(Chunk::words).collect();
+            self.backend.write(&table.buffer, &words)?;
+            tables.push(table);
+        }
+        let whole = |name: &str, buffer: &Buffer| Bound {
+            name: name.into(),
+            meta: TensorMeta::f32(&[buffer.words()]),
+            buffer: buffer.clone(),
+        };
+        let mut steps = Vec::new();
+        let mut first_slot = 0;
+        for ((group, chunks), table) in groups.iter().zip(&chunks).zip(&tables) {
             steps.push(Step {
                 op: Rc::new(SumSquares {
-                    first_slot: group * GRADIENTS_PER_DISPATCH,
+                    chunks: chunks.clone(),
+                    first_slot,
                 }),
-                inputs,
-                outputs: vec![self.norms.clone()],
+                inputs: vec![whole("gradients", &group.grad), table.clone()],
+                outputs: vec![norms.clone()],
             });
+            first_slot += chunks.len();
         }
-        if grads.len() > self.norms.meta.numel() {
-            return Err(Error::Graph(
-                "more gradients than parameters in the optimizer".into(),
-            ));
-        }
-        let mut norms = self.norms.clone();
-        norms.meta = TensorMeta::f32(&[grads.len()]);
         steps.push(Step {
             op: Rc::new(ClipFactor {
                 max_norm: self.config.max_grad_norm,
@@ -382,36 +479,22 @@ impl Optimizer {
             inputs: vec![norms],
             outputs: vec![self.clip.clone()],
         });
-        for &(param, grad) in &grads {
-            let name = &graph.info(param).name;
-            let stored = params
-                .get(name)
-                .ok_or_else(|| Error::Graph(format!("parameter `{name}` is not in the store")))?;
-            let moments = self.moments_of(name)?;
-            let bound = |suffix: &str, buffer: &Buffer| Bound {
-                name: format!("{name}{suffix}"),
-                meta: stored.meta.clone(),
-                buffer: buffer.clone(),
-            };
-            let weight_decay = if stored.meta.rank() >= 2 {
-                self.config.weight_decay
-            } else {
-                0.0
-            };
+        for ((group, chunks), table) in groups.iter().zip(&chunks).zip(tables) {
             steps.push(Step {
                 op: Rc::new(AdamUpdate {
                     config: self.config.clone(),
-                    weight_decay,
+                    chunks: chunks.clone(),
                 }),
                 inputs: vec![
-                    exec.bound(grad)?.clone(),
+                    whole("gradients", &group.grad),
+                    table,
                     self.clip.clone(),
                     self.schedule.clone(),
                 ],
                 outputs: vec![
-                    bound("", &stored.buffer),
-                    bound(".adam_m", &moments.m),
-                    bound(".adam_v", &moments.v),
+                    whole("parameters", &group.param),
+                    whole("adam_m", &group.m),
+                    whole("adam_v", &group.v),
                 ],
             });
         }
@@ -421,11 +504,6 @@ impl Optimizer {
 
     /// Call before each run of the training plan: advances the step count and sets the learning rate.
     pub fn prepare_step(&mut self, lr: f32) -> Result<()> {
-        // Plans attached with fewer gradients (FLOATER's cached steps) leave the other slots as
-        // an earlier plan wrote them: clear them so the norm counts only this step's gradients.
-        let slots = self.norms.meta.numel();
-        self.backend
-            .write(&self.norms.buffer, f32_words(&vec![0.0; slots]))?;
         // The count may come from a checkpoint (`set_step`), so it may be anything: saturate
         // rather than overflow, and clamp t to i32 rather than wrap it negative. β^t is 0 in f32
         // long before i32::MAX, so the clamped bias corrections are the exact ones, 1.
@@ -458,8 +536,8 @@ impl Optimizer {
 
     /// The global gradient norm of the last step, before clipping.
     pub async fn last_grad_norm(&self) -> Result<f32> {
-        let squares = words_f32(self.backend.read(&self.norms.buffer).await?);
-        Ok(squares.iter().sum::<f32>().sqrt())
+        let clip = words_f32(self.backend.read(&self.clip.buffer).await?);
+        Ok(clip[1].sqrt())
     }
 }
 
@@ -535,7 +613,8 @@ mod tests {
         let opt = Optimizer::new(config, &params).unwrap();
         let mut outputs = vec![loss];
         outputs.extend(grads.iter().map(|(_, gr)| gr));
-        let mut exec = Executor::new(g, &outputs, &params).unwrap();
+        let ids: Vec<TensorId> = grads.iter().map(|(_, gr)| gr).collect();
+        let mut exec = Executor::packing(g, &outputs, &ids, &params).unwrap();
         opt.attach(&mut exec, g, &grads, &params).unwrap();
         (params, opt, exec)
     }
@@ -630,6 +709,88 @@ mod tests {
                     .map(|g| -0.1 * g * factor / ((g * factor).abs() + 1e-8))
                     .collect();
                 assert_close(&format!("w after one step on {on}"), &w1, &want, 1e-6, 1e-5);
+            }
+        }
+    }
+
+    /// Three steps over parameters of several chunks and lengths, decaying and not, on the CPU
+    /// (a dispatch per parameter) and a GPU, where the parameters, moments and packed gradients
+    /// each share one allocation: there the update is one chunk-norm and one update dispatch
+    /// for them all, and one more of each for the weight whose gradient the bias's sum reads
+    /// (kept apart from the others'), plus the clipping factor's: five.
+    #[test]
+    fn one_dispatch_updates_every_packed_parameter_as_the_cpu_does() {
+        let shapes: [(&str, &[usize]); 5] = [
+            ("big", &[3, 1500]),
+            ("odd", &[4097]),
+            ("mat", &[5, 7]),
+            ("w", &[2, 3]),
+            ("b", &[3]),
+        ];
+        let config = AdamW {
+            lr: 0.01,
+            weight_decay: 0.1,
+            max_grad_norm: Some(1.0),
+            ..AdamW::default()
+        };
+        let mut runs = Vec::new();
+        let mut backends = vec![cpu()];
+        backends.extend(gpu());
+        for backend in backends {
+            let mut g = Graph::new();
+            let mut terms = Vec::new();
+            let mut feeds = Vec::new();
+            for (name, shape) in &shapes[..3] {
+                let p = g.param(name, shape, Init::Normal(1.0)).unwrap();
+                let c = g.input(&format!("c_{name}"), TensorMeta::f32(shape));
+                let pp = g.mul(p, p).unwrap();
+                let ppc = g.mul(pp, c).unwrap();
+                terms.push(g.sum_all(ppc).unwrap());
+                feeds.push((c, shape.iter().product::<usize>()));
+            }
+            let w = g.param("w", shapes[3].1, Init::Normal(1.0)).unwrap();
+            let b = g.param("b", shapes[4].1, Init::Normal(1.0)).unwrap();
+            let c = g.input("c_wb", TensorMeta::f32(shapes[3].1));
+            let wb = g.add(w, b).unwrap();
+            let wbc = g.mul(wb, c).unwrap();
+            terms.push(g.sum_all(wbc).unwrap());
+            feeds.push((c, 6));
+            let loss = terms.into_iter().reduce(|a, b| g.add(a, b).unwrap()).unwrap();
+            let (params, mut opt, exec) = step_with(config.clone(), backend.clone(), &mut g, loss);
+            for (k, &(c, n)) in feeds.iter().enumerate() {
+                exec.set_f32(c, &random_vec(n, 70 + k as u64)).unwrap();
+            }
+            for _ in 0..3 {
+                opt.prepare_step(0.01).unwrap();
+                exec.run().unwrap();
+            }
+            if let Some(total) = exec.dispatches() {
+                let grads = g.backward(loss).unwrap();
+                let ids: Vec<TensorId> = grads.iter().map(|(_, gr)| gr).collect();
+                let mut outputs = vec![loss];
+                outputs.extend(&ids);
+                let alone = Executor::packing(&g, &outputs, &ids, &params).unwrap();
+                alone.run().unwrap();
+                let update = total - alone.dispatches().unwrap();
+                assert_eq!(update, 5, "dispatches of the update on {}", backend.describe());
+            }
+            let mut values = Vec::new();
+            for (name, shape) in shapes {
+                let n = shape.iter().product::<usize>();
+                let m = opt.moments_of(name).unwrap();
+                let read = |b| words_f32(pollster::block_on(backend.read(b)).unwrap())[..n].to_vec();
+                let p = pollster::block_on(params.read(name)).unwrap();
+                values.push((name, p, read(&m.m), read(&m.v)));
+            }
+            runs.push((backend.describe(), values));
+        }
+        let (cpu_name, want) = &runs[0];
+        for (on, got) in &runs[1..] {
+            for ((name, p, m, v), (_, wp, wm, wv)) in got.iter().zip(want) {
+                let what = |part: &str| format!("{part} of {name} on {on} vs {cpu_name}");
+                assert_close(&what("parameter"), p, wp, 1e-5, 1e-4);
+                assert_close(&what("first moment"), m, wm, 1e-6, 1e-4);
+                assert_close(&what("second moment"), v, wv, 1e-7, 1e-4);
             }
         }
     }

@@ -91,10 +91,11 @@ impl Program {
         if !trainable.is_empty() {
             grads.retain(|p| trainable.iter().any(|prefix| g.info(p).name.starts_with(prefix)));
         }
+        let gradients: Vec<TensorId> = grads.iter().map(|(_, grad)| grad).collect();
         let mut outputs = vec![graph.loss()];
         outputs.extend(keep);
-        outputs.extend(grads.iter().map(|(_, grad)| grad));
-        let mut exec = Executor::new(g, &outputs, params)?;
+        outputs.extend(&gradients);
+        let mut exec = Executor::packing(g, &outputs, &gradients, params)?;
         optimizer.attach(&mut exec, g, &grads, params)?;
         Ok(Self { graph, exec })
     }

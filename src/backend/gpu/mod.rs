@@ -109,9 +109,67 @@ impl GpuBackend {
     }
 }
 
-pub(super) fn gpu_buffer(buffer: &Buffer) -> &wgpu::Buffer {
+/// A GPU buffer or a part of one: `size` bytes from byte `offset`.
+#[derive(Clone, Debug)]
+pub struct GpuView {
+    pub buffer: wgpu::Buffer,
+    pub offset: u64,
+    pub size: u64,
+}
+
+impl GpuView {
+    fn entire(buffer: wgpu::Buffer) -> Self {
+        let size = buffer.size();
+        Self {
+            buffer,
+            offset: 0,
+            size,
+        }
+    }
+
+    /// The whole allocation this view is part of.
+    pub fn whole(&self) -> Self {
+        Self::entire(self.buffer.clone())
+    }
+
+    pub(super) fn binding(&self) -> wgpu::BindingResource<'_> {
+        wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer: &self.buffer,
+            offset: self.offset,
+            size: wgpu::BufferSize::new(self.size),
+        })
+    }
+}
+
+/// Where [`pack`] puts a part: which arena, and the byte it starts at there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Place {
+    arena: usize,
+    offset: u64,
+}
+
+/// Parts of these byte lengths (each at most `limit`) laid out in order, each at a multiple of
+/// `align` (a view's offset must be: 256 bytes on most adapters), a new arena begun whenever
+/// the next part would pass `limit`.
+fn pack(bytes: &[u64], align: u64, limit: u64) -> Vec<Place> {
+    let mut places = Vec::with_capacity(bytes.len());
+    let mut arena = 0;
+    let mut used: u64 = 0;
+    for (p, &b) in bytes.iter().enumerate() {
+        let mut offset = used.next_multiple_of(align);
+        if p > 0 && offset + b > limit {
+            arena += 1;
+            offset = 0;
+        }
+        places.push(Place { arena, offset });
+        used = offset + b;
+    }
+    places
+}
+
+pub(super) fn gpu_view(buffer: &Buffer) -> &GpuView {
     match buffer {
-        Buffer::Gpu(b) => b,
+        Buffer::Gpu(view) => view,
         Buffer::Cpu(_) => panic!("a CPU buffer was given to the GPU backend"),
     }
 }
@@ -135,31 +193,73 @@ impl Backend for GpuBackend {
                 limit,
             });
         }
-        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some(label),
-            size: bytes,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        self.check_errors()?;
-        Ok(Buffer::Gpu(buffer))
+        Ok(Buffer::Gpu(GpuView::entire(self.create(bytes, label)?)))
+    }
+
+    fn alloc_packed(&self, parts: &[(usize, String)]) -> Result<Vec<Buffer>> {
+        let limits = self.device.limits();
+        // A kernel binds a whole arena, so an arena stays within one binding.
+        let limit = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
+        let bytes: Vec<u64> = parts
+            .iter()
+            .map(|(words, _)| (*words.max(&1) * 4) as u64)
+            .collect();
+        if let Some(p) = bytes.iter().position(|&b| b > limit) {
+            return Err(Error::BindingTooLarge {
+                tensor: parts[p].1.clone(),
+                bytes: bytes[p],
+                limit,
+            });
+        }
+        let places = pack(
+            &bytes,
+            u64::from(limits.min_storage_buffer_offset_alignment),
+            limit,
+        );
+        let mut arenas: Vec<wgpu::Buffer> = Vec::new();
+        for (p, place) in places.iter().enumerate() {
+            if place.arena == arenas.len() {
+                let members = places.iter().filter(|q| q.arena == place.arena).count();
+                let label = format!("{} and {} more, packed", parts[p].1, members - 1);
+                let end = places
+                    .iter()
+                    .zip(&bytes)
+                    .filter(|(q, _)| q.arena == place.arena)
+                    .map(|(q, b)| q.offset + b)
+                    .max()
+                    .expect("the arena holds this part");
+                arenas.push(self.create(end, &label)?);
+            }
+        }
+        Ok(places
+            .iter()
+            .zip(bytes)
+            .map(|(place, size)| {
+                Buffer::Gpu(GpuView {
+                    buffer: arenas[place.arena].clone(),
+                    offset: place.offset,
+                    size,
+                })
+            })
+            .collect())
     }
 
     fn write(&self, buffer: &Buffer, words: &[u32]) -> Result<()> {
-        let buffer = gpu_buffer(buffer);
-        if (words.len() * 4) as u64 > buffer.size() {
+        let view = gpu_view(buffer);
+        if (words.len() * 4) as u64 > view.size {
             return Err(Error::Input(format!(
                 "writing {} words into a buffer of {}",
                 words.len(),
-                buffer.size() / 4
+                view.size / 4
             )));
         }
-        self.queue.write_buffer(buffer, 0, bytemuck::cast_slice(words));
+        self.queue
+            .write_buffer(&view.buffer, view.offset, bytemuck::cast_slice(words));
         self.check_errors()
     }
 
     fn read<'a>(&'a self, buffer: &'a Buffer) -> ReadFuture<'a> {
-        Box::pin(self.read_buffer(gpu_buffer(buffer)))
+        Box::pin(self.read_view(gpu_view(buffer)))
     }
 
     fn compile(&self, program: &Program) -> Result<Box<dyn Compiled>> {
@@ -170,15 +270,27 @@ impl Backend for GpuBackend {
 }
 
 impl GpuBackend {
-    async fn read_buffer(&self, buffer: &wgpu::Buffer) -> Result<Vec<u32>> {
+    /// A zeroed storage buffer of `bytes` (at most the binding limit: callers check).
+    fn create(&self, bytes: u64, label: &str) -> Result<wgpu::Buffer> {
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.check_errors()?;
+        Ok(buffer)
+    }
+
+    async fn read_view(&self, view: &GpuView) -> Result<Vec<u32>> {
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
-            size: buffer.size(),
+            size: view.size,
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
         let mut encoder = self.device.create_command_encoder(&Default::default());
-        encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, buffer.size());
+        encoder.copy_buffer_to_buffer(&view.buffer, view.offset, &staging, 0, view.size);
         self.queue.submit([encoder.finish()]);
         let words = mapped_words(&self.device, &staging).await?;
         self.check_errors()?;
@@ -216,4 +328,28 @@ async fn mapped_words(
     };
     staging.unmap();
     Ok(words)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Place, pack};
+
+    #[test]
+    fn parts_are_packed_aligned_and_split_at_the_limit() {
+        let place = |arena, offset| Place { arena, offset };
+        // 4 bytes, then 300 (at 256), then 256 (at 768: 556 rounded up), then 400, which would
+        // end at 1,424 past a 1,200-byte limit, so a second arena begins; then one that fills it.
+        let places = pack(&[4, 300, 256, 400, 800], 256, 1200);
+        assert_eq!(
+            places,
+            [
+                place(0, 0),
+                place(0, 256),
+                place(0, 768),
+                place(1, 0),
+                place(2, 0)
+            ]
+        );
+        assert_eq!(pack(&[], 256, 1200), []);
+    }
 }

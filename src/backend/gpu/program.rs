@@ -12,7 +12,7 @@ use wgpu::util::DeviceExt;
 
 #[cfg(not(target_arch = "wasm32"))]
 use super::timestamps::Timestamps;
-use super::{GpuBackend, gpu_buffer};
+use super::{GpuBackend, GpuView, gpu_view};
 #[cfg(not(target_arch = "wasm32"))]
 use crate::backend::profile::Clock;
 use crate::backend::profile::Profile;
@@ -33,8 +33,8 @@ struct Binding {
     uniform: wgpu::Buffer,
     /// The storage buffers in binding order.
     args: Vec<Arg>,
-    inputs: Vec<wgpu::Buffer>,
-    outputs: Vec<wgpu::Buffer>,
+    inputs: Vec<GpuView>,
+    outputs: Vec<GpuView>,
 }
 
 impl Binding {
@@ -44,14 +44,14 @@ impl Binding {
             resource: self.uniform.as_entire_binding(),
         }];
         for (i, a) in self.args.iter().enumerate() {
-            let buffer = match *a {
-                Arg::In(i) => &self.inputs[i],
-                Arg::Out(i) => &self.outputs[i],
-                Arg::Scratch(i) => &scratch[i],
+            let resource = match *a {
+                Arg::In(i) => self.inputs[i].binding(),
+                Arg::Out(i) => self.outputs[i].binding(),
+                Arg::Scratch(i) => scratch[i].as_entire_binding(),
             };
             entries.push(wgpu::BindGroupEntry {
                 binding: i as u32 + 1,
-                resource: buffer.as_entire_binding(),
+                resource,
             });
         }
         device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -121,7 +121,7 @@ impl GpuProgram {
                 .enumerate()
                 .map(|(i, &words)| {
                     let label = format!("{} scratch {i}", step.op.name());
-                    super::super::Backend::alloc(gpu, words, &label).map(|b| gpu_buffer(&b).clone())
+                    super::super::Backend::alloc(gpu, words, &label).map(|b| gpu_view(&b).buffer.clone())
                 })
                 .collect::<Result<_>>()?;
             for d in &kernels.dispatches {
@@ -147,16 +147,8 @@ impl GpuProgram {
                         usage: wgpu::BufferUsages::UNIFORM,
                     }),
                     args: d.args.clone(),
-                    inputs: step
-                        .inputs
-                        .iter()
-                        .map(|b| gpu_buffer(&b.buffer).clone())
-                        .collect(),
-                    outputs: step
-                        .outputs
-                        .iter()
-                        .map(|b| gpu_buffer(&b.buffer).clone())
-                        .collect(),
+                    inputs: step.inputs.iter().map(|b| gpu_view(&b.buffer).clone()).collect(),
+                    outputs: step.outputs.iter().map(|b| gpu_view(&b.buffer).clone()).collect(),
                 };
                 dispatches.push(Recorded {
                     step: s,
