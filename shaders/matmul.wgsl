@@ -30,7 +30,9 @@
 //
 // A linear layer's bias is added as each value of C is written (the override BIAS), or after
 // the partial products are summed for a split-K product: the add kernel it replaces read and
-// wrote all of C again, in a dispatch of its own.
+// wrote all of C again, in a dispatch of its own. Likewise GELU (the override GELU): the
+// feed-forward's up-projection writes C (GELU's backward reads it) and GELU(C) beside it. The
+// module goes on in gelu.wgsl.
 
 struct Dims {
     m: u32,
@@ -62,8 +64,11 @@ struct Dims {
 @group(0) @binding(2) var<storage, read> b4: array<vec4<f32>>;
 // The bias [n] added to every row of C when BIAS is true; products without one bind A here, unread.
 @group(0) @binding(4) var<storage, read> bias: array<f32>;
+// GELU(C) when GELU is true; products without it bind C here again, unwritten.
+@group(0) @binding(5) var<storage, read_write> activated: array<f32>;
 
 override BIAS: bool = false;
+override GELU: bool = false;
 
 // Rows and columns of C per workgroup: a multiple of 16 for matmul_16x16, of 8 for matmul_8x8.
 override TILE: u32;
@@ -218,6 +223,9 @@ fn store4(base: u32, row: u32, col: u32, v: vec4<f32>) {
                 value += bias[col + j];
             }
             c[at + col + j] = value;
+            if (GELU) {
+                activated[at + col + j] = gelu(value);
+            }
         }
     }
 }
@@ -547,9 +555,10 @@ fn matmul_8x8_vec4(@builtin(local_invocation_id) local: vec3<u32>, @builtin(loca
 @group(0) @binding(1) var<storage, read_write> parts: array<f32>;
 @group(0) @binding(2) var<storage, read_write> sums: array<f32>;
 @group(0) @binding(3) var<storage, read> split_bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> split_activated: array<f32>;
 
 // After a split-K product: each output element the sum of its `splits` partial products, in
-// split order (deterministic), one thread each. Then the bias, if BIAS.
+// split order (deterministic), one thread each. Then the bias, if BIAS, and GELU, if GELU.
 @compute @workgroup_size(64)
 fn matmul_sum_splits(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let e = gid.x + gid.y * groups.x * 64u;
@@ -567,6 +576,9 @@ fn matmul_sum_splits(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num
         total += split_bias[e % dims.n];
     }
     sums[e] = total;
+    if (GELU) {
+        split_activated[e] = gelu(total);
+    }
 }
 
 // The `_direct` bodies, for software adapters: the same blocks, each thread loading its rows and

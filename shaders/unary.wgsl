@@ -1,5 +1,5 @@
 // Elementwise activations and their gradients. `kind`: 0 exp, 1 tanh, 2 sigmoid, 3 relu, 4 gelu
-// (the discriminants of `UnaryKind`).
+// (the discriminants of `UnaryKind`). The module goes on in gelu.wgsl.
 
 struct Unary {
     n: u32,
@@ -13,18 +13,6 @@ struct Unary {
 @group(0) @binding(2) var<storage, read> gy: array<f32>;
 @group(0) @binding(3) var<storage, read_write> gx: array<f32>;
 
-const FRAC_1_SQRT_2: f32 = 0.70710678;
-const INV_SQRT_2PI: f32 = 0.39894228;
-
-// erf by Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7; WGSL has no erf. `erf` in
-// src/ops/unary.rs is the same formula, so both backends compute the same GELU.
-fn erf(x: f32) -> f32 {
-    let t = 1.0 / (1.0 + 0.3275911 * abs(x));
-    let poly = t * (0.2548296 + t * (-0.2844967 + t * (1.4214138 + t * (-1.453152 + t * 1.0614054))));
-    let magnitude = 1.0 - poly * exp(-x * x);
-    return select(magnitude, -magnitude, x < 0.0);
-}
-
 fn activation(x: f32) -> f32 {
     switch p.kind {
         case 0u: { return exp(x); }
@@ -33,7 +21,7 @@ fn activation(x: f32) -> f32 {
         case 1u: { return tanh(clamp(x, -10.0, 10.0)); }
         case 2u: { return 1.0 / (1.0 + exp(-x)); }
         case 3u: { return max(x, 0.0); }
-        default: { return 0.5 * x * (1.0 + erf(x * FRAC_1_SQRT_2)); }
+        default: { return gelu(x); }
     }
 }
 
@@ -43,11 +31,7 @@ fn activation_grad(saved: f32, g: f32) -> f32 {
         case 1u: { return g * (1.0 - saved * saved); }
         case 2u: { return g * saved * (1.0 - saved); }
         case 3u: { return select(0.0, g, saved > 0.0); }
-        default: {
-            let cdf = 0.5 * (1.0 + erf(saved * FRAC_1_SQRT_2));
-            let pdf = INV_SQRT_2PI * exp(-0.5 * saved * saved);
-            return g * (cdf + saved * pdf);
-        }
+        default: { return gelu_grad(saved, g); }
     }
 }
 

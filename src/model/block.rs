@@ -163,6 +163,17 @@ impl Linear {
             None => g.matmul(x, self.weight),
         }
     }
+
+    /// GELU of the layer's output, applied as the product writes it where the layer has a bias.
+    pub fn apply_gelu(&self, g: &mut Graph, x: TensorId) -> Result<TensorId> {
+        match self.bias {
+            Some(bias) => Ok(g.matmul_bias_gelu(x, self.weight, bias)?.1),
+            None => {
+                let h = g.matmul(x, self.weight)?;
+                g.gelu(h)
+            }
+        }
+    }
 }
 
 /// A layer norm's `{prefix}.gain` (ones) and `{prefix}.bias` (zeros).
@@ -491,8 +502,7 @@ fn feed_forward(
     shared: &BlockInputs,
     salt: u32,
 ) -> Result<TensorId> {
-    let h = p.up.apply(g, x)?;
-    let mut h = g.gelu(h)?;
+    let mut h = p.up.apply_gelu(g, x)?;
     if let Some(d) = &shared.dropout {
         let salt = salt + site_offset(shared.layers, ACTIVATION_SITES);
         h = d.apply(g, h, d.activation, salt)?;

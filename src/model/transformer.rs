@@ -257,8 +257,7 @@ impl Model {
                 let x = final_norm(g, x)?;
                 // BERT's head: a transform, then the token table (unscaled) and a bias per token.
                 let dense = Linear::declare(g, "mlm_head.dense", d, d, Init::Normal(INIT_STD))?;
-                let x = dense.apply(g, x)?;
-                let x = g.gelu(x)?;
+                let x = dense.apply_gelu(g, x)?;
                 let x = LayerNorm::declare(g, "mlm_head.ln", d)?.apply(g, x)?;
                 let bias = g.param("mlm_head.bias", &[c.vocab], Init::Zeros)?;
                 let logits = g.matmul_t_bias(x, tok_emb, false, true, bias)?;

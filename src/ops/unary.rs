@@ -71,7 +71,7 @@ impl UnaryKind {
     }
 
     #[inline(always)]
-    fn apply(self, x: f32) -> f32 {
+    pub(crate) fn apply(self, x: f32) -> f32 {
         match self {
             Self::Exp => exp(x),
             Self::Tanh => x.tanh(),

@@ -1,4 +1,6 @@
-"""Reference values for a product with a bias (`Graph::matmul_bias`): torch.nn.functional.linear."""
+"""Reference values for a product with a bias (`Graph::matmul_bias`): torch.nn.functional.linear;
+and with GELU applied as it is written (`Graph::matmul_bias_gelu`): gelu(linear), alone and beside
+the product it was applied to (both outputs carry gradients)."""
 
 import torch
 from common import case, rand, save
@@ -14,4 +16,17 @@ def main(path):
         lambda x, w, bias: torch.nn.functional.linear(x, w.t(), bias),
         {"x": rand(2, 3, 4), "w": rand(4, 5), "bias": rand(5)},
     )
+    gelu = torch.nn.functional.gelu  # the erf form, posflow's
+    case(
+        s,
+        "linear_gelu",
+        lambda x, w, bias: gelu(torch.nn.functional.linear(x, w.t(), bias)),
+        {"x": rand(2, 3, 4), "w": rand(4, 5), "bias": rand(5)},
+    )
+
+    def both(x, w, bias):
+        z = torch.nn.functional.linear(x, w.t(), bias)
+        return gelu(z) + 0.5 * z
+
+    case(s, "linear_gelu_both", both, {"x": rand(2, 3, 4), "w": rand(4, 5), "bias": rand(5)})
     save(s, path)

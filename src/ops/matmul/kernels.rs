@@ -65,12 +65,28 @@ fn kstep_for(adapter: AdapterKind, tile: usize) -> usize {
 }
 
 impl Kernel {
-    /// The override constants of the product's dispatch; `bias`: it adds one as it writes C.
-    pub(super) fn constants(&self, bias: bool) -> Vec<(&'static str, f64)> {
-        vec![
-            ("TILE", self.tile as f64),
-            ("KSTEP", self.kstep as f64),
-            ("BIAS", f64::from(u8::from(bias))),
+    /// The override constants of the product's dispatch, with what it does as it writes C.
+    pub(super) fn constants(&self, epilogue: Epilogue) -> Vec<(&'static str, f64)> {
+        let mut constants = vec![("TILE", self.tile as f64), ("KSTEP", self.kstep as f64)];
+        constants.extend(epilogue.constants());
+        constants
+    }
+}
+
+/// What a product does to each value of C as it writes it: add the bias, and write GELU of
+/// the result beside it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Epilogue {
+    pub(super) bias: bool,
+    pub(super) gelu: bool,
+}
+
+impl Epilogue {
+    /// Its override constants (the product's, or for a split-K product the sum's).
+    pub(super) fn constants(self) -> [(&'static str, f64); 2] {
+        [
+            ("BIAS", f64::from(u8::from(self.bias))),
+            ("GELU", f64::from(u8::from(self.gelu))),
         ]
     }
 }

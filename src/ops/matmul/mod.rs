@@ -6,6 +6,8 @@
 
 use rayon::prelude::*;
 
+use super::elementwise::par_map;
+use super::unary::{UnaryBackward, UnaryKind};
 use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
@@ -14,8 +16,8 @@ use crate::tensor::{DType, TensorMeta};
 
 mod kernels;
 
-use kernels::kernel_for;
 pub use kernels::{BLOCK_TILES, KernelChoice};
+use kernels::{Epilogue, kernel_for};
 
 uniform! {
     pub struct MatMulUniform = MATMUL "Dims" {
@@ -33,6 +35,10 @@ pub struct MatMul {
     /// A third input, a bias `[n]` added to every row of the product as it is written (a linear
     /// layer's), where an add after the product read and wrote the whole output again.
     pub bias: bool,
+    /// A second output, GELU of the first, written beside it (a feed-forward's up-projection):
+    /// the GELU kernel it replaces read and wrote the whole output again. GELU's backward reads
+    /// the first output, so that one is still written.
+    pub gelu: bool,
 }
 
 /// A product as the kernels see it: `batch` products `[m, k] · [k, n]`, the matrices of each
@@ -209,7 +215,7 @@ impl Op for MatMul {
                 return self.err(inputs[0], inputs[1], &why);
             }
         }
-        Ok(vec![TensorMeta::f32(&out)])
+        Ok(vec![TensorMeta::f32(&out); 1 + usize::from(self.gelu)])
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
@@ -241,6 +247,9 @@ impl Op for MatMul {
                 }
             });
         }
+        if let [out, activated] = outputs {
+            par_map(activated.data, out.data, |x| UnaryKind::Gelu.apply(x));
+        }
     }
 
     fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
@@ -270,34 +279,54 @@ impl Op for MatMul {
             groups(l.m.div_ceil(tile)),
             groups(l.batch * kernel.splits),
         ];
+        let epilogue = Epilogue {
+            bias: self.bias,
+            gelu: self.gelu,
+        };
         // Binding 4 is the bias; a product without one binds `a` there (read, never used).
+        // Binding 5 is GELU's output; a product without it binds C there again (never written).
         let bias = if self.bias { Arg::In(2) } else { Arg::In(0) };
+        let activated = if self.gelu { Arg::Out(1) } else { Arg::Out(0) };
         if kernel.splits == 1 {
-            let args = vec![Arg::In(0), Arg::In(1), Arg::Out(0), bias];
+            let args = vec![Arg::In(0), Arg::In(1), Arg::Out(0), bias, activated];
             let dispatch = Dispatch::new(kernel.entry, &uniform, args, workgroups);
-            return GpuKernels::single(dispatch.with_constants(kernel.constants(self.bias)));
+            return GpuKernels::single(dispatch.with_constants(kernel.constants(epilogue)));
         }
-        // The partial products into a scratch [batch, splits, m, n], then their sums and the bias.
-        let args = vec![Arg::In(0), Arg::In(1), Arg::Scratch(0), Arg::In(0)];
+        // The partial products into a scratch [batch, splits, m, n], then their sums and the
+        // epilogue.
+        let args = vec![
+            Arg::In(0),
+            Arg::In(1),
+            Arg::Scratch(0),
+            Arg::In(0),
+            Arg::Scratch(0),
+        ];
         let product = Dispatch::new(kernel.entry, &uniform, args, workgroups);
         let sum = Dispatch::new(
             "matmul_sum_splits",
             &uniform,
-            vec![Arg::Scratch(0), Arg::Out(0), bias],
+            vec![Arg::Scratch(0), Arg::Out(0), bias, activated],
             grid(l.batch * l.m * l.n, 64),
         );
         GpuKernels {
             scratch: vec![l.batch * kernel.splits * l.m * l.n],
             dispatches: vec![
-                product.with_constants(kernel.constants(false)),
-                sum.with_constants(vec![("BIAS", f64::from(u8::from(self.bias)))]),
+                product.with_constants(kernel.constants(Epilogue::default())),
+                sum.with_constants(epilogue.constants().to_vec()),
             ],
         }
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
-        let Some(grad) = args.grads[0] else {
-            return Ok(vec![None; args.inputs.len()]);
+        // Through GELU to its input, the first output, adding what that output got directly.
+        let through_gelu = match args.grads.get(1).copied().flatten() {
+            Some(grad) => Some(g.apply1(UnaryBackward(UnaryKind::Gelu), &[args.outputs[0], grad])?),
+            None => None,
+        };
+        let grad = match (args.grads[0], through_gelu) {
+            (Some(a), Some(b)) => g.add(a, b)?,
+            (Some(grad), None) | (None, Some(grad)) => grad,
+            (None, None) => return Ok(vec![None; args.inputs.len()]),
         };
         let (a, b) = (args.inputs[0], args.inputs[1]);
         let (rank_a, rank_b) = (g.shape(a).len(), g.shape(b).len());
@@ -347,6 +376,7 @@ impl Graph {
             trans_b,
             kernel: None,
             bias: false,
+            gelu: false,
         };
         self.apply1(op, &[a, b])
     }
@@ -371,8 +401,28 @@ impl Graph {
             trans_b,
             kernel: None,
             bias: true,
+            gelu: false,
         };
         self.apply1(op, &[a, b, bias])
+    }
+
+    /// `GELU(x · w + bias)` with its input: `(x · w + bias, GELU(x · w + bias))`, both written by
+    /// the product (a feed-forward's up-projection; GELU's backward reads the input).
+    pub fn matmul_bias_gelu(
+        &mut self,
+        x: TensorId,
+        w: TensorId,
+        bias: TensorId,
+    ) -> Result<(TensorId, TensorId)> {
+        let op = MatMul {
+            trans_a: false,
+            trans_b: false,
+            kernel: None,
+            bias: true,
+            gelu: true,
+        };
+        let outputs = self.apply(op, &[x, w, bias])?;
+        Ok((outputs[0], outputs[1]))
     }
 
     /// `a · b` computed by the kernel named: for measuring each kernel on an adapter.
@@ -382,6 +432,7 @@ impl Graph {
             trans_b: false,
             kernel: Some(kernel),
             bias: false,
+            gelu: false,
         };
         self.apply1(op, &[a, b])
     }

@@ -1,4 +1,4 @@
-use super::kernels::{BLOCK8, BLOCK16, Kernel};
+use super::kernels::{BLOCK8, BLOCK16, Epilogue, Kernel};
 use super::{AdapterKind, KernelChoice, Layout, MatMul, kernel_for};
 use crate::graph::Graph;
 use crate::tensor::TensorMeta;
@@ -28,6 +28,7 @@ fn layout(a: &[usize], b: &[usize], ta: bool, tb: bool) -> Layout {
         trans_b: tb,
         kernel: None,
         bias: false,
+        gelu: false,
     };
     op.plan(&TensorMeta::f32(a), &TensorMeta::f32(b)).unwrap().1
 }
@@ -125,18 +126,38 @@ fn every_kernel_validates_with_its_constants() {
                 splits: 1,
                 kstep: choice.kstep,
             };
-            for bias in [false, true] {
-                let constants = kernel.constants(bias);
+            for epilogue in EPILOGUES {
+                let constants = kernel.constants(epilogue);
                 crate::shaders::validate_variant(&crate::shaders::MATMUL, entry, &constants)
-                    .unwrap_or_else(|e| panic!("{kernel:?}, bias {bias}: {e}"));
+                    .unwrap_or_else(|e| panic!("{kernel:?}, {epilogue:?}: {e}"));
             }
         }
     }
-    for bias in [0.0, 1.0] {
-        crate::shaders::validate_variant(&crate::shaders::MATMUL, "matmul_sum_splits", &[("BIAS", bias)])
-            .unwrap();
+    for epilogue in EPILOGUES {
+        let constants = epilogue.constants();
+        crate::shaders::validate_variant(&crate::shaders::MATMUL, "matmul_sum_splits", &constants)
+            .unwrap_or_else(|e| panic!("{epilogue:?}: {e}"));
     }
 }
+
+const EPILOGUES: [Epilogue; 4] = [
+    Epilogue {
+        bias: false,
+        gelu: false,
+    },
+    Epilogue {
+        bias: true,
+        gelu: false,
+    },
+    Epilogue {
+        bias: false,
+        gelu: true,
+    },
+    Epilogue {
+        bias: true,
+        gelu: true,
+    },
+];
 
 /// `x · w + bias` with x `[..batch, m, k]`, w `[k, n]` and bias `[n]`.
 fn linear(batch: &[usize], m: usize, k: usize, n: usize) -> impl Fn(&mut Graph) -> Built + use<> {
@@ -182,6 +203,75 @@ fn products_with_a_bias_match_cpu() {
         check_each_kind_matches_cpu(&linear(batch, m, k, n), 1e-4, 1e-4);
     }
     check_each_kind_matches_cpu(&linear_t(&[4], 31, 24, 65, true), 1e-4, 1e-4);
+}
+
+/// `GELU(x · w + bias)` written by the product; with `both`, plus half the product itself, so
+/// that gradients reach the op through both its outputs.
+fn linear_gelu(
+    batch: &[usize],
+    m: usize,
+    k: usize,
+    n: usize,
+    both: bool,
+) -> impl Fn(&mut Graph) -> Built + use<> {
+    let mut sx = batch.to_vec();
+    sx.extend([m, k]);
+    let sx = leak(sx);
+    let sw = leak(vec![k, n]);
+    move |g| {
+        let x = param(g, "x", sx);
+        let w = param(g, "w", sw);
+        let bias = param(g, "bias", leak(vec![n]));
+        let (z, activated) = g.matmul_bias_gelu(x, w, bias).unwrap();
+        let out = if both {
+            let half = g.scale(z, 0.5).unwrap();
+            g.add(activated, half).unwrap()
+        } else {
+            activated
+        };
+        Built { out, feeds: vec![] }
+    }
+}
+
+/// GELU is applied as the product is written by every tile of both kinds' entry points (odd
+/// sizes, multiples of 4, the model's up-projection), and after the sum of a split-K product's
+/// parts; forward and backward, through either output.
+#[test]
+fn products_with_gelu_match_cpu() {
+    for (batch, m, k, n) in [
+        (&[][..], 37, 91, 53),
+        (&[3][..], 68, 44, 132),
+        (&[16][..], 128, 128, 512),
+        (&[][..], 20, 1030, 28),
+    ] {
+        check_each_kind_matches_cpu(&linear_gelu(batch, m, k, n, false), 1e-4, 1e-4);
+    }
+    check_each_kind_matches_cpu(&linear_gelu(&[2], 3, 1030, 5, true), 1e-4, 1e-4);
+    check_each_kind_matches_cpu(&linear_gelu(&[3], 70, 45, 133, true), 1e-4, 1e-4);
+}
+
+/// The fused op computes what the product and a separate GELU do, bit for bit on the CPU.
+#[test]
+fn gelu_written_by_the_product_is_the_gelu_of_the_product() {
+    let fused = run(
+        cpu(),
+        &linear_gelu(&[2], 5, 6, 7, false),
+        3,
+        &Overrides::default(),
+    );
+    let apart = |g: &mut Graph| {
+        let x = param(g, "x", &[2, 5, 6]);
+        let w = param(g, "w", &[6, 7]);
+        let bias = param(g, "bias", &[7]);
+        let z = g.matmul_bias(x, w, bias).unwrap();
+        Built {
+            out: g.gelu(z).unwrap(),
+            feeds: vec![],
+        }
+    };
+    let apart = run(cpu(), &apart, 3, &Overrides::default());
+    assert_eq!(fused.out, apart.out);
+    assert_eq!(fused.grads, apart.grads);
 }
 
 #[test]
@@ -312,6 +402,8 @@ fn gradients_match_finite_differences() {
     }
     check_gradients(&linear(&[2], 3, 4, 5), 1e-2, 1e-3, 12);
     check_gradients(&linear_t(&[2], 3, 4, 5, true), 1e-2, 1e-3, 12);
+    check_gradients(&linear_gelu(&[2], 3, 4, 5, false), 1e-2, 1e-3, 12);
+    check_gradients(&linear_gelu(&[2], 3, 4, 5, true), 1e-2, 1e-3, 12);
 }
 
 /// A case of `gen_matmul.py`: name, shapes of a and b, trans_a, trans_b.
@@ -334,6 +426,20 @@ fn matches_pytorch() {
         check_reference("matmul", case, &product(sa, sb, ta, tb), 1e-5, 1e-4);
     }
     check_reference("linear", "linear", &linear(&[2], 3, 4, 5), 1e-5, 1e-4);
+    check_reference(
+        "linear",
+        "linear_gelu",
+        &linear_gelu(&[2], 3, 4, 5, false),
+        1e-5,
+        1e-4,
+    );
+    check_reference(
+        "linear",
+        "linear_gelu_both",
+        &linear_gelu(&[2], 3, 4, 5, true),
+        1e-5,
+        1e-4,
+    );
 }
 
 #[test]
