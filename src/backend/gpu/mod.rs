@@ -118,7 +118,7 @@ pub struct GpuView {
 }
 
 impl GpuView {
-    fn entire(buffer: wgpu::Buffer) -> Self {
+    pub(super) fn entire(buffer: wgpu::Buffer) -> Self {
         let size = buffer.size();
         Self {
             buffer,

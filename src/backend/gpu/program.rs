@@ -62,6 +62,41 @@ impl Binding {
     }
 }
 
+impl Binding {
+    /// WebGPU's rule for the buffers of one dispatch: a buffer bound for writing is bound nowhere
+    /// else in it, not even read-only at another range (a usage scope is the whole buffer), and
+    /// only at ranges that do not overlap where it is written twice. Native wgpu does not check
+    /// the last, browsers do: checked here, a kernel that breaks it fails natively, in tests,
+    /// rather than only in the browser.
+    fn check_aliasing(&self, op: &str, scratch: &[wgpu::Buffer]) -> Result<()> {
+        let bound: Vec<(GpuView, bool)> = self
+            .args
+            .iter()
+            .map(|a| match *a {
+                Arg::In(i) => (self.inputs[i].clone(), false),
+                Arg::Out(i) => (self.outputs[i].clone(), true),
+                Arg::Scratch(i) => (GpuView::entire(scratch[i].clone()), true),
+            })
+            .collect();
+        for (i, (a, a_writes)) in bound.iter().enumerate() {
+            for (j, (b, b_writes)) in bound.iter().enumerate().skip(i + 1) {
+                let overlap = a.offset < b.offset + b.size && b.offset < a.offset + a.size;
+                let refused = a.buffer == b.buffer && (a_writes != b_writes || (*a_writes && overlap));
+                if refused {
+                    return Err(Error::Gpu(format!(
+                        "{op} ({}): bindings {} and {} share a buffer that one of them writes, \
+                         which WebGPU refuses",
+                        self.label,
+                        i + 1,
+                        j + 1
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 struct Recorded {
     /// The program step (op) this dispatch belongs to, whose scratch buffers it may bind (and
     /// grow, natively).
@@ -150,6 +185,7 @@ impl GpuProgram {
                     inputs: step.inputs.iter().map(|b| gpu_view(&b.buffer).clone()).collect(),
                     outputs: step.outputs.iter().map(|b| gpu_view(&b.buffer).clone()).collect(),
                 };
+                binding.check_aliasing(step.op.name(), &scratch)?;
                 dispatches.push(Recorded {
                     step: s,
                     bind_group: binding.bind(device, &scratch),
@@ -430,6 +466,46 @@ impl Drop for GpuProgram {
     fn drop(&mut self) {
         if let Some(profile) = &self.profile {
             eprint!("{}", profile.borrow());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+
+    use crate::backend::{Bound, Buffer, Step};
+    use crate::ops::elementwise::Scale;
+    use crate::tensor::TensorMeta;
+    use crate::testing::gpu;
+
+    /// x → 2x between two buffers; a part of one arena may be read while another arena's part is
+    /// written, but not beside a written part of its own arena, nor written where it is read.
+    #[test]
+    fn a_dispatch_may_not_write_a_buffer_it_also_binds_elsewhere() {
+        let Some(gpu) = gpu() else { return };
+        let bound = |buffer: &Buffer| Bound {
+            name: "x".into(),
+            meta: TensorMeta::f32(&[4]),
+            buffer: buffer.clone(),
+        };
+        let scale = |from: &Buffer, to: &Buffer| {
+            let step = Step {
+                op: Rc::new(Scale(2.0)),
+                inputs: vec![bound(from)],
+                outputs: vec![bound(to)],
+            };
+            gpu.compile(&vec![step]).map(|_| ())
+        };
+        let parts = |label: &str| {
+            let parts = [(4, format!("{label}0")), (4, format!("{label}1"))];
+            gpu.alloc_packed(&parts).unwrap()
+        };
+        let (a, b) = (parts("a"), parts("b"));
+        assert!(scale(&a[0], &b[1]).is_ok());
+        for (from, to) in [(&a[0], &a[1]), (&a[0], &a[0])] {
+            let err = scale(from, to).unwrap_err().to_string();
+            assert!(err.contains("scale") && err.contains("WebGPU refuses"), "{err}");
         }
     }
 }

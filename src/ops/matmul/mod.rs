@@ -284,22 +284,31 @@ impl Op for MatMul {
             gelu: self.gelu,
         };
         // Binding 4 is the bias; a product without one binds `a` there (read, never used).
-        // Binding 5 is GELU's output; a product without it binds C there again (never written).
+        // Binding 5 is GELU's output; a product without it binds a word of scratch there (never
+        // written): WebGPU refuses a writable binding that overlaps another of the same buffer,
+        // so C cannot stand in as `a` does for the bias.
         let bias = if self.bias { Arg::In(2) } else { Arg::In(0) };
-        let activated = if self.gelu { Arg::Out(1) } else { Arg::Out(0) };
         if kernel.splits == 1 {
+            let (activated, scratch) = match self.gelu {
+                true => (Arg::Out(1), vec![]),
+                false => (Arg::Scratch(0), vec![1]),
+            };
             let args = vec![Arg::In(0), Arg::In(1), Arg::Out(0), bias, activated];
             let dispatch = Dispatch::new(kernel.entry, &uniform, args, workgroups);
-            return GpuKernels::single(dispatch.with_constants(kernel.constants(epilogue)));
+            return GpuKernels {
+                scratch,
+                dispatches: vec![dispatch.with_constants(kernel.constants(epilogue))],
+            };
         }
         // The partial products into a scratch [batch, splits, m, n], then their sums and the
         // epilogue.
+        let activated = if self.gelu { Arg::Out(1) } else { Arg::Scratch(1) };
         let args = vec![
             Arg::In(0),
             Arg::In(1),
             Arg::Scratch(0),
             Arg::In(0),
-            Arg::Scratch(0),
+            Arg::Scratch(1),
         ];
         let product = Dispatch::new(kernel.entry, &uniform, args, workgroups);
         let sum = Dispatch::new(
@@ -309,7 +318,7 @@ impl Op for MatMul {
             grid(l.batch * l.m * l.n, 64),
         );
         GpuKernels {
-            scratch: vec![l.batch * kernel.splits * l.m * l.n],
+            scratch: vec![l.batch * kernel.splits * l.m * l.n, 1],
             dispatches: vec![
                 product.with_constants(kernel.constants(Epilogue::default())),
                 sum.with_constants(epilogue.constants().to_vec()),
