@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Run here, before a session's first call of the `device` tool: builds what issue 14's GPU table
+# needs and puts it where the calls carry it from (`.gpu/`, `.gl/`, both git-ignored locally).
+#
+#   bash benches/gpu/prepare.sh
+#
+# A call carries at most 64 MiB with the tree (~16 MiB), so the work is split: one call for the
+# benchmarks, one per part of the test binaries, back to back (a machine stays warm 30 s):
+#   run(command="bash benches/gpu/table.sh bench", carry=[".gl", ".gpu/bench"], timeout_s=420)
+#   run(command="bash benches/gpu/table.sh tests", carry=[".gl", ".gpu/tests-1"], timeout_s=300)
+#   run(command="bash benches/gpu/table.sh tests", carry=[".gl", ".gpu/tests-2"], timeout_s=300)
+#   ... (as many parts as this script reports)
+# then copy the numbers from each call's table.log into BENCHMARKS.md.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+peers=${PEERS:-$root/../shared/peers}
+part_limit=$((44 * 1024 * 1024))
+
+for dir in /.gpu/ /.gl/; do
+    grep -qxF "$dir" .git/info/exclude 2>/dev/null || echo "$dir" >>.git/info/exclude
+done
+rm -rf .gpu && mkdir -p .gpu/bench .gpu/all
+
+cargo build --release --bin posflow
+strip -o .gpu/bench/posflow target/release/posflow
+xz -9 -T0 .gpu/bench/posflow
+cp "$peers/torch_train.py" .gpu/bench/
+
+# The test binaries (unit and integration) as `cargo test` runs them, and the CLI binary the
+# CLI tests run. Tests find committed files and that binary by paths baked in at build time:
+# table.sh puts the tree and the binary there.
+cargo build --bin posflow
+cargo test --no-run --message-format=json 2>/dev/null |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
+        print(m["executable"])' |
+    while read -r exe; do
+        # Tests that never open a GPU (the fuzzers, configs, data) are CI's alone.
+        case $(basename "$exe") in fuzz_* | configs-* | data-*) continue ;; esac
+        strip -o ".gpu/all/$(basename "$exe")" "$exe"
+    done
+xz -9 -T0 .gpu/all/*
+target=$(cargo metadata --format-version 1 --no-deps |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+strip -o .gpu/posflow-debug "$target/debug/posflow"
+xz -9 -T0 .gpu/posflow-debug
+# The tree's path, and the CLI binary's, as the test binaries have them.
+printf '%s\n%s\n' "$root" "$target/debug/posflow" >.gpu/source_root
+
+# Parts of at most part_limit bytes, each with the CLI binary and the build path.
+part=0
+used=$part_limit
+extra=$(($(stat -c %s .gpu/posflow-debug.xz) + 4096))
+for f in $(ls -S .gpu/all/*.xz); do
+    size=$(stat -c %s "$f")
+    if [ $((used + size)) -gt $part_limit ]; then
+        part=$((part + 1))
+        mkdir -p ".gpu/tests-$part"
+        cp .gpu/posflow-debug.xz .gpu/source_root ".gpu/tests-$part/"
+        used=$extra
+    fi
+    mv "$f" ".gpu/tests-$part/"
+    used=$((used + size))
+done
+rm -rf .gpu/all .gpu/posflow-debug.xz .gpu/source_root
+
+# The Vulkan loader (the device machine has NVIDIA's driver but no loader): the device README's
+# recipe, once per checkout.
+if ! ls .gl/libvulkan1_*.deb >/dev/null 2>&1; then
+    mkdir -p .gl /tmp/amd64/partial
+    o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+    apt-get $o update -qq
+    (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
+fi
+du -sh .gl .gpu/*
+echo "test parts: $part (one call each)"

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Run on a lent GPU machine (see prepare.sh for the calls):
+#   table.sh bench   issue 14's GPU table: the peers' step (every variant) and square products,
+#                    posflow and PyTorch eager CUDA alternating in one command, and the profile
+#   table.sh tests   every test binary in the carried .gpu/tests-* parts, POSFLOW_REQUIRE_GPU=1
+# Everything goes to $OUT/table.log (and stdout), a failed test binary's output to
+# $OUT/failures.log (a call returns at most 8 files). On a machine without a GPU,
+# TORCH_DEVICE=cpu PYTHON=<a python with torch> STEPS=1 SIZES=256 tries it on a software adapter.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+what=${1:?say bench or tests}
+OUT=${OUT:-/tmp/gpu-table}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/table.log") 2>&1
+
+if ! ldconfig -p | grep -q libvulkan; then
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+fi
+if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+export WGPU_BACKEND=vulkan XDG_RUNTIME_DIR=$(mktemp -d)
+torch_device=${TORCH_DEVICE:-cuda}
+py=${PYTHON:-python3}
+steps=${STEPS:-20}
+sizes=${SIZES:-1024,2048,4096}
+say() { printf '\n== %s (%s, load %s)\n' "$1" "$(date -u +%H:%M:%S)" "$(cut -d' ' -f1-3 /proc/loadavg)"; }
+
+say "machine"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv 2>/dev/null || true
+
+if [ "$what" = bench ]; then
+    posflow=/tmp/posflow-release
+    xz -dc .gpu/bench/posflow.xz >$posflow && chmod +x $posflow
+    $posflow devices 2>&1 | head -5
+    "$py" -c 'import torch; print("torch", torch.__version__)'
+    # The peers' step: posflow's variants and PyTorch alternating, two rounds.
+    for round in 1 2; do
+        say "train, round $round: posflow"
+        $posflow --device gpu bench train --steps "$steps" --warmup 3 \
+            --variants learned,sinusoidal,floater,floater_backprop,floater_cached,tupe_a,rk4
+        say "train, round $round: PyTorch eager ($torch_device)"
+        "$py" .gpu/bench/torch_train.py --device "$torch_device" --steps "$steps" --warmup 3
+    done
+    say "where the step goes (GPU timestamps)"
+    POSFLOW_PROFILE=1 $posflow --device gpu bench train --steps "$steps" --warmup 2
+    for round in 1 2; do
+        say "matmul, round $round: posflow"
+        $posflow --device gpu bench matmul --sizes "$sizes" --repeats 20
+        say "matmul, round $round: PyTorch ($torch_device)"
+        "$py" .gpu/bench/torch_train.py --device "$torch_device" --matmul --sizes "$sizes" --runs 20
+    done
+    say "done"
+    exit 0
+fi
+
+# Tests: where the binaries were built, they read the tree and run target/debug/posflow.
+failed=0
+for part in .gpu/tests-*; do
+    built_in=$(sed -n 1p "$part/source_root")
+    cli=$(sed -n 2p "$part/source_root")
+    if [ "$built_in" != "$(pwd)" ] && [ ! -e "$built_in" ]; then
+        mkdir -p "$(dirname "$built_in")" && ln -sfn "$(pwd)" "$built_in"
+    fi
+    mkdir -p "$(dirname "$cli")"
+    xz -dc "$part/posflow-debug.xz" >"$cli" && chmod +x "$cli"
+    for t in "$part"/*.xz; do
+        name=$(basename "$t" .xz)
+        [ "$name" = posflow-debug ] && continue
+        xz -dc "$t" >"/tmp/$name" && chmod +x "/tmp/$name"
+        say "tests: $name"
+        if ! POSFLOW_REQUIRE_GPU=1 "/tmp/$name" --test-threads 16 >"/tmp/$name.log" 2>&1; then
+            echo "FAILED: $name (its output: failures.log)"
+            { echo "== $name"; cat "/tmp/$name.log"; } >>"$OUT/failures.log"
+            failed=1
+        fi
+        grep -h '^test result' "/tmp/$name.log"
+    done
+done
+say "tests done (failed: $failed)"
