@@ -83,9 +83,10 @@ const CHUNK: usize = 4096;
 /// Marks a chunk of a parameter that decays (bit 31 of its length word).
 const DECAYS: u32 = 1 << 31;
 
-/// One parameter's place in the allocations an update dispatch binds, in words.
+/// Where a run of values of one parameter lies in the allocations an update dispatch binds,
+/// in words: a whole parameter, or a workgroup's chunk of one (at most [`CHUNK`] values).
 #[derive(Clone, Copy, Debug)]
-struct Segment {
+struct Span {
     grad: usize,
     param: usize,
     /// Where its first and second moments start: m and v share one layout.
@@ -94,18 +95,8 @@ struct Segment {
     decays: bool,
 }
 
-/// A workgroup's share of the update: at most [`CHUNK`] values of one parameter.
-#[derive(Clone, Copy, Debug)]
-struct Chunk {
-    grad: usize,
-    param: usize,
-    moments: usize,
-    len: usize,
-    decays: bool,
-}
-
-impl Chunk {
-    /// Its row of the table the kernels read (`adam.wgsl`).
+impl Span {
+    /// Its row of the chunk table the kernels read (`adam.wgsl`).
     fn words(&self) -> [u32; 4] {
         let decays = if self.decays { DECAYS } else { 0 };
         [
@@ -117,12 +108,12 @@ impl Chunk {
     }
 }
 
-/// The segments cut into chunks, in order.
-fn chunks_of(segments: &[Segment]) -> Vec<Chunk> {
-    segments
+/// Whole parameters cut into chunks, in order.
+fn chunked(parameters: &[Span]) -> Vec<Span> {
+    parameters
         .iter()
         .flat_map(|s| {
-            (0..s.len).step_by(CHUNK).map(move |at| Chunk {
+            (0..s.len).step_by(CHUNK).map(move |at| Span {
                 grad: s.grad + at,
                 param: s.param + at,
                 moments: s.moments + at,
@@ -142,7 +133,7 @@ uniform! {
 /// A dispatch per gradient was 52 per step, each a few microseconds of a GPU's fixed cost.
 #[derive(Debug)]
 struct SumSquares {
-    chunks: Rc<Vec<Chunk>>,
+    chunks: Rc<Vec<Span>>,
     first_slot: usize,
 }
 
@@ -245,7 +236,7 @@ uniform! {
 #[derive(Debug)]
 struct AdamUpdate {
     config: AdamW,
-    chunks: Rc<Vec<Chunk>>,
+    chunks: Rc<Vec<Span>>,
 }
 
 impl Op for AdamUpdate {
@@ -353,7 +344,7 @@ struct Group {
     param: Buffer,
     m: Buffer,
     v: Buffer,
-    segments: Vec<Segment>,
+    parameters: Vec<Span>,
 }
 
 impl Optimizer {
@@ -420,7 +411,7 @@ impl Optimizer {
                     "the moments of `{name}` are not laid out alike"
                 )));
             }
-            let segment = Segment {
+            let span = Span {
                 grad: grad_at,
                 param: param_at,
                 moments: m_at,
@@ -434,23 +425,23 @@ impl Optimizer {
                     && g.v.same(&v_arena)
             };
             match groups.iter_mut().find(|g| same(g)) {
-                Some(group) => group.segments.push(segment),
+                Some(group) => group.parameters.push(span),
                 None => groups.push(Group {
                     grad: grad_arena,
                     param: param_arena,
                     m: m_arena,
                     v: v_arena,
-                    segments: vec![segment],
+                    parameters: vec![span],
                 }),
             }
         }
-        let chunks: Vec<Rc<Vec<Chunk>>> = groups.iter().map(|g| Rc::new(chunks_of(&g.segments))).collect();
+        let chunks: Vec<Rc<Vec<Span>>> = groups.iter().map(|g| Rc::new(chunked(&g.parameters))).collect();
         let slots: usize = chunks.iter().map(|c| c.len()).sum();
         let norms = alloc_bound(&*self.backend, "adam.chunk_norms", slots)?;
         let mut tables = Vec::new();
         for c in &chunks {
             let table = alloc_bound(&*self.backend, "adam.chunks", 4 * c.len())?;
-            let words: Vec<u32> = c.iter().flat_map(Chunk::words).collect();
+            let words: Vec<u32> = c.iter().flat_map(Span::words).collect();
             self.backend.write(&table.buffer, &words)?;
             tables.push(table);
         }
