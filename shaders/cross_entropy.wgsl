@@ -2,10 +2,13 @@
 // those whose target is not the ignore index and lies in [0, V).
 //
 // Forward: `row_loss` (one workgroup per row: max, log-sum-exp) writes each row's loss to a
-// scratch buffer, then `mean` (one workgroup) sums them in a fixed order: deterministic.
-// Backward: `count` (one workgroup) counts the rows, then `row_grad` (one workgroup per row)
-// writes (softmax - onehot) * g / count, zeros for rows not counted. On software adapters
-// `row_loss_rows` and `row_grad_rows` give each row one invocation instead (see RowKernels).
+// scratch buffer and its log-sum-exp to `saved`, then `mean` (one workgroup) sums the losses in a
+// fixed order (deterministic) and writes the count of rows to `saved` too. On software adapters
+// `row_loss_rows` gives each row one invocation instead (see RowKernels).
+// Backward: `logit_grad`, a thread per logit, writes (exp(x - lse) - onehot) * g / count from
+// what the forward saved, zeros for rows not counted: one pass over the logits, where
+// recomputing each row's max and sum read them three times, and no count of its own to
+// dispatch first.
 
 struct Rows {
     rows: u32,
@@ -18,17 +21,16 @@ struct Rows {
 @group(0) @binding(2) var<storage, read> targets: array<i32>;
 // Each entry point binds its buffers from 1 upwards; globals that share a binding number are
 // never used by the same entry point.
-// row_loss: logits 1, targets 2, per-row losses 3.
+// row_loss: logits 1, targets 2, per-row losses 3, saved 4: [each row's log-sum-exp, the count].
 @group(0) @binding(3) var<storage, read_write> losses: array<f32>;
-// count: targets 1, the count 2.
+@group(0) @binding(4) var<storage, read_write> saved: array<f32>;
+// mean: targets 1, per-row losses 2, the loss 3, saved 4.
 @group(0) @binding(1) var<storage, read> count_targets: array<i32>;
-@group(0) @binding(2) var<storage, read_write> counted: array<f32>;
-// mean: targets 1, per-row losses 2, the loss 3.
 @group(0) @binding(2) var<storage, read_write> mean_losses: array<f32>;
 @group(0) @binding(3) var<storage, read_write> mean_out: array<f32>;
-// row_grad: logits 1, targets 2, the upstream gradient 3, the count 4, dlogits 5.
+// logit_grad: logits 1, targets 2, the upstream gradient 3, saved 4 (read), dlogits 5.
 @group(0) @binding(3) var<storage, read> upstream: array<f32>;
-@group(0) @binding(4) var<storage, read_write> grad_count: array<f32>;
+@group(0) @binding(4) var<storage, read> grad_saved: array<f32>;
 @group(0) @binding(5) var<storage, read_write> dlogits: array<f32>;
 
 const WG: u32 = 256u;
@@ -102,12 +104,15 @@ fn row_loss(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) grou
     if (!counts(label)) {
         if (lid == 0u) {
             losses[row] = 0.0;
+            saved[row] = 0.0;
         }
         return;
     }
     let stats = row_stats(row, lid);
     if (lid == 0u) {
-        losses[row] = log(stats.y) + stats.x - logits[row * p.vocab + u32(label)];
+        let lse = log(stats.y) + stats.x;
+        losses[row] = lse - logits[row * p.vocab + u32(label)];
+        saved[row] = lse;
     }
 }
 
@@ -131,38 +136,27 @@ fn mean(@builtin(local_invocation_index) lid: u32) {
     if (lid == 0u) {
         // Every row ignored: 0, not PyTorch's NaN.
         mean_out[0] = select(0.0, s / c, c > 0.0);
+        saved[p.rows] = c;
     }
 }
 
+// A thread per logit. A counted row has a count of at least 1, so the division is safe.
 @compute @workgroup_size(256)
-fn count(@builtin(local_invocation_index) lid: u32) {
-    let c = count_rows(lid);
-    if (lid == 0u) {
-        counted[0] = c;
-    }
-}
-
-@compute @workgroup_size(256)
-fn row_grad(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let row = wid.x + wid.y * groups.x;
-    if (row >= p.rows) {
+fn logit_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let e = gid.x + gid.y * groups.x * 256u;
+    if (e >= p.rows * p.vocab) {
         return;
     }
-    let base = row * p.vocab;
-    let label = load_target(row, lid);
+    let row = e / p.vocab;
+    let j = e % p.vocab;
+    let label = targets[row];
     if (!counts(label)) {
-        for (var j = lid; j < p.vocab; j += WG) {
-            dlogits[base + j] = 0.0;
-        }
+        dlogits[e] = 0.0;
         return;
     }
-    let stats = row_stats(row, lid);
-    // counts(label) holds for this row, so the count is at least 1.
-    let scale = upstream[0] / grad_count[0];
-    for (var j = lid; j < p.vocab; j += WG) {
-        let prob = exp(logits[base + j] - stats.x) / stats.y;
-        dlogits[base + j] = (prob - select(0.0, 1.0, j == u32(label))) * scale;
-    }
+    let prob = exp(logits[e] - grad_saved[row]);
+    let scale = upstream[0] / grad_saved[p.rows];
+    dlogits[e] = (prob - select(0.0, 1.0, j == u32(label))) * scale;
 }
 
 // The row's max and sum of exp(x - max), by one invocation.
@@ -188,30 +182,11 @@ fn row_loss_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wor
     let label = targets[row];
     if (!counts(label)) {
         losses[row] = 0.0;
+        saved[row] = 0.0;
         return;
     }
     let stats = row_stats_alone(row);
-    losses[row] = log(stats.y) + stats.x - logits[row * p.vocab + u32(label)];
-}
-
-@compute @workgroup_size(64)
-fn row_grad_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let row = gid.x + gid.y * groups.x * 64u;
-    if (row >= p.rows) {
-        return;
-    }
-    let base = row * p.vocab;
-    let label = targets[row];
-    if (!counts(label)) {
-        for (var j = 0u; j < p.vocab; j++) {
-            dlogits[base + j] = 0.0;
-        }
-        return;
-    }
-    let stats = row_stats_alone(row);
-    let scale = upstream[0] / grad_count[0];
-    for (var j = 0u; j < p.vocab; j++) {
-        let prob = exp(logits[base + j] - stats.x) / stats.y;
-        dlogits[base + j] = (prob - select(0.0, 1.0, j == u32(label))) * scale;
-    }
+    let lse = log(stats.y) + stats.x;
+    losses[row] = lse - logits[row * p.vocab + u32(label)];
+    saved[row] = lse;
 }

@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 
-use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, RowKernels, VjpArgs, word};
+use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, RowKernels, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
@@ -58,7 +58,9 @@ fn uniform(rows: usize, vocab: usize, ignore_index: i32) -> CrossEntropyUniform 
     }
 }
 
-/// Inputs: logits [.., V] and targets [..] (i32); output the mean loss, shape [1].
+/// Inputs: logits [.., V] and targets [..] (i32). Outputs: the mean loss, shape [1]; and what
+/// the backward reads, [rows + 1]: each counted row's log-sum-exp (0 for the others), then the
+/// count of rows, so that the backward is one pass over the logits.
 #[derive(Debug)]
 pub struct CrossEntropy {
     pub ignore_index: i32,
@@ -70,32 +72,42 @@ impl Op for CrossEntropy {
     }
 
     fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
-        rows_and_vocab(self.name(), inputs[0], inputs[1])?;
-        Ok(vec![TensorMeta::f32(&[1])])
+        let (rows, _) = rows_and_vocab(self.name(), inputs[0], inputs[1])?;
+        Ok(vec![TensorMeta::f32(&[1]), TensorMeta::f32(&[rows + 1])])
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let (logits, targets) = (inputs[0].data, inputs[1].ints());
-        let vocab = logits.len() / targets.len().max(1);
-        // Per-row losses in parallel, summed in row order: the same loss on every run.
-        let losses: Vec<Option<f64>> = logits
+        let rows = targets.len();
+        let vocab = logits.len() / rows.max(1);
+        // Per-row (loss, log-sum-exp) in parallel, summed in row order: the same loss on every
+        // run.
+        let per_row: Vec<Option<(f64, f32)>> = logits
             .par_chunks(vocab.max(1))
             .zip(targets.par_iter())
             .map(|(row, &t)| {
                 let t = counted(t, self.ignore_index, vocab)?;
                 let (max, sum) = row_stats(row);
-                Some(f64::from(sum.ln() + max - row[t]))
+                let lse = sum.ln() + max;
+                Some((f64::from(lse - row[t]), lse))
             })
             .collect();
-        let (sum, count) = losses
+        let (sum, count) = per_row
             .iter()
             .flatten()
-            .fold((0.0, 0usize), |(s, c), l| (s + l, c + 1));
-        outputs[0].data[0] = if count == 0 {
+            .fold((0.0, 0usize), |(s, c), (l, _)| (s + l, c + 1));
+        let [loss, saved] = outputs else {
+            unreachable!("cross_entropy has two outputs")
+        };
+        loss.data[0] = if count == 0 {
             0.0
         } else {
             (sum / count as f64) as f32
         };
+        for (s, row) in saved.data.iter_mut().zip(&per_row) {
+            *s = row.map_or(0.0, |(_, lse)| lse);
+        }
+        saved.data[rows] = count as f32;
     }
 
     fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
@@ -108,13 +120,13 @@ impl Op for CrossEntropy {
                 Dispatch::new(
                     per_row.entry("row_loss", "row_loss_rows"),
                     &uniform,
-                    vec![Arg::In(0), Arg::In(1), Arg::Scratch(0)],
+                    vec![Arg::In(0), Arg::In(1), Arg::Scratch(0), Arg::Out(1)],
                     per_row.grid(rows),
                 ),
                 Dispatch::new(
                     "mean",
                     &uniform,
-                    vec![Arg::In(1), Arg::Scratch(0), Arg::Out(0)],
+                    vec![Arg::In(1), Arg::Scratch(0), Arg::Out(0), Arg::Out(1)],
                     [1, 1, 1],
                 ),
             ],
@@ -128,13 +140,17 @@ impl Op for CrossEntropy {
         let backward = CrossEntropyBackward {
             ignore_index: self.ignore_index,
         };
-        let (logits, targets) = (args.inputs[0], args.inputs[1]);
-        Ok(vec![Some(g.apply1(backward, &[logits, targets, grad])?), None])
+        let (logits, targets, saved) = (args.inputs[0], args.inputs[1], args.outputs[1]);
+        Ok(vec![
+            Some(g.apply1(backward, &[logits, targets, grad, saved])?),
+            None,
+        ])
     }
 }
 
-/// d loss / d logits: inputs logits [.., V], targets [..] and the loss's gradient [1]; output
-/// (softmax - onehot(target)) * grad / count per counted row, zeros for the others.
+/// d loss / d logits: inputs logits [.., V], targets [..], the loss's gradient [1] and what the
+/// forward saved ([`CrossEntropy`]'s second output); output (softmax - onehot(target)) * grad /
+/// count per counted row, zeros for the others.
 #[derive(Debug)]
 pub struct CrossEntropyBackward {
     pub ignore_index: i32,
@@ -146,12 +162,21 @@ impl Op for CrossEntropyBackward {
     }
 
     fn infer(&self, inputs: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
-        let (logits, targets, grad) = (inputs[0], inputs[1], inputs[2]);
-        rows_and_vocab(self.name(), logits, targets)?;
+        let (logits, targets, grad, saved) = (inputs[0], inputs[1], inputs[2], inputs[3]);
+        let (rows, _) = rows_and_vocab(self.name(), logits, targets)?;
         if grad.shape != [1] || grad.dtype != DType::F32 {
             return shape_err(
                 self.name(),
                 format!("needs the loss gradient as f32 [1], got {grad} (logits {logits})"),
+            );
+        }
+        if saved.shape != [rows + 1] || saved.dtype != DType::F32 {
+            return shape_err(
+                self.name(),
+                format!(
+                    "needs the forward's saved log-sum-exps and count as f32 [{}], got {saved}",
+                    rows + 1
+                ),
             );
         }
         Ok(vec![logits.clone()])
@@ -159,50 +184,38 @@ impl Op for CrossEntropyBackward {
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let (logits, targets, grad) = (inputs[0].data, inputs[1].ints(), inputs[2].data[0]);
-        let vocab = logits.len() / targets.len().max(1);
+        let saved = inputs[3].data;
+        let rows = targets.len();
+        let vocab = logits.len() / rows.max(1);
         if vocab == 0 {
             return;
         }
         let ignore = self.ignore_index;
-        let count = targets
-            .iter()
-            .filter(|&&t| counted(t, ignore, vocab).is_some())
-            .count();
-        let scale = grad / count.max(1) as f32;
+        // A counted row exists wherever the scale is used, so the count is at least 1 there.
+        let scale = grad / saved[rows];
         outputs[0]
             .data
             .par_chunks_mut(vocab)
             .zip(logits.par_chunks(vocab))
-            .zip(targets.par_iter())
-            .for_each(|((out, row), &t)| {
+            .zip(targets.par_iter().zip(saved))
+            .for_each(|((out, row), (&t, &lse))| {
                 let Some(t) = counted(t, ignore, vocab) else {
                     out.fill(0.0);
                     return;
                 };
-                let (max, sum) = row_stats(row);
                 for (j, (o, &x)) in out.iter_mut().zip(row).enumerate() {
                     let onehot = if j == t { 1.0 } else { 0.0 };
-                    *o = ((x - max).exp() / sum - onehot) * scale;
+                    *o = ((x - lse).exp() - onehot) * scale;
                 }
             });
     }
 
-    fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
+    fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let rows = inputs[1].numel();
-        let uniform = uniform(rows, inputs[0].numel() / rows.max(1), self.ignore_index);
-        let per_row = RowKernels::for_adapter(adapter);
-        GpuKernels {
-            scratch: vec![1],
-            dispatches: vec![
-                Dispatch::new("count", &uniform, vec![Arg::In(1), Arg::Scratch(0)], [1, 1, 1]),
-                Dispatch::new(
-                    per_row.entry("row_grad", "row_grad_rows"),
-                    &uniform,
-                    vec![Arg::In(0), Arg::In(1), Arg::In(2), Arg::Scratch(0), Arg::Out(0)],
-                    per_row.grid(rows),
-                ),
-            ],
-        }
+        let n = inputs[0].numel();
+        let uniform = uniform(rows, n / rows.max(1), self.ignore_index);
+        let args = vec![Arg::In(0), Arg::In(1), Arg::In(2), Arg::In(3), Arg::Out(0)];
+        GpuKernels::single(Dispatch::new("logit_grad", &uniform, args, grid(n, 256)))
     }
 }
 
@@ -215,7 +228,7 @@ impl Graph {
         targets: TensorId,
         ignore_index: i32,
     ) -> Result<TensorId> {
-        self.apply1(CrossEntropy { ignore_index }, &[logits, targets])
+        Ok(self.apply(CrossEntropy { ignore_index }, &[logits, targets])?[0])
     }
 }
 
@@ -336,15 +349,24 @@ mod tests {
         );
         let targets = g.input("targets4", crate::TensorMeta::i32(&[4]));
         let grad = param(&mut g, "grad", &[2]);
-        let e = g
-            .apply1(
+        let saved = param(&mut g, "saved", &[5]);
+        let backward = |g: &mut Graph, grad, saved| {
+            g.apply1(
                 super::CrossEntropyBackward { ignore_index: IGNORE },
-                &[logits, targets, grad],
+                &[logits, targets, grad, saved],
             )
             .unwrap_err()
-            .to_string();
+            .to_string()
+        };
+        let e = backward(&mut g, grad, saved);
         assert!(
             e.starts_with("cross_entropy_backward:") && e.contains("[2]") && e.contains("[4, 10]"),
+            "{e}"
+        );
+        let grad = param(&mut g, "grad1", &[1]);
+        let e = backward(&mut g, grad, grad);
+        assert!(
+            e.starts_with("cross_entropy_backward:") && e.contains("f32 [5], got [1]"),
             "{e}"
         );
     }
