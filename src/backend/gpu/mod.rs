@@ -150,21 +150,29 @@ struct Place {
 
 /// Parts of these byte lengths (each at most `limit`) laid out in order, each at a multiple of
 /// `align` (a view's offset must be: 256 bytes on most adapters), a new arena begun whenever
-/// the next part would pass `limit`.
-fn pack(bytes: &[u64], align: u64, limit: u64) -> Vec<Place> {
+/// the next part would pass `limit`: each part's place, and each arena's length in bytes.
+fn pack(bytes: &[u64], align: u64, limit: u64) -> (Vec<Place>, Vec<u64>) {
     let mut places = Vec::with_capacity(bytes.len());
-    let mut arena = 0;
-    let mut used: u64 = 0;
-    for (p, &b) in bytes.iter().enumerate() {
-        let mut offset = used.next_multiple_of(align);
-        if p > 0 && offset + b > limit {
-            arena += 1;
-            offset = 0;
-        }
-        places.push(Place { arena, offset });
-        used = offset + b;
+    let mut sizes: Vec<u64> = Vec::new();
+    for &b in bytes {
+        let next = sizes.last().map(|used| used.next_multiple_of(align));
+        let place = match next {
+            Some(offset) if offset + b <= limit => Place {
+                arena: sizes.len() - 1,
+                offset,
+            },
+            _ => {
+                sizes.push(0);
+                Place {
+                    arena: sizes.len() - 1,
+                    offset: 0,
+                }
+            }
+        };
+        sizes[place.arena] = place.offset + b;
+        places.push(place);
     }
-    places
+    (places, sizes)
 }
 
 pub(super) fn gpu_view(buffer: &Buffer) -> &GpuView {
@@ -211,26 +219,21 @@ impl Backend for GpuBackend {
                 limit,
             });
         }
-        let places = pack(
+        let (places, sizes) = pack(
             &bytes,
             u64::from(limits.min_storage_buffer_offset_alignment),
             limit,
         );
-        let mut arenas: Vec<wgpu::Buffer> = Vec::new();
-        for (p, place) in places.iter().enumerate() {
-            if place.arena == arenas.len() {
-                let members = places.iter().filter(|q| q.arena == place.arena).count();
-                let label = format!("{} and {} more, packed", parts[p].1, members - 1);
-                let end = places
-                    .iter()
-                    .zip(&bytes)
-                    .filter(|(q, _)| q.arena == place.arena)
-                    .map(|(q, b)| q.offset + b)
-                    .max()
-                    .expect("the arena holds this part");
-                arenas.push(self.create(end, &label)?);
-            }
-        }
+        let arenas = sizes
+            .iter()
+            .enumerate()
+            .map(|(arena, &size)| {
+                let mut members = places.iter().enumerate().filter(|(_, q)| q.arena == arena);
+                let (first, _) = members.next().expect("every arena holds a part");
+                let label = format!("{} and {} more, packed", parts[first].1, members.count());
+                self.create(size, &label)
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(places
             .iter()
             .zip(bytes)
@@ -339,7 +342,7 @@ mod tests {
         let place = |arena, offset| Place { arena, offset };
         // 4 bytes, then 300 (at 256), then 256 (at 768: 556 rounded up), then 400, which would
         // end at 1,424 past a 1,200-byte limit, so a second arena begins; then one that fills it.
-        let places = pack(&[4, 300, 256, 400, 800], 256, 1200);
+        let (places, sizes) = pack(&[4, 300, 256, 400, 800], 256, 1200);
         assert_eq!(
             places,
             [
@@ -350,6 +353,7 @@ mod tests {
                 place(2, 0)
             ]
         );
-        assert_eq!(pack(&[], 256, 1200), []);
+        assert_eq!(sizes, [1024, 400, 800]);
+        assert_eq!(pack(&[], 256, 1200), (vec![], vec![]));
     }
 }

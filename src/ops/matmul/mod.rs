@@ -328,10 +328,13 @@ impl Op for MatMul {
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
         // Through GELU to its input, the first output, adding what that output got directly.
-        let through_gelu = match args.grads.get(1).copied().flatten() {
-            Some(grad) => Some(g.apply1(UnaryBackward(UnaryKind::Gelu), &[args.outputs[0], grad])?),
-            None => None,
-        };
+        let through_gelu = args
+            .grads
+            .get(1)
+            .copied()
+            .flatten()
+            .map(|grad| g.apply1(UnaryBackward(UnaryKind::Gelu), &[args.outputs[0], grad]));
+        let through_gelu = through_gelu.transpose()?;
         let grad = match (args.grads[0], through_gelu) {
             (Some(a), Some(b)) => g.add(a, b)?,
             (Some(grad), None) | (None, Some(grad)) => grad,
