@@ -43,22 +43,9 @@ const DECAYS: u32 = 0x80000000u;
 @group(0) @binding(2) var<storage, read> chunks: array<vec4<u32>>;
 @group(0) @binding(3) var<storage, read_write> norms: array<f32>;
 
-var<workgroup> partial: array<f32, THREADS>;
-
 // The workgroup's chunk: the grid is two-dimensional past 65,535 chunks.
 fn chunk_index(wid: vec3<u32>, groups: vec3<u32>) -> u32 {
     return wid.x + wid.y * groups.x;
-}
-
-// partial[0] becomes the sum of partial[0..THREADS], in a fixed order.
-fn tree_sum(lid: u32) {
-    workgroupBarrier();
-    for (var stride = THREADS / 2u; stride > 0u; stride >>= 1u) {
-        if (lid < stride) {
-            partial[lid] += partial[lid + stride];
-        }
-        workgroupBarrier();
-    }
 }
 
 // Each thread keeps eight sums of every eighth of its values, so eight of its loads are in flight
@@ -66,11 +53,13 @@ fn tree_sum(lid: u32) {
 // (BENCHMARKS.md).
 @compute @workgroup_size(THREADS)
 fn sum_squares(
-    @builtin(local_invocation_index) lid: u32,
+    lane: Lane,
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
 ) {
+    let lid = lane.index;
     let c = chunk_index(wid, groups);
+    // Uniform across the workgroup, so the sum below stays in uniform control flow.
     if (c >= sq.n_chunks) {
         return;
     }
@@ -108,10 +97,9 @@ fn sum_squares(
         let g = grad[start + i];
         s0 += g * g;
     }
-    partial[lid] = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));
-    tree_sum(lid);
+    let total = group_sum(lane, THREADS, ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)));
     if (lid == 0u) {
-        norms[sq.first_slot + c] = partial[0];
+        norms[sq.first_slot + c] = total;
     }
 }
 
@@ -122,17 +110,15 @@ fn sum_squares(
 
 // One workgroup: a few hundred slots for a model of a million parameters.
 @compute @workgroup_size(THREADS)
-fn clip_factor(@builtin(local_invocation_index) lid: u32) {
+fn clip_factor(lane: Lane) {
     var sum = 0.0;
-    for (var k = lid; k < clip_params.n_norms; k += THREADS) {
+    for (var k = lane.index; k < clip_params.n_norms; k += THREADS) {
         sum += all_norms[k];
     }
-    partial[lid] = sum;
-    tree_sum(lid);
-    if (lid != 0u) {
+    let total = group_sum(lane, THREADS, sum);
+    if (lane.index != 0u) {
         return;
     }
-    let total = partial[0];
     clip_out[1] = total;
     // A non-finite gradient anywhere skips the whole update, so a diverging step leaves the
     // parameters as they were. The exponent bits test for inf and NaN alike, where a NaN

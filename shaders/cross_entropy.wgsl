@@ -34,39 +34,10 @@ struct Rows {
 @group(0) @binding(5) var<storage, read_write> dlogits: array<f32>;
 
 const WG: u32 = 256u;
-var<workgroup> red: array<f32, WG>;
 var<workgroup> row_label: i32;
 
 fn counts(label: i32) -> bool {
     return label != p.ignore_index && label >= 0 && u32(label) < p.vocab;
-}
-
-fn workgroup_max(lid: u32, x: f32) -> f32 {
-    red[lid] = x;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            red[lid] = max(red[lid], red[lid + s]);
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
-
-fn workgroup_sum(lid: u32, x: f32) -> f32 {
-    red[lid] = x;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            red[lid] += red[lid + s];
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
 }
 
 // The row's target, uniform across the workgroup so that the barriers after a branch on it stay
@@ -79,23 +50,25 @@ fn load_target(row: u32, lid: u32) -> i32 {
 }
 
 // The row's max and sum of exp(x - max), from a workgroup striding over the row.
-fn row_stats(row: u32, lid: u32) -> vec2<f32> {
+fn row_stats(row: u32, lane: Lane) -> vec2<f32> {
+    let lid = lane.index;
     let base = row * p.vocab;
     // The lowest finite f32, exactly: Tint (Chrome) rejects a decimal literal that rounds to it.
     var m = -0x1.fffffep+127f;
     for (var j = lid; j < p.vocab; j += WG) {
         m = max(m, logits[base + j]);
     }
-    m = workgroup_max(lid, m);
+    m = group_max(lane, WG, m);
     var s = 0.0;
     for (var j = lid; j < p.vocab; j += WG) {
         s += exp(logits[base + j] - m);
     }
-    return vec2<f32>(m, workgroup_sum(lid, s));
+    return vec2<f32>(m, group_sum(lane, WG, s));
 }
 
 @compute @workgroup_size(256)
-fn row_loss(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn row_loss(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, lane: Lane) {
+    let lid = lane.index;
     let row = wid.x + wid.y * groups.x;
     if (row >= p.rows) {
         return;
@@ -108,7 +81,7 @@ fn row_loss(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) grou
         }
         return;
     }
-    let stats = row_stats(row, lid);
+    let stats = row_stats(row, lane);
     if (lid == 0u) {
         let lse = log(stats.y) + stats.x;
         losses[row] = lse - logits[row * p.vocab + u32(label)];
@@ -117,22 +90,24 @@ fn row_loss(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) grou
 }
 
 // How many rows count, by one workgroup in a fixed order.
-fn count_rows(lid: u32) -> f32 {
+fn count_rows(lane: Lane) -> f32 {
+    let lid = lane.index;
     var c = 0.0;
     for (var r = lid; r < p.rows; r += WG) {
         c += select(0.0, 1.0, counts(count_targets[r]));
     }
-    return workgroup_sum(lid, c);
+    return group_sum(lane, WG, c);
 }
 
 @compute @workgroup_size(256)
-fn mean(@builtin(local_invocation_index) lid: u32) {
-    let c = count_rows(lid);
+fn mean(lane: Lane) {
+    let lid = lane.index;
+    let c = count_rows(lane);
     var s = 0.0;
     for (var r = lid; r < p.rows; r += WG) {
         s += mean_losses[r];
     }
-    s = workgroup_sum(lid, s);
+    s = group_sum(lane, WG, s);
     if (lid == 0u) {
         // Every row ignored: 0, not PyTorch's NaN.
         mean_out[0] = select(0.0, s / c, c > 0.0);

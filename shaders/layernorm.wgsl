@@ -54,26 +54,9 @@ struct Norm {
 
 const WG: u32 = 64u;
 
-var<workgroup> shared_sums: array<vec2<f32>, 64>;
-
-// Two row sums at once (the backward needs two; the forward leaves y at 0).
-fn workgroup_sum(lid: u32, value: vec2<f32>) -> vec2<f32> {
-    shared_sums[lid] = value;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
-        if (lid < stride) {
-            shared_sums[lid] += shared_sums[lid + stride];
-        }
-        workgroupBarrier();
-    }
-    let result = shared_sums[0];
-    // Everyone reads the result before the next reduction overwrites it.
-    workgroupBarrier();
-    return result;
-}
-
 @compute @workgroup_size(64)
-fn layernorm_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn layernorm_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, lane: Lane) {
+    let lid = lane.index;
     let row = wid.x + wid.y * groups.x;
     // Uniform across the workgroup, so the barriers below stay in uniform control flow.
     if (row >= p.rows) {
@@ -85,14 +68,14 @@ fn layernorm_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
     for (var k = lid; k < p.dim; k += WG) {
         s += x[base + k];
     }
-    let m = workgroup_sum(lid, vec2(s, 0.0)).x / n;
+    let m = group_sum(lane, WG, s) / n;
     // Two passes: the variance of x − mean, not E[x²] − mean², which cancels badly.
     var q = 0.0;
     for (var k = lid; k < p.dim; k += WG) {
         let d = x[base + k] - m;
         q += d * d;
     }
-    let variance = workgroup_sum(lid, vec2(q, 0.0)).x / n;
+    let variance = group_sum(lane, WG, q) / n;
     let r = 1.0 / sqrt(variance + p.eps);
     for (var k = lid; k < p.dim; k += WG) {
         y[base + k] = (x[base + k] - m) * r * gamma[k] + beta[k];
@@ -121,7 +104,8 @@ fn norm_dx(base: u32, k: u32, m: f32, r: f32, means: vec2<f32>) -> f32 {
 }
 
 @compute @workgroup_size(64)
-fn layernorm_backward_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn layernorm_backward_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, lane: Lane) {
+    let lid = lane.index;
     let row = wid.x + wid.y * groups.x;
     if (row >= p.rows) {
         return;
@@ -129,7 +113,7 @@ fn layernorm_backward_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_wor
     let base = row * p.dim;
     let m = mean[row];
     let r = rstd[row];
-    let means = workgroup_sum(lid, dx_sums(base, lid, WG, m, r)) / f32(p.dim);
+    let means = group_sum2(lane, WG, dx_sums(base, lid, WG, m, r)) / f32(p.dim);
     for (var k = lid; k < p.dim; k += WG) {
         dx[base + k] = norm_dx(base, k, m, r, means);
     }
@@ -225,7 +209,8 @@ fn layernorm_backward_params(@builtin(global_invocation_id) gid: vec3<u32>, @bui
 // first pass and read back by the thread that wrote it. (Written out again: their reads and
 // writes are other bindings, and a WGSL function cannot take a storage array as an argument.)
 @compute @workgroup_size(64)
-fn add_layernorm_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn add_layernorm_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, lane: Lane) {
+    let lid = lane.index;
     let row = wid.x + wid.y * groups.x;
     if (row >= p.rows) {
         return;
@@ -238,13 +223,13 @@ fn add_layernorm_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_wor
         sum_out[base + k] = v;
         s += v;
     }
-    let m = workgroup_sum(lid, vec2(s, 0.0)).x / n;
+    let m = group_sum(lane, WG, s) / n;
     var q = 0.0;
     for (var k = lid; k < p.dim; k += WG) {
         let d = sum_out[base + k] - m;
         q += d * d;
     }
-    let variance = workgroup_sum(lid, vec2(q, 0.0)).x / n;
+    let variance = group_sum(lane, WG, q) / n;
     let r = 1.0 / sqrt(variance + p.eps);
     for (var k = lid; k < p.dim; k += WG) {
         fused_y[base + k] = (sum_out[base + k] - m) * r * fused_gamma[k] + fused_beta[k];
@@ -284,7 +269,8 @@ fn add_layernorm_forward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @bu
 }
 
 @compute @workgroup_size(64)
-fn layernorm_backward_dx_residual(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn layernorm_backward_dx_residual(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, lane: Lane) {
+    let lid = lane.index;
     let row = wid.x + wid.y * groups.x;
     if (row >= p.rows) {
         return;
@@ -292,7 +278,7 @@ fn layernorm_backward_dx_residual(@builtin(workgroup_id) wid: vec3<u32>, @builti
     let base = row * p.dim;
     let m = mean[row];
     let r = rstd[row];
-    let means = workgroup_sum(lid, dx_sums(base, lid, WG, m, r)) / f32(p.dim);
+    let means = group_sum2(lane, WG, dx_sums(base, lid, WG, m, r)) / f32(p.dim);
     for (var k = lid; k < p.dim; k += WG) {
         dx[base + k] = gs[base + k] + norm_dx(base, k, m, r, means);
     }

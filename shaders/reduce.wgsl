@@ -28,11 +28,10 @@ fn sum_axis(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
     out[o] = acc;
 }
 
-var<workgroup> partial: array<f32, 64>;
-
-// One workgroup per output element: 64 threads stride over a long axis, then a tree sum.
+// One workgroup per output element: 64 threads stride over a long axis, then add up.
 @compute @workgroup_size(64)
-fn sum_axis_workgroup(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn sum_axis_workgroup(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, lane: Lane) {
+    let lid = lane.index;
     let o = wid.x + wid.y * groups.x;
     let outer = o / axis.inner;
     let i = o % axis.inner;
@@ -42,15 +41,8 @@ fn sum_axis_workgroup(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
             acc += x[(outer * axis.len + k) * axis.inner + i];
         }
     }
-    partial[lid] = acc;
-    workgroupBarrier();
-    for (var stride = 32u; stride > 0u; stride >>= 1u) {
-        if (lid < stride) {
-            partial[lid] += partial[lid + stride];
-        }
-        workgroupBarrier();
-    }
+    let total = group_sum(lane, 64u, acc);
     if (lid == 0u && o < axis.n_out) {
-        out[o] = partial[0];
+        out[o] = total;
     }
 }

@@ -127,14 +127,13 @@ fn gated(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
 @group(0) @binding(6) var<storage, read_write> gated_df2: array<f32>;
 @group(0) @binding(7) var<storage, read_write> dgate: array<f32>;
 
-var<workgroup> partial: array<f32, 64>;
-
 @compute @workgroup_size(64)
 fn gated_grads(
-    @builtin(local_invocation_index) lid: u32,
+    lane: Lane,
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
 ) {
+    let lid = lane.index;
     let row = wid.x + wid.y * groups.x;
     let rows = p.n / p.d;
     // Whole workgroups leave together, so the barriers below stay uniform.
@@ -150,15 +149,8 @@ fn gated_grads(
         gated_df2[i] = (1.0 - s) * g;
         sum += g * (f1[i] - f2[i]);
     }
-    partial[lid] = sum;
-    workgroupBarrier();
-    for (var stride = 32u; stride > 0u; stride >>= 1u) {
-        if (lid < stride) {
-            partial[lid] += partial[lid + stride];
-        }
-        workgroupBarrier();
-    }
+    let total = group_sum(lane, 64u, sum);
     if (lid == 0u) {
-        dgate[row] = partial[0];
+        dgate[row] = total;
     }
 }

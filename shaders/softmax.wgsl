@@ -23,39 +23,9 @@ const WG: u32 = 64u;
 // hex, exactly: Tint (Chrome) rejects a decimal literal beyond the largest f32, rounding or not.
 const LOWEST: f32 = -0x1.fffffep+127f;
 
-var<workgroup> shared_vals: array<f32, 64>;
-
-fn workgroup_max(lid: u32, value: f32) -> f32 {
-    shared_vals[lid] = value;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
-        if (lid < stride) {
-            shared_vals[lid] = max(shared_vals[lid], shared_vals[lid + stride]);
-        }
-        workgroupBarrier();
-    }
-    let result = shared_vals[0];
-    // Everyone reads the result before the next reduction overwrites it.
-    workgroupBarrier();
-    return result;
-}
-
-fn workgroup_sum(lid: u32, value: f32) -> f32 {
-    shared_vals[lid] = value;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
-        if (lid < stride) {
-            shared_vals[lid] += shared_vals[lid + stride];
-        }
-        workgroupBarrier();
-    }
-    let result = shared_vals[0];
-    workgroupBarrier();
-    return result;
-}
-
 @compute @workgroup_size(64)
-fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, lane: Lane) {
+    let lid = lane.index;
     let row = wid.x + wid.y * groups.x;
     // Uniform across the workgroup, so the barriers below stay in uniform control flow.
     if (row >= p.rows) {
@@ -66,19 +36,20 @@ fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) group
     for (var k = lid; k < p.len; k += WG) {
         m = max(m, x[base + k]);
     }
-    let row_max = workgroup_max(lid, m);
+    let row_max = group_max(lane, WG, m);
     var s = 0.0;
     for (var k = lid; k < p.len; k += WG) {
         s += exp(x[base + k] - row_max);
     }
-    let total = workgroup_sum(lid, s);
+    let total = group_sum(lane, WG, s);
     for (var k = lid; k < p.len; k += WG) {
         y[base + k] = exp(x[base + k] - row_max) / total;
     }
 }
 
 @compute @workgroup_size(64)
-fn softmax_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn softmax_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, lane: Lane) {
+    let lid = lane.index;
     let row = wid.x + wid.y * groups.x;
     if (row >= p.rows) {
         return;
@@ -88,7 +59,7 @@ fn softmax_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     for (var k = lid; k < p.len; k += WG) {
         d += probs[base + k] * gy[base + k];
     }
-    let dot = workgroup_sum(lid, d);
+    let dot = group_sum(lane, WG, d);
     for (var k = lid; k < p.len; k += WG) {
         gx[base + k] = probs[base + k] * (gy[base + k] - dot);
     }

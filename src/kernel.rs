@@ -7,7 +7,7 @@ use crate::shaders::Shader;
 use crate::tensor::TensorMeta;
 
 /// What runs the kernels, for the ops whose fastest kernel differs between the two.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AdapterKind {
     /// A GPU (or an adapter that does not say): thousands of threads in flight, so many small
     /// workgroups that share tiles staged in workgroup memory.

@@ -2,8 +2,8 @@
 //! check gradients against central finite differences, and compare with PyTorch reference values
 //! committed under `tests/reference/`.
 
-use std::cell::OnceCell;
-use std::collections::BTreeMap;
+use std::cell::{OnceCell, RefCell};
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::{Mutex, OnceLock};
 
@@ -51,8 +51,8 @@ thread_local! {
     // Leaked on purpose: dropping a wgpu device inside a thread-local destructor touches wgpu's
     // own thread-locals, which may already be gone. What leaks is a handle and its pipelines.
     static GPU: OnceCell<&'static Option<Rc<dyn Backend>>> = const { OnceCell::new() };
-    static GPU_FOR_GPUS: OnceCell<&'static Option<Rc<dyn Backend>>> = const { OnceCell::new() };
-    static GPU_FOR_SOFTWARE: OnceCell<&'static Option<Rc<dyn Backend>>> = const { OnceCell::new() };
+    static GPU_WITH: RefCell<HashMap<(AdapterKind, Option<bool>), &'static Option<Rc<dyn Backend>>>> =
+        RefCell::new(HashMap::new());
 }
 
 /// The process's GPU device for this test thread; `None` where the machine has none.
@@ -64,15 +64,68 @@ pub fn gpu() -> Option<Rc<dyn Backend>> {
 /// The process's GPU device for this test thread, running the kernels the ops choose for
 /// adapters of `kind` whatever the adapter is: CI's software adapter runs the GPUs' kernels too.
 pub fn gpu_with_kernels_for(kind: AdapterKind) -> Option<Rc<dyn Backend>> {
+    gpu_with(kind, None)
+}
+
+/// As [`gpu_with_kernels_for`], its modules built with subgroup operations or without
+/// (`Some(on)`; `None`: as the device would). Asking for subgroups of a device without them gives
+/// `None`, after saying so; with `POSFLOW_REQUIRE_SUBGROUPS=1` (CI's) it fails the test instead.
+pub fn gpu_with(kind: AdapterKind, subgroups: Option<bool>) -> Option<Rc<dyn Backend>> {
     let make = || {
-        let gpu = shared_gpu().map(|g| Rc::new(g.with_kernels_for(kind)) as Rc<dyn Backend>);
+        let gpu = shared_gpu().and_then(|g| {
+            let g = g.with_kernels_for(kind);
+            let g = match subgroups {
+                Some(on) => g.with_subgroups(on),
+                None => g,
+            };
+            if subgroups == Some(true) && !g.uses_subgroups() {
+                no_subgroups(&g.describe());
+                return None;
+            }
+            Some(Rc::new(g) as Rc<dyn Backend>)
+        });
         &*Box::leak(Box::new(gpu))
     };
-    let cell = match kind {
-        AdapterKind::Gpu => &GPU_FOR_GPUS,
-        AdapterKind::Software => &GPU_FOR_SOFTWARE,
-    };
-    cell.with(|cell| (*cell.get_or_init(make)).clone())
+    GPU_WITH
+        .with(|cells| *cells.borrow_mut().entry((kind, subgroups)).or_insert_with(make))
+        .clone()
+}
+
+fn no_subgroups(adapter: &str) {
+    if std::env::var("POSFLOW_REQUIRE_SUBGROUPS").as_deref() == Ok("1") {
+        panic!("POSFLOW_REQUIRE_SUBGROUPS=1 but {adapter} has no subgroup operations");
+    }
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED SUBGROUP CHECKS ({adapter} has no subgroup operations; set \
+             POSFLOW_REQUIRE_SUBGROUPS=1 to fail instead)"
+        );
+    });
+}
+
+/// The process's GPU device for this test thread twice: its modules built on subgroup operations
+/// (where the device has them) and without. For ops whose kernels do not differ by adapter kind.
+pub fn gpus_with_and_without_subgroups() -> Vec<Rc<dyn Backend>> {
+    [Some(true), Some(false)]
+        .into_iter()
+        .filter_map(|subgroups| gpu_with(AdapterKind::Gpu, subgroups))
+        .collect()
+}
+
+/// Every set of GPU kernels a test compares with the CPU: the GPUs' kernels on subgroup operations
+/// (where the device has them) and without, and the software adapters' kernels.
+pub fn gpu_kernel_sets() -> Vec<(&'static str, Rc<dyn Backend>)> {
+    [
+        ("GPU kernels on subgroups", AdapterKind::Gpu, Some(true)),
+        ("GPU kernels without subgroups", AdapterKind::Gpu, Some(false)),
+        ("software kernels", AdapterKind::Software, None),
+    ]
+    .into_iter()
+    .filter_map(|(label, kind, subgroups)| gpu_with(kind, subgroups).map(|gpu| (label, gpu)))
+    .collect()
 }
 
 pub fn cpu() -> Rc<dyn Backend> {
@@ -224,16 +277,13 @@ pub fn check_gpu_matches_cpu(build: &dyn Fn(&mut Graph) -> Built, atol: f32, rto
     );
 }
 
-/// [`check_gpu_matches_cpu`] for an op whose kernels differ by adapter kind: each kind's kernels,
-/// forward and backward, against one CPU reference.
+/// [`check_gpu_matches_cpu`] for an op whose kernels differ by adapter kind or by subgroups: every
+/// set of [`gpu_kernel_sets`], forward and backward, against one CPU reference.
 pub fn check_each_kind_matches_cpu(build: &dyn Fn(&mut Graph) -> Built, atol: f32, rtol: f32) {
     let want = run(cpu(), build, 7, &Overrides::default());
-    for kind in [AdapterKind::Gpu, AdapterKind::Software] {
-        let Some(gpu) = gpu_with_kernels_for(kind) else {
-            return;
-        };
+    for (label, gpu) in gpu_kernel_sets() {
         let got = run(gpu, build, 7, &Overrides::default());
-        assert_results_match(&format!("{kind:?} kernels"), &got, &want, atol, rtol);
+        assert_results_match(label, &got, &want, atol, rtol);
     }
 }
 

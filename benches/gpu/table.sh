@@ -40,11 +40,16 @@ if [ "$what" = bench ]; then
         say "train, round $round: posflow"
         $posflow --device gpu bench train --steps "$steps" --warmup 3 \
             --variants learned,sinusoidal,floater,floater_backprop,floater_cached,tupe_a,rk4
+        say "train, round $round: posflow without subgroup operations"
+        POSFLOW_SUBGROUPS=0 $posflow --device gpu bench train --steps "$steps" --warmup 3 \
+            --variants learned,sinusoidal
         say "train, round $round: PyTorch eager ($torch_device)"
         "$py" .gpu/bench/torch_train.py --device "$torch_device" --steps "$steps" --warmup 3
     done
     say "where the step goes (GPU timestamps)"
     POSFLOW_PROFILE=1 $posflow --device gpu bench train --steps "$steps" --warmup 2
+    say "where the step goes without subgroup operations"
+    POSFLOW_SUBGROUPS=0 POSFLOW_PROFILE=1 $posflow --device gpu bench train --steps "$steps" --warmup 2
     for round in 1 2; do
         say "matmul, round $round: posflow"
         $posflow --device gpu bench matmul --sizes "$sizes" --repeats 20
@@ -70,7 +75,7 @@ for part in .gpu/tests-*; do
         [ "$name" = posflow-debug ] && continue
         xz -dc "$t" >"/tmp/$name" && chmod +x "/tmp/$name"
         say "tests: $name"
-        if ! POSFLOW_REQUIRE_GPU=1 "/tmp/$name" --test-threads 16 >"/tmp/$name.log" 2>&1; then
+        if ! POSFLOW_REQUIRE_GPU=1 POSFLOW_REQUIRE_SUBGROUPS=1 "/tmp/$name" --test-threads 16 >"/tmp/$name.log" 2>&1; then
             echo "FAILED: $name (its output: failures.log)"
             { echo "== $name"; cat "/tmp/$name.log"; } >>"$OUT/failures.log"
             failed=1

@@ -234,7 +234,6 @@ impl Graph {
 
 #[cfg(test)]
 mod tests {
-    use super::AdapterKind;
     use crate::graph::Graph;
     use crate::testing::*;
 
@@ -319,8 +318,7 @@ mod tests {
             }
         };
         let mut backends = vec![cpu()];
-        backends.extend(gpu_with_kernels_for(AdapterKind::Gpu));
-        backends.extend(gpu_with_kernels_for(AdapterKind::Software));
+        backends.extend(gpu_kernel_sets().into_iter().map(|(_, gpu)| gpu));
         for backend in backends {
             let r = run(backend, &build, 2, &Overrides::default());
             assert_eq!(r.out, [0.0]);

@@ -441,7 +441,7 @@ mod tests {
             }
         };
         let mut backends = vec![cpu()];
-        backends.extend(gpu());
+        backends.extend(gpus_with_and_without_subgroups());
         for backend in backends {
             let want = run(backend.clone(), &apart, 3, &Overrides::default());
             let got = run(

@@ -542,7 +542,7 @@ mod tests {
     use crate::graph::{Graph, Init, TensorId};
     use crate::params::ParamStore;
     use crate::tensor::TensorMeta;
-    use crate::testing::{assert_close, cpu, gpu, random_vec};
+    use crate::testing::{assert_close, cpu, gpus_with_and_without_subgroups, random_vec};
 
     /// Three AdamW steps with clipping and weight decay on constant gradients, against
     /// torch.optim.AdamW after clip_grad_norm_ (tests/reference/gen_adam.py).
@@ -554,7 +554,7 @@ mod tests {
         let get =
             |name: &str| -> Vec<f32> { bytemuck::pod_collect_to_vec(file.tensor(name).unwrap().data()) };
         let mut backends = vec![cpu()];
-        backends.extend(gpu());
+        backends.extend(gpus_with_and_without_subgroups());
         for backend in backends {
             let mut g = Graph::new();
             let w = g.param("w", &[5, 3], Init::Zeros).unwrap();
@@ -639,7 +639,7 @@ mod tests {
             .sum::<f64>()
             .sqrt();
         let mut backends = vec![cpu()];
-        backends.extend(gpu());
+        backends.extend(gpus_with_and_without_subgroups());
         for backend in backends {
             let mut g = Graph::new();
             let mut terms = Vec::new();
@@ -673,7 +673,7 @@ mod tests {
         let gradient = [3.0f32, -40.0];
         let norm = gradient.iter().map(|g| g * g).sum::<f32>().sqrt();
         let mut backends = vec![cpu()];
-        backends.extend(gpu());
+        backends.extend(gpus_with_and_without_subgroups());
         for backend in backends {
             for (max_grad_norm, factor) in [(None, 1.0), (Some(1.0), 1.0 / (norm + 1e-6))] {
                 let mut g = Graph::new();
@@ -726,7 +726,7 @@ mod tests {
         };
         let mut runs = Vec::new();
         let mut backends = vec![cpu()];
-        backends.extend(gpu());
+        backends.extend(gpus_with_and_without_subgroups());
         for backend in backends {
             let mut g = Graph::new();
             let mut terms = Vec::new();
@@ -790,7 +790,7 @@ mod tests {
     #[test]
     fn a_non_finite_gradient_changes_nothing() {
         let mut backends = vec![cpu()];
-        backends.extend(gpu());
+        backends.extend(gpus_with_and_without_subgroups());
         for backend in backends {
             let mut g = Graph::new();
             let w = g.param("w", &[2, 3], Init::Normal(1.0)).unwrap();

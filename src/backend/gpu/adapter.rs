@@ -237,13 +237,24 @@ pub(super) async fn open(adapter: &wgpu::Adapter) -> Result<(wgpu::Device, wgpu:
     adapter
         .request_device(&wgpu::DeviceDescriptor {
             label: Some("posflow"),
-            // Timestamps let `POSFLOW_PROFILE=1` time each dispatch on the GPU itself.
-            required_features: adapter.features() & wgpu::Features::TIMESTAMP_QUERY,
+            // Timestamps let `POSFLOW_PROFILE=1` time each dispatch on the GPU itself; subgroup
+            // operations make workgroup reductions shorter (see `Shader::with_subgroups`).
+            required_features: adapter.features() & wanted_features(),
             required_limits: limits,
             ..Default::default()
         })
         .await
         .map_err(|e| Error::Device(format!("could not open {}: {e}", describe(&adapter.get_info()))))
+}
+
+/// Natively, subgroups too: a browser would need `enable subgroups;` in the WGSL, which naga, the
+/// native front end, does not parse, so the web keeps the modules without them.
+fn wanted_features() -> wgpu::Features {
+    if cfg!(target_arch = "wasm32") {
+        wgpu::Features::TIMESTAMP_QUERY
+    } else {
+        wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SUBGROUP
+    }
 }
 
 /// Every adapter wgpu can see, one line each; a software one says which choices skip it.

@@ -28,6 +28,9 @@ pub struct GpuBackend {
     profile: bool,
     /// Which kernels the ops choose: the adapter's kind, unless a test asks for the other's.
     kernels_for: AdapterKind,
+    /// Whether modules are built on subgroup operations (`Shader::with_subgroups`): where the
+    /// device has them, unless `POSFLOW_SUBGROUPS=0` or a test says otherwise.
+    subgroups: bool,
 }
 
 impl GpuBackend {
@@ -42,8 +45,10 @@ impl GpuBackend {
                 .get_or_insert_with(|| e.to_string());
         }));
         let info = adapter.get_info();
+        let subgroups = device.features().contains(wgpu::Features::SUBGROUP) && subgroups_allowed();
         Ok(Self {
             kernels_for: AdapterKind::of(info.device_type),
+            subgroups,
             info,
             device,
             queue,
@@ -73,6 +78,7 @@ impl GpuBackend {
             error: self.error.clone(),
             profile: self.profile,
             kernels_for: self.kernels_for,
+            subgroups: self.subgroups,
         }
     }
 
@@ -81,6 +87,18 @@ impl GpuBackend {
     pub fn with_kernels_for(mut self, kind: AdapterKind) -> Self {
         self.kernels_for = kind;
         self
+    }
+
+    /// Programs compiled from now on build their modules on subgroup operations, or not, where the
+    /// device has them (it never pretends to have them): so that tests run both ways.
+    pub fn with_subgroups(mut self, on: bool) -> Self {
+        self.subgroups = on && self.device.features().contains(wgpu::Features::SUBGROUP);
+        self
+    }
+
+    /// Whether modules are built on subgroup operations.
+    pub fn uses_subgroups(&self) -> bool {
+        self.subgroups
     }
 
     /// Whether the device can time dispatches with timestamp queries.
@@ -107,6 +125,11 @@ impl GpuBackend {
             None => Ok(()),
         }
     }
+}
+
+/// `POSFLOW_SUBGROUPS=0` keeps subgroup operations out of the kernels, to measure what they gain.
+fn subgroups_allowed() -> bool {
+    cfg!(not(target_arch = "wasm32")) && std::env::var("POSFLOW_SUBGROUPS").as_deref() != Ok("0")
 }
 
 /// A GPU buffer or a part of one: `size` bytes from byte `offset`.
@@ -188,7 +211,8 @@ impl Backend for GpuBackend {
     }
 
     fn describe(&self) -> String {
-        adapter::describe(&self.info)
+        let reductions = if self.subgroups { ", subgroups" } else { "" };
+        format!("{}{reductions}", adapter::describe(&self.info))
     }
 
     fn alloc(&self, words: usize, label: &str) -> Result<Buffer> {

@@ -1,41 +1,47 @@
-//! The pipeline cache: one shader module per WGSL file and one compute pipeline per entry point,
-//! set of override constants and binding layout, created on first use and shared by every program
-//! on the device.
+//! The pipeline cache: one shader module per WGSL file (built with or without subgroup
+//! operations) and one compute pipeline per entry point, set of override constants and binding
+//! layout, created on first use and shared by every program compiled by one backend.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 
 use crate::kernel::{Arg, Dispatch};
 
-/// (file, entry point, which storage bindings are read-only, override constants as their bits).
-type PipelineKey = (&'static str, &'static str, Vec<bool>, Vec<(&'static str, u64)>);
+/// (file and whether on subgroups, entry point, which storage bindings are read-only, override
+/// constants as their bits).
+type PipelineKey = (ModuleKey, &'static str, Vec<bool>, Vec<(&'static str, u64)>);
+
+/// A file, and whether its module is the subgroup twin.
+type ModuleKey = (&'static str, bool);
 
 #[derive(Default)]
 pub(super) struct PipelineCache {
-    modules: RefCell<HashMap<&'static str, wgpu::ShaderModule>>,
+    modules: RefCell<HashMap<ModuleKey, wgpu::ShaderModule>>,
     pipelines: RefCell<HashMap<PipelineKey, wgpu::ComputePipeline>>,
 }
 
 impl PipelineCache {
-    pub fn get(&self, device: &wgpu::Device, dispatch: &Dispatch) -> wgpu::ComputePipeline {
+    pub fn get(&self, device: &wgpu::Device, dispatch: &Dispatch, subgroups: bool) -> wgpu::ComputePipeline {
         let read_only: Vec<bool> = dispatch.args.iter().map(|a| matches!(a, Arg::In(_))).collect();
         let constants = dispatch
             .constants
             .iter()
             .map(|&(name, v)| (name, v.to_bits()))
             .collect();
-        let key = (dispatch.shader.name, dispatch.entry, read_only, constants);
+        let subgroups = subgroups && dispatch.shader.with_subgroups.is_some();
+        let module_key = (dispatch.shader.name, subgroups);
+        let key = (module_key, dispatch.entry, read_only, constants);
         if let Some(p) = self.pipelines.borrow().get(&key) {
             return p.clone();
         }
         let module = self
             .modules
             .borrow_mut()
-            .entry(dispatch.shader.name)
+            .entry(module_key)
             .or_insert_with(|| {
                 device.create_shader_module(wgpu::ShaderModuleDescriptor {
                     label: Some(dispatch.shader.name),
-                    source: wgpu::ShaderSource::Wgsl(dispatch.shader.source.into()),
+                    source: wgpu::ShaderSource::Wgsl(dispatch.shader.source_for(subgroups).into()),
                 })
             })
             .clone();

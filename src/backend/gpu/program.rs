@@ -175,7 +175,7 @@ impl GpuProgram {
                 params.resize(params.len().div_ceil(4).max(1) * 4, 0);
                 let binding = Binding {
                     label: d.entry,
-                    pipeline: gpu.pipelines.get(device, d),
+                    pipeline: gpu.pipelines.get(device, d, gpu.subgroups),
                     uniform: device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                         label: Some(d.entry),
                         contents: bytemuck::cast_slice(&params),

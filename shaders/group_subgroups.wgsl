@@ -1,0 +1,53 @@
+
+// ---- group_subgroups.wgsl: a workgroup's sum or max by subgroup operations, for adapters with
+// wgpu's SUBGROUP feature (natively; the web would need `enable subgroups;`, which naga does not
+// parse). The same functions as group_tree.wgsl, which explains how kernels call them: each
+// subgroup reduces its lanes in registers, its first lane writes one slot, and after one barrier
+// every invocation combines the slots in order. Two barriers per reduction where the tree takes
+// log2(threads) + 2; the order of additions within a subgroup is the hardware's.
+
+struct Lane {
+    @builtin(local_invocation_index) index: u32,
+    @builtin(subgroup_invocation_id) in_subgroup: u32,
+    @builtin(subgroup_id) subgroup: u32,
+    @builtin(num_subgroups) subgroups: u32,
+}
+
+// A slot per subgroup: as many as invocations, for subgroups of any size.
+var<workgroup> group_slots: array<vec2<f32>, 256>;
+
+fn group_combine(a: vec2<f32>, b: vec2<f32>, take_max: bool) -> vec2<f32> {
+    return select(a + b, max(a, b), take_max);
+}
+
+fn group_reduce(lane: Lane, threads: u32, value: vec2<f32>, take_max: bool) -> vec2<f32> {
+    var part: vec2<f32>;
+    if (take_max) {
+        part = subgroupMax(value);
+    } else {
+        part = subgroupAdd(value);
+    }
+    if (lane.in_subgroup == 0u) {
+        group_slots[lane.subgroup] = part;
+    }
+    workgroupBarrier();
+    var result = group_slots[0];
+    for (var s = 1u; s < lane.subgroups; s++) {
+        result = group_combine(result, group_slots[s], take_max);
+    }
+    // Everyone reads the slots before the next reduction overwrites them.
+    workgroupBarrier();
+    return result;
+}
+
+fn group_sum2(lane: Lane, threads: u32, value: vec2<f32>) -> vec2<f32> {
+    return group_reduce(lane, threads, value, false);
+}
+
+fn group_sum(lane: Lane, threads: u32, value: f32) -> f32 {
+    return group_reduce(lane, threads, vec2(value, 0.0), false).x;
+}
+
+fn group_max(lane: Lane, threads: u32, value: f32) -> f32 {
+    return group_reduce(lane, threads, vec2(value, value), true).x;
+}
