@@ -47,12 +47,14 @@ fn shared_gpu() -> Option<GpuBackend> {
         .map(|gpu| gpu.lock().unwrap_or_else(|e| e.into_inner()).share())
 }
 
+/// A test thread's GPU backend, leaked (see below); `None` where the machine has none.
+type LeakedGpu = &'static Option<Rc<dyn Backend>>;
+
 thread_local! {
     // Leaked on purpose: dropping a wgpu device inside a thread-local destructor touches wgpu's
     // own thread-locals, which may already be gone. What leaks is a handle and its pipelines.
-    static GPU: OnceCell<&'static Option<Rc<dyn Backend>>> = const { OnceCell::new() };
-    static GPU_WITH: RefCell<HashMap<(AdapterKind, Option<bool>), &'static Option<Rc<dyn Backend>>>> =
-        RefCell::new(HashMap::new());
+    static GPU: OnceCell<LeakedGpu> = const { OnceCell::new() };
+    static GPU_WITH: RefCell<HashMap<(AdapterKind, Option<bool>), LeakedGpu>> = RefCell::new(HashMap::new());
 }
 
 /// The process's GPU device for this test thread; `None` where the machine has none.
