@@ -11,6 +11,21 @@ struct Lane {
     @builtin(subgroup_invocation_id) in_subgroup: u32,
     @builtin(subgroup_id) subgroup: u32,
     @builtin(num_subgroups) subgroups: u32,
+    @builtin(subgroup_size) subgroup_size: u32,
+}
+
+// Pairs (see group_tree.wgsl): slots are numbered subgroup by subgroup, so an output's two parts
+// lie in adjacent lanes of one subgroup (subgroups hold an even number of lanes, and a workgroup
+// of a power of two holds whole ones) and meet by a shuffle, without a barrier.
+
+fn pair_slot(lane: Lane) -> u32 {
+    return lane.subgroup * lane.subgroup_size + lane.in_subgroup;
+}
+
+// The first part plus the second, in the tree's order, so both paths give the same bits.
+fn pair_sum(lane: Lane, value: vec2<f32>) -> vec2<f32> {
+    let other = subgroupShuffleXor(value, 1u);
+    return select(other + value, value + other, (lane.in_subgroup & 1u) == 0u);
 }
 
 // A slot per subgroup: as many as invocations, for subgroups of any size.

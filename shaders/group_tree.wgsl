@@ -10,6 +10,23 @@ struct Lane {
     @builtin(local_invocation_index) index: u32,
 }
 
+// Pairs: where two invocations share one output (FLOATER's cooperative products), each output's
+// two parts are added by `pair_sum`, the invocation at `pair_slot` s working on part s % 2 of
+// output s / 2. Here the slot is the invocation's index, and the parts meet in workgroup memory.
+
+fn pair_slot(lane: Lane) -> u32 {
+    return lane.index;
+}
+
+// The first part plus the second, for two sums at once: the partner's value after a barrier. Call
+// from uniform control flow; the caller's next barrier must come before the next pair_sum.
+fn pair_sum(lane: Lane, value: vec2<f32>) -> vec2<f32> {
+    group_slots[lane.index] = value;
+    workgroupBarrier();
+    let first = lane.index & ~1u;
+    return group_slots[first] + group_slots[first + 1u];
+}
+
 var<workgroup> group_slots: array<vec2<f32>, 256>;
 
 fn group_combine(a: vec2<f32>, b: vec2<f32>, take_max: bool) -> vec2<f32> {

@@ -4,7 +4,7 @@
 // quad's records, which theta_from_records sums.
 
 const GROUP_WG: u32 = 256u;
-// Threads per output of a product, and so outputs per pass of the workgroup.
+// Threads per output of a product (pair_sum adds two), and so outputs per pass of the workgroup.
 const SPLIT: u32 = 2u;
 const OUTS_PER_PASS: u32 = GROUP_WG / SPLIT;
 
@@ -12,10 +12,9 @@ var<workgroup> vecs: array<array<f32, MAX_DIM>, 12>;
 var<workgroup> hy: array<f32, MAX_DIM>;
 var<workgroup> hdz: array<f32, MAX_DIM>;
 var<workgroup> first_bad: atomic<u32>;
-// A product's partial sums, a pass at a time (two products at once in the vjps). With vecs, hy
-// and hdz: 16 KiB, WebGPU's default workgroup memory.
-var<workgroup> partial: array<f32, GROUP_WG>;
-var<workgroup> partial2: array<f32, GROUP_WG>;
+// A product's two parts per output meet through `pair_sum` (group_tree.wgsl or
+// group_subgroups.wgsl): in its workgroup memory (2 KiB; with vecs, hy and hdz, 16 KiB,
+// WebGPU's default workgroup memory) after a barrier, or by a subgroup shuffle without one.
 
 // forward: the state handed between dispatches, [blocks, d].
 @group(0) @binding(6) var<storage, read_write> fwd_carry: array<f32>;
@@ -26,8 +25,8 @@ var<workgroup> partial2: array<f32, GROUP_WG>;
 
 // Products are cooperative: two threads per output, each summing every other term (adjacent
 // threads read adjacent θ), their partial sums added in order by the first of them. So a
-// product's latency is half its length plus a barrier, not its length, and d = k = 128 takes one
-// pass of the 256 threads. FLOATER's bench step on an H200 (BENCHMARKS.md): 74 ms with four
+// product's latency is half its length plus a barrier (none with subgroups), not its length, and
+// d = k = 128 takes one pass of the 256 threads. FLOATER's bench step on an H200 (BENCHMARKS.md): 74 ms with four
 // threads per output and one running sum each, 47.5 ms with four sums, 48 ms with eight, 40.6 ms
 // with eight sums and two threads per output (half the passes and barriers).
 
@@ -77,37 +76,21 @@ fn part_dot(first: u32, in_step: u32, n: u32, src: u32, part: u32) -> f32 {
     return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));
 }
 
-// The parts of output lid / SPLIT, added in order (after a barrier): of the first product, of the
-// second.
-fn parts(lid: u32) -> f32 {
-    var s = partial[lid];
-    for (var i = 1u; i < SPLIT; i++) {
-        s += partial[lid + i];
-    }
-    return s;
-}
-
-fn parts2(lid: u32) -> f32 {
-    var s = partial2[lid];
-    for (var i = 1u; i < SPLIT; i++) {
-        s += partial2[lid + i];
-    }
-    return s;
-}
-
 // hy = σ(z), z = W1·[vecs[x]; t] + b1. Ends with a barrier.
-fn hidden_layer(t: f32, x: u32, lid: u32) {
+fn hidden_layer(t: f32, x: u32, lane: Lane) {
     let d = p.d;
     let k = p.k;
-    let part = lid % SPLIT;
+    let slot = pair_slot(lane);
+    let part = slot % SPLIT;
     for (var base = 0u; base < k; base += OUTS_PER_PASS) {
-        let j = base + lid / SPLIT;
+        let j = base + slot / SPLIT;
+        var mine = vec2(0.0, 0.0);
         if (j < k) {
-            partial[lid] = part_dot(j * (d + 1u), 1u, d, x, part);
+            mine.x = part_dot(j * (d + 1u), 1u, d, x, part);
         }
-        workgroupBarrier();
+        let z = pair_sum(lane, mine).x;
         if (j < k && part == 0u) {
-            hy[j] = act(parts(lid) + theta[j * (d + 1u) + d] * t + theta[b1_offset() + j]);
+            hy[j] = act(z + theta[j * (d + 1u) + d] * t + theta[b1_offset() + j]);
         }
         workgroupBarrier();
     }
@@ -115,41 +98,44 @@ fn hidden_layer(t: f32, x: u32, lid: u32) {
 
 // hy = σ(z) and hdz = σ'(z) ⊙ W2[:, :k]ᵀ vecs[a] at (t, vecs[x]). Ends with a barrier. (Apart from
 // hidden_layer so that the forward's workgroup memory stays within 16 KiB.)
-fn hidden_and_vjp(t: f32, x: u32, a: u32, lid: u32) {
+fn hidden_and_vjp(t: f32, x: u32, a: u32, lane: Lane) {
     let d = p.d;
     let k = p.k;
-    let part = lid % SPLIT;
+    let slot = pair_slot(lane);
+    let part = slot % SPLIT;
     for (var base = 0u; base < k; base += OUTS_PER_PASS) {
-        let j = base + lid / SPLIT;
+        let j = base + slot / SPLIT;
+        var mine = vec2(0.0, 0.0);
         if (j < k) {
-            partial[lid] = part_dot(j * (d + 1u), 1u, d, x, part);
-            partial2[lid] = part_dot(w2_offset() + j, k + 1u, d, a, part);
+            mine = vec2(part_dot(j * (d + 1u), 1u, d, x, part), part_dot(w2_offset() + j, k + 1u, d, a, part));
         }
-        workgroupBarrier();
+        let sums = pair_sum(lane, mine);
         if (j < k && part == 0u) {
-            let y = act(parts(lid) + theta[j * (d + 1u) + d] * t + theta[b1_offset() + j]);
+            let y = act(sums.x + theta[j * (d + 1u) + d] * t + theta[b1_offset() + j]);
             hy[j] = y;
-            hdz[j] = parts2(lid) * act_grad(y);
+            hdz[j] = sums.y * act_grad(y);
         }
         workgroupBarrier();
     }
 }
 
 // vecs[out] = h(t, vecs[x]). Callers put a barrier between writing x and calling; it ends with one.
-fn eval_h(t: f32, x: u32, out: u32, lid: u32) {
-    hidden_layer(t, x, lid);
+fn eval_h(t: f32, x: u32, out: u32, lane: Lane) {
+    hidden_layer(t, x, lane);
     let d = p.d;
     let k = p.k;
-    let part = lid % SPLIT;
+    let slot = pair_slot(lane);
+    let part = slot % SPLIT;
     for (var base = 0u; base < d; base += OUTS_PER_PASS) {
-        let i = base + lid / SPLIT;
+        let i = base + slot / SPLIT;
         let row = w2_offset() + i * (k + 1u);
+        var mine = vec2(0.0, 0.0);
         if (i < d) {
-            partial[lid] = part_dot(row, 1u, k, HY_SRC, part);
+            mine.x = part_dot(row, 1u, k, HY_SRC, part);
         }
-        workgroupBarrier();
+        let sum = pair_sum(lane, mine).x;
         if (i < d && part == 0u) {
-            vecs[out][i] = parts(lid) + theta[row + k] * t + theta[b2_offset() + i];
+            vecs[out][i] = sum + theta[row + k] * t + theta[b2_offset() + i];
         }
         workgroupBarrier();
     }
@@ -186,52 +172,56 @@ fn write_record(b: u32, n: u32, t: f32, x: u32, a: u32, coef: f32, lid: u32) {
 
 // vecs[out] = aᵀ ∂h/∂p at (t, vecs[x]) for a = vecs[a], and row b's record of stage evaluation n
 // (coef 1). Inputs must be ready (barrier); it ends with a barrier.
-fn vjp(t: f32, x: u32, a: u32, out: u32, b: u32, n: u32, lid: u32) {
-    hidden_and_vjp(t, x, a, lid);
+fn vjp(t: f32, x: u32, a: u32, out: u32, b: u32, n: u32, lane: Lane) {
+    hidden_and_vjp(t, x, a, lane);
     let d = p.d;
-    let part = lid % SPLIT;
+    let slot = pair_slot(lane);
+    let part = slot % SPLIT;
     for (var base = 0u; base < d; base += OUTS_PER_PASS) {
-        let c = base + lid / SPLIT;
+        let c = base + slot / SPLIT;
+        var mine = vec2(0.0, 0.0);
         if (c < d) {
-            partial[lid] = part_dot(c, d + 1u, p.k, HDZ_SRC, part);
+            mine.x = part_dot(c, d + 1u, p.k, HDZ_SRC, part);
         }
-        workgroupBarrier();
+        let sum = pair_sum(lane, mine).x;
         if (c < d && part == 0u) {
-            vecs[out][c] = parts(lid);
+            vecs[out][c] = sum;
         }
         workgroupBarrier();
     }
-    write_record(b, n, t, x, a, 1.0, lid);
+    write_record(b, n, t, x, a, 1.0, lane.index);
     workgroupBarrier();
 }
 
 // The adjoint's stage: vecs[kp] = h(t, vecs[x]), vecs[ka] = −aᵀ ∂h/∂p for a = vecs[a], and row b's
 // record of stage evaluation n with coef. Inputs must be ready (barrier); it ends with a barrier.
-fn eval_and_vjp(t: f32, x: u32, a: u32, kp: u32, ka: u32, coef: f32, b: u32, n: u32, lid: u32) {
-    hidden_and_vjp(t, x, a, lid);
+fn eval_and_vjp(t: f32, x: u32, a: u32, kp: u32, ka: u32, coef: f32, b: u32, n: u32, lane: Lane) {
+    hidden_and_vjp(t, x, a, lane);
     let d = p.d;
     let k = p.k;
-    let part = lid % SPLIT;
+    let slot = pair_slot(lane);
+    let part = slot % SPLIT;
     for (var base = 0u; base < d; base += OUTS_PER_PASS) {
-        let i = base + lid / SPLIT;
+        let i = base + slot / SPLIT;
         let row = w2_offset() + i * (k + 1u);
+        var mine = vec2(0.0, 0.0);
         if (i < d) {
-            partial[lid] = part_dot(row, 1u, k, HY_SRC, part);
-            partial2[lid] = part_dot(i, d + 1u, k, HDZ_SRC, part);
+            mine = vec2(part_dot(row, 1u, k, HY_SRC, part), part_dot(i, d + 1u, k, HDZ_SRC, part));
         }
-        workgroupBarrier();
+        let sums = pair_sum(lane, mine);
         if (i < d && part == 0u) {
-            vecs[kp][i] = parts(lid) + theta[row + k] * t + theta[b2_offset() + i];
-            vecs[ka][i] = -parts2(lid);
+            vecs[kp][i] = sums.x + theta[row + k] * t + theta[b2_offset() + i];
+            vecs[ka][i] = -sums.y;
         }
         workgroupBarrier();
     }
-    write_record(b, n, t, x, a, coef, lid);
+    write_record(b, n, t, x, a, coef, lane.index);
     workgroupBarrier();
 }
 
 // The slopes K0.. of one step of vecs[Z] from t0 by dt (stage i > 0 reads its input from slot i).
-fn stages(t0: f32, dt: f32, lid: u32) {
+fn stages(t0: f32, dt: f32, lane: Lane) {
+    let lid = lane.index;
     for (var i = 0u; i < p.stages; i++) {
         var x = Z;
         if (i > 0u) {
@@ -248,13 +238,14 @@ fn stages(t0: f32, dt: f32, lid: u32) {
             }
             workgroupBarrier();
         }
-        eval_h(t0 + tab_c(i) * dt, x, K0 + i, lid);
+        eval_h(t0 + tab_c(i) * dt, x, K0 + i, lane);
     }
 }
 
 // One Runge-Kutta step of vecs[Z] from t0 by dt, in place.
-fn rk_step(t0: f32, dt: f32, lid: u32) {
-    stages(t0, dt, lid);
+fn rk_step(t0: f32, dt: f32, lane: Lane) {
+    let lid = lane.index;
+    stages(t0, dt, lane);
     for (var c = lid; c < p.d; c += GROUP_WG) {
         var v = vecs[Z][c];
         for (var i = 0u; i < p.stages; i++) {
@@ -272,8 +263,9 @@ fn rk_step(t0: f32, dt: f32, lid: u32) {
 fn forward(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
+    lane: Lane,
 ) {
+    let lid = lane.index;
     let b = block_index(wid, groups);
     if (b >= p.blocks) {
         return;
@@ -299,7 +291,7 @@ fn forward(
     workgroupBarrier();
     for (var g = p.begin; g < p.end; g++) {
         let ts = step_times(g);
-        rk_step(ts.x, ts.y, lid);
+        rk_step(ts.x, ts.y, lane);
         // A non-finite state stays non-finite, so the first non-finite output marks the failure.
         if (g % p.substeps == p.substeps - 1u) {
             let i = g / p.substeps + 1u;
@@ -331,8 +323,9 @@ fn forward(
 fn starts(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
+    lane: Lane,
 ) {
+    let lid = lane.index;
     let b = block_index(wid, groups);
     if (b >= p.blocks) {
         return;
@@ -353,7 +346,7 @@ fn starts(
             }
             workgroupBarrier();
             let ts = step_times(g - 1u);
-            rk_step(ts.x, ts.y, lid);
+            rk_step(ts.x, ts.y, lane);
         }
         for (var c = lid; c < d; c += GROUP_WG) {
             step_starts[g * row + b * d + c] = vecs[Z][c];
@@ -365,8 +358,9 @@ fn starts(
 fn backprop(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
+    lane: Lane,
 ) {
+    let lid = lane.index;
     let b = block_index(wid, groups);
     if (b >= p.blocks) {
         return;
@@ -397,7 +391,7 @@ fn backprop(
         let ts = step_times(g);
         let t0 = ts.x;
         let dt = ts.y;
-        stages(t0, dt, lid);
+        stages(t0, dt, lane);
         // z₁ = z₀ + dt·Σ bᵢ kᵢ: the adjoints of z₀ and of every slope (the slopes' slots now hold them).
         for (var c = lid; c < d; c += GROUP_WG) {
             let zb = vecs[ZBAR][c];
@@ -414,7 +408,7 @@ fn backprop(
             if (q > 0u) {
                 x = q;
             }
-            vjp(t0 + tab_c(q) * dt, x, K0 + q, IB, b, (g - p.begin) * p.stages + q, lid);
+            vjp(t0 + tab_c(q) * dt, x, K0 + q, IB, b, (g - p.begin) * p.stages + q, lane);
             for (var c = lid; c < d; c += GROUP_WG) {
                 let ib = vecs[IB][c];
                 vecs[ZBAR0][c] += ib;
@@ -444,8 +438,9 @@ fn backprop(
 fn adjoint(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
+    lane: Lane,
 ) {
+    let lid = lane.index;
     let b = block_index(wid, groups);
     if (b >= p.blocks) {
         return;
@@ -496,7 +491,7 @@ fn adjoint(
             let t = t0 + tab_c(q) * dt;
             // dp/dt = h, da/dt = −aᵀ ∂h/∂p, dg/dt = −aᵀ ∂h/∂θ (g only enters the step's result).
             let n = (h - p.begin) * p.stages + q;
-            eval_and_vjp(t, PIN, AIN, KP0 + q, KA0 + q, -(dt * tab_b(q)), b, n, lid);
+            eval_and_vjp(t, PIN, AIN, KP0 + q, KA0 + q, -(dt * tab_b(q)), b, n, lane);
         }
         for (var c = lid; c < d; c += GROUP_WG) {
             var pv = vecs[P][c];

@@ -72,7 +72,7 @@ shaders! {
     ATTENTION => "attention" + "attention_tiles" + "attention_rows" + "hash",
     DROPOUT => "dropout" + "hash",
     RK_STAGE => "rk_stage"; group_reductions,
-    ODE_FLOW => "ode_flow" + "ode_flow_groups" + "ode_flow_rows",
+    ODE_FLOW => "ode_flow" + "ode_flow_groups" + "ode_flow_rows"; group_reductions,
     ODE_DOPRI5 => "ode_dopri5",
     ROPE => "rope",
 }
@@ -170,7 +170,7 @@ mod tests {
             .iter()
             .filter_map(|s| s.with_subgroups.map(|t| (s.name, t)))
             .collect();
-        assert_eq!(twins.len(), 6);
+        assert_eq!(twins.len(), 7);
         for (name, source) in twins {
             assert!(
                 validate_source(name, source, false).is_err(),

@@ -64,17 +64,18 @@ fn check_gpu(flow: OdeFlow, blocks: usize) {
 fn check_gpu_within(flow: OdeFlow, blocks: usize, trajectory_tol: f32, gradient_tol: f32) {
     let build = &flow_graph(flow, blocks);
     let want = run(cpu(), build, 7, &Overrides::default());
-    // Fixed steps have a kernel family per adapter kind: both run on whatever adapter there is.
-    let kinds = match flow.method {
-        Method::Fixed { .. } => &[AdapterKind::Gpu, AdapterKind::Software][..],
-        Method::Dopri5(_) => &[AdapterKind::Gpu],
+    // Fixed steps have a kernel family per adapter kind, the GPUs' on subgroups or not: every set
+    // runs on whatever adapter there is.
+    let sets = match flow.method {
+        Method::Fixed { .. } => gpu_kernel_sets(),
+        Method::Dopri5(_) => gpu_with_kernels_for(AdapterKind::Gpu)
+            .map(|gpu| ("GPU kernels", gpu))
+            .into_iter()
+            .collect(),
     };
-    for &kind in kinds {
-        let Some(gpu) = gpu_with_kernels_for(kind) else {
-            return;
-        };
+    for (label, gpu) in sets {
         let got = run(gpu, build, 7, &Overrides::default());
-        let what = format!("{kind:?} kernels, {flow:?}, {blocks} blocks");
+        let what = format!("{label}, {flow:?}, {blocks} blocks");
         assert_flow_matches(&what, &got, &want, trajectory_tol, gradient_tol);
     }
 }
@@ -166,6 +167,29 @@ fn long_solves_match_cpu() {
                 assert!(flow.chunks(StepKernel::Forward, blocks, kind).len() > 1);
             }
             check_gpu(flow, blocks);
+        }
+    }
+}
+
+/// A product's two halves meet by a subgroup shuffle or through workgroup memory, added in the
+/// same order: the GPUs' kernels give the same bits either way, on one pass of outputs or several.
+#[test]
+fn gpu_kernels_give_the_same_bits_on_subgroups_and_without() {
+    let (Some(on), Some(off)) = (
+        gpu_with(AdapterKind::Gpu, Some(true)),
+        gpu_with(AdapterKind::Gpu, Some(false)),
+    ) else {
+        return;
+    };
+    for gradient in [FlowGradient::Backprop, FlowGradient::Adjoint] {
+        for (dims, positions, blocks) in [((37, 11), 9, 3), ((200, 256), 3, 2)] {
+            let flow = config(dims, Activation::Tanh, positions, fixed(Scheme::Rk4, 2), gradient);
+            let build = &flow_graph(flow, blocks);
+            let with = run(on.clone(), build, 7, &Overrides::default());
+            let without = run(off.clone(), build, 7, &Overrides::default());
+            let what = format!("{dims:?}, {gradient:?}");
+            assert_eq!(with.out, without.out, "trajectory, {what}");
+            assert_eq!(with.grads, without.grads, "gradients, {what}");
         }
     }
 }
@@ -283,11 +307,10 @@ fn backends() -> Vec<Rc<dyn Backend>> {
     std::iter::once(cpu()).chain(gpu()).collect()
 }
 
-/// The CPU, then the GPU with each adapter kind's fixed-step kernels.
+/// The CPU, then the GPU with each set of fixed-step kernels.
 fn backends_each_kind() -> Vec<Rc<dyn Backend>> {
-    let kinds = [AdapterKind::Gpu, AdapterKind::Software];
     std::iter::once(cpu())
-        .chain(kinds.into_iter().filter_map(gpu_with_kernels_for))
+        .chain(gpu_kernel_sets().into_iter().map(|(_, gpu)| gpu))
         .collect()
 }
 
