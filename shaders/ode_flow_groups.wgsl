@@ -1,6 +1,9 @@
 // FLOATER's flow on GPUs (continues ode_flow.wgsl): one workgroup per row of the state (a block).
 // Its 256 threads keep the row's vectors in workgroup memory and share every matrix-vector
-// product (below), with a barrier between dependent steps. Each row's dθ terms go to lane b % 4 of its
+// product (below), with a barrier between dependent steps. The solve is a chain of such steps,
+// so its time is their count: the thread that finishes an element of a slope also combines that
+// element into the next stage's input (`after_slope`), so no pass of its own and no barrier
+// does it. Each row's dθ terms go to lane b % 4 of its
 // quad's records, which theta_from_records sums.
 
 const GROUP_WG: u32 = 256u;
@@ -119,25 +122,56 @@ fn hidden_and_vjp(t: f32, x: u32, a: u32, lane: Lane) {
     }
 }
 
-// vecs[out] = h(t, vecs[x]). Callers put a barrier between writing x and calling; it ends with one.
-fn eval_h(t: f32, x: u32, out: u32, lane: Lane) {
+// Slope i of a step, K_i = h(t, vecs[x]) into vecs[K0 + i]; callers put a barrier between writing
+// x and calling, and it ends with one. The thread that writes element c of K_i (the first of its
+// pair) wrote element c of every earlier slope too, so it goes on at once to what needs only
+// element c: the next stage's input, or after the last stage the step's result in vecs[Z] when
+// `finish`. That saves a pass over the state and a barrier per stage; the additions are the
+// same, in the same order, as a pass of their own would make.
+fn eval_slope(t: f32, x: u32, i: u32, dt: f32, finish: bool, lane: Lane) {
     hidden_layer(t, x, lane);
     let d = p.d;
     let k = p.k;
     let slot = pair_slot(lane);
     let part = slot % SPLIT;
     for (var base = 0u; base < d; base += OUTS_PER_PASS) {
-        let i = base + slot / SPLIT;
-        let row = w2_offset() + i * (k + 1u);
+        let c = base + slot / SPLIT;
+        let row = w2_offset() + c * (k + 1u);
         var mine = vec2(0.0, 0.0);
-        if (i < d) {
+        if (c < d) {
             mine.x = part_dot(row, 1u, k, HY_SRC, part);
         }
         let sum = pair_sum(lane, mine).x;
-        if (i < d && part == 0u) {
-            vecs[out][i] = sum + theta[row + k] * t + theta[b2_offset() + i];
+        if (c < d && part == 0u) {
+            vecs[K0 + i][c] = sum + theta[row + k] * t + theta[b2_offset() + c];
+            after_slope(c, i, dt, finish);
         }
         workgroupBarrier();
+    }
+}
+
+// Element c of the input of stage i + 1 (z + dt·Σ_{j ≤ i} a_{i+1, j} K_j), or, after the last
+// stage and when `finish`, of the step's result z + dt·Σ b_j K_j in place.
+fn after_slope(c: u32, i: u32, dt: f32, finish: bool) {
+    let next = i + 1u;
+    if (next < p.stages) {
+        var v = vecs[Z][c];
+        for (var j = 0u; j < next; j++) {
+            let w = dt * tab_a(next, j);
+            if (w != 0.0) {
+                v += w * vecs[K0 + j][c];
+            }
+        }
+        vecs[next][c] = v;
+    } else if (finish) {
+        var v = vecs[Z][c];
+        for (var j = 0u; j < p.stages; j++) {
+            let w = dt * tab_b(j);
+            if (w != 0.0) {
+                v += w * vecs[K0 + j][c];
+            }
+        }
+        vecs[Z][c] = v;
     }
 }
 
@@ -170,9 +204,13 @@ fn write_record(b: u32, n: u32, t: f32, x: u32, a: u32, coef: f32, lid: u32) {
     }
 }
 
-// vecs[out] = aᵀ ∂h/∂p at (t, vecs[x]) for a = vecs[a], and row b's record of stage evaluation n
-// (coef 1). Inputs must be ready (barrier); it ends with a barrier.
-fn vjp(t: f32, x: u32, a: u32, out: u32, b: u32, n: u32, lane: Lane) {
+// Backprop through stage q of a step from t0 by dt, at (t, vecs[x]) with the slope's adjoint
+// a = vecs[K0 + q]: the input's adjoint aᵀ ∂h/∂p (its element c by the thread that sums it)
+// goes at once into the state's adjoint vecs[ZBAR0] and the adjoints of the earlier slopes
+// (dt·a_{q,l} of it into vecs[K0 + l]), and row b's record of stage evaluation n (coef 1) is
+// written. Inputs must be ready (barrier); it ends with a barrier.
+fn vjp(t: f32, x: u32, q: u32, dt: f32, b: u32, n: u32, lane: Lane) {
+    let a = K0 + q;
     hidden_and_vjp(t, x, a, lane);
     let d = p.d;
     let slot = pair_slot(lane);
@@ -183,9 +221,12 @@ fn vjp(t: f32, x: u32, a: u32, out: u32, b: u32, n: u32, lane: Lane) {
         if (c < d) {
             mine.x = part_dot(c, d + 1u, p.k, HDZ_SRC, part);
         }
-        let sum = pair_sum(lane, mine).x;
+        let ib = pair_sum(lane, mine).x;
         if (c < d && part == 0u) {
-            vecs[out][c] = sum;
+            vecs[ZBAR0][c] += ib;
+            for (var l = 0u; l < q; l++) {
+                vecs[K0 + l][c] += (dt * tab_a(q, l)) * ib;
+            }
         }
         workgroupBarrier();
     }
@@ -193,70 +234,78 @@ fn vjp(t: f32, x: u32, a: u32, out: u32, b: u32, n: u32, lane: Lane) {
     workgroupBarrier();
 }
 
-// The adjoint's stage: vecs[kp] = h(t, vecs[x]), vecs[ka] = −aᵀ ∂h/∂p for a = vecs[a], and row b's
-// record of stage evaluation n with coef. Inputs must be ready (barrier); it ends with a barrier.
-fn eval_and_vjp(t: f32, x: u32, a: u32, kp: u32, ka: u32, coef: f32, b: u32, n: u32, lane: Lane) {
+// The adjoint's stage q of a step from t0 by dt, at (t, vecs[x], vecs[a]): vecs[KP0 + q] =
+// h(t, vecs[x]), vecs[KA0 + q] = −aᵀ ∂h/∂p, and row b's record of stage evaluation n with coef.
+// Inputs must be ready (barrier); it ends with a barrier. As in `eval_slope`, the thread that
+// writes element c of the slopes goes on to element c of the next stage's inputs (vecs[PIN],
+// vecs[AIN]), or after the last stage of the step's result (vecs[P], vecs[A]): so the record,
+// which reads this stage's inputs, is written first.
+fn adjoint_stage(t: f32, x: u32, a: u32, q: u32, dt: f32, coef: f32, b: u32, n: u32, lane: Lane) {
     hidden_and_vjp(t, x, a, lane);
+    write_record(b, n, t, x, a, coef, lane.index);
+    workgroupBarrier();
     let d = p.d;
     let k = p.k;
     let slot = pair_slot(lane);
     let part = slot % SPLIT;
     for (var base = 0u; base < d; base += OUTS_PER_PASS) {
-        let i = base + slot / SPLIT;
-        let row = w2_offset() + i * (k + 1u);
+        let c = base + slot / SPLIT;
+        let row = w2_offset() + c * (k + 1u);
         var mine = vec2(0.0, 0.0);
-        if (i < d) {
-            mine = vec2(part_dot(row, 1u, k, HY_SRC, part), part_dot(i, d + 1u, k, HDZ_SRC, part));
+        if (c < d) {
+            mine = vec2(part_dot(row, 1u, k, HY_SRC, part), part_dot(c, d + 1u, k, HDZ_SRC, part));
         }
         let sums = pair_sum(lane, mine);
-        if (i < d && part == 0u) {
-            vecs[kp][i] = sums.x + theta[row + k] * t + theta[b2_offset() + i];
-            vecs[ka][i] = -sums.y;
+        if (c < d && part == 0u) {
+            vecs[KP0 + q][c] = sums.x + theta[row + k] * t + theta[b2_offset() + c];
+            vecs[KA0 + q][c] = -sums.y;
+            after_adjoint_slope(c, q, dt);
         }
         workgroupBarrier();
     }
-    write_record(b, n, t, x, a, coef, lane.index);
-    workgroupBarrier();
 }
 
-// The slopes K0.. of one step of vecs[Z] from t0 by dt (stage i > 0 reads its input from slot i).
-fn stages(t0: f32, dt: f32, lane: Lane) {
-    let lid = lane.index;
+// Element c of the next stage's inputs p + dt·Σ a_{q+1, l} KP_l and a + dt·Σ a_{q+1, l} KA_l, or
+// after the last stage of the step's p and a (weights b) in place.
+fn after_adjoint_slope(c: u32, q: u32, dt: f32) {
+    let next = q + 1u;
+    let last = next >= p.stages;
+    var pv = vecs[P][c];
+    var av = vecs[A][c];
+    for (var l = 0u; l < select(next, p.stages, last); l++) {
+        var w = dt * tab_b(l);
+        if (!last) {
+            w = dt * tab_a(next, l);
+        }
+        if (w != 0.0) {
+            pv += w * vecs[KP0 + l][c];
+            av += w * vecs[KA0 + l][c];
+        }
+    }
+    if (last) {
+        vecs[P][c] = pv;
+        vecs[A][c] = av;
+    } else {
+        vecs[PIN][c] = pv;
+        vecs[AIN][c] = av;
+    }
+}
+
+// The slopes K0.. of one step of vecs[Z] from t0 by dt (stage i > 0 reads its input from slot
+// i), and with `finish` the step itself: vecs[Z] becomes the state after it.
+fn stages(t0: f32, dt: f32, finish: bool, lane: Lane) {
     for (var i = 0u; i < p.stages; i++) {
         var x = Z;
         if (i > 0u) {
             x = i;
-            for (var c = lid; c < p.d; c += GROUP_WG) {
-                var v = vecs[Z][c];
-                for (var j = 0u; j < i; j++) {
-                    let w = dt * tab_a(i, j);
-                    if (w != 0.0) {
-                        v += w * vecs[K0 + j][c];
-                    }
-                }
-                vecs[i][c] = v;
-            }
-            workgroupBarrier();
         }
-        eval_h(t0 + tab_c(i) * dt, x, K0 + i, lane);
+        eval_slope(t0 + tab_c(i) * dt, x, i, dt, finish, lane);
     }
 }
 
 // One Runge-Kutta step of vecs[Z] from t0 by dt, in place.
 fn rk_step(t0: f32, dt: f32, lane: Lane) {
-    let lid = lane.index;
-    stages(t0, dt, lane);
-    for (var c = lid; c < p.d; c += GROUP_WG) {
-        var v = vecs[Z][c];
-        for (var i = 0u; i < p.stages; i++) {
-            let w = dt * tab_b(i);
-            if (w != 0.0) {
-                v += w * vecs[K0 + i][c];
-            }
-        }
-        vecs[Z][c] = v;
-    }
-    workgroupBarrier();
+    stages(t0, dt, true, lane);
 }
 
 @compute @workgroup_size(256)
@@ -391,7 +440,7 @@ fn backprop(
         let ts = step_times(g);
         let t0 = ts.x;
         let dt = ts.y;
-        stages(t0, dt, lane);
+        stages(t0, dt, false, lane);
         // z₁ = z₀ + dt·Σ bᵢ kᵢ: the adjoints of z₀ and of every slope (the slopes' slots now hold them).
         for (var c = lid; c < d; c += GROUP_WG) {
             let zb = vecs[ZBAR][c];
@@ -408,15 +457,7 @@ fn backprop(
             if (q > 0u) {
                 x = q;
             }
-            vjp(t0 + tab_c(q) * dt, x, K0 + q, IB, b, (g - p.begin) * p.stages + q, lane);
-            for (var c = lid; c < d; c += GROUP_WG) {
-                let ib = vecs[IB][c];
-                vecs[ZBAR0][c] += ib;
-                for (var l = 0u; l < q; l++) {
-                    vecs[K0 + l][c] += (dt * tab_a(q, l)) * ib;
-                }
-            }
-            workgroupBarrier();
+            vjp(t0 + tab_c(q) * dt, x, q, dt, b, (g - p.begin) * p.stages + q, lane);
         }
         for (var c = lid; c < d; c += GROUP_WG) {
             vecs[ZBAR][c] = vecs[ZBAR0][c];
@@ -474,39 +515,17 @@ fn adjoint(
         let t0 = grid_time(span0, span1, u);
         let dt = grid_time(span0, span1, u + 1u) - t0;
         for (var q = 0u; q < p.stages; q++) {
-            for (var c = lid; c < d; c += GROUP_WG) {
-                var pin = vecs[P][c];
-                var ain = vecs[A][c];
-                for (var l = 0u; l < q; l++) {
-                    let w = dt * tab_a(q, l);
-                    if (w != 0.0) {
-                        pin += w * vecs[KP0 + l][c];
-                        ain += w * vecs[KA0 + l][c];
-                    }
-                }
-                vecs[PIN][c] = pin;
-                vecs[AIN][c] = ain;
+            // The first stage reads p and a themselves; the others, inputs the stage before wrote.
+            var x = P;
+            var a = A;
+            if (q > 0u) {
+                x = PIN;
+                a = AIN;
             }
-            workgroupBarrier();
-            let t = t0 + tab_c(q) * dt;
             // dp/dt = h, da/dt = −aᵀ ∂h/∂p, dg/dt = −aᵀ ∂h/∂θ (g only enters the step's result).
             let n = (h - p.begin) * p.stages + q;
-            eval_and_vjp(t, PIN, AIN, KP0 + q, KA0 + q, -(dt * tab_b(q)), b, n, lane);
+            adjoint_stage(t0 + tab_c(q) * dt, x, a, q, dt, -(dt * tab_b(q)), b, n, lane);
         }
-        for (var c = lid; c < d; c += GROUP_WG) {
-            var pv = vecs[P][c];
-            var av = vecs[A][c];
-            for (var q = 0u; q < p.stages; q++) {
-                let w = dt * tab_b(q);
-                if (w != 0.0) {
-                    pv += w * vecs[KP0 + q][c];
-                    av += w * vecs[KA0 + q][c];
-                }
-            }
-            vecs[P][c] = pv;
-            vecs[A][c] = av;
-        }
-        workgroupBarrier();
     }
     for (var c = lid; c < d; c += GROUP_WG) {
         if (p.end == total_steps()) {
