@@ -32,12 +32,11 @@ const MAX_DIM: u32 = 256u;
 const NO_FAILURE: u32 = 0xffffffffu;
 
 // Slots of the state vectors. Forward and backprop: the state Z, stage inputs X1..X3 (stage 0 reads
-// Z), slopes K0..K3 (reused for their adjoints in backprop), and the adjoints ZBAR, ZBAR0, IB.
+// Z), slopes K0..K3 (reused for their adjoints in backprop), and the adjoints ZBAR, ZBAR0.
 const Z: u32 = 0u;
 const K0: u32 = 4u;
 const ZBAR: u32 = 8u;
 const ZBAR0: u32 = 9u;
-const IB: u32 = 10u;
 // Adjoint: the state P and adjoint A, the current stage's inputs PIN and AIN, slopes KP0..3, KA0..3.
 const P: u32 = 0u;
 const PIN: u32 = 1u;

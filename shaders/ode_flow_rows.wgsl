@@ -222,9 +222,12 @@ fn hidden_rows(o: u32, t: f32, x: u32, a: u32, vjp: bool, lid: u32) {
     }
 }
 
-// The slot `out` = h(t, slot x). Callers put a barrier between writing x and calling; it ends
-// with one.
-fn eval_h_rows(o: u32, t: f32, x: u32, out: u32, lid: u32) {
+// Slope i of a step, K_i = h(t, slot x) into slot K0 + i; callers put a barrier between writing
+// x and calling, and it ends with one. The invocation that writes sixteen elements of K_i wrote
+// the same elements of every earlier slope, so it goes on at once to those elements of the next
+// stage's input, or after the last stage of the step's result in slot Z when `finish` (as the
+// GPU kernels do: a pass and a barrier fewer per stage).
+fn eval_slope_rows(o: u32, t: f32, x: u32, i: u32, dt: f32, finish: bool, lid: u32) {
     hidden_rows(o, t, x, 0u, false, lid);
     storageBarrier();
     let k = p.k;
@@ -232,11 +235,34 @@ fn eval_h_rows(o: u32, t: f32, x: u32, out: u32, lid: u32) {
     if (i0 < p.d) {
         let s = w2_hy(o, i0);
         for (var m = 0u; m < min(16u, p.d - i0); m++) {
-            let row = w2_offset() + (i0 + m) * (k + 1u);
-            qs[qat(o, out, i0 + m)] = sixteen_at(s, m) + splat(theta[row + k] * t + theta[b2_offset() + i0 + m]);
+            let c = i0 + m;
+            let row = w2_offset() + c * (k + 1u);
+            qs[qat(o, K0 + i, c)] = sixteen_at(s, m) + splat(theta[row + k] * t + theta[b2_offset() + c]);
+            after_slope_rows(o, c, i, dt, finish);
         }
     }
     storageBarrier();
+}
+
+// Element c of the input of stage i + 1, or after the last stage and when `finish` of the step's
+// result in place (see the GPU kernels' after_slope).
+fn after_slope_rows(o: u32, c: u32, i: u32, dt: f32, finish: bool) {
+    let next = i + 1u;
+    let last = next >= p.stages;
+    if (last && !finish) {
+        return;
+    }
+    var v = qs[qat(o, Z, c)];
+    for (var j = 0u; j < select(next, p.stages, last); j++) {
+        var w = dt * tab_b(j);
+        if (!last) {
+            w = dt * tab_a(next, j);
+        }
+        if (w != 0.0) {
+            v += w * qs[qat(o, K0 + j, c)];
+        }
+    }
+    qs[qat(o, select(next, Z, last), c)] = v;
 }
 
 // Octet o's records of stage evaluation n at (t, slot x) for a = slot a, from HY and HDZ: its
@@ -269,26 +295,40 @@ fn write_record_rows(o: u32, n: u32, t: f32, x: u32, a: u32, coef: f32, lid: u32
     }
 }
 
-// Slot out = aᵀ ∂h/∂p at (t, slot x) for a = slot a, and the record of stage evaluation n (coef
-// 1). Inputs must be ready (barrier); it ends with a barrier.
-fn vjp_rows(o: u32, t: f32, x: u32, a: u32, out: u32, n: u32, lid: u32) {
+// Backprop through stage q of a step from t0 by dt, at (t, slot x) with the slope's adjoint in
+// slot K0 + q: the input's adjoint aᵀ ∂h/∂p goes at once, element by element by the invocation
+// that sums it, into slot ZBAR0 and the earlier slopes' adjoints (dt·a_{q,l} of it into slot
+// K0 + l), and the record of stage evaluation n (coef 1) is written. Inputs must be ready
+// (barrier); it ends with a barrier.
+fn vjp_rows(o: u32, t: f32, x: u32, q: u32, dt: f32, n: u32, lid: u32) {
+    let a = K0 + q;
     hidden_rows(o, t, x, a, true, lid);
     storageBarrier();
     let i0 = 16u * lid;
     if (i0 < p.d) {
         let g = w1t_hdz(o, i0);
         for (var m = 0u; m < min(16u, p.d - i0); m++) {
-            qs[qat(o, out, i0 + m)] = sixteen_at(g, m);
+            let c = i0 + m;
+            let ib = sixteen_at(g, m);
+            qs[qat(o, ZBAR0, c)] += ib;
+            for (var l = 0u; l < q; l++) {
+                qs[qat(o, K0 + l, c)] += (dt * tab_a(q, l)) * ib;
+            }
         }
     }
     write_record_rows(o, n, t, x, a, 1.0, lid);
     storageBarrier();
 }
 
-// The adjoint's stage: slot kp = h(t, slot x), slot ka = −aᵀ ∂h/∂p for a = slot a, and the record
-// of stage evaluation n with coef. Inputs must be ready (barrier); it ends with a barrier.
-fn eval_and_vjp_rows(o: u32, t: f32, x: u32, a: u32, kp: u32, ka: u32, coef: f32, n: u32, lid: u32) {
+// The adjoint's stage q of a step from t0 by dt, at (t, slot x, slot a): slot KP0 + q = h(t,
+// slot x), slot KA0 + q = −aᵀ ∂h/∂p, and the record of stage evaluation n with coef. Inputs must
+// be ready (barrier); it ends with a barrier. The invocation that writes elements of the slopes
+// goes on to those elements of the next stage's inputs (slots PIN, AIN), or after the last stage
+// of the step's p and a: so the record, which reads this stage's inputs, comes first.
+fn adjoint_stage_rows(o: u32, t: f32, x: u32, a: u32, q: u32, dt: f32, coef: f32, n: u32, lid: u32) {
     hidden_rows(o, t, x, a, true, lid);
+    storageBarrier();
+    write_record_rows(o, n, t, x, a, coef, lid);
     storageBarrier();
     let k = p.k;
     let i0 = 16u * lid;
@@ -296,52 +336,52 @@ fn eval_and_vjp_rows(o: u32, t: f32, x: u32, a: u32, kp: u32, ka: u32, coef: f32
         let s = w2_hy(o, i0);
         let g = w1t_hdz(o, i0);
         for (var m = 0u; m < min(16u, p.d - i0); m++) {
-            let i = i0 + m;
-            let row = w2_offset() + i * (k + 1u);
-            qs[qat(o, kp, i)] = sixteen_at(s, m) + splat(theta[row + k] * t + theta[b2_offset() + i]);
-            qs[qat(o, ka, i)] = -1.0 * sixteen_at(g, m);
+            let c = i0 + m;
+            let row = w2_offset() + c * (k + 1u);
+            qs[qat(o, KP0 + q, c)] = sixteen_at(s, m) + splat(theta[row + k] * t + theta[b2_offset() + c]);
+            qs[qat(o, KA0 + q, c)] = -1.0 * sixteen_at(g, m);
+            after_adjoint_slope_rows(o, c, q, dt);
         }
     }
-    write_record_rows(o, n, t, x, a, coef, lid);
     storageBarrier();
 }
 
-// The slopes K0.. of one step of slot Z from t0 by dt (stage i > 0 reads its input from slot i).
-fn stages_rows(o: u32, t0: f32, dt: f32, lid: u32) {
+// Element c of the next stage's inputs, or after the last stage of the step's p and a in place
+// (see the GPU kernels' after_adjoint_slope).
+fn after_adjoint_slope_rows(o: u32, c: u32, q: u32, dt: f32) {
+    let next = q + 1u;
+    let last = next >= p.stages;
+    var pv = qs[qat(o, P, c)];
+    var av = qs[qat(o, A, c)];
+    for (var l = 0u; l < select(next, p.stages, last); l++) {
+        var w = dt * tab_b(l);
+        if (!last) {
+            w = dt * tab_a(next, l);
+        }
+        if (w != 0.0) {
+            pv += w * qs[qat(o, KP0 + l, c)];
+            av += w * qs[qat(o, KA0 + l, c)];
+        }
+    }
+    qs[qat(o, select(PIN, P, last), c)] = pv;
+    qs[qat(o, select(AIN, A, last), c)] = av;
+}
+
+// The slopes K0.. of one step of slot Z from t0 by dt (stage i > 0 reads its input from slot
+// i), and with `finish` the step itself: slot Z becomes the state after it.
+fn stages_rows(o: u32, t0: f32, dt: f32, finish: bool, lid: u32) {
     for (var i = 0u; i < p.stages; i++) {
         var x = Z;
         if (i > 0u) {
             x = i;
-            for (var c = lid; c < p.d; c += WG) {
-                var v = qs[qat(o, Z, c)];
-                for (var j = 0u; j < i; j++) {
-                    let w = dt * tab_a(i, j);
-                    if (w != 0.0) {
-                        v += w * qs[qat(o, K0 + j, c)];
-                    }
-                }
-                qs[qat(o, i, c)] = v;
-            }
-            storageBarrier();
         }
-        eval_h_rows(o, t0 + tab_c(i) * dt, x, K0 + i, lid);
+        eval_slope_rows(o, t0 + tab_c(i) * dt, x, i, dt, finish, lid);
     }
 }
 
 // One Runge-Kutta step of slot Z from t0 by dt, in place.
 fn rk_step_rows(o: u32, t0: f32, dt: f32, lid: u32) {
-    stages_rows(o, t0, dt, lid);
-    for (var c = lid; c < p.d; c += WG) {
-        var v = qs[qat(o, Z, c)];
-        for (var i = 0u; i < p.stages; i++) {
-            let w = dt * tab_b(i);
-            if (w != 0.0) {
-                v += w * qs[qat(o, K0 + i, c)];
-            }
-        }
-        qs[qat(o, Z, c)] = v;
-    }
-    storageBarrier();
+    stages_rows(o, t0, dt, true, lid);
 }
 
 // Records the first non-finite position of each row among the values v at position i.
@@ -473,7 +513,7 @@ fn backprop_rows(
         let ts = step_times(g);
         let t0 = ts.x;
         let dt = ts.y;
-        stages_rows(o, t0, dt, lid);
+        stages_rows(o, t0, dt, false, lid);
         // z₁ = z₀ + dt·Σ bᵢ kᵢ: the adjoints of z₀ and of every slope (the slopes' slots now hold them).
         for (var c = lid; c < d; c += WG) {
             let zb = qs[qat(o, ZBAR, c)];
@@ -490,15 +530,7 @@ fn backprop_rows(
             if (s > 0u) {
                 x = s;
             }
-            vjp_rows(o, t0 + tab_c(s) * dt, x, K0 + s, IB, (g - p.begin) * p.stages + s, lid);
-            for (var c = lid; c < d; c += WG) {
-                let ib = qs[qat(o, IB, c)];
-                qs[qat(o, ZBAR0, c)] += ib;
-                for (var l = 0u; l < s; l++) {
-                    qs[qat(o, K0 + l, c)] += (dt * tab_a(s, l)) * ib;
-                }
-            }
-            storageBarrier();
+            vjp_rows(o, t0 + tab_c(s) * dt, x, s, dt, (g - p.begin) * p.stages + s, lid);
         }
         for (var c = lid; c < d; c += WG) {
             qs[qat(o, ZBAR, c)] = qs[qat(o, ZBAR0, c)];
@@ -547,38 +579,17 @@ fn adjoint_rows(
         let t0 = grid_time(span0, span1, u);
         let dt = grid_time(span0, span1, u + 1u) - t0;
         for (var s = 0u; s < p.stages; s++) {
-            for (var c = lid; c < d; c += WG) {
-                var pin = qs[qat(o, P, c)];
-                var ain = qs[qat(o, A, c)];
-                for (var l = 0u; l < s; l++) {
-                    let w = dt * tab_a(s, l);
-                    if (w != 0.0) {
-                        pin += w * qs[qat(o, KP0 + l, c)];
-                        ain += w * qs[qat(o, KA0 + l, c)];
-                    }
-                }
-                qs[qat(o, PIN, c)] = pin;
-                qs[qat(o, AIN, c)] = ain;
+            // The first stage reads p and a themselves; the others, inputs the stage before wrote.
+            var x = P;
+            var a = A;
+            if (s > 0u) {
+                x = PIN;
+                a = AIN;
             }
-            storageBarrier();
             // dp/dt = h, da/dt = −aᵀ ∂h/∂p, dg/dt = −aᵀ ∂h/∂θ (g: the records).
             let n = (h - p.begin) * p.stages + s;
-            eval_and_vjp_rows(o, t0 + tab_c(s) * dt, PIN, AIN, KP0 + s, KA0 + s, -(dt * tab_b(s)), n, lid);
+            adjoint_stage_rows(o, t0 + tab_c(s) * dt, x, a, s, dt, -(dt * tab_b(s)), n, lid);
         }
-        for (var c = lid; c < d; c += WG) {
-            var pv = qs[qat(o, P, c)];
-            var av = qs[qat(o, A, c)];
-            for (var s = 0u; s < p.stages; s++) {
-                let w = dt * tab_b(s);
-                if (w != 0.0) {
-                    pv += w * qs[qat(o, KP0 + s, c)];
-                    av += w * qs[qat(o, KA0 + s, c)];
-                }
-            }
-            qs[qat(o, P, c)] = pv;
-            qs[qat(o, A, c)] = av;
-        }
-        storageBarrier();
     }
     if (p.end == total_steps()) {
         for (var c = lid; c < d; c += WG) {
