@@ -42,7 +42,7 @@ if [ "$what" = bench ]; then
             --variants learned,sinusoidal,floater,floater_backprop,floater_cached,tupe_a,rk4
         say "train, round $round: posflow without subgroup operations"
         POSFLOW_SUBGROUPS=0 $posflow --device gpu bench train --steps "$steps" --warmup 3 \
-            --variants learned,sinusoidal
+            --variants learned,sinusoidal,floater,floater_backprop
         say "train, round $round: PyTorch eager ($torch_device)"
         "$py" .gpu/bench/torch_train.py --device "$torch_device" --steps "$steps" --warmup 3
     done

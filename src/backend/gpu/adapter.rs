@@ -247,8 +247,9 @@ pub(super) async fn open(adapter: &wgpu::Adapter) -> Result<(wgpu::Device, wgpu:
         .map_err(|e| Error::Device(format!("could not open {}: {e}", describe(&adapter.get_info()))))
 }
 
-/// Natively, subgroups too: a browser would need `enable subgroups;` in the WGSL, which naga, the
-/// native front end, does not parse, so the web keeps the modules without them.
+/// Natively, subgroups too. Not on the web: wgpu 30's WebGPU backend cannot ask a browser for its
+/// `subgroups` feature (and a module would need `enable subgroups;`, which naga does not parse),
+/// so the web keeps the modules without them.
 fn wanted_features() -> wgpu::Features {
     if cfg!(target_arch = "wasm32") {
         wgpu::Features::TIMESTAMP_QUERY
