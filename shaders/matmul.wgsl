@@ -551,6 +551,88 @@ fn matmul_8x8_vec4(@builtin(local_invocation_id) local: vec3<u32>, @builtin(loca
     store_8x8(&acc, local, group);
 }
 
+// matmul_8x8_vec4 with the next K-step's loads in flight during this one's multiply-adds: each
+// thread loads its 4 x 4 blocks of op(A) and op(B) into registers (`load_blocks`), and only after
+// the barrier that makes the current K-step visible does it issue the next one's loads, before
+// `accumulate_8x8`; the stores into workgroup memory wait for the step after. Needs a K-step's
+// blocks to be at most one per thread, TILE / 4 · KSTEP / 4 ≤ TILE² / 64 (the op checks).
+struct Blocks {
+    a: mat4x4<f32>,
+    b: mat4x4<f32>,
+}
+
+// This thread's blocks of the K-step from k0, as `stage_vec4` loads them (zero outside the
+// matrices, and for threads past the step's blocks).
+fn load_blocks(lid: u32, o: Origin, k0: u32) -> Blocks {
+    let quads = TILE / 4u;
+    let s = o.s;
+    let ta = dims.trans_a != 0u;
+    let tb = dims.trans_b != 0u;
+    let a_step = select(s.a_row, s.a_col, ta) / 4u;
+    let b_step = select(s.b_row, s.b_col, tb) / 4u;
+    var blocks = Blocks(mat4x4<f32>(), mat4x4<f32>());
+    if (lid >= quads * (KSTEP / 4u)) {
+        return blocks;
+    }
+    let kk = k0 + 4u * (lid / quads);
+    let i = 4u * (lid % quads);
+    let r = o.row0 + i;
+    let col = o.col0 + i;
+    if (kk < dims.k) {
+        if (r < dims.m) {
+            let at = (o.a_base + r * s.a_row + kk * s.a_col) / 4u;
+            let m = mat4x4<f32>(a4[at], a4[at + a_step], a4[at + 2u * a_step], a4[at + 3u * a_step]);
+            blocks.a = m;
+            if (!ta) {
+                blocks.a = transpose(m);
+            }
+        }
+        if (col < dims.n) {
+            let bt = (o.b_base + kk * s.b_row + col * s.b_col) / 4u;
+            let m = mat4x4<f32>(b4[bt], b4[bt + b_step], b4[bt + 2u * b_step], b4[bt + 3u * b_step]);
+            blocks.b = m;
+            if (tb) {
+                blocks.b = transpose(m);
+            }
+        }
+    }
+    return blocks;
+}
+
+// Writes this thread's blocks where `stage_vec4` puts them.
+fn store_blocks(lid: u32, blocks: Blocks) {
+    let quads = TILE / 4u;
+    if (lid >= quads * (KSTEP / 4u)) {
+        return;
+    }
+    let at = 4u * (lid / quads) * quads + lid % quads;
+    a_tile[at] = blocks.a[0];
+    a_tile[at + quads] = blocks.a[1];
+    a_tile[at + 2u * quads] = blocks.a[2];
+    a_tile[at + 3u * quads] = blocks.a[3];
+    b_tile[at] = blocks.b[0];
+    b_tile[at + quads] = blocks.b[1];
+    b_tile[at + 2u * quads] = blocks.b[2];
+    b_tile[at + 3u * quads] = blocks.b[3];
+}
+
+@compute @workgroup_size(TILE / 8u, TILE / 8u)
+fn matmul_8x8_vec4_prefetch(@builtin(local_invocation_id) local: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) group: vec3<u32>) {
+    let o = origin(group);
+    var acc = Block8();
+    var next = load_blocks(lid, o, o.k_begin);
+    for (var k0 = o.k_begin; k0 < o.k_end; k0 += KSTEP) {
+        store_blocks(lid, next);
+        workgroupBarrier();
+        if (k0 + KSTEP < o.k_end) {
+            next = load_blocks(lid, o, k0 + KSTEP);
+        }
+        accumulate_8x8(&acc, local);
+        workgroupBarrier();
+    }
+    store_8x8(&acc, local, group);
+}
+
 // The partial products are a scratch buffer, which ops bind read_write.
 @group(0) @binding(1) var<storage, read_write> parts: array<f32>;
 @group(0) @binding(2) var<storage, read_write> sums: array<f32>;

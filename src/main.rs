@@ -264,21 +264,32 @@ fn bench_matmul_kernels(backend: &Rc<dyn Backend>, sizes: &[usize], repeats: usi
         ));
     }
     println!("{}", backend.describe());
-    println!("{:>6}  {:>20}  {:>10}  {:>9}", "size", "kernel", "ms", "GFLOP/s");
+    println!("{:>6}  {:>28}  {:>10}  {:>9}", "size", "kernel", "ms", "GFLOP/s");
     posflow::bench::matmul_kernels(backend, sizes, repeats, |r| {
         let kernel = match r.kernel {
-            Some(k) => format!("{0}x{0} / {1} / {2} / {3}", k.block, k.tile, k.kstep, k.splits),
+            Some(k) => format!(
+                "{0}x{0} / {1} / {2} / {3}{4}",
+                k.block,
+                k.tile,
+                k.kstep,
+                k.splits,
+                if k.prefetch { " prefetch" } else { "" }
+            ),
             None => "op's choice".to_string(),
         };
         println!(
-            "{:>6}  {:>20}  {:>10.3}  {:>9.1}",
+            "{:>6}  {:>28}  {:>10.3}  {:>9.1}",
             r.row.size,
             kernel,
             r.row.seconds * 1e3,
             r.row.gflops
         );
     })?;
-    println!("kernel: per-thread block / tile / depths per K-step / splits of k");
+    println!(
+        "kernel: per-thread block / tile / depths per K-step / splits of k (prefetch: the next \
+         K-step's loads in flight during this one's multiply-adds, on GPUs and sizes that are \
+         multiples of 4; elsewhere the same kernel as without)"
+    );
     Ok(())
 }
 

@@ -5,7 +5,8 @@
 #   table.sh tests   every test binary in the carried .gpu/tests-* parts, POSFLOW_REQUIRE_GPU=1
 # Everything goes to $OUT/table.log (and stdout), a failed test binary's output to
 # $OUT/failures.log (a call returns at most 8 files). On a machine without a GPU,
-# TORCH_DEVICE=cpu PYTHON=<a python with torch> STEPS=1 SIZES=256 tries it on a software adapter.
+# TORCH_DEVICE=cpu PYTHON=<a python with torch> STEPS=1 SIZES=256 BIG_SIZES=256 tries it on a
+# software adapter.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:?say bench or tests}
@@ -25,6 +26,7 @@ torch_device=${TORCH_DEVICE:-cuda}
 py=${PYTHON:-python3}
 steps=${STEPS:-20}
 sizes=${SIZES:-1024,2048,4096}
+big=${BIG_SIZES:-2048,4096}
 say() { printf '\n== %s (%s, load %s)\n' "$1" "$(date -u +%H:%M:%S)" "$(cut -d' ' -f1-3 /proc/loadavg)"; }
 
 say "machine"
@@ -56,6 +58,9 @@ if [ "$what" = bench ]; then
         say "matmul, round $round: PyTorch ($torch_device)"
         "$py" .gpu/bench/torch_train.py --device "$torch_device" --matmul --sizes "$sizes" --runs 20
     done
+    # Every kernel the shader has at the sizes where the 40% target is (prefetching ones included).
+    say "matmul, every kernel: posflow"
+    $posflow --device gpu bench matmul --kernels --sizes "$big" --repeats 5
     say "done"
     exit 0
 fi

@@ -16,6 +16,9 @@ pub struct KernelChoice {
     pub splits: usize,
     /// Depths staged in workgroup memory between barriers (GPU entry points).
     pub kstep: usize,
+    /// The next K-step's loads in flight during this one's multiply-adds (`matmul_8x8_vec4_prefetch`:
+    /// 8 × 8 blocks, sizes multiples of 4, on GPUs; other products take the plain entry point).
+    pub prefetch: bool,
 }
 
 /// The depths a K-step may stage: tile · kstep at most [`MAX_TILE_DEPTHS`].
@@ -99,18 +102,28 @@ pub(super) struct Body {
     pub(super) general: &'static str,
     pub(super) vec4: &'static str,
     pub(super) direct: &'static str,
+    /// The vec4 entry with the next K-step's loads in flight, where the body has one.
+    pub(super) vec4_prefetch: Option<&'static str>,
 }
 
 pub(super) const BLOCK16: Body = Body {
     general: "matmul_16x16",
     vec4: "matmul_16x16_vec4",
     direct: "matmul_16x16_direct",
+    vec4_prefetch: None,
 };
 pub(super) const BLOCK8: Body = Body {
     general: "matmul_8x8",
     vec4: "matmul_8x8_vec4",
     direct: "matmul_8x8_direct",
+    vec4_prefetch: Some("matmul_8x8_vec4_prefetch"),
 };
+
+/// Whether the prefetching entry can hold a K-step in registers: one 4 × 4 block of each operand
+/// per thread at most, (tile / 4) · (kstep / 4) ≤ tile² / 64.
+fn prefetch_fits(block: usize, tile: usize, kstep: usize) -> bool {
+    block == 8 && 4 * kstep <= tile
+}
 
 /// The tiles an adapter kind chooses from, largest first, each with the body whose per-thread
 /// block suits it. Software adapters want the most multiply-adds per load (16 × 16 blocks, see
@@ -125,12 +138,13 @@ fn tiles(adapter: AdapterKind) -> [(Body, usize); 3] {
 
 /// The entry point of `body` for an adapter kind and a product: software adapters load straight
 /// from the buffers; GPUs stage, with vec4 loads when every size is a nonzero multiple of 4.
-fn entry(body: Body, adapter: AdapterKind, l: &Layout) -> &'static str {
+fn entry(body: Body, adapter: AdapterKind, l: &Layout, prefetch: bool) -> &'static str {
     let aligned = [l.m, l.n, l.k].iter().all(|&d| d > 0 && d % 4 == 0);
-    match adapter {
-        AdapterKind::Software => body.direct,
-        AdapterKind::Gpu if aligned => body.vec4,
-        AdapterKind::Gpu => body.general,
+    match (adapter, body.vec4_prefetch) {
+        (AdapterKind::Software, _) => body.direct,
+        (AdapterKind::Gpu, Some(prefetching)) if aligned && prefetch => prefetching,
+        (AdapterKind::Gpu, _) if aligned => body.vec4,
+        (AdapterKind::Gpu, _) => body.general,
     }
 }
 
@@ -152,7 +166,7 @@ pub(super) fn kernel_for(adapter: AdapterKind, l: &Layout) -> Kernel {
         .find_map(|t| choice(t.1).map(|splits| (t, splits)))
         .expect("the smallest tile always fits");
     Kernel {
-        entry: entry(body, adapter, l),
+        entry: entry(body, adapter, l, false),
         tile,
         splits,
         kstep: kstep_for(adapter, tile),
@@ -161,17 +175,24 @@ pub(super) fn kernel_for(adapter: AdapterKind, l: &Layout) -> Kernel {
 
 impl KernelChoice {
     /// Every kernel the shader has with k in `splits` ranges: each (block, tile) of
-    /// [`BLOCK_TILES`] with each K-step its workgroup memory allows.
+    /// [`BLOCK_TILES`] with each K-step its workgroup memory allows, and where the prefetching
+    /// entry fits, with it too.
     pub fn every(splits: usize) -> impl Iterator<Item = KernelChoice> {
         BLOCK_TILES.into_iter().flat_map(move |(block, tile)| {
             KSTEPS
                 .into_iter()
                 .filter(move |kstep| tile * kstep <= MAX_TILE_DEPTHS)
-                .map(move |kstep| KernelChoice {
-                    block,
-                    tile,
-                    splits,
-                    kstep,
+                .flat_map(move |kstep| {
+                    [false, true]
+                        .into_iter()
+                        .filter(move |&prefetch| !prefetch || prefetch_fits(block, tile, kstep))
+                        .map(move |prefetch| KernelChoice {
+                            block,
+                            tile,
+                            splits,
+                            kstep,
+                            prefetch,
+                        })
                 })
         })
     }
@@ -198,8 +219,15 @@ impl KernelChoice {
                 self.kstep, self.tile, self.tile
             ));
         }
+        if self.prefetch && !prefetch_fits(self.block, self.tile, self.kstep) {
+            return Err(format!(
+                "no prefetching kernel for {0} x {0} blocks on {1} x {1} tiles of {2} depths (8 x 8 \
+                 blocks, at most tile / 4 depths)",
+                self.block, self.tile, self.kstep
+            ));
+        }
         Ok(Kernel {
-            entry: entry(body, adapter, l),
+            entry: entry(body, adapter, l, self.prefetch),
             tile: self.tile,
             splits: self.splits,
             kstep: self.kstep,

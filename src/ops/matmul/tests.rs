@@ -119,7 +119,11 @@ fn batched_and_shared_operands_match_cpu_on_the_vec4_path() {
 fn every_kernel_validates_with_its_constants() {
     for choice in KernelChoice::every(1) {
         let body = if choice.block == 16 { BLOCK16 } else { BLOCK8 };
-        for entry in [body.general, body.vec4, body.direct] {
+        let prefetching = body.vec4_prefetch.filter(|_| choice.prefetch);
+        for entry in [body.general, body.vec4, body.direct]
+            .into_iter()
+            .chain(prefetching)
+        {
             let kernel = Kernel {
                 entry,
                 tile: choice.tile,
@@ -308,6 +312,46 @@ fn every_named_kernel_matches_cpu() {
     }
 }
 
+/// The prefetching entry, each tile and K-step it fits, on every transpose, batched, split and
+/// not: its loads of the next K-step (into registers, stored after the barrier) are `stage_vec4`'s.
+#[test]
+fn prefetching_kernels_match_cpu_on_every_transpose() {
+    let choices: Vec<KernelChoice> = KernelChoice::every(1).filter(|c| c.prefetch).collect();
+    assert_eq!(choices.len(), 5, "{choices:?}");
+    for choice in choices {
+        for (ta, tb) in TRANSPOSES {
+            for (batch, splits) in [(vec![2], 1), (vec![], 2)] {
+                let (sa, sb) = shapes(&batch, 36, 52, 44, ta, tb);
+                let (sa, sb) = (leak(sa), leak(sb));
+                let kernel = KernelChoice { splits, ..choice };
+                assert!(
+                    kernel
+                        .kernel(AdapterKind::Gpu, &layout(sa, sb, ta, tb))
+                        .unwrap()
+                        .entry
+                        .ends_with("_prefetch")
+                );
+                let build = move |g: &mut Graph| {
+                    let a = param(g, "a", sa);
+                    let b = param(g, "b", sb);
+                    let op = MatMul {
+                        trans_a: ta,
+                        trans_b: tb,
+                        kernel: Some(kernel),
+                        bias: false,
+                        gelu: false,
+                    };
+                    Built {
+                        out: g.apply1(op, &[a, b]).unwrap(),
+                        feeds: vec![],
+                    }
+                };
+                check_kind_matches_cpu(AdapterKind::Gpu, &build, 1e-4, 1e-4);
+            }
+        }
+    }
+}
+
 #[test]
 fn a_kernel_that_does_not_exist_is_refused_by_name() {
     let kernel = |block, tile, splits, kstep| KernelChoice {
@@ -315,6 +359,7 @@ fn a_kernel_that_does_not_exist_is_refused_by_name() {
         tile,
         splits,
         kstep,
+        prefetch: false,
     };
     for (kernel, why) in [
         (kernel(4, 32, 1, 8), "no kernel computes 4 x 4 blocks"),
@@ -323,6 +368,20 @@ fn a_kernel_that_does_not_exist_is_refused_by_name() {
         (kernel(8, 64, 10, 8), "10 splits of k = 9"),
         (kernel(8, 64, 1, 12), "no K-step of 12 depths on 64 x 64 tiles"),
         (kernel(8, 128, 1, 32), "no K-step of 32 depths on 128 x 128 tiles"),
+        (
+            KernelChoice {
+                prefetch: true,
+                ..kernel(16, 64, 1, 8)
+            },
+            "no prefetching kernel for 16 x 16 blocks",
+        ),
+        (
+            KernelChoice {
+                prefetch: true,
+                ..kernel(8, 32, 1, 16)
+            },
+            "no prefetching kernel for 8 x 8 blocks on 32 x 32 tiles of 16 depths",
+        ),
     ] {
         let mut g = Graph::new();
         let a = g.input("a", TensorMeta::f32(&[5, 9]));
