@@ -1,9 +1,10 @@
 
 // ---- group_subgroups.wgsl: a workgroup's sum or max by subgroup operations, for adapters with
-// wgpu's SUBGROUP feature (natively: wgpu 30 cannot ask a browser for subgroups). The same functions as group_tree.wgsl, which explains how kernels call them: each
-// subgroup reduces its lanes in registers, its first lane writes one slot, and after one barrier
-// every invocation combines the slots in order. Two barriers per reduction where the tree takes
-// log2(threads) + 2; the order of additions within a subgroup is the hardware's.
+// wgpu's SUBGROUP feature (natively: wgpu 30 cannot ask a browser for subgroups). The same
+// functions as group_tree.wgsl, which explains how kernels call them: each subgroup reduces its
+// lanes in registers, its first lane writes one slot, and after one barrier every invocation
+// combines the slots in order. Two barriers per reduction where the tree takes log2(threads)
+// + 2; the order of additions within a subgroup is the hardware's.
 
 struct Lane {
     @builtin(local_invocation_index) index: u32,

@@ -3,8 +3,8 @@
 // product (below), with a barrier between dependent steps. The solve is a chain of such steps,
 // so its time is their count: the thread that finishes an element of a slope also combines that
 // element into the next stage's input (`after_slope`), so no pass of its own and no barrier
-// does it. Each row's dθ terms go to lane b % 4 of its
-// quad's records, which theta_from_records sums.
+// does it. Each row's dθ terms go to lane b % 4 of its quad's records, which
+// theta_from_records sums.
 
 const GROUP_WG: u32 = 256u;
 // Threads per output of a product (pair_sum adds two), and so outputs per pass of the workgroup.
