@@ -28,13 +28,6 @@ fn pair_sum(lane: Lane, value: vec2<f32>) -> vec2<f32> {
     return select(other + value, value + other, (lane.in_subgroup & 1u) == 0u);
 }
 
-// A slot per subgroup: as many as invocations, for subgroups of any size.
-var<workgroup> group_slots: array<vec2<f32>, 256>;
-
-fn group_combine(a: vec2<f32>, b: vec2<f32>, take_max: bool) -> vec2<f32> {
-    return select(a + b, max(a, b), take_max);
-}
-
 fn group_reduce(lane: Lane, threads: u32, value: vec2<f32>, take_max: bool) -> vec2<f32> {
     var part: vec2<f32>;
     if (take_max) {
@@ -53,16 +46,4 @@ fn group_reduce(lane: Lane, threads: u32, value: vec2<f32>, take_max: bool) -> v
     // Everyone reads the slots before the next reduction overwrites them.
     workgroupBarrier();
     return result;
-}
-
-fn group_sum2(lane: Lane, threads: u32, value: vec2<f32>) -> vec2<f32> {
-    return group_reduce(lane, threads, value, false);
-}
-
-fn group_sum(lane: Lane, threads: u32, value: f32) -> f32 {
-    return group_reduce(lane, threads, vec2(value, 0.0), false).x;
-}
-
-fn group_max(lane: Lane, threads: u32, value: f32) -> f32 {
-    return group_reduce(lane, threads, vec2(value, value), true).x;
 }

@@ -1,8 +1,8 @@
 
 // ---- group_tree.wgsl: a workgroup's sum or max through workgroup memory, without subgroup
 // operations (the path every adapter has, the web's included). Its twin, group_subgroups.wgsl,
-// offers the same functions; the backend builds each module with one of the two, so the kernels
-// above are written once. A kernel takes `lane: Lane` among its arguments and calls these from
+// offers the same functions; the backend builds each module with one of the two (and group.wgsl,
+// which both use), so the kernels above are written once. A kernel takes `lane: Lane` among its arguments and calls these from
 // uniform control flow, every invocation of the workgroup, with `threads` its workgroup size (a
 // power of two, at most 256). Every invocation gets the result, in a fixed order of additions.
 
@@ -27,12 +27,6 @@ fn pair_sum(lane: Lane, value: vec2<f32>) -> vec2<f32> {
     return group_slots[first] + group_slots[first + 1u];
 }
 
-var<workgroup> group_slots: array<vec2<f32>, 256>;
-
-fn group_combine(a: vec2<f32>, b: vec2<f32>, take_max: bool) -> vec2<f32> {
-    return select(a + b, max(a, b), take_max);
-}
-
 // A tree: log2(threads) rounds, a barrier each.
 fn group_reduce(lane: Lane, threads: u32, value: vec2<f32>, take_max: bool) -> vec2<f32> {
     group_slots[lane.index] = value;
@@ -47,17 +41,4 @@ fn group_reduce(lane: Lane, threads: u32, value: vec2<f32>, take_max: bool) -> v
     // Everyone reads the result before the next reduction overwrites it.
     workgroupBarrier();
     return result;
-}
-
-// Two sums at once.
-fn group_sum2(lane: Lane, threads: u32, value: vec2<f32>) -> vec2<f32> {
-    return group_reduce(lane, threads, value, false);
-}
-
-fn group_sum(lane: Lane, threads: u32, value: f32) -> f32 {
-    return group_reduce(lane, threads, vec2(value, 0.0), false).x;
-}
-
-fn group_max(lane: Lane, threads: u32, value: f32) -> f32 {
-    return group_reduce(lane, threads, vec2(value, value), true).x;
 }

@@ -165,6 +165,21 @@ fn stage(threads: u32, lid: u32, o: Origin, k0: u32) {
 // stored [n, k]) holds four depths of one row or column: the block is transposed, which in
 // registers is only a renaming.
 fn stage_vec4(threads: u32, lid: u32, o: Origin, k0: u32) {
+    for (var g = lid; g < (TILE / 4u) * (KSTEP / 4u); g += threads) {
+        store_blocks(g, load_blocks(g, o, k0));
+    }
+}
+
+// The 4 x 4 blocks of op(A) and op(B) that `stage_vec4` moves as its g-th: four rows (columns) at
+// four depths, at depth 4 · (g / (TILE / 4)) of the K-step and row (column) 4 · (g % (TILE / 4))
+// of the tile.
+struct Blocks {
+    a: mat4x4<f32>,
+    b: mat4x4<f32>,
+}
+
+// Block g of the K-step from k0: zero outside the matrices, and for g past the step's blocks.
+fn load_blocks(g: u32, o: Origin, k0: u32) -> Blocks {
     let quads = TILE / 4u;
     let s = o.s;
     let ta = dims.trans_a != 0u;
@@ -172,42 +187,50 @@ fn stage_vec4(threads: u32, lid: u32, o: Origin, k0: u32) {
     // vec4s between the four loads: the next row (or depth, with trans_a) of the stored A.
     let a_step = select(s.a_row, s.a_col, ta) / 4u;
     let b_step = select(s.b_row, s.b_col, tb) / 4u;
-    for (var g = lid; g < quads * (KSTEP / 4u); g += threads) {
-        let d = 4u * (g / quads);
-        let i = 4u * (g % quads);
-        let kk = k0 + d;
-        let r = o.row0 + i;
-        let col = o.col0 + i;
-        var a_blk = mat4x4<f32>();
-        var b_blk = mat4x4<f32>();
-        if (kk < dims.k) {
-            if (r < dims.m) {
-                let at = (o.a_base + r * s.a_row + kk * s.a_col) / 4u;
-                let m = mat4x4<f32>(a4[at], a4[at + a_step], a4[at + 2u * a_step], a4[at + 3u * a_step]);
-                a_blk = m;
-                if (!ta) {
-                    a_blk = transpose(m);
-                }
-            }
-            if (col < dims.n) {
-                let bt = (o.b_base + kk * s.b_row + col * s.b_col) / 4u;
-                let m = mat4x4<f32>(b4[bt], b4[bt + b_step], b4[bt + 2u * b_step], b4[bt + 3u * b_step]);
-                b_blk = m;
-                if (tb) {
-                    b_blk = transpose(m);
-                }
+    var blocks = Blocks(mat4x4<f32>(), mat4x4<f32>());
+    if (g >= quads * (KSTEP / 4u)) {
+        return blocks;
+    }
+    let kk = k0 + 4u * (g / quads);
+    let i = 4u * (g % quads);
+    let r = o.row0 + i;
+    let col = o.col0 + i;
+    if (kk < dims.k) {
+        if (r < dims.m) {
+            let at = (o.a_base + r * s.a_row + kk * s.a_col) / 4u;
+            let m = mat4x4<f32>(a4[at], a4[at + a_step], a4[at + 2u * a_step], a4[at + 3u * a_step]);
+            blocks.a = m;
+            if (!ta) {
+                blocks.a = transpose(m);
             }
         }
-        let at = d * quads + i / 4u;
-        a_tile[at] = a_blk[0];
-        a_tile[at + quads] = a_blk[1];
-        a_tile[at + 2u * quads] = a_blk[2];
-        a_tile[at + 3u * quads] = a_blk[3];
-        b_tile[at] = b_blk[0];
-        b_tile[at + quads] = b_blk[1];
-        b_tile[at + 2u * quads] = b_blk[2];
-        b_tile[at + 3u * quads] = b_blk[3];
+        if (col < dims.n) {
+            let bt = (o.b_base + kk * s.b_row + col * s.b_col) / 4u;
+            let m = mat4x4<f32>(b4[bt], b4[bt + b_step], b4[bt + 2u * b_step], b4[bt + 3u * b_step]);
+            blocks.b = m;
+            if (tb) {
+                blocks.b = transpose(m);
+            }
+        }
     }
+    return blocks;
+}
+
+// Writes block g where the K-step's tiles keep it (nothing for g past the step's blocks).
+fn store_blocks(g: u32, blocks: Blocks) {
+    let quads = TILE / 4u;
+    if (g >= quads * (KSTEP / 4u)) {
+        return;
+    }
+    let at = 4u * (g / quads) * quads + g % quads;
+    a_tile[at] = blocks.a[0];
+    a_tile[at + quads] = blocks.a[1];
+    a_tile[at + 2u * quads] = blocks.a[2];
+    a_tile[at + 3u * quads] = blocks.a[3];
+    b_tile[at] = blocks.b[0];
+    b_tile[at + quads] = blocks.b[1];
+    b_tile[at + 2u * quads] = blocks.b[2];
+    b_tile[at + 3u * quads] = blocks.b[3];
 }
 
 // Writes four columns from `col` of one output row, skipping what lies outside C.
@@ -552,70 +575,10 @@ fn matmul_8x8_vec4(@builtin(local_invocation_id) local: vec3<u32>, @builtin(loca
 }
 
 // matmul_8x8_vec4 with the next K-step's loads in flight during this one's multiply-adds: each
-// thread loads its 4 x 4 blocks of op(A) and op(B) into registers (`load_blocks`), and only after
-// the barrier that makes the current K-step visible does it issue the next one's loads, before
+// thread loads its blocks of op(A) and op(B) into registers (`load_blocks`), and only after the
+// barrier that makes the current K-step visible does it issue the next one's loads, before
 // `accumulate_8x8`; the stores into workgroup memory wait for the step after. Needs a K-step's
 // blocks to be at most one per thread, TILE / 4 · KSTEP / 4 ≤ TILE² / 64 (the op checks).
-struct Blocks {
-    a: mat4x4<f32>,
-    b: mat4x4<f32>,
-}
-
-// This thread's blocks of the K-step from k0, as `stage_vec4` loads them (zero outside the
-// matrices, and for threads past the step's blocks).
-fn load_blocks(lid: u32, o: Origin, k0: u32) -> Blocks {
-    let quads = TILE / 4u;
-    let s = o.s;
-    let ta = dims.trans_a != 0u;
-    let tb = dims.trans_b != 0u;
-    let a_step = select(s.a_row, s.a_col, ta) / 4u;
-    let b_step = select(s.b_row, s.b_col, tb) / 4u;
-    var blocks = Blocks(mat4x4<f32>(), mat4x4<f32>());
-    if (lid >= quads * (KSTEP / 4u)) {
-        return blocks;
-    }
-    let kk = k0 + 4u * (lid / quads);
-    let i = 4u * (lid % quads);
-    let r = o.row0 + i;
-    let col = o.col0 + i;
-    if (kk < dims.k) {
-        if (r < dims.m) {
-            let at = (o.a_base + r * s.a_row + kk * s.a_col) / 4u;
-            let m = mat4x4<f32>(a4[at], a4[at + a_step], a4[at + 2u * a_step], a4[at + 3u * a_step]);
-            blocks.a = m;
-            if (!ta) {
-                blocks.a = transpose(m);
-            }
-        }
-        if (col < dims.n) {
-            let bt = (o.b_base + kk * s.b_row + col * s.b_col) / 4u;
-            let m = mat4x4<f32>(b4[bt], b4[bt + b_step], b4[bt + 2u * b_step], b4[bt + 3u * b_step]);
-            blocks.b = m;
-            if (tb) {
-                blocks.b = transpose(m);
-            }
-        }
-    }
-    return blocks;
-}
-
-// Writes this thread's blocks where `stage_vec4` puts them.
-fn store_blocks(lid: u32, blocks: Blocks) {
-    let quads = TILE / 4u;
-    if (lid >= quads * (KSTEP / 4u)) {
-        return;
-    }
-    let at = 4u * (lid / quads) * quads + lid % quads;
-    a_tile[at] = blocks.a[0];
-    a_tile[at + quads] = blocks.a[1];
-    a_tile[at + 2u * quads] = blocks.a[2];
-    a_tile[at + 3u * quads] = blocks.a[3];
-    b_tile[at] = blocks.b[0];
-    b_tile[at + quads] = blocks.b[1];
-    b_tile[at + 2u * quads] = blocks.b[2];
-    b_tile[at + 3u * quads] = blocks.b[3];
-}
-
 @compute @workgroup_size(TILE / 8u, TILE / 8u)
 fn matmul_8x8_vec4_prefetch(@builtin(local_invocation_id) local: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) group: vec3<u32>) {
     let o = origin(group);

@@ -99,6 +99,15 @@ fn tab_a(i: u32, j: u32) -> f32 {
     return bitcast<f32>(p.tab[1u + i][j]);
 }
 
+// The weight of slope j in the input of stage `next`, or, for next = the stage count, in the
+// step's result: what a step's stages and its end combine the slopes with.
+fn combo_weight(next: u32, j: u32) -> f32 {
+    if (next >= p.stages) {
+        return tab_b(j);
+    }
+    return tab_a(next, j);
+}
+
 fn is_finite(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
 }

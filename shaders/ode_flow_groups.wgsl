@@ -154,25 +154,18 @@ fn eval_slope(t: f32, x: u32, i: u32, dt: f32, finish: bool, lane: Lane) {
 // stage and when `finish`, of the step's result z + dt·Σ b_j K_j in place.
 fn after_slope(c: u32, i: u32, dt: f32, finish: bool) {
     let next = i + 1u;
-    if (next < p.stages) {
-        var v = vecs[Z][c];
-        for (var j = 0u; j < next; j++) {
-            let w = dt * tab_a(next, j);
-            if (w != 0.0) {
-                v += w * vecs[K0 + j][c];
-            }
-        }
-        vecs[next][c] = v;
-    } else if (finish) {
-        var v = vecs[Z][c];
-        for (var j = 0u; j < p.stages; j++) {
-            let w = dt * tab_b(j);
-            if (w != 0.0) {
-                v += w * vecs[K0 + j][c];
-            }
-        }
-        vecs[Z][c] = v;
+    let last = next >= p.stages;
+    if (last && !finish) {
+        return;
     }
+    var v = vecs[Z][c];
+    for (var j = 0u; j < next; j++) {
+        let w = dt * combo_weight(next, j);
+        if (w != 0.0) {
+            v += w * vecs[K0 + j][c];
+        }
+    }
+    vecs[select(next, Z, last)][c] = v;
 }
 
 // Row b's record of stage evaluation n at (t, vecs[x]) for a = vecs[a], from hy and hdz: lane b % 4
@@ -272,23 +265,15 @@ fn after_adjoint_slope(c: u32, q: u32, dt: f32) {
     let last = next >= p.stages;
     var pv = vecs[P][c];
     var av = vecs[A][c];
-    for (var l = 0u; l < select(next, p.stages, last); l++) {
-        var w = dt * tab_b(l);
-        if (!last) {
-            w = dt * tab_a(next, l);
-        }
+    for (var l = 0u; l < next; l++) {
+        let w = dt * combo_weight(next, l);
         if (w != 0.0) {
             pv += w * vecs[KP0 + l][c];
             av += w * vecs[KA0 + l][c];
         }
     }
-    if (last) {
-        vecs[P][c] = pv;
-        vecs[A][c] = av;
-    } else {
-        vecs[PIN][c] = pv;
-        vecs[AIN][c] = av;
-    }
+    vecs[select(PIN, P, last)][c] = pv;
+    vecs[select(AIN, A, last)][c] = av;
 }
 
 // The slopes K0.. of one step of vecs[Z] from t0 by dt (stage i > 0 reads its input from slot

@@ -253,11 +253,8 @@ fn after_slope_rows(o: u32, c: u32, i: u32, dt: f32, finish: bool) {
         return;
     }
     var v = qs[qat(o, Z, c)];
-    for (var j = 0u; j < select(next, p.stages, last); j++) {
-        var w = dt * tab_b(j);
-        if (!last) {
-            w = dt * tab_a(next, j);
-        }
+    for (var j = 0u; j < next; j++) {
+        let w = dt * combo_weight(next, j);
         if (w != 0.0) {
             v += w * qs[qat(o, K0 + j, c)];
         }
@@ -353,11 +350,8 @@ fn after_adjoint_slope_rows(o: u32, c: u32, q: u32, dt: f32) {
     let last = next >= p.stages;
     var pv = qs[qat(o, P, c)];
     var av = qs[qat(o, A, c)];
-    for (var l = 0u; l < select(next, p.stages, last); l++) {
-        var w = dt * tab_b(l);
-        if (!last) {
-            w = dt * tab_a(next, l);
-        }
+    for (var l = 0u; l < next; l++) {
+        let w = dt * combo_weight(next, l);
         if (w != 0.0) {
             pv += w * qs[qat(o, KP0 + l, c)];
             av += w * qs[qat(o, KA0 + l, c)];

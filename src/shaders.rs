@@ -45,12 +45,14 @@ macro_rules! shaders {
             source: concat!(
                 include_str!(concat!("../shaders/", $file, ".wgsl"))
                 $(, include_str!(concat!("../shaders/", $part, ".wgsl")))*,
-                include_str!("../shaders/group_tree.wgsl")
+                include_str!("../shaders/group_tree.wgsl"),
+                include_str!("../shaders/group.wgsl")
             ),
             with_subgroups: Some(concat!(
                 include_str!(concat!("../shaders/", $file, ".wgsl"))
                 $(, include_str!(concat!("../shaders/", $part, ".wgsl")))*,
-                include_str!("../shaders/group_subgroups.wgsl")
+                include_str!("../shaders/group_subgroups.wgsl"),
+                include_str!("../shaders/group.wgsl")
             )),
         }
     };
