@@ -75,7 +75,7 @@ shaders! {
     DROPOUT => "dropout" + "hash",
     RK_STAGE => "rk_stage"; group_reductions,
     ODE_FLOW => "ode_flow" + "ode_flow_groups" + "ode_flow_rows"; group_reductions,
-    ODE_DOPRI5 => "ode_dopri5",
+    ODE_DOPRI5 => "ode_dopri5" + "ode_dopri5_backward",
     ROPE => "rope",
 }
 

@@ -35,9 +35,9 @@ impl Layout {
 fn layouts() -> Vec<Layout> {
     vec![
         Layout::of::<ops::fill::FillUniform>(),
-        Layout::of::<optim::adam::SumSquaresUniform>(),
-        Layout::of::<optim::adam::ClipUniform>(),
-        Layout::of::<optim::adam::AdamUniform>(),
+        Layout::of::<optim::update::SumSquaresUniform>(),
+        Layout::of::<optim::update::ClipUniform>(),
+        Layout::of::<optim::update::AdamUniform>(),
         Layout::of::<ops::reduce::AxisUniform>(),
         Layout::of::<ops::embedding::LookupUniform>(),
         Layout::of::<ops::embedding::ScatterUniform>(),

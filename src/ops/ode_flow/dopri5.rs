@@ -1,6 +1,7 @@
-//! dopri5 on the GPU (`shaders/ode_dopri5.wgsl`): all blocks share one step size, so ONE
-//! workgroup integrates the whole state [blocks, d], its vectors (state, the seven slopes, stage input) in a scratch
-//! buffer; the error norm is a workgroup reduction finished by one thread in a fixed order, and the
+//! dopri5 on the GPU (`shaders/ode_dopri5.wgsl`, its backward passes in `_backward.wgsl`): all
+//! blocks share one step size, so ONE workgroup integrates the whole state [blocks, d], its
+//! vectors (state, the seven slopes, stage input) in a scratch buffer; the error norm is a
+//! workgroup reduction finished by one thread in a fixed order, and the
 //! controller (torchdiffeq's initial step, safety 0.9, growth ≤ 10, shrink ≥ 0.2, dense output) is
 //! the CPU's in f32, t kept as an offset from the last position passed. An adaptive solve has an
 //! unknown step count, so each kernel is a first chunk and a [`Repeat`]ed one that the backend runs

@@ -22,7 +22,7 @@
 //! from), and backprop replays the forward ([`STATUS_REPLAY_FAILED`]).
 //!
 //! The GPU kernels: fixed-step methods in `fixed.rs` (`shaders/ode_flow.wgsl`), dopri5 in
-//! `dopri5.rs` (`shaders/ode_dopri5.wgsl`); each file's doc says how its kernels walk the solve.
+//! `dopri5.rs` (`shaders/ode_dopri5.wgsl` + `_backward`); each file's doc says how its kernels walk the solve.
 
 mod dopri5;
 mod fixed;
