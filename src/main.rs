@@ -254,6 +254,7 @@ fn bench_matmul(backend: &Rc<dyn Backend>, sizes: &[usize], repeats: usize) -> p
             row.gflops
         );
     }
+    print_tuning(backend);
     Ok(())
 }
 
@@ -331,5 +332,17 @@ fn bench_train(
             row.last_loss
         );
     }
+    print_tuning(backend);
     Ok(())
+}
+
+/// What timing the kernels on this adapter cost (before the timed steps), where it was done.
+fn print_tuning(backend: &Rc<dyn Backend>) {
+    if let Some(spent) = backend.tuning_spent() {
+        println!(
+            "kernels tuned: {} products timed on this adapter in {:.2} s, before the timed steps \
+             (POSFLOW_TUNE=0: the ops' own choices)",
+            spent.tuned, spent.seconds
+        );
+    }
 }

@@ -130,6 +130,13 @@ pub fn gpu_kernel_sets() -> Vec<(&'static str, Rc<dyn Backend>)> {
     .collect()
 }
 
+/// A new GPU backend on the process's device, running the kernels for adapters of `kind`, that
+/// times each op's same-bits kernels and runs the fastest (`Op::gpu_alternatives`), with a tuner
+/// of its own: nothing timed yet.
+pub fn gpu_tuning(kind: AdapterKind) -> Option<Rc<dyn Backend>> {
+    shared_gpu().map(|g| Rc::new(g.with_kernels_for(kind).with_tuning(true)) as Rc<dyn Backend>)
+}
+
 pub fn cpu() -> Rc<dyn Backend> {
     Rc::new(CpuBackend::new())
 }

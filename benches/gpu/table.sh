@@ -42,6 +42,9 @@ if [ "$what" = bench ]; then
         say "train, round $round: posflow"
         $posflow --device gpu bench train --steps "$steps" --warmup 3 \
             --variants learned,sinusoidal,floater,floater_backprop,floater_cached,tupe_a,rk4
+        say "train, round $round: posflow with the ops' own kernels (not tuned)"
+        POSFLOW_TUNE=0 $posflow --device gpu bench train --steps "$steps" --warmup 3 \
+            --variants learned,sinusoidal
         say "train, round $round: posflow without subgroup operations"
         POSFLOW_SUBGROUPS=0 $posflow --device gpu bench train --steps "$steps" --warmup 3 \
             --variants learned,sinusoidal,floater,floater_backprop
@@ -55,6 +58,8 @@ if [ "$what" = bench ]; then
     for round in 1 2; do
         say "matmul, round $round: posflow"
         $posflow --device gpu bench matmul --sizes "$sizes" --repeats 20
+        say "matmul, round $round: posflow with the op's own kernels (not tuned)"
+        POSFLOW_TUNE=0 $posflow --device gpu bench matmul --sizes "$sizes" --repeats 20
         say "matmul, round $round: PyTorch ($torch_device)"
         "$py" .gpu/bench/torch_train.py --device "$torch_device" --matmul --sizes "$sizes" --runs 20
     done

@@ -16,7 +16,7 @@ pub mod profile;
 mod select;
 
 pub use cpu::CpuBackend;
-pub use gpu::{GpuBackend, GpuView};
+pub use gpu::{GpuBackend, GpuView, TuningSpent};
 pub use select::{DeviceChoice, select_backend};
 #[cfg(not(target_arch = "wasm32"))]
 pub use select::{gpu_backend_for_tests, gpu_for_tests};
@@ -102,6 +102,12 @@ pub trait Backend {
 
     /// What runs the work, e.g. "cpu (2 threads)" or the GPU adapter's name and API.
     fn describe(&self) -> String;
+
+    /// What timing kernels on this adapter has cost so far, where the backend does
+    /// (`Op::gpu_alternatives`; a GPU backend natively, unless `POSFLOW_TUNE=0`).
+    fn tuning_spent(&self) -> Option<TuningSpent> {
+        None
+    }
 
     /// A zeroed buffer of `words` 32-bit words. `label` names the tensor in errors.
     fn alloc(&self, words: usize, label: &str) -> Result<Buffer>;

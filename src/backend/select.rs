@@ -84,7 +84,10 @@ pub fn gpu_for_tests() -> Option<Rc<dyn Backend>> {
 pub fn gpu_backend_for_tests() -> Option<GpuBackend> {
     let adapters = SoftwareAdapters::for_tests(wgpu::Backends::from_env());
     match pollster::block_on(GpuBackend::new(adapters)) {
-        Ok(gpu) => Some(gpu),
+        // Tests compile thousands of programs: timing each product's kernels would only slow
+        // them (every candidate gives the same bits). The tuner's tests ask for it; with
+        // POSFLOW_TUNE=1 the whole suite runs tuned.
+        Ok(gpu) => Some(gpu.with_tuning(std::env::var("POSFLOW_TUNE").as_deref() == Ok("1"))),
         Err(e) if std::env::var("POSFLOW_REQUIRE_GPU").as_deref() == Ok("1") => {
             panic!("POSFLOW_REQUIRE_GPU=1 but the GPU backend is unavailable: {e}")
         }

@@ -29,6 +29,18 @@ pub trait Op: fmt::Debug {
     /// The GPU dispatches that compute the same outputs.
     fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels;
 
+    /// Other dispatches that compute `gpu`'s outputs bit for bit (the same additions in the same
+    /// order) with the same scratch buffers: a GPU backend that tunes its kernels times them
+    /// beside `gpu`'s on its adapter and runs the fastest. Numbers never depend on which runs.
+    fn gpu_alternatives(
+        &self,
+        _adapter: AdapterKind,
+        _inputs: &[&TensorMeta],
+        _outputs: &[&TensorMeta],
+    ) -> Vec<GpuKernels> {
+        Vec::new()
+    }
+
     /// Gradients of the loss with respect to each input, emitted as graph ops.
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
         let _ = (g, args);

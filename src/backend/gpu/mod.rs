@@ -12,10 +12,12 @@ mod pipelines;
 mod program;
 #[cfg(not(target_arch = "wasm32"))]
 mod timestamps;
+mod tuner;
 
 pub use adapter::SoftwareAdapters;
 #[cfg(not(target_arch = "wasm32"))]
 pub use adapter::{for_rendering, list as list_adapters};
+pub use tuner::TuningSpent;
 
 pub struct GpuBackend {
     info: wgpu::AdapterInfo,
@@ -31,6 +33,8 @@ pub struct GpuBackend {
     /// Whether modules are built on subgroup operations (`Shader::with_subgroups`): where the
     /// device has them, unless `POSFLOW_SUBGROUPS=0` or a test says otherwise.
     subgroups: bool,
+    /// Times an op's same-bits kernels on this adapter and keeps the fastest (`tuner.rs`).
+    tuner: tuner::Tuner,
 }
 
 impl GpuBackend {
@@ -46,8 +50,11 @@ impl GpuBackend {
         }));
         let info = adapter.get_info();
         let subgroups = device.features().contains(wgpu::Features::SUBGROUP) && subgroups_allowed();
+        let kernels_for = AdapterKind::of(info.device_type);
+        let tuner = tuner::Tuner::new(kernels_for == AdapterKind::Gpu)?;
         Ok(Self {
-            kernels_for: AdapterKind::of(info.device_type),
+            kernels_for,
+            tuner,
             subgroups,
             info,
             device,
@@ -79,7 +86,15 @@ impl GpuBackend {
             profile: self.profile,
             kernels_for: self.kernels_for,
             subgroups: self.subgroups,
+            tuner: tuner::Tuner::with(self.tuner.is_on()),
         }
+    }
+
+    /// Programs compiled from now on time each op's same-bits kernels and run the fastest, or
+    /// run the op's own choice, whatever `POSFLOW_TUNE` says (natively; never on the web).
+    pub fn with_tuning(mut self, on: bool) -> Self {
+        self.tuner = tuner::Tuner::with(on);
+        self
     }
 
     /// Programs compiled from now on use the kernels chosen for adapters of this kind, whatever
@@ -212,7 +227,12 @@ impl Backend for GpuBackend {
 
     fn describe(&self) -> String {
         let reductions = if self.subgroups { ", subgroups" } else { "" };
-        format!("{}{reductions}", adapter::describe(&self.info))
+        let tuning = if self.tuner.is_on() { ", kernels tuned" } else { "" };
+        format!("{}{reductions}{tuning}", adapter::describe(&self.info))
+    }
+
+    fn tuning_spent(&self) -> Option<TuningSpent> {
+        self.tuner.is_on().then(|| self.tuner.spent())
     }
 
     fn alloc(&self, words: usize, label: &str) -> Result<Buffer> {

@@ -16,9 +16,9 @@ use super::{GpuBackend, GpuView, gpu_view};
 #[cfg(not(target_arch = "wasm32"))]
 use crate::backend::profile::Clock;
 use crate::backend::profile::Profile;
-use crate::backend::{Compiled, Program};
+use crate::backend::{Compiled, Program, Step};
 use crate::error::{Error, Result};
-use crate::kernel::{Arg, Repeat};
+use crate::kernel::{Arg, Dispatch, Repeat};
 #[cfg(not(target_arch = "wasm32"))]
 use crate::kernel::{REPEAT_DONE, REPEAT_FULL, REPEAT_GOING};
 
@@ -111,6 +111,98 @@ struct Recorded {
     repeat: Option<Repeat>,
 }
 
+/// The pipelines, uniforms and bind groups of one step's dispatches (those with no workgroups
+/// left out).
+fn recorded(
+    gpu: &GpuBackend,
+    s: usize,
+    step: &Step,
+    dispatches: &[Dispatch],
+    scratch: &[wgpu::Buffer],
+) -> Result<Vec<Recorded>> {
+    let device = &gpu.device;
+    let max_groups = device.limits().max_compute_workgroups_per_dimension;
+    let mut out = Vec::new();
+    for d in dispatches {
+        if d.workgroups.contains(&0) {
+            continue;
+        }
+        if d.workgroups.iter().any(|&w| w > max_groups) {
+            return Err(Error::Gpu(format!(
+                "{}: {:?} workgroups exceed this GPU's limit of {max_groups} per dimension",
+                step.op.name(),
+                d.workgroups
+            )));
+        }
+        // Uniform buffers are at least 16 bytes and a multiple of 16.
+        let mut params = d.params.clone();
+        params.resize(params.len().div_ceil(4).max(1) * 4, 0);
+        let binding = Binding {
+            label: d.entry,
+            pipeline: gpu.pipelines.get(device, d, gpu.subgroups),
+            uniform: device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(d.entry),
+                contents: bytemuck::cast_slice(&params),
+                usage: wgpu::BufferUsages::UNIFORM,
+            }),
+            args: d.args.clone(),
+            inputs: step.inputs.iter().map(|b| gpu_view(&b.buffer).clone()).collect(),
+            outputs: step.outputs.iter().map(|b| gpu_view(&b.buffer).clone()).collect(),
+        };
+        binding.check_aliasing(step.op.name(), scratch)?;
+        out.push(Recorded {
+            step: s,
+            bind_group: binding.bind(device, scratch),
+            binding,
+            workgroups: d.workgroups,
+            repeat: d.repeat,
+        });
+    }
+    Ok(out)
+}
+
+/// The fastest of a step's candidate dispatch lists (the op's own first, then its same-bits
+/// alternatives), timed on the device unless the tuner has timed the same set before.
+#[cfg(not(target_arch = "wasm32"))]
+fn tuned(
+    gpu: &GpuBackend,
+    s: usize,
+    step: &Step,
+    mut candidates: Vec<Vec<Dispatch>>,
+    scratch: &[wgpu::Buffer],
+) -> Result<Vec<Dispatch>> {
+    let named: Vec<Vec<_>> = candidates
+        .iter()
+        .map(|c| {
+            c.iter()
+                .map(|d| (d.entry, &d.constants, &d.params, d.workgroups))
+                .collect()
+        })
+        .collect();
+    let key = format!("{} {} {named:?}", step.op.name(), gpu.subgroups);
+    let pick = match gpu.tuner.chosen(&key) {
+        Some(pick) => pick,
+        None => {
+            let built: Vec<Vec<Recorded>> = candidates
+                .iter()
+                .map(|c| recorded(gpu, s, step, c, scratch))
+                .collect::<Result<_>>()?;
+            gpu.tuner.choose(key, built.len(), |i, runs| {
+                let start = Instant::now();
+                let mut encoder = gpu.device.create_command_encoder(&Default::default());
+                GpuProgram::record(&mut encoder, &built[i], 0..built[i].len(), runs, None);
+                gpu.queue.submit([encoder.finish()]);
+                gpu.device
+                    .poll(wgpu::PollType::wait_indefinitely())
+                    .map_err(|e| Error::Gpu(format!("timing {}'s kernels: {e}", step.op.name())))?;
+                gpu.check_errors()?;
+                Ok(start.elapsed().as_secs_f64())
+            })?
+        }
+    };
+    Ok(candidates.swap_remove(pick))
+}
+
 pub(super) struct GpuProgram {
     device: wgpu::Device,
     queue: wgpu::Queue,
@@ -143,7 +235,6 @@ pub(super) struct GpuProgram {
 impl GpuProgram {
     pub fn new(gpu: &GpuBackend, program: &Program) -> Result<Self> {
         let device = &gpu.device;
-        let max_groups = device.limits().max_compute_workgroups_per_dimension;
         let mut dispatches = Vec::new();
         let mut scratch_all = Vec::new();
         for (s, step) in program.iter().enumerate() {
@@ -159,41 +250,27 @@ impl GpuProgram {
                     super::super::Backend::alloc(gpu, words, &label).map(|b| gpu_view(&b).buffer.clone())
                 })
                 .collect::<Result<_>>()?;
-            for d in &kernels.dispatches {
-                if d.workgroups.contains(&0) {
-                    continue;
-                }
-                if d.workgroups.iter().any(|&w| w > max_groups) {
-                    return Err(Error::Gpu(format!(
-                        "{}: {:?} workgroups exceed this GPU's limit of {max_groups} per dimension",
-                        step.op.name(),
-                        d.workgroups
-                    )));
-                }
-                // Uniform buffers are at least 16 bytes and a multiple of 16.
-                let mut params = d.params.clone();
-                params.resize(params.len().div_ceil(4).max(1) * 4, 0);
-                let binding = Binding {
-                    label: d.entry,
-                    pipeline: gpu.pipelines.get(device, d, gpu.subgroups),
-                    uniform: device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                        label: Some(d.entry),
-                        contents: bytemuck::cast_slice(&params),
-                        usage: wgpu::BufferUsages::UNIFORM,
-                    }),
-                    args: d.args.clone(),
-                    inputs: step.inputs.iter().map(|b| gpu_view(&b.buffer).clone()).collect(),
-                    outputs: step.outputs.iter().map(|b| gpu_view(&b.buffer).clone()).collect(),
-                };
-                binding.check_aliasing(step.op.name(), &scratch)?;
-                dispatches.push(Recorded {
-                    step: s,
-                    bind_group: binding.bind(device, &scratch),
-                    binding,
-                    workgroups: d.workgroups,
-                    repeat: d.repeat,
-                });
+            let mut candidates = vec![kernels.dispatches];
+            #[cfg(not(target_arch = "wasm32"))]
+            if gpu.tuner.is_on() && candidates[0].iter().all(|d| d.repeat.is_none()) {
+                let alternatives = step.op.gpu_alternatives(gpu.kernels_for, &in_metas, &out_metas);
+                candidates.extend(
+                    alternatives
+                        .into_iter()
+                        .filter(|k| {
+                            k.scratch == kernels.scratch && k.dispatches.iter().all(|d| d.repeat.is_none())
+                        })
+                        .map(|k| k.dispatches),
+                );
             }
+            let chosen = match candidates.len() {
+                1 => candidates.swap_remove(0),
+                #[cfg(not(target_arch = "wasm32"))]
+                _ => tuned(gpu, s, step, candidates, &scratch)?,
+                #[cfg(target_arch = "wasm32")]
+                _ => unreachable!("the web does not tune"),
+            };
+            dispatches.extend(recorded(gpu, s, step, &chosen, &scratch)?);
             scratch_all.push(scratch);
         }
         #[cfg(not(target_arch = "wasm32"))]

@@ -173,6 +173,33 @@ pub(super) fn kernel_for(adapter: AdapterKind, l: &Layout) -> Kernel {
     }
 }
 
+/// Kernels that compute what `chosen` computes bit for bit: every other (block, tile, K-step,
+/// prefetch) with the same ranges of k, for a tuning backend to time on its adapter. Each output
+/// is one running sum over its range of k in order whatever the tile, block or staging, so only
+/// a different split would change the sums. Software adapters' entry points stage nothing, so
+/// their K-step and prefetching are the chosen ones; GPUs keep to 8 × 8 blocks (16 × 16 spill
+/// there: 2-6 TFLOP/s on an H100, BENCHMARKS.md).
+pub(super) fn same_sums(adapter: AdapterKind, l: &Layout, chosen: &Kernel) -> Vec<Kernel> {
+    let mut found: Vec<Kernel> = Vec::new();
+    for choice in KernelChoice::every(chosen.splits) {
+        let Ok(kernel) = choice.kernel(adapter, l) else {
+            continue;
+        };
+        let fits = match adapter {
+            AdapterKind::Software => !choice.prefetch && kernel.kstep == kstep_for(adapter, kernel.tile),
+            AdapterKind::Gpu => choice.block == 8,
+        };
+        if !fits {
+            continue;
+        }
+        let same_ranges = kernel.splits == 1 || kernel.k_split(l.k) == chosen.k_split(l.k);
+        if same_ranges && kernel != *chosen && !found.contains(&kernel) {
+            found.push(kernel);
+        }
+    }
+    found
+}
+
 impl KernelChoice {
     /// Every kernel the shader has with k in `splits` ranges: each (block, tile) of
     /// [`BLOCK_TILES`] with each K-step its workgroup memory allows, and where the prefetching

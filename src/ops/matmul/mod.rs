@@ -17,7 +17,7 @@ use crate::tensor::{DType, TensorMeta};
 mod kernels;
 
 pub use kernels::{BLOCK_TILES, KernelChoice};
-use kernels::{Epilogue, kernel_for};
+use kernels::{Epilogue, Kernel, kernel_for, same_sums};
 
 uniform! {
     pub struct MatMulUniform = MATMUL "Dims" {
@@ -54,6 +54,84 @@ struct Layout {
 }
 
 impl MatMul {
+    /// The kernel the op runs: the one named by hand, or the adapter kind's choice.
+    fn kernel_for(&self, adapter: AdapterKind, l: &Layout) -> Kernel {
+        match self.kernel {
+            Some(choice) => choice.kernel(adapter, l).expect("checked by infer"),
+            None => kernel_for(adapter, l),
+        }
+    }
+
+    /// The dispatches that compute the product `l` with `kernel`.
+    fn kernels(&self, l: &Layout, kernel: &Kernel) -> GpuKernels {
+        let tile = kernel.tile;
+        let uniform = MatMulUniform {
+            m: word(l.m),
+            n: word(l.n),
+            k: word(l.k),
+            a_batch: word(l.a_batch),
+            b_batch: word(l.b_batch),
+            trans_a: self.trans_a.into(),
+            trans_b: self.trans_b.into(),
+            splits: word(kernel.splits),
+            k_split: word(kernel.k_split(l.k)),
+            batch: word(l.batch),
+            _pad0: 0,
+            _pad1: 0,
+        };
+        let groups = |x: usize| u32::try_from(x).unwrap_or(u32::MAX);
+        let workgroups = [
+            groups(l.n.div_ceil(tile)),
+            groups(l.m.div_ceil(tile)),
+            groups(l.batch * kernel.splits),
+        ];
+        let epilogue = Epilogue {
+            bias: self.bias,
+            gelu: self.gelu,
+        };
+        // Binding 4 is the bias; a product without one binds `a` there (read, never used).
+        // Binding 5 is GELU's output; a product without it binds a word of scratch there (never
+        // written): WebGPU refuses a writable binding that overlaps another of the same buffer,
+        // so C cannot stand in as `a` does for the bias.
+        let bias = if self.bias { Arg::In(2) } else { Arg::In(0) };
+        if kernel.splits == 1 {
+            let (activated, scratch) = match self.gelu {
+                true => (Arg::Out(1), vec![]),
+                false => (Arg::Scratch(0), vec![1]),
+            };
+            let args = vec![Arg::In(0), Arg::In(1), Arg::Out(0), bias, activated];
+            let dispatch = Dispatch::new(kernel.entry, &uniform, args, workgroups);
+            return GpuKernels {
+                scratch,
+                dispatches: vec![dispatch.with_constants(kernel.constants(epilogue))],
+            };
+        }
+        // The partial products into a scratch [batch, splits, m, n], then their sums and the
+        // epilogue.
+        let activated = if self.gelu { Arg::Out(1) } else { Arg::Scratch(1) };
+        let args = vec![
+            Arg::In(0),
+            Arg::In(1),
+            Arg::Scratch(0),
+            Arg::In(0),
+            Arg::Scratch(1),
+        ];
+        let product = Dispatch::new(kernel.entry, &uniform, args, workgroups);
+        let sum = Dispatch::new(
+            "matmul_sum_splits",
+            &uniform,
+            vec![Arg::Scratch(0), Arg::Out(0), bias, activated],
+            grid(l.batch * l.m * l.n, 64),
+        );
+        GpuKernels {
+            scratch: vec![l.batch * kernel.splits * l.m * l.n, 1],
+            dispatches: vec![
+                product.with_constants(kernel.constants(Epilogue::default())),
+                sum.with_constants(epilogue.constants().to_vec()),
+            ],
+        }
+    }
+
     fn err<T>(&self, a: &TensorMeta, b: &TensorMeta, why: &str) -> Result<T> {
         shape_err(
             self.name(),
@@ -254,76 +332,25 @@ impl Op for MatMul {
 
     fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let (_, l) = self.plan(inputs[0], inputs[1]).expect("shapes checked by infer");
-        let kernel = match self.kernel {
-            Some(choice) => choice.kernel(adapter, &l).expect("checked by infer"),
-            None => kernel_for(adapter, &l),
-        };
-        let tile = kernel.tile;
-        let uniform = MatMulUniform {
-            m: word(l.m),
-            n: word(l.n),
-            k: word(l.k),
-            a_batch: word(l.a_batch),
-            b_batch: word(l.b_batch),
-            trans_a: self.trans_a.into(),
-            trans_b: self.trans_b.into(),
-            splits: word(kernel.splits),
-            k_split: word(kernel.k_split(l.k)),
-            batch: word(l.batch),
-            _pad0: 0,
-            _pad1: 0,
-        };
-        let groups = |x: usize| u32::try_from(x).unwrap_or(u32::MAX);
-        let workgroups = [
-            groups(l.n.div_ceil(tile)),
-            groups(l.m.div_ceil(tile)),
-            groups(l.batch * kernel.splits),
-        ];
-        let epilogue = Epilogue {
-            bias: self.bias,
-            gelu: self.gelu,
-        };
-        // Binding 4 is the bias; a product without one binds `a` there (read, never used).
-        // Binding 5 is GELU's output; a product without it binds a word of scratch there (never
-        // written): WebGPU refuses a writable binding that overlaps another of the same buffer,
-        // so C cannot stand in as `a` does for the bias.
-        let bias = if self.bias { Arg::In(2) } else { Arg::In(0) };
-        if kernel.splits == 1 {
-            let (activated, scratch) = match self.gelu {
-                true => (Arg::Out(1), vec![]),
-                false => (Arg::Scratch(0), vec![1]),
-            };
-            let args = vec![Arg::In(0), Arg::In(1), Arg::Out(0), bias, activated];
-            let dispatch = Dispatch::new(kernel.entry, &uniform, args, workgroups);
-            return GpuKernels {
-                scratch,
-                dispatches: vec![dispatch.with_constants(kernel.constants(epilogue))],
-            };
+        self.kernels(&l, &self.kernel_for(adapter, &l))
+    }
+
+    /// The products that give the same bits as `gpu`'s in other tiles, blocks and K-steps (none
+    /// for a kernel named by hand).
+    fn gpu_alternatives(
+        &self,
+        adapter: AdapterKind,
+        inputs: &[&TensorMeta],
+        _outputs: &[&TensorMeta],
+    ) -> Vec<GpuKernels> {
+        if self.kernel.is_some() {
+            return Vec::new();
         }
-        // The partial products into a scratch [batch, splits, m, n], then their sums and the
-        // epilogue.
-        let activated = if self.gelu { Arg::Out(1) } else { Arg::Scratch(1) };
-        let args = vec![
-            Arg::In(0),
-            Arg::In(1),
-            Arg::Scratch(0),
-            Arg::In(0),
-            Arg::Scratch(1),
-        ];
-        let product = Dispatch::new(kernel.entry, &uniform, args, workgroups);
-        let sum = Dispatch::new(
-            "matmul_sum_splits",
-            &uniform,
-            vec![Arg::Scratch(0), Arg::Out(0), bias, activated],
-            grid(l.batch * l.m * l.n, 64),
-        );
-        GpuKernels {
-            scratch: vec![l.batch * kernel.splits * l.m * l.n, 1],
-            dispatches: vec![
-                product.with_constants(kernel.constants(Epilogue::default())),
-                sum.with_constants(epilogue.constants().to_vec()),
-            ],
-        }
+        let (_, l) = self.plan(inputs[0], inputs[1]).expect("shapes checked by infer");
+        same_sums(adapter, &l, &self.kernel_for(adapter, &l))
+            .iter()
+            .map(|kernel| self.kernels(&l, kernel))
+            .collect()
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {

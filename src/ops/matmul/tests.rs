@@ -521,3 +521,145 @@ fn bad_shapes_name_the_op_and_both_shapes() {
         );
     }
 }
+
+/// A product's output with `kernel` named by hand (`None`: the op's own choice), on `gpu`.
+fn output_with(
+    gpu: &std::rc::Rc<dyn crate::backend::Backend>,
+    (sa, sb): (&'static [usize], &'static [usize]),
+    (ta, tb): (bool, bool),
+    kernel: Option<KernelChoice>,
+) -> Vec<f32> {
+    let build = move |g: &mut Graph| {
+        let a = param(g, "a", sa);
+        let b = param(g, "b", sb);
+        let op = MatMul {
+            trans_a: ta,
+            trans_b: tb,
+            kernel,
+            bias: false,
+            gelu: false,
+        };
+        Built {
+            out: g.apply1(op, &[a, b]).unwrap(),
+            feeds: vec![],
+        }
+    };
+    run(gpu.clone(), &build, 7, &Overrides::default()).out
+}
+
+/// The shapes of a product's operands, and whether each is transposed.
+type TuningCase = ((&'static [usize], &'static [usize]), (bool, bool));
+
+/// Products of each kind of layout: aligned (vec4 entries), odd, transposed, batched over a
+/// shared operand, and split over k.
+fn tuning_cases() -> Vec<TuningCase> {
+    let mut cases = Vec::new();
+    for (batch, (m, k, n), (ta, tb)) in [
+        (vec![], (64, 48, 40), (false, false)),
+        (vec![], (37, 29, 45), (false, false)),
+        (vec![], (36, 52, 44), (true, false)),
+        (vec![], (33, 20, 70), (true, true)),
+        (vec![3], (20, 24, 28), (false, true)),
+        (vec![], (8, 1024, 12), (false, false)),
+    ] {
+        let (sa, sb) = shapes(&batch, m, k, n, ta, tb);
+        cases.push(((leak(sa), leak(sb)), (ta, tb)));
+    }
+    cases
+}
+
+/// What lets the tuner choose by time alone: every alternative the op offers gives the op's own
+/// bits, whatever its tile, block, K-step or staging, split or not (with the same ranges of k).
+#[test]
+fn every_alternative_gives_the_bits_of_the_ops_own_choice() {
+    for kind in [AdapterKind::Gpu, AdapterKind::Software] {
+        let Some(gpu) = gpu_with_kernels_for(kind) else {
+            return;
+        };
+        for (shapes, trans) in tuning_cases() {
+            let l = layout(shapes.0, shapes.1, trans.0, trans.1);
+            let chosen = kernel_for(kind, &l);
+            let alternatives = super::kernels::same_sums(kind, &l, &chosen);
+            let want = output_with(&gpu, shapes, trans, None);
+            let mut tried = 0;
+            for choice in KernelChoice::every(chosen.splits) {
+                if !choice.kernel(kind, &l).is_ok_and(|k| alternatives.contains(&k)) {
+                    continue;
+                }
+                let got = output_with(&gpu, shapes, trans, Some(choice));
+                let same = got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(
+                    same,
+                    "{kind:?} {choice:?} on {shapes:?} {trans:?}: other bits than {chosen:?}"
+                );
+                tried += 1;
+            }
+            assert!(
+                tried >= alternatives.len(),
+                "{kind:?} {shapes:?}: {tried} of {alternatives:?}"
+            );
+            let least = if kind == AdapterKind::Gpu { 3 } else { 1 };
+            assert!(
+                alternatives.len() >= least,
+                "{kind:?} {shapes:?}: {alternatives:?}"
+            );
+        }
+    }
+}
+
+/// The alternatives keep the chosen split's ranges of k, and a GPU's keep to 8 x 8 blocks.
+#[test]
+fn alternatives_keep_the_ranges_of_k() {
+    let l = layout(&[8, 1000], &[1000, 12], false, false);
+    for kind in [AdapterKind::Gpu, AdapterKind::Software] {
+        let chosen = kernel_for(kind, &l);
+        assert!(chosen.splits > 1, "{kind:?}: {chosen:?}");
+        let alternatives = super::kernels::same_sums(kind, &l, &chosen);
+        assert!(!alternatives.is_empty());
+        for k in &alternatives {
+            assert_eq!(
+                (k.splits, k.k_split(l.k)),
+                (chosen.splits, chosen.k_split(l.k)),
+                "{k:?}"
+            );
+            assert_ne!(k, &chosen);
+        }
+        if kind == AdapterKind::Gpu {
+            assert!(
+                alternatives.iter().all(|k| k.entry.starts_with("matmul_8x8")),
+                "{alternatives:?}"
+            );
+        }
+    }
+}
+
+/// A tuning backend times a product's kernels once per shape, remembers its choice, and gives
+/// the bits of the op's own kernel, on both kinds' kernels.
+#[test]
+fn a_tuning_backend_gives_the_same_bits_and_times_each_shape_once() {
+    for kind in [AdapterKind::Gpu, AdapterKind::Software] {
+        let (Some(tuning), Some(plain)) = (gpu_tuning(kind), gpu_with_kernels_for(kind)) else {
+            return;
+        };
+        assert!(
+            tuning.describe().ends_with("kernels tuned"),
+            "{}",
+            tuning.describe()
+        );
+        assert_eq!(plain.tuning_spent(), None);
+        let cases = tuning_cases();
+        for (shapes, trans) in &cases {
+            let want = output_with(&plain, *shapes, *trans, None);
+            let got = output_with(&tuning, *shapes, *trans, None);
+            let same = got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{kind:?} tuned {shapes:?} {trans:?}: other bits");
+        }
+        let spent = tuning.tuning_spent().unwrap();
+        // Each case's forward product, and its two gradient products (their own shapes).
+        assert!(spent.tuned >= cases.len(), "{spent:?}");
+        assert!(spent.seconds > 0.0);
+        let (shapes, trans) = cases[0];
+        output_with(&tuning, shapes, trans, None);
+        assert_eq!(tuning.tuning_spent().unwrap().tuned, spent.tuned, "timed again");
+    }
+}
