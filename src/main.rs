@@ -336,13 +336,29 @@ fn bench_train(
     Ok(())
 }
 
-/// What timing the kernels on this adapter cost (before the timed steps), where it was done.
+/// What timing the kernels on this adapter chose and cost (before the timed steps), where it
+/// was done: each product that runs another kernel than the op's own, with both times.
 fn print_tuning(backend: &Rc<dyn Backend>) {
-    if let Some(spent) = backend.tuning_spent() {
+    let Some(tuning) = backend.tuning() else {
+        return;
+    };
+    let changed: Vec<_> = tuning.sets.iter().filter(|t| t.chosen != 0).collect();
+    println!(
+        "kernels tuned: {} products timed on this adapter in {:.2} s, before the timed steps \
+         (POSFLOW_TUNE=0: the ops' own choices); {} run another kernel than the op's own{}",
+        tuning.sets.len(),
+        tuning.seconds,
+        changed.len(),
+        if changed.is_empty() { "" } else { ":" }
+    );
+    for t in changed {
+        let (own, own_seconds) = &t.candidates[0];
+        let (chosen, seconds) = &t.candidates[t.chosen];
         println!(
-            "kernels tuned: {} products timed on this adapter in {:.2} s, before the timed steps \
-             (POSFLOW_TUNE=0: the ops' own choices)",
-            spent.tuned, spent.seconds
+            "  {}: {chosen} {:.3} ms, where the op's own {own} took {:.3} ms",
+            t.what,
+            seconds * 1e3,
+            own_seconds * 1e3
         );
     }
 }

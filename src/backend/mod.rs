@@ -16,7 +16,7 @@ pub mod profile;
 mod select;
 
 pub use cpu::CpuBackend;
-pub use gpu::{GpuBackend, GpuView, TuningSpent};
+pub use gpu::{GpuBackend, GpuView, Tuned, Tuning};
 pub use select::{DeviceChoice, select_backend};
 #[cfg(not(target_arch = "wasm32"))]
 pub use select::{gpu_backend_for_tests, gpu_for_tests};
@@ -103,9 +103,9 @@ pub trait Backend {
     /// What runs the work, e.g. "cpu (2 threads)" or the GPU adapter's name and API.
     fn describe(&self) -> String;
 
-    /// What timing kernels on this adapter has cost so far, where the backend does
+    /// What timing kernels on this adapter chose and cost so far, where the backend does
     /// (`Op::gpu_alternatives`; a GPU backend natively, unless `POSFLOW_TUNE=0`).
-    fn tuning_spent(&self) -> Option<TuningSpent> {
+    fn tuning(&self) -> Option<Tuning> {
         None
     }
 

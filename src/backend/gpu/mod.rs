@@ -17,7 +17,7 @@ mod tuner;
 pub use adapter::SoftwareAdapters;
 #[cfg(not(target_arch = "wasm32"))]
 pub use adapter::{for_rendering, list as list_adapters};
-pub use tuner::TuningSpent;
+pub use tuner::{Tuned, Tuning};
 
 pub struct GpuBackend {
     info: wgpu::AdapterInfo,
@@ -231,8 +231,8 @@ impl Backend for GpuBackend {
         format!("{}{reductions}{tuning}", adapter::describe(&self.info))
     }
 
-    fn tuning_spent(&self) -> Option<TuningSpent> {
-        self.tuner.is_on().then(|| self.tuner.spent())
+    fn tuning(&self) -> Option<Tuning> {
+        self.tuner.is_on().then(|| self.tuner.done())
     }
 
     fn alloc(&self, words: usize, label: &str) -> Result<Buffer> {

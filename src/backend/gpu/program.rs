@@ -161,6 +161,23 @@ fn recorded(
     Ok(out)
 }
 
+/// A candidate's name for people: each dispatch's entry point and the override constants that
+/// are not off, e.g. `matmul_8x8_vec4 TILE=128 KSTEP=16`.
+#[cfg(not(target_arch = "wasm32"))]
+fn name(dispatches: &[Dispatch]) -> String {
+    let named: Vec<String> = dispatches
+        .iter()
+        .map(|d| {
+            let mut name = d.entry.to_string();
+            for (constant, value) in d.constants.iter().filter(|c| c.1 != 0.0) {
+                name += &format!(" {constant}={value}");
+            }
+            name
+        })
+        .collect();
+    named.join(" + ")
+}
+
 /// The fastest of a step's candidate dispatch lists (the op's own first, then its same-bits
 /// alternatives), timed on the device unless the tuner has timed the same set before.
 #[cfg(not(target_arch = "wasm32"))]
@@ -183,11 +200,19 @@ fn tuned(
     let pick = match gpu.tuner.chosen(&key) {
         Some(pick) => pick,
         None => {
+            let started = Instant::now();
             let built: Vec<Vec<Recorded>> = candidates
                 .iter()
                 .map(|c| recorded(gpu, s, step, c, scratch))
                 .collect::<Result<_>>()?;
-            gpu.tuner.choose(key, built.len(), |i, runs| {
+            let shapes: Vec<String> = step
+                .inputs
+                .iter()
+                .map(|b| format!("{:?}", b.meta.shape))
+                .collect();
+            let what = format!("{} {}", step.op.name(), shapes.join(" "));
+            let names = candidates.iter().map(|c| name(c)).collect();
+            gpu.tuner.choose(key, what, names, started, |i, runs| {
                 let start = Instant::now();
                 let mut encoder = gpu.device.create_command_encoder(&Default::default());
                 GpuProgram::record(&mut encoder, &built[i], 0..built[i].len(), runs, None);

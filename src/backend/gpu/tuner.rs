@@ -13,7 +13,7 @@
     expect(dead_code, reason = "the web never times kernels: it cannot wait for the GPU")
 )]
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -29,10 +29,19 @@ const ROUNDS: usize = 3;
 /// are noise, and a choice that flipped with them would make a run's speed a matter of chance.
 const MARGIN: f64 = 0.05;
 
-/// What tuning has cost so far: sets of candidates timed, and seconds spent timing them.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct TuningSpent {
-    pub tuned: usize,
+/// One set of candidates timed: the op and its operands' shapes, each candidate's name and
+/// seconds per run (the op's own first), and which ran.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tuned {
+    pub what: String,
+    pub candidates: Vec<(String, f64)>,
+    pub chosen: usize,
+}
+
+/// What tuning did so far: the sets timed, and the seconds it took (pipelines built included).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tuning {
+    pub sets: Vec<Tuned>,
     pub seconds: f64,
 }
 
@@ -41,7 +50,7 @@ pub(super) struct Tuner {
     /// The candidate each set chose, by a key naming the set (its op and dispatches): each
     /// product shape of a program is timed once per backend, not once per program.
     chosen: RefCell<HashMap<String, usize>>,
-    spent: Cell<TuningSpent>,
+    done: RefCell<Tuning>,
 }
 
 impl Tuner {
@@ -66,7 +75,7 @@ impl Tuner {
         Self {
             on: on && cfg!(not(target_arch = "wasm32")),
             chosen: RefCell::default(),
-            spent: Cell::default(),
+            done: RefCell::default(),
         }
     }
 
@@ -74,8 +83,8 @@ impl Tuner {
         self.on
     }
 
-    pub fn spent(&self) -> TuningSpent {
-        self.spent.get()
+    pub fn done(&self) -> Tuning {
+        self.done.borrow().clone()
     }
 
     /// What the set `key` chose before, if it was timed.
@@ -83,16 +92,20 @@ impl Tuner {
         self.chosen.borrow().get(key).copied()
     }
 
-    /// Times `candidates` (0 is the op's own choice) with `time(i, runs)`, which runs candidate
-    /// i `runs` times and returns the seconds taken, and returns the fastest, remembered under
-    /// `key`. The first run of each is discarded (it pays for the pipeline's first use).
+    /// Times the candidates named in `names` (the op's own first) with `time(i, runs)`, which
+    /// runs candidate i `runs` times and returns the seconds taken, and returns the fastest,
+    /// remembered under `key`; `what` says what they compute. The first run of each is
+    /// discarded (it pays for the pipeline's first use). `started` is when building the
+    /// candidates began, so that what tuning costs includes it.
     pub fn choose(
         &self,
         key: String,
-        candidates: usize,
+        what: String,
+        names: Vec<String>,
+        started: Instant,
         mut time: impl FnMut(usize, usize) -> Result<f64>,
     ) -> Result<usize> {
-        let start = Instant::now();
+        let candidates = names.len();
         for i in 0..candidates {
             time(i, 1)?;
         }
@@ -101,17 +114,19 @@ impl Tuner {
         let mut fastest = vec![f64::INFINITY; candidates];
         for _ in 0..ROUNDS {
             for (i, best) in fastest.iter_mut().enumerate() {
-                *best = best.min(time(i, runs)?);
+                *best = best.min(time(i, runs)? / runs as f64);
             }
         }
-        let pick = pick(&fastest);
-        self.chosen.borrow_mut().insert(key, pick);
-        let spent = self.spent.get();
-        self.spent.set(TuningSpent {
-            tuned: spent.tuned + 1,
-            seconds: spent.seconds + start.elapsed().as_secs_f64(),
+        let chosen = pick(&fastest);
+        self.chosen.borrow_mut().insert(key, chosen);
+        let mut done = self.done.borrow_mut();
+        done.sets.push(Tuned {
+            what,
+            candidates: names.into_iter().zip(fastest).collect(),
+            chosen,
         });
-        Ok(pick)
+        done.seconds += started.elapsed().as_secs_f64();
+        Ok(chosen)
     }
 }
 
@@ -146,17 +161,29 @@ mod tests {
     fn each_set_is_timed_once_and_its_choice_remembered() {
         let tuner = Tuner::with(true);
         let mut calls = Vec::new();
+        let names = vec!["own".to_string(), "half".to_string(), "same".to_string()];
         // Candidate 1 takes half as long as the others.
         let chosen = tuner
-            .choose("product".into(), 3, |i, runs| {
-                calls.push((i, runs));
-                Ok(if i == 1 { 0.5e-3 } else { 1e-3 } * runs as f64)
-            })
+            .choose(
+                "product".into(),
+                "a product".into(),
+                names,
+                Instant::now(),
+                |i, runs| {
+                    calls.push((i, runs));
+                    Ok(if i == 1 { 0.5e-3 } else { 1e-3 } * runs as f64)
+                },
+            )
             .unwrap();
         assert_eq!(chosen, 1);
         assert_eq!(tuner.chosen("product"), Some(1));
         assert_eq!(tuner.chosen("another"), None);
-        assert_eq!(tuner.spent().tuned, 1);
+        let done = tuner.done();
+        assert_eq!(done.sets.len(), 1);
+        assert_eq!(done.sets[0].what, "a product");
+        assert_eq!(done.sets[0].chosen, 1);
+        let per_run: Vec<f64> = done.sets[0].candidates.iter().map(|c| c.1).collect();
+        assert_eq!(per_run, [1e-3, 0.5e-3, 1e-3]);
         // One warm-up each, one to size the runs, then ROUNDS of each with 2 runs (2 ms / 1 ms).
         assert_eq!(calls.len(), 3 + 1 + ROUNDS * 3);
         assert!(calls[4..].iter().all(|&(_, runs)| runs == 2), "{calls:?}");
@@ -165,13 +192,21 @@ mod tests {
     #[test]
     fn a_failed_timing_is_an_error_and_chooses_nothing() {
         let tuner = Tuner::with(true);
+        let names = vec!["own".to_string(), "broken".to_string()];
         let err = tuner
-            .choose("product".into(), 2, |i, _| match i {
-                1 => Err(Error::Gpu("device lost".into())),
-                _ => Ok(1e-3),
-            })
+            .choose(
+                "product".into(),
+                "a product".into(),
+                names,
+                Instant::now(),
+                |i, _| match i {
+                    1 => Err(Error::Gpu("device lost".into())),
+                    _ => Ok(1e-3),
+                },
+            )
             .unwrap_err();
         assert!(err.to_string().contains("device lost"), "{err}");
         assert_eq!(tuner.chosen("product"), None);
+        assert_eq!(tuner.done(), Tuning::default());
     }
 }

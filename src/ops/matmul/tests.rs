@@ -646,7 +646,7 @@ fn a_tuning_backend_gives_the_same_bits_and_times_each_shape_once() {
             "{}",
             tuning.describe()
         );
-        assert_eq!(plain.tuning_spent(), None);
+        assert_eq!(plain.tuning(), None);
         let cases = tuning_cases();
         for (shapes, trans) in &cases {
             let want = output_with(&plain, *shapes, *trans, None);
@@ -654,12 +654,28 @@ fn a_tuning_backend_gives_the_same_bits_and_times_each_shape_once() {
             let same = got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "{kind:?} tuned {shapes:?} {trans:?}: other bits");
         }
-        let spent = tuning.tuning_spent().unwrap();
+        let done = tuning.tuning().unwrap();
         // Each case's forward product, and its two gradient products (their own shapes).
-        assert!(spent.tuned >= cases.len(), "{spent:?}");
-        assert!(spent.seconds > 0.0);
+        assert!(done.sets.len() >= cases.len(), "{done:?}");
+        assert!(done.seconds > 0.0);
+        for set in &done.sets {
+            assert!(set.what.starts_with("matmul ["), "{set:?}");
+            assert!(
+                set.candidates.len() >= 2 && set.chosen < set.candidates.len(),
+                "{set:?}"
+            );
+            assert!(
+                set.candidates
+                    .iter()
+                    .all(|(name, s)| name.starts_with("matmul_") && *s > 0.0)
+            );
+        }
         let (shapes, trans) = cases[0];
         output_with(&tuning, shapes, trans, None);
-        assert_eq!(tuning.tuning_spent().unwrap().tuned, spent.tuned, "timed again");
+        assert_eq!(
+            tuning.tuning().unwrap().sets.len(),
+            done.sets.len(),
+            "timed again"
+        );
     }
 }
