@@ -32,6 +32,8 @@ pub trait Op: fmt::Debug {
     /// Other dispatches that compute `gpu`'s outputs bit for bit (the same additions in the same
     /// order) with the same scratch buffers: a GPU backend that tunes its kernels times them
     /// beside `gpu`'s on its adapter and runs the fastest. Numbers never depend on which runs.
+    /// The timing runs each candidate several times before the program's first run, so an op
+    /// that updates a buffer in place (reads what it writes) must not offer any.
     fn gpu_alternatives(
         &self,
         _adapter: AdapterKind,

@@ -178,16 +178,36 @@ fn name(dispatches: &[Dispatch]) -> String {
     named.join(" + ")
 }
 
-/// The fastest of a step's candidate dispatch lists (the op's own first, then its same-bits
-/// alternatives), timed on the device unless the tuner has timed the same set before.
+/// A step's dispatches recorded: the op's own, or where the tuner is on and the op offers
+/// same-bits alternatives (`Op::gpu_alternatives`), the fastest of them all, timed on the device
+/// unless the tuner has timed the same set before. Alternatives that would need other scratch,
+/// and any op whose dispatches repeat, are not timed.
 #[cfg(not(target_arch = "wasm32"))]
 fn tuned(
     gpu: &GpuBackend,
     s: usize,
     step: &Step,
-    mut candidates: Vec<Vec<Dispatch>>,
+    own: Vec<Dispatch>,
+    own_scratch: &[usize],
     scratch: &[wgpu::Buffer],
-) -> Result<Vec<Dispatch>> {
+) -> Result<Vec<Recorded>> {
+    let repeats = |dispatches: &[Dispatch]| dispatches.iter().any(|d| d.repeat.is_some());
+    if !gpu.tuner.is_on() || repeats(&own) {
+        return recorded(gpu, s, step, &own, scratch);
+    }
+    let in_metas: Vec<_> = step.inputs.iter().map(|b| &b.meta).collect();
+    let out_metas: Vec<_> = step.outputs.iter().map(|b| &b.meta).collect();
+    let mut candidates = vec![own];
+    candidates.extend(
+        step.op
+            .gpu_alternatives(gpu.kernels_for, &in_metas, &out_metas)
+            .into_iter()
+            .filter(|k| k.scratch == own_scratch && !repeats(&k.dispatches))
+            .map(|k| k.dispatches),
+    );
+    if candidates.len() == 1 {
+        return recorded(gpu, s, step, &candidates[0], scratch);
+    }
     let named: Vec<Vec<_>> = candidates
         .iter()
         .map(|c| {
@@ -197,35 +217,29 @@ fn tuned(
         })
         .collect();
     let key = format!("{} {} {named:?}", step.op.name(), gpu.subgroups);
-    let pick = match gpu.tuner.chosen(&key) {
-        Some(pick) => pick,
-        None => {
-            let started = Instant::now();
-            let built: Vec<Vec<Recorded>> = candidates
-                .iter()
-                .map(|c| recorded(gpu, s, step, c, scratch))
-                .collect::<Result<_>>()?;
-            let shapes: Vec<String> = step
-                .inputs
-                .iter()
-                .map(|b| format!("{:?}", b.meta.shape))
-                .collect();
-            let what = format!("{} {}", step.op.name(), shapes.join(" "));
-            let names = candidates.iter().map(|c| name(c)).collect();
-            gpu.tuner.choose(key, what, names, started, |i, runs| {
-                let start = Instant::now();
-                let mut encoder = gpu.device.create_command_encoder(&Default::default());
-                GpuProgram::record(&mut encoder, &built[i], 0..built[i].len(), runs, None);
-                gpu.queue.submit([encoder.finish()]);
-                gpu.device
-                    .poll(wgpu::PollType::wait_indefinitely())
-                    .map_err(|e| Error::Gpu(format!("timing {}'s kernels: {e}", step.op.name())))?;
-                gpu.check_errors()?;
-                Ok(start.elapsed().as_secs_f64())
-            })?
-        }
-    };
-    Ok(candidates.swap_remove(pick))
+    if let Some(pick) = gpu.tuner.chosen(&key) {
+        return recorded(gpu, s, step, &candidates[pick], scratch);
+    }
+    let started = Instant::now();
+    let mut built: Vec<Vec<Recorded>> = candidates
+        .iter()
+        .map(|c| recorded(gpu, s, step, c, scratch))
+        .collect::<Result<_>>()?;
+    let shapes: Vec<String> = in_metas.iter().map(|m| format!("{:?}", m.shape)).collect();
+    let what = format!("{} {}", step.op.name(), shapes.join(" "));
+    let names = candidates.iter().map(|c| name(c)).collect();
+    let pick = gpu.tuner.choose(key, what, names, started, |i, runs| {
+        let start = Instant::now();
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        GpuProgram::record(&mut encoder, &built[i], 0..built[i].len(), runs, None);
+        gpu.queue.submit([encoder.finish()]);
+        gpu.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(format!("timing {}'s kernels: {e}", step.op.name())))?;
+        gpu.check_errors()?;
+        Ok(start.elapsed().as_secs_f64())
+    })?;
+    Ok(built.swap_remove(pick))
 }
 
 pub(super) struct GpuProgram {
@@ -275,27 +289,12 @@ impl GpuProgram {
                     super::super::Backend::alloc(gpu, words, &label).map(|b| gpu_view(&b).buffer.clone())
                 })
                 .collect::<Result<_>>()?;
-            let mut candidates = vec![kernels.dispatches];
+            // The web cannot wait for the GPU, so it never times candidates.
             #[cfg(not(target_arch = "wasm32"))]
-            if gpu.tuner.is_on() && candidates[0].iter().all(|d| d.repeat.is_none()) {
-                let alternatives = step.op.gpu_alternatives(gpu.kernels_for, &in_metas, &out_metas);
-                candidates.extend(
-                    alternatives
-                        .into_iter()
-                        .filter(|k| {
-                            k.scratch == kernels.scratch && k.dispatches.iter().all(|d| d.repeat.is_none())
-                        })
-                        .map(|k| k.dispatches),
-                );
-            }
-            let chosen = match candidates.len() {
-                1 => candidates.swap_remove(0),
-                #[cfg(not(target_arch = "wasm32"))]
-                _ => tuned(gpu, s, step, candidates, &scratch)?,
-                #[cfg(target_arch = "wasm32")]
-                _ => unreachable!("the web does not tune"),
-            };
-            dispatches.extend(recorded(gpu, s, step, &chosen, &scratch)?);
+            let chosen = tuned(gpu, s, step, kernels.dispatches, &kernels.scratch, &scratch)?;
+            #[cfg(target_arch = "wasm32")]
+            let chosen = recorded(gpu, s, step, &kernels.dispatches, &scratch)?;
+            dispatches.extend(chosen);
             scratch_all.push(scratch);
         }
         #[cfg(not(target_arch = "wasm32"))]
