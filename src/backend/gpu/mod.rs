@@ -72,10 +72,10 @@ impl GpuBackend {
         self
     }
 
-    /// Another backend on the same device and queue, with pipelines of its own: for threads that
-    /// each need a backend of one process's single device (a device per test thread exhausted
-    /// an H100's driver after a few hundred). Errors wgpu reports outside a call's checks go to
-    /// one slot that every backend of the device reads.
+    /// Another backend on the same device and queue, with pipelines and a tuner of its own: for
+    /// threads that each need a backend of one process's single device (a device per test thread
+    /// exhausted an H100's driver after a few hundred). Errors wgpu reports outside a call's
+    /// checks go to one slot that every backend of the device reads.
     pub fn share(&self) -> Self {
         Self {
             info: self.info.clone(),
