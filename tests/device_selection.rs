@@ -1,5 +1,5 @@
 //! Device selection: `auto` never picks a software GPU, `gpu` without an adapter is a clear error,
-//! and probing adapters is quiet. Its own test binary, because one test changes WGPU_BACKEND for
+//! a wrong `POSFLOW_TUNE` is an error on either, and probing adapters is quiet. Its own test binary, because one test changes WGPU_BACKEND for
 //! the whole process.
 
 use std::process::Command;
@@ -90,4 +90,32 @@ fn listing_adapters_prints_no_error_without_a_desktop_session() {
         !stderr.lines().any(|l| l.contains("error")),
         "stderr of `posflow devices`:\n{stderr}"
     );
+}
+
+#[test]
+fn a_tuning_setting_that_is_not_0_or_1_is_an_error_naming_it_on_any_device() {
+    let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    for device in ["auto", "gpu"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_posflow"))
+            .args([
+                "--device",
+                device,
+                "bench",
+                "matmul",
+                "--sizes",
+                "8",
+                "--repeats",
+                "1",
+            ])
+            .env("POSFLOW_TUNE", "yes")
+            .env_remove("POSFLOW_DEVICE")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--device {device}: {stderr}");
+        assert!(
+            stderr.contains("POSFLOW_TUNE must be 0") && stderr.contains("\"yes\""),
+            "--device {device}: {stderr}"
+        );
+    }
 }

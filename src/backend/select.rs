@@ -62,6 +62,8 @@ pub async fn select_backend(choice: DeviceChoice) -> Result<Rc<dyn Backend>> {
         DeviceChoice::Gpu => Ok(Rc::new(GpuBackend::new(SoftwareAdapters::Allow).await?)),
         DeviceChoice::Auto => match GpuBackend::new(SoftwareAdapters::Refuse).await {
             Ok(gpu) => Ok(Rc::new(gpu)),
+            // A wrong setting (POSFLOW_TUNE) is an error on any machine; no GPU means the CPU.
+            Err(e @ Error::Input(_)) => Err(e),
             Err(_) => Ok(Rc::new(CpuBackend::new())),
         },
     }

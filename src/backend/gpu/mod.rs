@@ -39,6 +39,7 @@ pub struct GpuBackend {
 
 impl GpuBackend {
     pub async fn new(software: SoftwareAdapters) -> Result<Self> {
+        let tuning = tuner::requested()?;
         let adapter = adapter::pick(software).await?;
         let (device, queue) = adapter::open(&adapter).await?;
         let error = Arc::new(Mutex::new(None));
@@ -51,7 +52,7 @@ impl GpuBackend {
         let info = adapter.get_info();
         let subgroups = device.features().contains(wgpu::Features::SUBGROUP) && subgroups_allowed();
         let kernels_for = AdapterKind::of(info.device_type);
-        let tuner = tuner::Tuner::new(kernels_for == AdapterKind::Gpu)?;
+        let tuner = tuner::Tuner::with(tuning.unwrap_or(kernels_for == AdapterKind::Gpu));
         Ok(Self {
             kernels_for,
             tuner,

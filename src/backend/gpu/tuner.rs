@@ -7,7 +7,8 @@
 //!
 //! Natively only (timing waits for the GPU). On by default for hardware adapters; off for software
 //! ones, where a product takes milliseconds and the suite compiles thousands of programs.
-//! `POSFLOW_TUNE=0` turns it off everywhere, `POSFLOW_TUNE=1` on everywhere.
+//! `POSFLOW_TUNE=0` turns it off everywhere, `POSFLOW_TUNE=1` on everywhere; any other value is
+//! an error, even where `--device auto` would otherwise fall back to the CPU.
 #![cfg_attr(
     target_arch = "wasm32",
     expect(dead_code, reason = "the web never times kernels: it cannot wait for the GPU")
@@ -45,6 +46,19 @@ pub struct Tuning {
     pub seconds: f64,
 }
 
+/// What `POSFLOW_TUNE` asks: `Some(false)` for 0, `Some(true)` for 1, `None` unset (the backend
+/// then tunes on hardware adapters); anything else is an error naming the variable.
+pub(super) fn requested() -> Result<Option<bool>> {
+    match std::env::var("POSFLOW_TUNE").as_deref() {
+        Ok("0") => Ok(Some(false)),
+        Ok("1") => Ok(Some(true)),
+        Ok(other) => Err(Error::Input(format!(
+            "POSFLOW_TUNE must be 0 (never time kernels) or 1 (always), got {other:?}"
+        ))),
+        Err(_) => Ok(None),
+    }
+}
+
 pub(super) struct Tuner {
     on: bool,
     /// The candidate each set chose, by a key naming the set (its op and dispatches): each
@@ -54,22 +68,6 @@ pub(super) struct Tuner {
 }
 
 impl Tuner {
-    /// A tuner that times candidates or not (`POSFLOW_TUNE` decides, else whether the adapter is
-    /// a hardware one).
-    pub fn new(hardware: bool) -> Result<Self> {
-        let on = match std::env::var("POSFLOW_TUNE").as_deref() {
-            Ok("0") => false,
-            Ok("1") => true,
-            Ok(other) => {
-                return Err(Error::Input(format!(
-                    "POSFLOW_TUNE must be 0 (never time kernels) or 1 (always), got {other:?}"
-                )));
-            }
-            Err(_) => hardware,
-        };
-        Ok(Self::with(on))
-    }
-
     /// On or off; never on on the web, which cannot wait for the GPU to time it.
     pub fn with(on: bool) -> Self {
         Self {
