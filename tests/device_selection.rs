@@ -1,6 +1,6 @@
 //! Device selection: `auto` never picks a software GPU, `gpu` without an adapter is a clear error,
-//! a wrong `POSFLOW_TUNE` is an error on either, and probing adapters is quiet. Its own test binary, because one test changes WGPU_BACKEND for
-//! the whole process.
+//! a wrong `POSFLOW_TUNE` is an error on either, and probing adapters is quiet. Its own test
+//! binary, because one test changes WGPU_BACKEND for the whole process.
 
 use std::process::Command;
 use std::sync::Mutex;
