@@ -5,11 +5,31 @@ use crate::tensor::TensorMeta;
 use crate::testing::*;
 
 fn product(sa: &'static [usize], sb: &'static [usize], ta: bool, tb: bool) -> impl Fn(&mut Graph) -> Built {
+    product_with(sa, sb, ta, tb, None)
+}
+
+/// [`product`] with `kernel` named by hand (`None`: the op's own choice).
+fn product_with(
+    sa: &'static [usize],
+    sb: &'static [usize],
+    ta: bool,
+    tb: bool,
+    kernel: Option<KernelChoice>,
+) -> impl Fn(&mut Graph) -> Built {
     move |g| {
         let a = param(g, "a", sa);
         let b = param(g, "b", sb);
-        let out = g.matmul_t(a, b, ta, tb).unwrap();
-        Built { out, feeds: vec![] }
+        let op = MatMul {
+            trans_a: ta,
+            trans_b: tb,
+            kernel,
+            bias: false,
+            gelu: false,
+        };
+        Built {
+            out: g.apply1(op, &[a, b]).unwrap(),
+            feeds: vec![],
+        }
     }
 }
 
@@ -331,21 +351,7 @@ fn prefetching_kernels_match_cpu_on_every_transpose() {
                         .entry
                         .ends_with("_prefetch")
                 );
-                let build = move |g: &mut Graph| {
-                    let a = param(g, "a", sa);
-                    let b = param(g, "b", sb);
-                    let op = MatMul {
-                        trans_a: ta,
-                        trans_b: tb,
-                        kernel: Some(kernel),
-                        bias: false,
-                        gelu: false,
-                    };
-                    Built {
-                        out: g.apply1(op, &[a, b]).unwrap(),
-                        feeds: vec![],
-                    }
-                };
+                let build = product_with(sa, sb, ta, tb, Some(kernel));
                 check_kind_matches_cpu(AdapterKind::Gpu, &build, 1e-4, 1e-4);
             }
         }
@@ -529,22 +535,13 @@ fn output_with(
     (ta, tb): (bool, bool),
     kernel: Option<KernelChoice>,
 ) -> Vec<f32> {
-    let build = move |g: &mut Graph| {
-        let a = param(g, "a", sa);
-        let b = param(g, "b", sb);
-        let op = MatMul {
-            trans_a: ta,
-            trans_b: tb,
-            kernel,
-            bias: false,
-            gelu: false,
-        };
-        Built {
-            out: g.apply1(op, &[a, b]).unwrap(),
-            feeds: vec![],
-        }
-    };
-    run(gpu.clone(), &build, 7, &Overrides::default()).out
+    run(
+        gpu.clone(),
+        &product_with(sa, sb, ta, tb, kernel),
+        7,
+        &Overrides::default(),
+    )
+    .out
 }
 
 /// The shapes of a product's operands, and whether each is transposed.
