@@ -587,6 +587,26 @@ fn accept(c0: Ctl, lid: u32) -> Ctl {
     return c;
 }
 
+// The trajectory's start (forward, and record again bit for bit): the first output is p0
+// itself, so the next is position 1 (0 if the start failed); one position is done at once.
+fn start_trajectory(c0: Ctl, lid: u32) -> Ctl {
+    var c = start(c0, 0u, lid);
+    c.next_out = select(1u, 0u, c.phase == FAILED);
+    if (c.phase == STEP && dp.positions == 1u) {
+        c.phase = DONE;
+    }
+    return c;
+}
+
+// Takes the trajectory's accepted step; done after its last position.
+fn accept_trajectory(c0: Ctl, lid: u32) -> Ctl {
+    var c = accept(c0, lid);
+    if (c.next_out == dp.positions) {
+        c.phase = DONE;
+    }
+    return c;
+}
+
 fn now(c: Ctl) -> f32 {
     return time(c.base) + c.r;
 }
@@ -671,11 +691,7 @@ fn forward(@builtin(local_invocation_index) lid: u32) {
             break;
         }
         if (c.phase == INIT) {
-            c = start(c, 0u, lid);
-            c.next_out = select(1u, 0u, c.phase == FAILED);
-            if (c.phase == STEP && dp.positions == 1u) {
-                c.phase = DONE;
-            }
+            c = start_trajectory(c, lid);
             continue;
         }
         c = attempt(c, lid);
@@ -688,10 +704,7 @@ fn forward(@builtin(local_invocation_index) lid: u32) {
                 }
                 c.next_out += 1u;
             }
-            c = accept(c, lid);
-            if (c.next_out == dp.positions) {
-                c.phase = DONE;
-            }
+            c = accept_trajectory(c, lid);
         }
     }
     store_ctl(c, false, lid);

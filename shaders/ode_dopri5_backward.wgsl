@@ -29,11 +29,7 @@ fn record(@builtin(local_invocation_index) lid: u32) {
             break;
         }
         if (c.phase == INIT) {
-            c = start(c, 0u, lid);
-            c.next_out = select(1u, 0u, c.phase == FAILED);
-            if (c.phase == STEP && dp.positions == 1u) {
-                c.phase = DONE;
-            }
+            c = start_trajectory(c, lid);
             continue;
         }
         if (!tape_has_room(c.accepted)) {
@@ -66,10 +62,7 @@ fn record(@builtin(local_invocation_index) lid: u32) {
                 tape[m + 2u + i] = dv[slot(Z) + i];
             }
             c.accepted += 1u;
-            c = accept(c, lid);
-            if (c.next_out == dp.positions) {
-                c.phase = DONE;
-            }
+            c = accept_trajectory(c, lid);
         }
     }
     store_ctl(c, full, lid);
