@@ -160,6 +160,52 @@ impl Default for TrainBench {
     }
 }
 
+/// The model sizes `bench train` times: the peers' step, or a larger one where the products
+/// dominate the step instead of the kernels' fixed costs (the GPU-targets issue's second model).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrainShape {
+    /// [`TrainBench::default`]: 4 layers, d_model 128, batch 16 × 128.
+    Peers,
+    /// 8 layers, d_model 512, 8 heads, FFN 2048, batch 32 × 256.
+    Large,
+}
+
+impl TrainShape {
+    pub const NAMES: [&'static str; 2] = ["peers", "large"];
+
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "peers" => Ok(Self::Peers),
+            "large" => Ok(Self::Large),
+            other => Err(Error::Input(format!(
+                "unknown bench shape `{other}`; expected one of {}",
+                Self::NAMES.join(", ")
+            ))),
+        }
+    }
+
+    /// The peers' step at this size (learned positions, the rest as [`TrainBench::default`]).
+    pub fn bench(self) -> TrainBench {
+        let peers = TrainBench::default();
+        match self {
+            Self::Peers => peers,
+            Self::Large => TrainBench {
+                model: ModelConfig {
+                    d_model: 512,
+                    heads: 8,
+                    layers: 8,
+                    ffn: 2048,
+                    max_len: 256,
+                    ..peers.model
+                },
+                batch: 32,
+                len: 256,
+                ..peers
+            },
+        }
+    }
+}
+
 /// `floater_cached` solves FLOATER's ODE every this many steps.
 pub const CACHED_RESOLVE_EVERY: usize = 10;
 
@@ -183,9 +229,9 @@ pub const TRAIN_VARIANTS: [&str; 12] = [
 ];
 
 impl TrainBench {
-    /// The peers' step with one thing changed, by name (see [`TRAIN_VARIANTS`]).
-    pub fn variant(name: &str) -> Result<Self> {
-        let mut bench = Self::default();
+    /// The step of `shape` with one thing changed, by name (see [`TRAIN_VARIANTS`]).
+    pub fn variant(shape: TrainShape, name: &str) -> Result<Self> {
+        let mut bench = shape.bench();
         let authors: FloaterConfig = serde_json::from_str("{}").expect("every FLOATER setting has a default");
         let m = &mut bench.model;
         match name {
@@ -321,26 +367,46 @@ pub fn train(backend: &Rc<dyn Backend>, bench: &TrainBench, steps: usize) -> Res
 
 #[cfg(test)]
 mod tests {
-    use super::{TRAIN_VARIANTS, TrainBench};
+    use super::{TRAIN_VARIANTS, TrainBench, TrainShape};
     use crate::model::Model;
 
     /// Every variant is a valid model that differs from the peers' step; unknown names list them.
     #[test]
     fn every_variant_is_a_valid_model() {
-        for name in TRAIN_VARIANTS {
-            let bench = TrainBench::variant(name).unwrap();
-            Model::new(bench.model.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert_eq!(
-                name == "learned",
-                bench.model == TrainBench::default().model,
-                "{name}"
-            );
+        for shape in [TrainShape::Peers, TrainShape::Large] {
+            for name in TRAIN_VARIANTS {
+                let bench = TrainBench::variant(shape, name).unwrap();
+                assert_eq!(name == "learned", bench.model == shape.bench().model, "{name}");
+                assert!(bench.len <= bench.model.max_len, "{name}");
+                match Model::new(bench.model.clone()) {
+                    Ok(_) => {}
+                    // FLOATER's solve keeps its state in one workgroup: d_model 512 is over it,
+                    // and `bench train --shape large --variants floater` says so.
+                    Err(e) if shape == TrainShape::Large && name.starts_with("floater") => {
+                        assert!(e.to_string().contains("at most 256 values"), "{name}: {e}")
+                    }
+                    Err(e) => panic!("{shape:?} {name}: {e}"),
+                }
+            }
         }
-        let err = TrainBench::variant("xpos").unwrap_err().to_string();
+        let err = TrainBench::variant(TrainShape::Peers, "xpos")
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("`xpos`") && err.contains("floater_additive"),
             "{err}"
         );
+    }
+
+    /// The large shape is the GPU-targets issue's model; an unknown shape is named.
+    #[test]
+    fn the_large_shape_is_the_issues_model() {
+        let large = TrainShape::parse("large").unwrap().bench();
+        let m = &large.model;
+        assert_eq!((m.d_model, m.layers, large.batch, large.len), (512, 8, 32, 256));
+        assert_eq!(TrainShape::parse("peers").unwrap().bench(), TrainBench::default());
+        let err = TrainShape::parse("huge").unwrap_err().to_string();
+        assert!(err.contains("`huge`") && err.contains("large"), "{err}");
     }
 }
 

@@ -106,8 +106,12 @@ enum Bench {
         kernels: bool,
     },
     /// ms/step and tokens/s of one training step (forward, backward, AdamW) of a 4-layer
-    /// d_model-128 causal LM on batches of 16 × 128 tokens.
+    /// d_model-128 causal LM on batches of 16 × 128 tokens (or the large shape).
     Train {
+        /// peers (the peers' step) or large (8 layers, d_model 512, 8 heads, FFN 2048, batch
+        /// 32 × 256: where the products dominate).
+        #[arg(long, default_value = "peers")]
+        shape: String,
         /// Timed steps (at least 1).
         #[arg(long, default_value_t = 10, value_parser = at_least_one)]
         steps: usize,
@@ -172,11 +176,16 @@ fn run(cli: Cli) -> posflow::Result<()> {
         Command::Bench {
             what:
                 Bench::Train {
+                    shape,
                     steps,
                     warmup,
                     variants,
                 },
-        } => bench_train(&backend(choice)?, steps, warmup, &variants),
+        } => {
+            // A misspelt shape is named before any adapter is opened.
+            let shape = posflow::bench::TrainShape::parse(&shape)?;
+            bench_train(&backend(choice)?, shape, steps, warmup, &variants)
+        }
     }
 }
 
@@ -296,11 +305,12 @@ fn bench_matmul_kernels(backend: &Rc<dyn Backend>, sizes: &[usize], repeats: usi
 
 fn bench_train(
     backend: &Rc<dyn Backend>,
+    shape: posflow::bench::TrainShape,
     steps: usize,
     warmup: usize,
     variants: &[String],
 ) -> posflow::Result<()> {
-    let base = posflow::bench::TrainBench::default();
+    let base = shape.bench();
     let m = &base.model;
     println!(
         "model: causal LM, {} layers, d_model {}, {} heads, FFN {}, vocab {}, tied head; batch {} x {} \
@@ -315,7 +325,7 @@ fn bench_train(
     for name in variants {
         let bench = posflow::bench::TrainBench {
             warmup,
-            ..posflow::bench::TrainBench::variant(name)?
+            ..posflow::bench::TrainBench::variant(shape, name)?
         };
         let row = posflow::bench::train(backend, &bench, steps)?;
         let reference = *first.get_or_insert(row.mean_seconds);

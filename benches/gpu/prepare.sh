@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run here, before a session's first call of the `device` tool: builds what issue 14's GPU table
+# Run here, before a session's first call of the `device` tool: builds what the GPU-targets table
 # needs and puts it where the calls carry it from (`.gpu/`, `.gl/`, both git-ignored locally).
 #
 #   bash benches/gpu/prepare.sh

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run on a lent GPU machine (see prepare.sh for the calls):
-#   table.sh bench   issue 14's GPU table: the peers' step (every variant) and square products,
-#                    posflow and PyTorch eager CUDA alternating in one command, and the profile
+#   table.sh bench   the GPU-targets issue's table: the peers' step (every variant) and the
+#                    large shape's, square products, posflow and PyTorch eager CUDA alternating
+#                    in one command, torch.compile beside them, and the profile
 #   table.sh tests   every test binary in the carried .gpu/tests-* parts, POSFLOW_REQUIRE_GPU=1
 # Everything goes to $OUT/table.log (and stdout), a failed test binary's output to
 # $OUT/failures.log (a call returns at most 8 files). On a machine without a GPU,
@@ -37,6 +38,8 @@ if [ "$what" = bench ]; then
     xz -dc .gpu/bench/posflow.xz >$posflow && chmod +x $posflow
     $posflow devices 2>&1 | head -5
     "$py" -c 'import torch; print("torch", torch.__version__)'
+    export PYTHONPATH=.gpu/bench
+    torch_shapes="$py benches/gpu/torch_shapes.py --device $torch_device"
     # The peers' step: posflow's variants and PyTorch alternating, two rounds.
     for round in 1 2; do
         say "train, round $round: posflow"
@@ -45,12 +48,25 @@ if [ "$what" = bench ]; then
         say "train, round $round: posflow with the ops' own kernels (not tuned)"
         POSFLOW_TUNE=0 $posflow --device gpu bench train --steps "$steps" --warmup 3 \
             --variants learned,sinusoidal
-        say "train, round $round: posflow without subgroup operations"
-        POSFLOW_SUBGROUPS=0 $posflow --device gpu bench train --steps "$steps" --warmup 3 \
-            --variants learned,sinusoidal,floater,floater_backprop
         say "train, round $round: PyTorch eager ($torch_device)"
-        "$py" .gpu/bench/torch_train.py --device "$torch_device" --steps "$steps" --warmup 3
+        $torch_shapes --shape peers --steps "$steps" --warmup 3
     done
+    say "train: posflow without subgroup operations"
+    POSFLOW_SUBGROUPS=0 $posflow --device gpu bench train --steps "$steps" --warmup 3 \
+        --variants learned,sinusoidal,floater,floater_backprop
+    # The large shape (d 512, 8 layers, batch 32 x 256), where the products dominate.
+    for round in 1 2; do
+        say "train large, round $round: posflow"
+        $posflow --device gpu bench train --shape large --steps "$steps" --warmup 3 \
+            --variants learned,sinusoidal
+        say "train large, round $round: PyTorch eager ($torch_device)"
+        $torch_shapes --shape large --steps "$steps" --warmup 3
+    done
+    # torch.compile once per shape: its compilation takes the warm-up steps.
+    say "train: PyTorch torch.compile ($torch_device), peers' shape"
+    $torch_shapes --shape peers --compile --steps "$steps" --warmup 3
+    say "train large: PyTorch torch.compile ($torch_device)"
+    $torch_shapes --shape large --compile --steps "$steps" --warmup 3
     say "where the step goes (GPU timestamps)"
     POSFLOW_PROFILE=1 $posflow --device gpu bench train --steps "$steps" --warmup 2
     say "where the step goes without subgroup operations"

@@ -89,7 +89,16 @@ pub fn gpu_backend_for_tests() -> Option<GpuBackend> {
         // Tests compile thousands of programs: timing each product's kernels would only slow
         // them (every candidate gives the same bits). The tuner's tests ask for it; with
         // POSFLOW_TUNE=1 the whole suite runs tuned.
-        Ok(gpu) => Some(gpu.with_tuning(std::env::var("POSFLOW_TUNE").as_deref() == Ok("1"))),
+        Ok(gpu) => {
+            // NVIDIA's Vulkan driver leaves thread-local destructors behind: when a test
+            // thread's device was the process's last, the loader unloaded the driver and that
+            // thread's exit jumped into unmapped code (a segfault on an H100 with 16 test
+            // threads, every run). The first device is kept for the process, and the driver
+            // with it.
+            static KEEP_DRIVER_LOADED: std::sync::OnceLock<wgpu::Device> = std::sync::OnceLock::new();
+            KEEP_DRIVER_LOADED.get_or_init(|| gpu.device().clone());
+            Some(gpu.with_tuning(std::env::var("POSFLOW_TUNE").as_deref() == Ok("1")))
+        }
         Err(e) if std::env::var("POSFLOW_REQUIRE_GPU").as_deref() == Ok("1") => {
             panic!("POSFLOW_REQUIRE_GPU=1 but the GPU backend is unavailable: {e}")
         }

@@ -361,6 +361,7 @@ impl Graph {
 
 #[cfg(test)]
 mod tests {
+    use crate::backend::BackendKind;
     use crate::graph::Graph;
     use crate::testing::*;
 
@@ -425,7 +426,10 @@ mod tests {
     }
 
     /// The fused op computes exactly what the add and the norm computed apart, forward and
-    /// backward, on every backend: the model's numbers do not move.
+    /// backward, on the CPU and software adapters (CI's): the model's numbers do not move. A
+    /// hardware GPU's compiler may contract the gradients' `a·b + c` into one fused multiply-add
+    /// in one kernel and not the other (WGSL allows it; an H100 did, in 52 of 480 gradients), so
+    /// there the gradients agree to within that rounding.
     #[test]
     fn the_fused_residual_norm_equals_the_add_then_the_norm() {
         let apart = |g: &mut Graph| {
@@ -450,8 +454,16 @@ mod tests {
                 3,
                 &Overrides::default(),
             );
-            assert_eq!(got.out, want.out, "forward on {}", backend.describe());
-            assert_eq!(got.grads, want.grads, "gradients on {}", backend.describe());
+            let on = backend.describe();
+            assert_eq!(got.out, want.out, "forward on {on}");
+            // A software adapter describes itself as a `Cpu` device.
+            if backend.kind() == BackendKind::Cpu || on.contains(", Cpu)") {
+                assert_eq!(got.grads, want.grads, "gradients on {on}");
+            } else {
+                for (name, want) in &want.grads {
+                    assert_close(&format!("{name} on {on}"), &got.grads[name], want, 1e-6, 1e-6);
+                }
+            }
         }
     }
 
