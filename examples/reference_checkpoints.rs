@@ -19,8 +19,8 @@ use posflow::backend::CpuBackend;
 use posflow::checkpoint::{Checkpoint, Metadata, TrainingState};
 use posflow::data::{BOS, CharTokenizer, IGNORE_INDEX, MASK, PAD, Pair, PairBatch, PairTokenizer};
 use posflow::model::{
-    Block, Coefficients, EmbedScale, History, Model, ModelConfig, ModelKind, Norm, PosEnc, RkStage, TupeForm,
-    WordScale,
+    Activation, Block, Coefficients, EmbedScale, History, Model, ModelConfig, ModelKind, Norm, PosEnc,
+    RkStage, TupeForm, WordScale,
 };
 use posflow::params::ParamStore;
 use rand::{RngExt, SeedableRng};
@@ -259,13 +259,15 @@ fn seq2seq_cases() -> Vec<(&'static str, ModelConfig)> {
 
 /// The ODE Transformer's code form (`tests/reference/authors_ode.py` runs the authors' loop and
 /// history on these), three layers so that the history's rows differ: every block kind, both
-/// histories, both shapes of learned coefficients, and an encoder (which keeps `ln_f`).
+/// histories, both shapes of learned coefficients, and an encoder (which keeps `ln_f`); each
+/// with the authors' ReLU in its FFN.
 fn code_cases() -> Vec<Case> {
     let lm = |block, history| ModelConfig {
         layers: 3,
         block,
         history,
         rk_stage: RkStage::Layer,
+        activation: Activation::Relu,
         ..config(ModelKind::CausalLm { tied_head: true }, PosEnc::None)
     };
     let full = [LEN; BATCH];

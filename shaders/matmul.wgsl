@@ -30,9 +30,9 @@
 //
 // A linear layer's bias is added as each value of C is written (the override BIAS), or after
 // the partial products are summed for a split-K product: the add kernel it replaces read and
-// wrote all of C again, in a dispatch of its own. Likewise GELU (the override GELU): the
-// feed-forward's up-projection writes C (GELU's backward reads it) and GELU(C) beside it. The
-// module goes on in gelu.wgsl.
+// wrote all of C again, in a dispatch of its own. Likewise the feed-forward's activation (the
+// override ACTIVATION, GELU or ReLU): its up-projection writes C (the activation's backward
+// reads it) and act(C) beside it. The module goes on in gelu.wgsl.
 
 struct Dims {
     m: u32,
@@ -64,11 +64,19 @@ struct Dims {
 @group(0) @binding(2) var<storage, read> b4: array<vec4<f32>>;
 // The bias [n] added to every row of C when BIAS is true; products without one bind A here, unread.
 @group(0) @binding(4) var<storage, read> bias: array<f32>;
-// GELU(C) when GELU is true; products without it bind C here again, unwritten.
+// act(C) when ACTIVATION is not 0; products without one bind a word of scratch here, unwritten.
 @group(0) @binding(5) var<storage, read_write> activated: array<f32>;
 
 override BIAS: bool = false;
-override GELU: bool = false;
+// The activation written beside C: 0 none, 1 GELU, 2 ReLU (src/ops/unary.rs, Activation).
+override ACTIVATION: u32 = 0u;
+
+fn activate(x: f32) -> f32 {
+    if (ACTIVATION == 2u) {
+        return max(x, 0.0);
+    }
+    return gelu(x);
+}
 
 // Rows and columns of C per workgroup: a multiple of 16 for matmul_16x16, of 8 for matmul_8x8.
 override TILE: u32;
@@ -246,8 +254,8 @@ fn store4(base: u32, row: u32, col: u32, v: vec4<f32>) {
                 value += bias[col + j];
             }
             c[at + col + j] = value;
-            if (GELU) {
-                activated[at + col + j] = gelu(value);
+            if (ACTIVATION != 0u) {
+                activated[at + col + j] = activate(value);
             }
         }
     }
@@ -603,7 +611,7 @@ fn matmul_8x8_vec4_prefetch(@builtin(local_invocation_id) local: vec3<u32>, @bui
 @group(0) @binding(4) var<storage, read_write> split_activated: array<f32>;
 
 // After a split-K product: each output element the sum of its `splits` partial products, in
-// split order (deterministic), one thread each. Then the bias, if BIAS, and GELU, if GELU.
+// split order (deterministic), one thread each. Then the bias, if BIAS, and the activation.
 @compute @workgroup_size(64)
 fn matmul_sum_splits(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let e = gid.x + gid.y * groups.x * 64u;
@@ -621,8 +629,8 @@ fn matmul_sum_splits(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num
         total += split_bias[e % dims.n];
     }
     sums[e] = total;
-    if (GELU) {
-        split_activated[e] = gelu(total);
+    if (ACTIVATION != 0u) {
+        split_activated[e] = activate(total);
     }
 }
 

@@ -80,3 +80,45 @@ fn the_floater_configs_use_the_authors_delta() {
         "moby_floater, moby_floater_additive, moby_floater_cached"
     );
 }
+
+/// The configs that claim an authors' whole model use their FFN activation: the ODE
+/// Transformer's code form ReLU (`F.relu(self.fc1(x))` in their layers), TUPE's BERT GELU.
+#[test]
+fn the_authors_form_configs_use_their_activation() {
+    use posflow::model::Activation;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let expected = [
+        ("moby_residual_code", Activation::Relu),
+        ("moby_rk2_code", Activation::Relu),
+        ("moby_rk4_code", Activation::Relu),
+        ("mlm_tupe_a_post", Activation::Gelu),
+        ("mlm_bert_r", Activation::Gelu),
+    ];
+    for (name, activation) in expected {
+        let run = RunConfig::load(&dir.join(format!("{name}.toml"))).unwrap();
+        assert_eq!(run.model.activation, activation, "{name}");
+    }
+}
+
+/// Token embeddings are scaled by √d by default where the encoding adds a fixed table to them
+/// (the sinusoid, FLOATER's): at std 0.02 they are drowned by a table of amplitude 1. A config
+/// that says `embed_scale` keeps it, and other encodings keep unscaled embeddings.
+#[test]
+fn a_fixed_table_scales_the_embeddings_unless_the_config_says_otherwise() {
+    use posflow::model::EmbedScale;
+    let run = |posenc: &str, scale: &str| {
+        let text = format!(
+            "[data]\ntask = \"moby_dick\"\nseq_len = 32\n[model]\nd_model = 32\nheads = 2\nlayers = 1\n\
+             ffn = 64\nmax_len = 32\nkind = {{ type = \"causal_lm\" }}\nposenc = {posenc}\n{scale}\n\
+             [train]\nsteps = 1\nbatch = 1\nlr = 1e-3\n"
+        );
+        RunConfig::from_toml(&text, "test").unwrap().model.embed_scale
+    };
+    let sinusoidal = "{ type = \"sinusoidal\" }";
+    let floater = "{ type = \"floater\" }";
+    assert_eq!(run(sinusoidal, ""), EmbedScale::SqrtD);
+    assert_eq!(run(floater, ""), EmbedScale::SqrtD);
+    assert_eq!(run(sinusoidal, "embed_scale = \"none\""), EmbedScale::None);
+    assert_eq!(run("{ type = \"learned\" }", ""), EmbedScale::None);
+    assert_eq!(run("{ type = \"rope\" }", ""), EmbedScale::None);
+}

@@ -14,6 +14,7 @@
 //! With `norm = "post"` a block is BERT's post-LN residual block instead (the same parameters,
 //! its layer norms after each residual add).
 
+use super::config::Activation;
 use super::config::{Block, Coefficients, ModelConfig, Norm, RkStage};
 use crate::error::Result;
 use crate::graph::{Graph, Init, TensorId};
@@ -164,13 +165,14 @@ impl Linear {
         }
     }
 
-    /// GELU of the layer's output, applied as the product writes it where the layer has a bias.
-    pub fn apply_gelu(&self, g: &mut Graph, x: TensorId) -> Result<TensorId> {
+    /// `activation` of the layer's output, applied as the product writes it where the layer
+    /// has a bias.
+    pub fn apply_activated(&self, g: &mut Graph, x: TensorId, activation: Activation) -> Result<TensorId> {
         match self.bias {
-            Some(bias) => Ok(g.matmul_bias_gelu(x, self.weight, bias)?.1),
+            Some(bias) => Ok(g.matmul_bias_activated(x, self.weight, bias, activation)?.1),
             None => {
                 let h = g.matmul(x, self.weight)?;
-                g.gelu(h)
+                g.activate(activation, h)
             }
         }
     }
@@ -482,7 +484,7 @@ fn sub_block(
         }
         _ => p.ln2.apply_to_sum(g, y, a)?,
     };
-    let h = feed_forward(g, p, normed, shared, salt(2))?;
+    let h = feed_forward(g, c, p, normed, shared, salt(2))?;
     Ok(Stage {
         mid,
         a,
@@ -493,16 +495,17 @@ fn sub_block(
     })
 }
 
-/// `Drop(down(Drop(GELU(up(x)))))`, the FFN output's site salted `salt` and its activations'
-/// from that site's range.
+/// `Drop(down(Drop(act(up(x)))))` with the config's activation, the FFN output's site salted
+/// `salt` and its activations' from that site's range.
 fn feed_forward(
     g: &mut Graph,
+    c: &ModelConfig,
     p: &BlockParams,
     x: TensorId,
     shared: &BlockInputs,
     salt: u32,
 ) -> Result<TensorId> {
-    let mut h = p.up.apply_gelu(g, x)?;
+    let mut h = p.up.apply_activated(g, x, c.activation)?;
     if let Some(d) = &shared.dropout {
         let salt = salt + site_offset(shared.layers, ACTIVATION_SITES);
         h = d.apply(g, h, d.activation, salt)?;
@@ -524,7 +527,7 @@ fn post_norm_block(
     let attended = self_attention(g, c, p, y, 0, shared, shared.probed, salt(1))?;
     let a = dropout(g, attended.out, shared, salt(1))?;
     let (_, mid) = p.ln1.apply_to_sum(g, y, a)?;
-    let h = feed_forward(g, p, mid, shared, salt(2))?;
+    let h = feed_forward(g, c, p, mid, shared, salt(2))?;
     let (_, out) = p.ln2.apply_to_sum(g, mid, h)?;
     Ok(BlockOutput {
         out,

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::posenc::{ModelDims, PosEnc, is_default};
 use crate::error::{Error, Result};
 use crate::ops::attention::MAX_HEAD_DIM;
+pub use crate::ops::unary::Activation;
 
 /// The largest size each field may hold. A config or checkpoint may come from anyone: a size is
 /// checked against these before anything is built, so `ffn = 10¹⁰` is an error naming the field
@@ -54,7 +55,9 @@ pub struct ModelConfig {
     pub max_len: usize,
     pub kind: ModelKind,
     pub posenc: PosEnc,
-    /// How the token embeddings are scaled. Optional in a config file; defaults to `none`.
+    /// How the token embeddings are scaled. Optional in a config file; defaults to `sqrt_d` in a
+    /// run config whose encoding adds a fixed table to them (sinusoidal, FLOATER), as the papers
+    /// do, and to `none` otherwise (and in a checkpoint, which always says).
     #[serde(default)]
     pub embed_scale: EmbedScale,
     /// How each block steps its input: a residual (Euler) step or a Runge-Kutta one. Optional in
@@ -69,7 +72,12 @@ pub struct ModelConfig {
     /// defaults to `none`.
     #[serde(default, skip_serializing_if = "is_default")]
     pub history: History,
-    /// The probability of dropping an element of the FFN's activations (after GELU) in training,
+    /// The FFN's nonlinearity, written by its up-projection: `gelu` (GPT-2, BERT) or `relu`
+    /// (Vaswani et al.; fairseq, under FLOATER's and the ODE Transformer's authors' code).
+    /// Optional; defaults to `gelu`.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub activation: Activation,
+    /// The probability of dropping an element of the FFN's activations (after the activation) in training,
     /// in [0, 1) (the ODE Transformer's and BERT's `relu_dropout` / `activation_dropout`).
     /// Optional; defaults to 0.
     #[serde(default, skip_serializing_if = "is_default")]
@@ -110,6 +118,7 @@ impl Default for ModelConfig {
             block: Block::Residual,
             rk_stage: RkStage::SubBlock,
             history: History::None,
+            activation: Activation::Gelu,
             activation_dropout: 0.0,
             attention_dropout: 0.0,
             norm: Norm::Pre,
@@ -154,7 +163,7 @@ impl WordScale {
 }
 
 /// What each stage `k_i` of a Runge-Kutta block is (ODE Transformer; see
-/// `../shared/papers/authors-code.md` §2). In TOML: `rk_stage = "layer"`.
+/// docs/fidelity.md §3). In TOML: `rk_stage = "layer"`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RkStage {

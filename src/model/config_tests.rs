@@ -97,6 +97,35 @@ fn embed_scale_reads_its_two_names_and_refuses_others() {
     );
 }
 
+/// GELU unless the config says `relu`; only GELU is left out when the config is written, so
+/// configs and checkpoints from before the setting read and write unchanged.
+#[test]
+fn activation_reads_gelu_and_relu_and_refuses_others() {
+    let with = |value: &str| {
+        TINY.replace(
+            r#""max_len": 16"#,
+            &format!(r#""max_len": 16, "activation": {value}"#),
+        )
+    };
+    assert_eq!(ModelConfig::from_json(TINY).unwrap().activation, Activation::Gelu);
+    let relu = ModelConfig::from_json(&with(r#""relu""#)).unwrap();
+    assert_eq!(relu.activation, Activation::Relu);
+    assert!(
+        serde_json::to_string(&relu)
+            .unwrap()
+            .contains(r#""activation":"relu""#)
+    );
+    let gelu = ModelConfig::from_json(&with(r#""gelu""#)).unwrap();
+    assert!(!serde_json::to_string(&gelu).unwrap().contains("activation"));
+    let err = ModelConfig::from_json(&with(r#""swish""#))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("unknown variant `swish`, expected `gelu` or `relu`"),
+        "{err}"
+    );
+}
+
 #[test]
 fn unknown_encodings_are_errors_listing_the_known_ones() {
     let err = error_of(r#""sinusoidal""#, r#""xpos""#);

@@ -6,7 +6,8 @@
 //! for each block:  (+ position term, if every_block)
 //!     F(y) = a + Drop(FFN(LN2(y + a)))            a = Drop(Attn(LN1(y))); causal for the LM, key
 //!                                                 mask for padding; logits q·k/√Dh (TUPE:
-//!                                                 /√(2·Dh)) + position bias; FFN = down(GELU(up))
+//!                                                 /√(2·Dh)) + position bias; FFN = down(act(up)),
+//!                                                 act the config's activation (GELU or ReLU)
 //!     x = x + F(x)                                residual (the default): the pre-norm block
 //!     x = x + γ1·F1 + γ2·F2                       rk2: F1 = F(x), F2 = F(x + F1)
 //!     x = x + g·F1 + (1 − g)·F2                   rk2_gated: g = sigmoid([F1, F2]·gate.W + gate.b)
@@ -22,8 +23,8 @@
 //! loss = cross_entropy(logits, targets, IGNORE_INDEX)
 //! ```
 //!
-//! `Drop` is dropout with the config's probability (and, with `activation_dropout`, on GELU's
-//! output too) in training graphs ([`GraphOptions::training`]) and
+//! `Drop` is dropout with the config's probability (and, with `activation_dropout`, on the FFN's
+//! activations too) in training graphs ([`GraphOptions::training`]) and
 //! the identity everywhere else; each stage of a Runge-Kutta block draws its own masks.
 //!
 //! The block kinds are the ODE Transformer's ([`Block`], the config's `block`): every stage `Fi`
@@ -112,7 +113,7 @@ mod transformer;
 
 pub use block::LN_EPS;
 pub use config::{
-    Block, Coefficients, EmbedScale, History, ModelConfig, ModelKind, Norm, RkStage, WordScale,
+    Activation, Block, Coefficients, EmbedScale, History, ModelConfig, ModelKind, Norm, RkStage, WordScale,
 };
 pub(crate) use posenc::refuse_other_settings;
 pub use posenc::{

@@ -1,7 +1,7 @@
 //! The pre-norm Transformer of a [`ModelConfig`], built into a [`Graph`] for one (batch, length).
 
 use super::block::{self, BlockInputs, Dropouts, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm, Linear};
-use super::config::{EmbedScale, History, ModelConfig, ModelKind, Norm};
+use super::config::{Activation, EmbedScale, History, ModelConfig, ModelKind, Norm};
 use super::history::LayerHistory;
 use super::posenc::{self, Constant, EncodingSource};
 use crate::data::{BOS, Batch, IGNORE_INDEX};
@@ -257,7 +257,7 @@ impl Model {
                 let x = final_norm(g, x)?;
                 // BERT's head: a transform, then the token table (unscaled) and a bias per token.
                 let dense = Linear::declare(g, "mlm_head.dense", d, d, Init::Normal(INIT_STD))?;
-                let x = dense.apply_gelu(g, x)?;
+                let x = dense.apply_activated(g, x, Activation::Gelu)?;
                 let x = LayerNorm::declare(g, "mlm_head.ln", d)?.apply(g, x)?;
                 let bias = g.param("mlm_head.bias", &[c.vocab], Init::Zeros)?;
                 let logits = g.matmul_t_bias(x, tok_emb, false, true, bias)?;

@@ -22,6 +22,40 @@ pub enum UnaryKind {
     Gelu = 4,
 }
 
+/// The activations a product can apply as it writes its output: a feed-forward's nonlinearity.
+/// In a model config: `activation = "gelu"` (the default; GPT-2, BERT and so TUPE) or `"relu"`
+/// (Vaswani et al., fairseq and so FLOATER's and the ODE Transformer's authors' code).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    #[default]
+    Gelu,
+    Relu,
+}
+
+impl Activation {
+    /// The elementwise op that computes it alone (and whose backward both share).
+    pub fn kind(self) -> UnaryKind {
+        match self {
+            Self::Gelu => UnaryKind::Gelu,
+            Self::Relu => UnaryKind::Relu,
+        }
+    }
+
+    /// The value of the products' override `ACTIVATION` (`shaders/matmul.wgsl`): 0 is none.
+    pub(crate) fn constant(activation: Option<Self>) -> f64 {
+        match activation {
+            None => 0.0,
+            Some(Self::Gelu) => 1.0,
+            Some(Self::Relu) => 2.0,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.kind().name()
+    }
+}
+
 /// 1/√(2π), the scale of the standard normal density.
 const INV_SQRT_2PI: f32 = 0.398_942_3;
 
@@ -240,6 +274,11 @@ impl Graph {
     /// GELU in PyTorch's default (erf) form.
     pub fn gelu(&mut self, x: TensorId) -> Result<TensorId> {
         self.apply1(Unary(UnaryKind::Gelu), &[x])
+    }
+
+    /// `activation(x)`, elementwise.
+    pub fn activate(&mut self, activation: Activation, x: TensorId) -> Result<TensorId> {
+        self.apply1(Unary(activation.kind()), &[x])
     }
 }
 

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use super::{Decay, Schedule};
 use crate::data::{ClassTask, PairTask, Tokenization};
 use crate::error::{Error, Result};
-use crate::model::{ModelConfig, ModelKind, refuse_other_settings};
+use crate::model::{EmbedScale, ModelConfig, ModelKind, refuse_other_settings};
 use crate::optim::AdamW;
 
 /// The most training steps a run may ask for (a run's schedule is one f32 per step away from
@@ -435,8 +435,12 @@ impl RunConfig {
                 )));
             }
         }
-        let model = ModelConfig::deserialize(toml::Value::Table(model))
+        let scale_set = model.contains_key("embed_scale");
+        let mut model = ModelConfig::deserialize(toml::Value::Table(model))
             .map_err(|e| Error::Input(format!("{origin}: [model]: {e}")))?;
+        if !scale_set && model.posenc.adds_a_fixed_table() {
+            model.embed_scale = EmbedScale::SqrtD;
+        }
         let run = Self {
             data: file.data,
             model,
@@ -483,7 +487,7 @@ impl RunConfig {
                     self.data,
                     DataConfig::MobyDick { .. } | DataConfig::TextFile { .. }
                 ) {
-                    return Err(super::task::masked_lm_needs_text());
+                    return Err(masked_lm_needs_text());
                 }
                 if self
                     .train
@@ -702,4 +706,13 @@ impl RunConfig {
             .map_err(|e| Error::Input(format!("config {}: cannot be read ({e})", path.display())))?;
         Self::from_toml(&text, &path.display().to_string())
     }
+}
+
+/// What a masked LM refused on another task says.
+pub(super) fn masked_lm_needs_text() -> Error {
+    Error::Input(
+        "[model] kind masked_lm learns from a text (task moby_dick or text_file); the prompted and pair \
+         tasks are for causal LMs and seq2seq models"
+            .into(),
+    )
 }

@@ -7,7 +7,7 @@ use std::ops::RangeInclusive;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::config::{DataConfig, RunConfig, Vocabulary};
+use super::config::{DataConfig, RunConfig, Vocabulary, masked_lm_needs_text};
 use crate::data::{
     Batch, CharTokenizer, ClassBatch, ClassData, Labelled, LanguageModelData, LengthBins, LengthSplit,
     MOBY_DICK, MaskedText, MaxLengths, PairBatch, PairData, Pronunciations, SyntheticTask, TaskTokenizer,
@@ -420,13 +420,4 @@ fn class_tokenizer(vocabulary: Vocabulary, examples: &[Labelled]) -> CharTokeniz
         Vocabulary::MobyDick => CharTokenizer::from_text(MOBY_DICK).for_masked_lm(),
         Vocabulary::Own => CharTokenizer::from_texts(examples.iter().map(|e| e.text.as_str())),
     }
-}
-
-/// What a masked LM refused on another task says.
-pub(super) fn masked_lm_needs_text() -> Error {
-    Error::Input(
-        "[model] kind masked_lm learns from a text (task moby_dick or text_file); the prompted and pair \
-         tasks are for causal LMs and seq2seq models"
-            .into(),
-    )
 }

@@ -2,13 +2,14 @@
 of posflow's code form (`rk_stage = "layer"`, `history = "dense"` / `"learnable_dense"`, RK2 with
 learned coefficients, the gate).
 
-Transcribed from libeineu/ODE-Transformer at bcf51e8 (see ../../../shared/papers/authors-code.md
-for the line-by-line reading), not from posflow's formulas (model_reference.py holds those):
+Transcribed from libeineu/ODE-Transformer at bcf51e8 (docs/fidelity.md says what posflow takes
+from it), not from posflow's formulas (model_reference.py holds those):
 
 - `Layer` is their TransformerEncoderLayer / TransformerDecoderLayer with
   `normalize_before = True` and no encoder attention (fairseq/models/ode_transformer.py, forward
-  of both): LN, self-attention, dropout, residual; LN, fc1, activation, fc2, dropout, residual. It
-  returns y + F(y).
+  of both): LN, self-attention, dropout, residual; LN, fc1, ReLU (their `F.relu(self.fc1(x))`,
+  L743 and L874), fc2, dropout, residual. It returns y + F(y). A checkpoint whose config does not
+  say `activation = "relu"` is not their model, and is refused.
 - `runge_kutta_stack` is their encoder's loop (ode_transformer.py L376-419): each stage calls the
   whole layer, `runge_kutta_list` keeps the layer outputs, stage inputs are `residual + c·x`, and
   the block combines them: RK4 and RK2 `standard` (½, ½), `initialization` (learned α starting at
@@ -22,7 +23,7 @@ for the line-by-line reading), not from posflow's formulas (model_reference.py h
   normalises its output (`self.layer_norm`), then posflow's [CLS] head reads position 0.
 
 Where this differs from their code, on purpose, so that it checks posflow's structure and not
-its other choices: the activation is posflow's GELU (theirs ReLU), the attention's q/k/v is one
+its other choices: the attention's q/k/v is one
 [D, 3D] projection (fairseq's in_proj is the same matrix, transposed), the position encoding is
 none or posflow's sinusoidal table at the input (theirs: sinusoidal plus Shaw's relative keys),
 and dropout is off.
@@ -110,7 +111,7 @@ class Layer(nn.Module):
         x = residual + x
         residual = x
         x = self.final_layer_norm(x)
-        x = F.gelu(self.fc1(x))
+        x = F.relu(self.fc1(x))
         x = self.fc2(x)
         x = residual + x
         return x
@@ -324,6 +325,9 @@ def expect(path):
     """Writes `<name>.expected.safetensors` beside the checkpoint, as model_reference.py's."""
     path = pathlib.Path(path)
     cfg, metadata, params = posflow_reference.load(path)
+    if cfg.get("activation", "gelu") != "relu":
+        sys.exit(f"{path.name}: the authors' FFN is ReLU; this config's activation is "
+                 f"{cfg.get('activation', 'gelu')}")
     inputs, targets = posflow_reference.reference_batch(cfg, metadata)
     logits, loss, grads = model_and_grads(cfg, params, inputs, targets)
     posflow_reference.write_expected(path, logits, loss, grads, " (the authors' code)")

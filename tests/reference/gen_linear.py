@@ -1,6 +1,7 @@
 """Reference values for a product with a bias (`Graph::matmul_bias`): torch.nn.functional.linear;
-and with GELU applied as it is written (`Graph::matmul_bias_gelu`): gelu(linear), alone and beside
-the product it was applied to (both outputs carry gradients)."""
+and with an activation applied as it is written (`Graph::matmul_bias_activated`): gelu(linear)
+and relu(linear), each alone and beside the product it was applied to (both outputs carry
+gradients). The ReLU cases come after the GELU ones, so the GELU values do not change."""
 
 import torch
 from common import case, rand, save
@@ -29,4 +30,17 @@ def main(path):
         return gelu(z) + 0.5 * z
 
     case(s, "linear_gelu_both", both, {"x": rand(2, 3, 4), "w": rand(4, 5), "bias": rand(5)})
+    relu = torch.nn.functional.relu
+    case(
+        s,
+        "linear_relu",
+        lambda x, w, bias: relu(torch.nn.functional.linear(x, w.t(), bias)),
+        {"x": rand(2, 3, 4), "w": rand(4, 5), "bias": rand(5)},
+    )
+
+    def relu_both(x, w, bias):
+        z = torch.nn.functional.linear(x, w.t(), bias)
+        return relu(z) + 0.5 * z
+
+    case(s, "linear_relu_both", relu_both, {"x": rand(2, 3, 4), "w": rand(4, 5), "bias": rand(5)})
     save(s, path)

@@ -3,7 +3,7 @@
 The model is the one of src/model/mod.rs, written out op by op: the parameter names and layouts of
 its table (linear weights are [in, out], used as `x @ W + b`; the columns of `attn.qkv` are
 [q | k | v], head h taking columns h·Dh..(h+1)·Dh of each), pre-norm blocks stepped as residual or
-Runge-Kutta blocks (src/model/config.rs, `Block`), GELU (erf), layer norm with eps 1e-5, softmax
+Runge-Kutta blocks (src/model/config.rs, `Block`), the FFN's GELU (erf) or ReLU (the config's `activation`), layer norm with eps 1e-5, softmax
 attention with the position encoding's terms, a causal mask for the LM and the key mask for
 padding, the tied or untied LM head or the encoder's [CLS] head, and the mean cross-entropy over
 targets other than -100. Everything runs in float64.
@@ -379,7 +379,8 @@ def sub_block(cfg, p, i, y, terms, causal, key_mask, cross):
         kv_bias = None if terms.cross_kv_bias is None else terms.cross_kv_bias[i]
         normed = layer_norm(p, f"{prefix}.ln_cross", y + a)
         a = a + cross_attention(cfg, p, f"{prefix}.cross", normed, cross, q_bias, kv_bias)
-    hidden = F.gelu(linear(p, f"{prefix}.ffn.up", layer_norm(p, f"{prefix}.ln2", y + a)))
+    act = {"gelu": F.gelu, "relu": F.relu}[cfg.get("activation", "gelu")]
+    hidden = act(linear(p, f"{prefix}.ffn.up", layer_norm(p, f"{prefix}.ln2", y + a)))
     return a + linear(p, f"{prefix}.ffn.down", hidden)
 
 

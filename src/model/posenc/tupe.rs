@@ -36,13 +36,13 @@
 //! TUPE-R the reset applies to the sum of the positional correlation and the relative bias. The
 //! paper resets the "content-free (position-only) correlation", gives its form for eq. 7 and for
 //! eq. 8, and says the reset applies to "any position-only correlations"; our copy of the text has
-//! lost those formulas (`shared/papers/README.md` restates the rest), so for TUPE-R we take the
+//! lost those formulas (docs/fidelity.md restates the rest), so for TUPE-R we take the
 //! position-only correlation to be both position-only terms.
 //! # The authors' code (`form = "code"`)
 //!
 //! The numbers in the paper came from github.com/guolinke/TUPE
 //! (`fairseq/modules/transformer_sentence_encoder.py`), which differs from the equations above in
-//! three ways (`../shared/papers/authors-code.md`, TUPE rows 6, 8, 9 and 11):
+//! three ways (docs/fidelity.md §2 reads them beside the paper):
 //! - `U_Q` and `U_K` are `nn.Linear`s with biases (zero-initialised): `p̂_i U_Q + b_Q`.
 //! - The table has `max_len + 1` rows and position i uses row i + 1. θ1 and θ2 are not free:
 //!   they are the correlations of rows 0 and 1 with themselves, `θ1 = c[h, 0, 0]`,

@@ -4,6 +4,7 @@
 
 use super::Layout;
 use crate::kernel::AdapterKind;
+use crate::ops::unary::Activation;
 
 /// A product's kernel named by hand rather than chosen from the sizes: the block of the output
 /// each thread computes (8 or 16 rows and columns), the rows and columns per workgroup, and the
@@ -76,12 +77,12 @@ impl Kernel {
     }
 }
 
-/// What a product does to each value of C as it writes it: add the bias, and write GELU of
-/// the result beside it.
+/// What a product does to each value of C as it writes it: add the bias, and write an
+/// activation of the result beside it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Epilogue {
     pub(super) bias: bool,
-    pub(super) gelu: bool,
+    pub(super) activation: Option<Activation>,
 }
 
 impl Epilogue {
@@ -89,7 +90,7 @@ impl Epilogue {
     pub(super) fn constants(self) -> [(&'static str, f64); 2] {
         [
             ("BIAS", f64::from(u8::from(self.bias))),
-            ("GELU", f64::from(u8::from(self.gelu))),
+            ("ACTIVATION", Activation::constant(self.activation)),
         ]
     }
 }

@@ -7,7 +7,7 @@
 use rayon::prelude::*;
 
 use super::elementwise::par_map;
-use super::unary::{UnaryBackward, UnaryKind};
+use super::unary::{Activation, UnaryBackward};
 use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
@@ -35,10 +35,10 @@ pub struct MatMul {
     /// A third input, a bias `[n]` added to every row of the product as it is written (a linear
     /// layer's), where an add after the product read and wrote the whole output again.
     pub bias: bool,
-    /// A second output, GELU of the first, written beside it (a feed-forward's up-projection):
-    /// the GELU kernel it replaces read and wrote the whole output again. GELU's backward reads
-    /// the first output, so that one is still written.
-    pub gelu: bool,
+    /// A second output, an activation of the first written beside it (a feed-forward's
+    /// up-projection): the activation's own kernel read and wrote the whole output again. Its
+    /// backward reads the first output, so that one is still written.
+    pub activation: Option<Activation>,
 }
 
 /// A product as the kernels see it: `batch` products `[m, k] · [k, n]`, the matrices of each
@@ -87,17 +87,17 @@ impl MatMul {
         ];
         let epilogue = Epilogue {
             bias: self.bias,
-            gelu: self.gelu,
+            activation: self.activation,
         };
         // Binding 4 is the bias; a product without one binds `a` there (read, never used).
-        // Binding 5 is GELU's output; a product without it binds a word of scratch there (never
+        // Binding 5 is the activation's output; a product without one binds a word of scratch there (never
         // written): WebGPU refuses a writable binding that overlaps another of the same buffer,
         // so C cannot stand in as `a` does for the bias.
         let bias = if self.bias { Arg::In(2) } else { Arg::In(0) };
         if kernel.splits == 1 {
-            let (activated, scratch) = match self.gelu {
-                true => (Arg::Out(1), vec![]),
-                false => (Arg::Scratch(0), vec![1]),
+            let (activated, scratch) = match self.activation {
+                Some(_) => (Arg::Out(1), vec![]),
+                None => (Arg::Scratch(0), vec![1]),
             };
             let args = vec![Arg::In(0), Arg::In(1), Arg::Out(0), bias, activated];
             let dispatch = Dispatch::new(kernel.entry, &uniform, args, workgroups);
@@ -108,7 +108,10 @@ impl MatMul {
         }
         // The partial products into a scratch [batch, splits, m, n], then their sums and the
         // epilogue.
-        let activated = if self.gelu { Arg::Out(1) } else { Arg::Scratch(1) };
+        let activated = match self.activation {
+            Some(_) => Arg::Out(1),
+            None => Arg::Scratch(1),
+        };
         let args = vec![
             Arg::In(0),
             Arg::In(1),
@@ -293,7 +296,10 @@ impl Op for MatMul {
                 return self.err(inputs[0], inputs[1], &why);
             }
         }
-        Ok(vec![TensorMeta::f32(&out); 1 + usize::from(self.gelu)])
+        Ok(vec![
+            TensorMeta::f32(&out);
+            1 + usize::from(self.activation.is_some())
+        ])
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
@@ -325,8 +331,9 @@ impl Op for MatMul {
                 }
             });
         }
-        if let [out, activated] = outputs {
-            par_map(activated.data, out.data, |x| UnaryKind::Gelu.apply(x));
+        if let ([out, activated], Some(activation)) = (outputs, self.activation) {
+            let kind = activation.kind();
+            par_map(activated.data, out.data, |x| kind.apply(x));
         }
     }
 
@@ -354,15 +361,15 @@ impl Op for MatMul {
     }
 
     fn vjp(&self, g: &mut Graph, args: &VjpArgs) -> Result<Vec<Option<TensorId>>> {
-        // Through GELU to its input, the first output, adding what that output got directly.
-        let through_gelu = args
-            .grads
-            .get(1)
-            .copied()
-            .flatten()
-            .map(|grad| g.apply1(UnaryBackward(UnaryKind::Gelu), &[args.outputs[0], grad]));
-        let through_gelu = through_gelu.transpose()?;
-        let grad = match (args.grads[0], through_gelu) {
+        // Through the activation to its input, the first output, adding what that output got
+        // directly.
+        let through_activation = match (self.activation, args.grads.get(1).copied().flatten()) {
+            (Some(activation), Some(grad)) => {
+                Some(g.apply1(UnaryBackward(activation.kind()), &[args.outputs[0], grad])?)
+            }
+            _ => None,
+        };
+        let grad = match (args.grads[0], through_activation) {
             (Some(a), Some(b)) => g.add(a, b)?,
             (Some(grad), None) | (None, Some(grad)) => grad,
             (None, None) => return Ok(vec![None; args.inputs.len()]),
@@ -415,7 +422,7 @@ impl Graph {
             trans_b,
             kernel: None,
             bias: false,
-            gelu: false,
+            activation: None,
         };
         self.apply1(op, &[a, b])
     }
@@ -440,25 +447,26 @@ impl Graph {
             trans_b,
             kernel: None,
             bias: true,
-            gelu: false,
+            activation: None,
         };
         self.apply1(op, &[a, b, bias])
     }
 
-    /// `GELU(x · w + bias)` with its input: `(x · w + bias, GELU(x · w + bias))`, both written by
-    /// the product (a feed-forward's up-projection; GELU's backward reads the input).
-    pub fn matmul_bias_gelu(
+    /// `act(x · w + bias)` with its input: `(x · w + bias, act(x · w + bias))`, both written by
+    /// the product (a feed-forward's up-projection; the activation's backward reads the input).
+    pub fn matmul_bias_activated(
         &mut self,
         x: TensorId,
         w: TensorId,
         bias: TensorId,
+        activation: Activation,
     ) -> Result<(TensorId, TensorId)> {
         let op = MatMul {
             trans_a: false,
             trans_b: false,
             kernel: None,
             bias: true,
-            gelu: true,
+            activation: Some(activation),
         };
         let outputs = self.apply(op, &[x, w, bias])?;
         Ok((outputs[0], outputs[1]))
@@ -471,7 +479,7 @@ impl Graph {
             trans_b: false,
             kernel: Some(kernel),
             bias: false,
-            gelu: false,
+            activation: None,
         };
         self.apply1(op, &[a, b])
     }

@@ -1,6 +1,7 @@
 use super::kernels::{BLOCK8, BLOCK16, Epilogue, Kernel};
 use super::{AdapterKind, KernelChoice, Layout, MatMul, kernel_for};
 use crate::graph::Graph;
+use crate::ops::unary::Activation;
 use crate::tensor::TensorMeta;
 use crate::testing::*;
 
@@ -24,7 +25,7 @@ fn product_with(
             trans_b: tb,
             kernel,
             bias: false,
-            gelu: false,
+            activation: None,
         };
         Built {
             out: g.apply1(op, &[a, b]).unwrap(),
@@ -48,7 +49,7 @@ fn layout(a: &[usize], b: &[usize], ta: bool, tb: bool) -> Layout {
         trans_b: tb,
         kernel: None,
         bias: false,
-        gelu: false,
+        activation: None,
     };
     op.plan(&TensorMeta::f32(a), &TensorMeta::f32(b)).unwrap().1
 }
@@ -164,22 +165,31 @@ fn every_kernel_validates_with_its_constants() {
     }
 }
 
-const EPILOGUES: [Epilogue; 4] = [
+/// Every epilogue: with or without the bias, and no activation, GELU or ReLU.
+const EPILOGUES: [Epilogue; 6] = [
     Epilogue {
         bias: false,
-        gelu: false,
+        activation: None,
     },
     Epilogue {
         bias: true,
-        gelu: false,
+        activation: None,
     },
     Epilogue {
         bias: false,
-        gelu: true,
+        activation: Some(Activation::Gelu),
     },
     Epilogue {
         bias: true,
-        gelu: true,
+        activation: Some(Activation::Gelu),
+    },
+    Epilogue {
+        bias: false,
+        activation: Some(Activation::Relu),
+    },
+    Epilogue {
+        bias: true,
+        activation: Some(Activation::Relu),
     },
 ];
 
@@ -229,9 +239,10 @@ fn products_with_a_bias_match_cpu() {
     check_each_kind_matches_cpu(&linear_t(&[4], 31, 24, 65, true), 1e-4, 1e-4);
 }
 
-/// `GELU(x · w + bias)` written by the product; with `both`, plus half the product itself, so
+/// `act(x · w + bias)` written by the product; with `both`, plus half the product itself, so
 /// that gradients reach the op through both its outputs.
-fn linear_gelu(
+fn linear_activated(
+    activation: Activation,
     batch: &[usize],
     m: usize,
     k: usize,
@@ -246,7 +257,7 @@ fn linear_gelu(
         let x = param(g, "x", sx);
         let w = param(g, "w", sw);
         let bias = param(g, "bias", leak(vec![n]));
-        let (z, activated) = g.matmul_bias_gelu(x, w, bias).unwrap();
+        let (z, activated) = g.matmul_bias_activated(x, w, bias, activation).unwrap();
         let out = if both {
             let half = g.scale(z, 0.5).unwrap();
             g.add(activated, half).unwrap()
@@ -257,45 +268,55 @@ fn linear_gelu(
     }
 }
 
-/// GELU is applied as the product is written by every tile of both kinds' entry points (odd
-/// sizes, multiples of 4, the model's up-projection), and after the sum of a split-K product's
-/// parts; forward and backward, through either output.
+const ACTIVATIONS: [Activation; 2] = [Activation::Gelu, Activation::Relu];
+
+/// Each activation is applied as the product is written by every tile of both kinds' entry
+/// points (odd sizes, multiples of 4, the model's up-projection), and after the sum of a split-K
+/// product's parts; forward and backward, through either output.
 #[test]
-fn products_with_gelu_match_cpu() {
-    for (batch, m, k, n) in [
-        (&[][..], 37, 91, 53),
-        (&[3][..], 68, 44, 132),
-        (&[16][..], 128, 128, 512),
-        (&[][..], 20, 1030, 28),
-    ] {
-        check_each_kind_matches_cpu(&linear_gelu(batch, m, k, n, false), 1e-4, 1e-4);
+fn products_with_an_activation_match_cpu() {
+    for act in ACTIVATIONS {
+        for (batch, m, k, n) in [
+            (&[][..], 37, 91, 53),
+            (&[3][..], 68, 44, 132),
+            (&[16][..], 128, 128, 512),
+            (&[][..], 20, 1030, 28),
+        ] {
+            check_each_kind_matches_cpu(&linear_activated(act, batch, m, k, n, false), 1e-4, 1e-4);
+        }
+        check_each_kind_matches_cpu(&linear_activated(act, &[2], 3, 1030, 5, true), 1e-4, 1e-4);
+        check_each_kind_matches_cpu(&linear_activated(act, &[3], 70, 45, 133, true), 1e-4, 1e-4);
     }
-    check_each_kind_matches_cpu(&linear_gelu(&[2], 3, 1030, 5, true), 1e-4, 1e-4);
-    check_each_kind_matches_cpu(&linear_gelu(&[3], 70, 45, 133, true), 1e-4, 1e-4);
 }
 
-/// The fused op computes what the product and a separate GELU do, bit for bit on the CPU.
+/// The fused op computes what the product and the activation's own op do, bit for bit on the
+/// CPU, for each activation; and the two activations differ.
 #[test]
-fn gelu_written_by_the_product_is_the_gelu_of_the_product() {
-    let fused = run(
-        cpu(),
-        &linear_gelu(&[2], 5, 6, 7, false),
-        3,
-        &Overrides::default(),
-    );
-    let apart = |g: &mut Graph| {
-        let x = param(g, "x", &[2, 5, 6]);
-        let w = param(g, "w", &[6, 7]);
-        let bias = param(g, "bias", &[7]);
-        let z = g.matmul_bias(x, w, bias).unwrap();
-        Built {
-            out: g.gelu(z).unwrap(),
-            feeds: vec![],
-        }
-    };
-    let apart = run(cpu(), &apart, 3, &Overrides::default());
-    assert_eq!(fused.out, apart.out);
-    assert_eq!(fused.grads, apart.grads);
+fn the_activation_written_by_the_product_is_the_activation_of_the_product() {
+    let mut fused_outputs = Vec::new();
+    for act in ACTIVATIONS {
+        let fused = run(
+            cpu(),
+            &linear_activated(act, &[2], 5, 6, 7, false),
+            3,
+            &Overrides::default(),
+        );
+        let apart = |g: &mut Graph| {
+            let x = param(g, "x", &[2, 5, 6]);
+            let w = param(g, "w", &[6, 7]);
+            let bias = param(g, "bias", &[7]);
+            let z = g.matmul_bias(x, w, bias).unwrap();
+            Built {
+                out: g.activate(act, z).unwrap(),
+                feeds: vec![],
+            }
+        };
+        let apart = run(cpu(), &apart, 3, &Overrides::default());
+        assert_eq!(fused.out, apart.out, "{act:?}");
+        assert_eq!(fused.grads, apart.grads, "{act:?}");
+        fused_outputs.push(fused.out);
+    }
+    assert_ne!(fused_outputs[0], fused_outputs[1]);
 }
 
 #[test]
@@ -467,8 +488,10 @@ fn gradients_match_finite_differences() {
     }
     check_gradients(&linear(&[2], 3, 4, 5), 1e-2, 1e-3, 12);
     check_gradients(&linear_t(&[2], 3, 4, 5, true), 1e-2, 1e-3, 12);
-    check_gradients(&linear_gelu(&[2], 3, 4, 5, false), 1e-2, 1e-3, 12);
-    check_gradients(&linear_gelu(&[2], 3, 4, 5, true), 1e-2, 1e-3, 12);
+    for act in ACTIVATIONS {
+        check_gradients(&linear_activated(act, &[2], 3, 4, 5, false), 1e-2, 1e-3, 12);
+        check_gradients(&linear_activated(act, &[2], 3, 4, 5, true), 1e-2, 1e-3, 12);
+    }
 }
 
 /// A case of `gen_matmul.py`: name, shapes of a and b, trans_a, trans_b.
@@ -491,20 +514,13 @@ fn matches_pytorch() {
         check_reference("matmul", case, &product(sa, sb, ta, tb), 1e-5, 1e-4);
     }
     check_reference("linear", "linear", &linear(&[2], 3, 4, 5), 1e-5, 1e-4);
-    check_reference(
-        "linear",
-        "linear_gelu",
-        &linear_gelu(&[2], 3, 4, 5, false),
-        1e-5,
-        1e-4,
-    );
-    check_reference(
-        "linear",
-        "linear_gelu_both",
-        &linear_gelu(&[2], 3, 4, 5, true),
-        1e-5,
-        1e-4,
-    );
+    for act in ACTIVATIONS {
+        let name = act.name();
+        let alone = linear_activated(act, &[2], 3, 4, 5, false);
+        check_reference("linear", &format!("linear_{name}"), &alone, 1e-5, 1e-4);
+        let both = linear_activated(act, &[2], 3, 4, 5, true);
+        check_reference("linear", &format!("linear_{name}_both"), &both, 1e-5, 1e-4);
+    }
 }
 
 #[test]
