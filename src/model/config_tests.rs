@@ -76,14 +76,14 @@ fn unknown_keys_are_errors_at_every_level() {
     assert!(err.contains("unknown field `base`"), "{err}");
 }
 
+/// `TINY` with a top-level `"key": value` added.
+fn tiny_with(key: &str, value: &str) -> String {
+    TINY.replace(r#""max_len": 16"#, &format!(r#""max_len": 16, "{key}": {value}"#))
+}
+
 #[test]
 fn embed_scale_reads_its_two_names_and_refuses_others() {
-    let with = |value: &str| {
-        TINY.replace(
-            r#""max_len": 16"#,
-            &format!(r#""max_len": 16, "embed_scale": {value}"#),
-        )
-    };
+    let with = |value: &str| tiny_with("embed_scale", value);
     let config = ModelConfig::from_json(&with(r#""sqrt_d""#)).unwrap();
     assert_eq!(config.embed_scale, EmbedScale::SqrtD);
     let config = ModelConfig::from_json(&with(r#""none""#)).unwrap();
@@ -101,12 +101,7 @@ fn embed_scale_reads_its_two_names_and_refuses_others() {
 /// configs and checkpoints from before the setting read and write unchanged.
 #[test]
 fn activation_reads_gelu_and_relu_and_refuses_others() {
-    let with = |value: &str| {
-        TINY.replace(
-            r#""max_len": 16"#,
-            &format!(r#""max_len": 16, "activation": {value}"#),
-        )
-    };
+    let with = |value: &str| tiny_with("activation", value);
     assert_eq!(ModelConfig::from_json(TINY).unwrap().activation, Activation::Gelu);
     let relu = ModelConfig::from_json(&with(r#""relu""#)).unwrap();
     assert_eq!(relu.activation, Activation::Relu);

@@ -17,30 +17,16 @@ def main(path):
         lambda x, w, bias: torch.nn.functional.linear(x, w.t(), bias),
         {"x": rand(2, 3, 4), "w": rand(4, 5), "bias": rand(5)},
     )
-    gelu = torch.nn.functional.gelu  # the erf form, posflow's
-    case(
-        s,
-        "linear_gelu",
-        lambda x, w, bias: gelu(torch.nn.functional.linear(x, w.t(), bias)),
-        {"x": rand(2, 3, 4), "w": rand(4, 5), "bias": rand(5)},
-    )
+    # GELU in the erf form, posflow's; each activation alone, then beside the product.
+    for name, act in [("gelu", torch.nn.functional.gelu), ("relu", torch.nn.functional.relu)]:
 
-    def both(x, w, bias):
-        z = torch.nn.functional.linear(x, w.t(), bias)
-        return gelu(z) + 0.5 * z
+        def alone(x, w, bias, act=act):
+            return act(torch.nn.functional.linear(x, w.t(), bias))
 
-    case(s, "linear_gelu_both", both, {"x": rand(2, 3, 4), "w": rand(4, 5), "bias": rand(5)})
-    relu = torch.nn.functional.relu
-    case(
-        s,
-        "linear_relu",
-        lambda x, w, bias: relu(torch.nn.functional.linear(x, w.t(), bias)),
-        {"x": rand(2, 3, 4), "w": rand(4, 5), "bias": rand(5)},
-    )
+        def both(x, w, bias, act=act):
+            z = torch.nn.functional.linear(x, w.t(), bias)
+            return act(z) + 0.5 * z
 
-    def relu_both(x, w, bias):
-        z = torch.nn.functional.linear(x, w.t(), bias)
-        return relu(z) + 0.5 * z
-
-    case(s, "linear_relu_both", relu_both, {"x": rand(2, 3, 4), "w": rand(4, 5), "bias": rand(5)})
+        case(s, f"linear_{name}", alone, {"x": rand(2, 3, 4), "w": rand(4, 5), "bias": rand(5)})
+        case(s, f"linear_{name}_both", both, {"x": rand(2, 3, 4), "w": rand(4, 5), "bias": rand(5)})
     save(s, path)

@@ -7,7 +7,7 @@
 use rayon::prelude::*;
 
 use super::elementwise::par_map;
-use super::unary::{Activation, UnaryBackward};
+use super::unary::{Activation, UnaryBackward, UnaryKind};
 use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
@@ -331,9 +331,13 @@ impl Op for MatMul {
                 }
             });
         }
+        // One loop per activation, each with its function known: a kind chosen per element
+        // kept GELU's loop from vectorising (the CPU step was 1.2–1.5× slower).
         if let ([out, activated], Some(activation)) = (outputs, self.activation) {
-            let kind = activation.kind();
-            par_map(activated.data, out.data, |x| kind.apply(x));
+            match activation {
+                Activation::Gelu => par_map(activated.data, out.data, |x| UnaryKind::Gelu.apply(x)),
+                Activation::Relu => par_map(activated.data, out.data, |x| UnaryKind::Relu.apply(x)),
+            }
         }
     }
 
