@@ -18,7 +18,7 @@ struct Printer;
 
 impl Progress for Printer {
     fn step(&mut self, stats: &StepStats, tokens_per_s: f64) {
-        if stats.step % 50 == 0 {
+        if stats.step.is_multiple_of(50) {
             println!(
                 "step {:>5}  loss {:.4}  {tokens_per_s:.0} tokens/s",
                 stats.step, stats.loss
