@@ -51,7 +51,8 @@ pub struct ModelConfig {
     /// other two). In [0, 1); optional in a config file, default 0.
     #[serde(default)]
     pub dropout: f32,
-    /// The longest sequence a learned position table holds; other encodings take any length.
+    /// The longest sequence a position table holds (learned positions, TUPE's, a relative bias
+    /// with `learned_absolute`: `PosEnc::has_table`); other encodings take any length.
     pub max_len: usize,
     pub kind: ModelKind,
     pub posenc: PosEnc,
