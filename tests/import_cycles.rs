@@ -56,13 +56,17 @@ fn module_of(src: &Path, path: &Path) -> Vec<String> {
     parts
 }
 
-/// The text before its `#[cfg(test)] mod tests`.
+/// The text before its inline `#[cfg(test)] mod tests { … }`, which closes a file. A
+/// `#[cfg(test)] mod tests;` naming a file of its own declares no code here: the text goes on
+/// past it (five `mod.rs` files declare theirs near the top).
 fn without_tests(text: &str) -> &str {
     let mut from = 0;
     while let Some(at) = text[from..].find("#[cfg(test)]") {
         let at = from + at;
         let rest = text[at + "#[cfg(test)]".len()..].trim_start();
-        if rest.starts_with("mod tests") {
+        if let Some(after) = rest.strip_prefix("mod tests")
+            && after.trim_start().starts_with('{')
+        {
             return &text[..at];
         }
         from = at + 1;
@@ -277,11 +281,12 @@ fn the_top_level_modules_import_one_way() {
 }
 
 /// The reader finds what a cycle is made of: use trees, renames, `pub(crate) use`, and paths
-/// written inline, but not in comments or test code.
+/// written inline, also after a `mod tests;` declaration, but not in comments or test code.
 #[test]
 fn the_reader_sees_use_lines_and_inline_paths() {
     let code = without_comments(without_tests(
         "use super::{config::{A, B as C}, task};\npub(crate) use crate::data::{self, Batch};\n\
+         #[cfg(test)]\nmod tests;\n\
          fn f() { super::task::g(); x::crate::no(); } // crate::comment::no\n\
          #[cfg(test)]\nmod tests { use crate::model::X; }",
     ));

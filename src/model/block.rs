@@ -14,8 +14,7 @@
 //! With `norm = "post"` a block is BERT's post-LN residual block instead (the same parameters,
 //! its layer norms after each residual add).
 
-use super::config::Activation;
-use super::config::{Block, Coefficients, ModelConfig, Norm, RkStage};
+use super::config::{Activation, Block, Coefficients, ModelConfig, Norm, RkStage};
 use crate::error::Result;
 use crate::graph::{Graph, Init, TensorId};
 use crate::ops::attention::{AttentionBias, AttentionOpts};
