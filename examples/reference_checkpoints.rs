@@ -22,6 +22,7 @@ use posflow::model::{
     Activation, Block, Coefficients, EmbedScale, History, Model, ModelConfig, ModelKind, Norm, PosEnc,
     RkStage, TupeForm, WordScale,
 };
+use posflow::model::{Learned, NoEncoding, Relative, Sinusoidal, TupeA, TupeR};
 use posflow::params::ParamStore;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -64,18 +65,18 @@ fn config(kind: ModelKind, posenc: PosEnc) -> ModelConfig {
 
 fn cases() -> Vec<Case> {
     let tied = ModelKind::CausalLm { tied_head: true };
-    let relative = PosEnc::Relative {
+    let relative = PosEnc::Relative(Relative {
         buckets: 8,
         max_distance: 20,
         learned_absolute: false,
-    };
+    });
     let full = [LEN; BATCH];
     vec![
         Case {
             name: "lm_tied_sinusoidal_sqrt_d",
             config: ModelConfig {
                 embed_scale: EmbedScale::SqrtD,
-                ..config(tied, PosEnc::Sinusoidal { every_block: false })
+                ..config(tied, PosEnc::Sinusoidal(Sinusoidal { every_block: false }))
             },
             lengths: full,
         },
@@ -83,13 +84,16 @@ fn cases() -> Vec<Case> {
             name: "lm_untied_learned_4_heads",
             config: ModelConfig {
                 heads: 4,
-                ..config(ModelKind::CausalLm { tied_head: false }, PosEnc::Learned)
+                ..config(
+                    ModelKind::CausalLm { tied_head: false },
+                    PosEnc::Learned(Learned {}),
+                )
             },
             lengths: full,
         },
         Case {
             name: "lm_sinusoidal_every_block",
-            config: config(tied, PosEnc::Sinusoidal { every_block: true }),
+            config: config(tied, PosEnc::Sinusoidal(Sinusoidal { every_block: true })),
             lengths: full,
         },
         Case {
@@ -104,7 +108,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "lm_no_posenc",
-            config: config(tied, PosEnc::None),
+            config: config(tied, PosEnc::None(NoEncoding {})),
             lengths: full,
         },
         // TUPE's table (max_len 12) is sliced to the batch's 9 positions; 4 heads (Dh = 4) here
@@ -115,10 +119,10 @@ fn cases() -> Vec<Case> {
                 heads: 4,
                 ..config(
                     tied,
-                    PosEnc::TupeA {
+                    PosEnc::TupeA(TupeA {
                         untie_cls: false,
                         form: TupeForm::Paper,
-                    },
+                    }),
                 )
             },
             lengths: full,
@@ -127,12 +131,12 @@ fn cases() -> Vec<Case> {
             name: "encoder_tupe_r_untie_cls_padded",
             config: config(
                 ModelKind::Encoder { n_classes: 3 },
-                PosEnc::TupeR {
+                PosEnc::TupeR(TupeR {
                     untie_cls: true,
                     buckets: 8,
                     max_distance: 20,
                     form: TupeForm::Paper,
-                },
+                }),
             ),
             lengths: [LEN, 5, 2],
         },
@@ -205,7 +209,7 @@ fn seq2seq_cases() -> Vec<(&'static str, ModelConfig)> {
                     true,
                     2,
                     Block::Residual,
-                    PosEnc::Sinusoidal { every_block: false },
+                    PosEnc::Sinusoidal(Sinusoidal { every_block: false }),
                 )
             },
         ),
@@ -218,11 +222,11 @@ fn seq2seq_cases() -> Vec<(&'static str, ModelConfig)> {
                     false,
                     1,
                     Block::Residual,
-                    PosEnc::Relative {
+                    PosEnc::Relative(Relative {
                         buckets: 8,
                         max_distance: 20,
                         learned_absolute: false,
-                    },
+                    }),
                 )
             },
         ),
@@ -245,12 +249,12 @@ fn seq2seq_cases() -> Vec<(&'static str, ModelConfig)> {
                     true,
                     1,
                     Block::Rk4,
-                    PosEnc::TupeR {
+                    PosEnc::TupeR(TupeR {
                         untie_cls: false,
                         buckets: 8,
                         max_distance: 20,
                         form: TupeForm::Paper,
-                    },
+                    }),
                 )
             },
         ),
@@ -268,7 +272,10 @@ fn code_cases() -> Vec<Case> {
         history,
         rk_stage: RkStage::Layer,
         activation: Activation::Relu,
-        ..config(ModelKind::CausalLm { tied_head: true }, PosEnc::None)
+        ..config(
+            ModelKind::CausalLm { tied_head: true },
+            PosEnc::None(NoEncoding {}),
+        )
     };
     let full = [LEN; BATCH];
     let learned = |coefficients| Block::Rk2Learned {
@@ -306,7 +313,7 @@ fn code_cases() -> Vec<Case> {
             name: "lm_code_rk4_learnable_dense_sinusoidal",
             config: ModelConfig {
                 embed_scale: EmbedScale::SqrtD,
-                posenc: PosEnc::Sinusoidal { every_block: false },
+                posenc: PosEnc::Sinusoidal(Sinusoidal { every_block: false }),
                 ..lm(Block::Rk4, History::LearnableDense)
             },
             lengths: full,
@@ -315,7 +322,7 @@ fn code_cases() -> Vec<Case> {
             name: "encoder_code_rk2_gated_dense_padded",
             config: ModelConfig {
                 kind: ModelKind::Encoder { n_classes: 3 },
-                posenc: PosEnc::Sinusoidal { every_block: false },
+                posenc: PosEnc::Sinusoidal(Sinusoidal { every_block: false }),
                 ..lm(Block::Rk2Gated, History::Dense)
             },
             lengths: [LEN, 6, 3],
@@ -329,9 +336,11 @@ fn code_cases() -> Vec<Case> {
 /// not in their code, checked by `model_reference.py`: BERT-R (a learned table plus T5's bias)
 /// with TUPE's word scale, TUPE's temperature control.
 fn tupe_cases() -> Vec<Case> {
-    let code = |untie_cls| PosEnc::TupeA {
-        untie_cls,
-        form: TupeForm::Code,
+    let code = |untie_cls| {
+        PosEnc::TupeA(TupeA {
+            untie_cls,
+            form: TupeForm::Code,
+        })
     };
     let mlm = |posenc, norm| ModelConfig {
         norm,
@@ -349,12 +358,12 @@ fn tupe_cases() -> Vec<Case> {
             config: ModelConfig {
                 heads: 4,
                 ..mlm(
-                    PosEnc::TupeR {
+                    PosEnc::TupeR(TupeR {
                         untie_cls: true,
                         buckets: 8,
                         max_distance: 20,
                         form: TupeForm::Code,
-                    },
+                    }),
                     Norm::Post,
                 )
             },
@@ -371,11 +380,11 @@ fn tupe_cases() -> Vec<Case> {
                 word_scale: Some(WordScale::Tupe),
                 ..config(
                     ModelKind::CausalLm { tied_head: true },
-                    PosEnc::Relative {
+                    PosEnc::Relative(Relative {
                         buckets: 8,
                         max_distance: 20,
                         learned_absolute: true,
-                    },
+                    }),
                 )
             },
             lengths: [LEN, 5, 7],

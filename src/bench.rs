@@ -11,10 +11,7 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::Graph;
-use crate::model::{
-    Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, Model, ModelConfig, ModelKind, PosEnc,
-    TupeForm,
-};
+use crate::model::{Block, EmbedScale, Model, ModelConfig, ModelKind, PosEnc};
 use crate::ops::matmul::KernelChoice;
 use crate::optim::AdamW;
 use crate::params::ParamStore;
@@ -147,7 +144,7 @@ impl Default for TrainBench {
                 dropout: 0.0,
                 max_len: 128,
                 kind: ModelKind::CausalLm { tied_head: true },
-                posenc: PosEnc::Learned,
+                posenc: encoding(r#"type = "learned""#),
                 embed_scale: EmbedScale::None,
                 block: Block::Residual,
                 ..ModelConfig::default()
@@ -228,46 +225,27 @@ pub const TRAIN_VARIANTS: [&str; 12] = [
     "rk4",
 ];
 
+/// An encoding as a config writes it (the registry reads it, so the bench names none itself).
+fn encoding(toml_table: &str) -> PosEnc {
+    toml::from_str(toml_table).expect("the bench's encodings are valid settings")
+}
+
 impl TrainBench {
     /// The step of `shape` with one thing changed, by name (see [`TRAIN_VARIANTS`]).
     pub fn variant(shape: TrainShape, name: &str) -> Result<Self> {
         let mut bench = shape.bench();
-        let authors: FloaterConfig = serde_json::from_str("{}").expect("every FLOATER setting has a default");
         let m = &mut bench.model;
+        let cached = format!("type = \"floater\"\nresolve_every = {CACHED_RESOLVE_EVERY}");
         match name {
             "learned" => {}
-            "sinusoidal" => m.posenc = PosEnc::Sinusoidal { every_block: false },
-            "floater" => m.posenc = PosEnc::Floater(authors),
-            "floater_backprop" => {
-                m.posenc = PosEnc::Floater(FloaterConfig {
-                    gradient: GradientMethod::Backprop,
-                    ..authors
-                })
-            }
-            "floater_cached" => {
-                m.posenc = PosEnc::Floater(FloaterConfig {
-                    resolve_every: CACHED_RESOLVE_EVERY,
-                    ..authors
-                })
-            }
-            "floater_additive" => {
-                m.posenc = PosEnc::Floater(FloaterConfig {
-                    form: FloaterForm::Additive,
-                    ..authors
-                })
-            }
-            "tupe_a" => {
-                m.posenc = PosEnc::TupeA {
-                    untie_cls: false,
-                    form: TupeForm::Paper,
-                }
-            }
-            "alibi" => m.posenc = PosEnc::Alibi,
-            "rope" => {
-                m.posenc = PosEnc::Rope {
-                    base: crate::ops::rope::ROPE_BASE,
-                }
-            }
+            "sinusoidal" => m.posenc = encoding(r#"type = "sinusoidal""#),
+            "floater" => m.posenc = encoding(r#"type = "floater""#),
+            "floater_backprop" => m.posenc = encoding("type = \"floater\"\ngradient = \"backprop\""),
+            "floater_cached" => m.posenc = encoding(&cached),
+            "floater_additive" => m.posenc = encoding("type = \"floater\"\nform = \"additive\""),
+            "tupe_a" => m.posenc = encoding("type = \"tupe_a\"\nuntie_cls = false"),
+            "alibi" => m.posenc = encoding(r#"type = "alibi""#),
+            "rope" => m.posenc = encoding(r#"type = "rope""#),
             "rk2" => m.block = Block::Rk2 { gamma: [0.5, 0.5] },
             "rk2_gated" => m.block = Block::Rk2Gated,
             "rk4" => m.block = Block::Rk4,
@@ -278,7 +256,7 @@ impl TrainBench {
                 )));
             }
         }
-        if matches!(m.posenc, PosEnc::Sinusoidal { .. } | PosEnc::Floater(_)) {
+        if m.posenc.adds_a_fixed_table() {
             // The sinusoidal table needs scaled embeddings to be heard, as in every config.
             m.embed_scale = EmbedScale::SqrtD;
         }

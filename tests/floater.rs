@@ -19,6 +19,7 @@ use posflow::train::Trainer;
 
 mod common;
 use common::moby_run;
+use posflow::model::Sinusoidal;
 
 fn cpu() -> Rc<dyn Backend> {
     Rc::new(CpuBackend::new())
@@ -288,7 +289,7 @@ fn the_compatible_form_with_zero_dynamics_is_the_sinusoidal_model() {
         ..tiny(bias_form)
     };
     let sinusoidal = ModelConfig {
-        posenc: PosEnc::Sinusoidal { every_block: false },
+        posenc: PosEnc::Sinusoidal(Sinusoidal { every_block: false }),
         ..floater_config.clone()
     };
     let (d, layers) = (floater_config.d_model, floater_config.layers);

@@ -3,6 +3,10 @@
 //! path written inline in code (`super::task::f()`, `crate::data::Batch::new`); test code (a
 //! file's `#[cfg(test)] mod tests`, `tests.rs` and `*_tests.rs` files, `testing.rs`) may reach
 //! anywhere and is left out. A module's own `mod.rs` re-exporting its children is no edge.
+//!
+//! Also the position encodings' seam: outside `src/model/posenc/`, no code names an encoding's
+//! variant (`PosEnc::Floater`, …); everything reaches them through the `Encoding` trait, so a new
+//! encoding is a file and a registry line.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -228,6 +232,55 @@ fn short(path: &Path) -> String {
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// The files outside `src/model/posenc/` whose code (tests left out) names a variant of
+/// `PosEnc`, with the first such name.
+fn files_naming_an_encoding(src: &Path) -> Vec<(PathBuf, String)> {
+    let posenc = src.join("model").join("posenc");
+    sources(src)
+        .into_iter()
+        .filter(|file| !file.path.starts_with(&posenc))
+        .filter_map(|file| {
+            let code = &file.code;
+            let at = code.match_indices("PosEnc::").find_map(|(at, m)| {
+                let rest = &code[at + m.len()..];
+                rest.starts_with(|c: char| c.is_ascii_uppercase()).then_some(at)
+            })?;
+            let name: String = code[at..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == ':')
+                .collect();
+            Some((file.path, name))
+        })
+        .collect()
+}
+
+#[test]
+fn only_the_registry_names_an_encoding() {
+    let found = files_naming_an_encoding(&src());
+    assert!(found.is_empty(), "outside src/model/posenc/: {found:?}");
+}
+
+/// The check sees a variant in code, and not in a comment or a test module.
+#[test]
+fn the_encoding_check_sees_a_variant_named_in_code() {
+    let dir = std::env::temp_dir().join(format!("posflow-registry-check-{}", std::process::id()));
+    let write = |name: &str, text: &str| {
+        std::fs::create_dir_all(dir.join("model/posenc")).unwrap();
+        std::fs::write(dir.join(name), text).unwrap();
+    };
+    write("model/posenc/registry.rs", "fn f() { PosEnc::Rope(x) }\n");
+    write("comment.rs", "// PosEnc::Alibi\nfn f() { PosEnc::default() }\n");
+    write(
+        "tested.rs",
+        "fn f() {}\n#[cfg(test)]\nmod tests {\n    fn g() { PosEnc::Learned(x) }\n}\n",
+    );
+    assert!(files_naming_an_encoding(&dir).is_empty());
+    write("viz.rs", "fn f(p: PosEnc) { if let PosEnc::Floater(f) = p {} }\n");
+    let found = files_naming_an_encoding(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(found, [(dir.join("viz.rs"), "PosEnc::Floater".to_string())]);
 }
 
 #[test]

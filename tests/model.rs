@@ -11,6 +11,7 @@ use posflow::backend::{Backend, gpu_for_tests};
 use posflow::data::IGNORE_INDEX;
 use posflow::exec::Executor;
 use posflow::graph::Source;
+use posflow::model::{Alibi, Learned, NoEncoding, Relative, Sinusoidal, TupeA};
 use posflow::model::{
     Block, EmbedScale, GraphOptions, Model, ModelConfig, ModelGraph, ModelKind, PosEnc, TupeForm,
 };
@@ -85,10 +86,10 @@ fn logits_have_the_head_shape() {
         assert_eq!(h.graph.shape(h.model.loss), [1]);
     }
     let untied = ModelKind::CausalLm { tied_head: false };
-    let h = harness(tiny(untied, PosEnc::Learned), 2, 16, false, cpu());
+    let h = harness(tiny(untied, PosEnc::Learned(Learned {})), 2, 16, false, cpu());
     assert_eq!(h.graph.shape(h.model.logits), [2, 16, 30]);
     let encoder = ModelKind::Encoder { n_classes: 5 };
-    let h = harness(tiny(encoder, PosEnc::Learned), 4, 7, true, cpu());
+    let h = harness(tiny(encoder, PosEnc::Learned(Learned {})), 4, 7, true, cpu());
     assert_eq!(h.graph.shape(h.model.logits), [4, 5]);
     assert_eq!(h.graph.shape(h.model.targets), [4]);
 }
@@ -141,11 +142,14 @@ fn parameter_names_and_shapes_are_the_documented_ones() {
     };
     let untied = ModelKind::CausalLm { tied_head: false };
     assert_eq!(
-        sorted(param_names(tiny(untied, PosEnc::Learned))),
+        sorted(param_names(tiny(untied, PosEnc::Learned(Learned {})))),
         expect(&["lm_head.weight [32, 30]"], &["pos_emb.weight [16, 32]"])
     );
     assert_eq!(
-        sorted(param_names(tiny(LM, PosEnc::Sinusoidal { every_block: true }))),
+        sorted(param_names(tiny(
+            LM,
+            PosEnc::Sinusoidal(Sinusoidal { every_block: true })
+        ))),
         expect(&[], &[])
     );
     assert_eq!(
@@ -154,7 +158,7 @@ fn parameter_names_and_shapes_are_the_documented_ones() {
     );
     let encoder = ModelKind::Encoder { n_classes: 3 };
     assert_eq!(
-        sorted(param_names(tiny(encoder, PosEnc::None))),
+        sorted(param_names(tiny(encoder, PosEnc::None(NoEncoding {})))),
         expect(&["cls_head.weight [32, 3]", "cls_head.bias [3]"], &[])
     );
     let tupe_a = [
@@ -179,13 +183,13 @@ fn parameter_names_and_shapes_are_the_documented_ones() {
     for block in [Block::Rk2 { gamma: [1.0, 1.0] }, Block::Rk4] {
         let config = ModelConfig {
             block,
-            ..tiny(LM, PosEnc::None)
+            ..tiny(LM, PosEnc::None(NoEncoding {}))
         };
         assert_eq!(sorted(param_names(config)), expect(&[], &[]), "{block:?}");
     }
     let gated = ModelConfig {
         block: Block::Rk2Gated,
-        ..tiny(LM, PosEnc::None)
+        ..tiny(LM, PosEnc::None(NoEncoding {}))
     };
     let gates = [
         "blocks.0.gate.weight [64, 1]",
@@ -227,7 +231,13 @@ fn a_causal_lm_s_earlier_logits_ignore_later_tokens() {
 fn an_encoder_sees_every_token_except_padding() {
     let (batch, len, vocab) = (2, 10, 30);
     let encoder = ModelKind::Encoder { n_classes: 4 };
-    let h = harness(tiny(encoder, PosEnc::Learned), batch, len, true, cpu());
+    let h = harness(
+        tiny(encoder, PosEnc::Learned(Learned {})),
+        batch,
+        len,
+        true,
+        cpu(),
+    );
     let mask: Vec<f32> = (0..batch * len)
         .map(|i| if i % len < 6 { 1.0 } else { 0.0 })
         .collect();
@@ -252,7 +262,7 @@ fn an_encoder_sees_every_token_except_padding() {
 
 #[test]
 fn a_length_over_the_learned_table_is_an_error_naming_both_lengths() {
-    let model = Model::new(tiny(LM, PosEnc::Learned)).unwrap();
+    let model = Model::new(tiny(LM, PosEnc::Learned(Learned {}))).unwrap();
     let err = model
         .build(&mut Graph::new(), 2, 17, GraphOptions::default())
         .unwrap_err()
@@ -271,7 +281,7 @@ fn a_length_over_the_learned_table_is_an_error_naming_both_lengths() {
         "sequence length 17 is over the TUPE position table's max_len 16"
     );
     // Sinusoidal tables extend to any length.
-    let model = Model::new(tiny(LM, PosEnc::Sinusoidal { every_block: false })).unwrap();
+    let model = Model::new(tiny(LM, PosEnc::Sinusoidal(Sinusoidal { every_block: false }))).unwrap();
     model
         .build(&mut Graph::new(), 2, 40, GraphOptions::default())
         .unwrap();
@@ -301,7 +311,7 @@ fn relative_bias_runs_at_twice_the_training_length() {
 #[test]
 fn rope_and_alibi_run_at_four_times_the_training_length() {
     for kind in [LM, ModelKind::Encoder { n_classes: 3 }, ModelKind::MaskedLm {}] {
-        for posenc in [ROPE, PosEnc::Alibi] {
+        for posenc in [ROPE, PosEnc::Alibi(Alibi {})] {
             run_past_max_len(kind, posenc, 4 * COPY_LEN);
         }
     }
@@ -326,14 +336,14 @@ fn run_past_max_len(kind: ModelKind, posenc: PosEnc, len: usize) -> Harness {
 
 #[test]
 fn tupe_untie_cls_in_a_causal_lm_is_a_config_error() {
-    let untied = PosEnc::TupeA {
+    let untied = PosEnc::TupeA(TupeA {
         untie_cls: true,
         form: TupeForm::Paper,
-    };
+    });
     let err = Model::new(tiny(LM, untied)).unwrap_err().to_string();
     assert_eq!(
         err,
-        "model config: untie_cls resets the positional term of [CLS] (position 0), which only an \
+        "model config: posenc: untie_cls resets the positional term of [CLS] (position 0), which only an \
          encoder (a classifier or a masked LM) has; set untie_cls = false for a causal LM or a \
          seq2seq model"
     );
@@ -371,7 +381,7 @@ fn tupe_untied_cls_values_get_gradients() {
 
 #[test]
 fn bad_inputs_are_errors() {
-    let h = harness(tiny(LM, PosEnc::None), 1, 4, false, cpu());
+    let h = harness(tiny(LM, PosEnc::None(NoEncoding {})), 1, 4, false, cpu());
     let err = h
         .model
         .feed(&h.exec, &[1, 5, 30, 6], &[5, 30, 6, -100], None)
@@ -386,7 +396,7 @@ fn bad_inputs_are_errors() {
         .unwrap_err();
     assert!(err.to_string().contains("target -1 at index 3"), "{err}");
     let encoder = ModelKind::Encoder { n_classes: 2 };
-    let h = harness(tiny(encoder, PosEnc::None), 1, 4, false, cpu());
+    let h = harness(tiny(encoder, PosEnc::None(NoEncoding {})), 1, 4, false, cpu());
     let err = h.model.feed(&h.exec, &[5, 5, 7, 6], &[1], None).unwrap_err();
     assert!(
         err.to_string()
@@ -411,44 +421,48 @@ fn gpu_gives_the_cpu_logits_loss_and_gradients() {
     let (batch, len, vocab) = (2, 9, 30);
     let residual = Block::Residual;
     let cases = [
-        (LM, PosEnc::Sinusoidal { every_block: true }, residual),
+        (LM, PosEnc::Sinusoidal(Sinusoidal { every_block: true }), residual),
         (
             ModelKind::CausalLm { tied_head: false },
-            PosEnc::Learned,
+            PosEnc::Learned(Learned {}),
             residual,
         ),
         (
             ModelKind::Encoder { n_classes: 3 },
-            PosEnc::Sinusoidal { every_block: false },
+            PosEnc::Sinusoidal(Sinusoidal { every_block: false }),
             residual,
         ),
         (LM, T5, residual),
         (
             ModelKind::Encoder { n_classes: 3 },
-            PosEnc::Relative {
+            PosEnc::Relative(Relative {
                 buckets: 8,
                 max_distance: 20,
                 learned_absolute: false,
-            },
+            }),
             residual,
         ),
         (LM, TUPE_A, residual),
         (ModelKind::Encoder { n_classes: 3 }, TUPE_R_UNTIED, residual),
-        (LM, PosEnc::Learned, Block::Rk4),
+        (LM, PosEnc::Learned(Learned {}), Block::Rk4),
         (ModelKind::Encoder { n_classes: 3 }, T5, Block::Rk2Gated),
         (LM, ROPE, residual),
         (ModelKind::Encoder { n_classes: 3 }, ROPE, residual),
-        (LM, PosEnc::Alibi, residual),
-        (ModelKind::Encoder { n_classes: 3 }, PosEnc::Alibi, residual),
-        (ModelKind::MaskedLm {}, PosEnc::Learned, residual),
+        (LM, PosEnc::Alibi(Alibi {}), residual),
+        (
+            ModelKind::Encoder { n_classes: 3 },
+            PosEnc::Alibi(Alibi {}),
+            residual,
+        ),
+        (ModelKind::MaskedLm {}, PosEnc::Learned(Learned {}), residual),
         (ModelKind::MaskedLm {}, TUPE_R_UNTIED, residual),
         (ModelKind::MaskedLm {}, ROPE, residual),
-        (ModelKind::MaskedLm {}, PosEnc::Alibi, Block::Rk2Gated),
+        (ModelKind::MaskedLm {}, PosEnc::Alibi(Alibi {}), Block::Rk2Gated),
     ];
     for (kind, posenc, block) in cases {
         // The sinusoidal cases also cover the scaled token embeddings.
         let embed_scale = match posenc {
-            PosEnc::Sinusoidal { .. } => EmbedScale::SqrtD,
+            PosEnc::Sinusoidal(Sinusoidal { .. }) => EmbedScale::SqrtD,
             _ => EmbedScale::None,
         };
         let config = ModelConfig {
@@ -504,6 +518,6 @@ fn dropout_follows_the_seed(block: Block) {
     assert_dropout_follows_the_seed(&ModelConfig {
         dropout: 0.3,
         block,
-        ..tiny(LM, PosEnc::Learned)
+        ..tiny(LM, PosEnc::Learned(Learned {}))
     });
 }

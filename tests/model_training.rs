@@ -8,6 +8,7 @@ use models::*;
 use posflow::Graph;
 use posflow::data::{BOS, SyntheticTask};
 use posflow::exec::Executor;
+use posflow::model::{Alibi, Learned, NoEncoding, Sinusoidal};
 use posflow::model::{Block, EmbedScale, GraphOptions, Model, ModelConfig, ModelKind, PosEnc};
 use posflow::optim::{AdamW, Optimizer};
 use posflow::params::ParamStore;
@@ -110,13 +111,16 @@ fn learns_the_copy_task(config: ModelConfig, threshold: f32) {
 
 #[test]
 fn without_position_encoding_the_copy_task_is_learned() {
-    learns_the_copy_task(copy_config(PosEnc::None, EmbedScale::None), 2.2);
+    learns_the_copy_task(copy_config(PosEnc::None(NoEncoding {}), EmbedScale::None), 2.2);
 }
 
 #[test]
 fn with_sinusoidal_position_encoding_the_copy_task_is_learned() {
     learns_the_copy_task(
-        copy_config(PosEnc::Sinusoidal { every_block: false }, EmbedScale::SqrtD),
+        copy_config(
+            PosEnc::Sinusoidal(Sinusoidal { every_block: false }),
+            EmbedScale::SqrtD,
+        ),
         2.3,
     );
 }
@@ -124,14 +128,17 @@ fn with_sinusoidal_position_encoding_the_copy_task_is_learned() {
 #[test]
 fn with_sinusoidal_position_encoding_at_every_block_the_copy_task_is_learned() {
     learns_the_copy_task(
-        copy_config(PosEnc::Sinusoidal { every_block: true }, EmbedScale::SqrtD),
+        copy_config(
+            PosEnc::Sinusoidal(Sinusoidal { every_block: true }),
+            EmbedScale::SqrtD,
+        ),
         1.9,
     );
 }
 
 #[test]
 fn with_learned_position_encoding_the_copy_task_is_learned() {
-    learns_the_copy_task(copy_config(PosEnc::Learned, EmbedScale::None), 0.85);
+    learns_the_copy_task(copy_config(PosEnc::Learned(Learned {}), EmbedScale::None), 0.85);
 }
 
 #[test]
@@ -156,7 +163,7 @@ fn with_rope_the_copy_task_is_learned() {
 
 #[test]
 fn with_alibi_the_copy_task_is_learned() {
-    learns_the_copy_task(copy_config(PosEnc::Alibi, EmbedScale::None), 2.11);
+    learns_the_copy_task(copy_config(PosEnc::Alibi(Alibi {}), EmbedScale::None), 2.11);
 }
 
 #[test]
@@ -183,7 +190,7 @@ fn learns_the_copy_task_with_one_block(block: Block, threshold: f32) {
     let config = ModelConfig {
         layers: 1,
         block,
-        ..copy_config(PosEnc::Learned, EmbedScale::None)
+        ..copy_config(PosEnc::Learned(Learned {}), EmbedScale::None)
     };
     learns_the_copy_task(config, threshold);
 }

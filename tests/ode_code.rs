@@ -16,6 +16,7 @@ use std::path::Path;
 use binary::posflow_in;
 use models::{params, with_prefix};
 use posflow::backend::gpu_for_tests;
+use posflow::model::Learned;
 use posflow::model::{Block, Coefficients, History, ModelConfig, ModelKind, PosEnc, RkStage};
 use scratch_dir::scratch;
 
@@ -55,7 +56,7 @@ fn the_code_form_s_parameters_are_the_documented_ones() {
     assert!(with_prefix(&dense, "ln_f").is_empty(), "{dense:?}");
     let encoder = params(ModelConfig {
         kind: ModelKind::Encoder { n_classes: 2 },
-        posenc: PosEnc::Learned,
+        posenc: PosEnc::Learned(Learned {}),
         ..tiny(Block::Residual, RkStage::Layer, History::Dense)
     });
     assert_eq!(

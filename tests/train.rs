@@ -307,7 +307,12 @@ fn bad_run_configs_name_the_problem() {
         (
             "{ type = \"none\" }",
             "{ type = \"floater\", substeps = -1 }",
-            &["bad.toml: [model]", "expected usize", "in `posenc.substeps`"],
+            &[
+                "bad.toml: [model]",
+                "floater: `substeps`",
+                "expected usize",
+                "in `posenc`",
+            ],
         ),
         (
             "lr = 1e-2",

@@ -17,6 +17,7 @@ use binary::posflow_in;
 use models::{params, with_prefix};
 use posflow::backend::gpu_for_tests;
 use posflow::model::{Model, ModelConfig, ModelKind, Norm, PosEnc, TupeForm};
+use posflow::model::{NoEncoding, Relative, TupeR};
 use scratch_dir::scratch;
 
 /// A masked LM of width 32 (2 heads), 2 layers, a table of 16.
@@ -31,12 +32,12 @@ fn mlm(posenc: PosEnc, norm: Norm) -> ModelConfig {
     }
 }
 
-const CODE_TUPE_R: PosEnc = PosEnc::TupeR {
+const CODE_TUPE_R: PosEnc = PosEnc::TupeR(TupeR {
     untie_cls: true,
     buckets: 8,
     max_distance: 20,
     form: TupeForm::Code,
-};
+});
 
 /// The code form: U_Q and U_K with biases, one more table row (θ's), no free θ parameters, and
 /// TUPE-R's relative table one bucket longer; the paper's form keeps its free θ1, θ2.
@@ -56,12 +57,12 @@ fn the_code_form_s_parameters_are_the_documented_ones() {
             "posenc.tupe.weight [17, 32]",
         ]
     );
-    let paper_tupe_r = PosEnc::TupeR {
+    let paper_tupe_r = PosEnc::TupeR(TupeR {
         untie_cls: true,
         buckets: 8,
         max_distance: 20,
         form: TupeForm::Paper,
-    };
+    });
     let paper = params(mlm(paper_tupe_r, Norm::Pre));
     assert_eq!(
         with_prefix(&paper, "posenc."),
@@ -82,11 +83,11 @@ fn the_code_form_s_parameters_are_the_documented_ones() {
 /// learned table and T5's.
 #[test]
 fn post_norm_and_bert_r_declare_their_parameters() {
-    let bert_r = PosEnc::Relative {
+    let bert_r = PosEnc::Relative(Relative {
         buckets: 8,
         max_distance: 20,
         learned_absolute: true,
-    };
+    });
     let post = params(mlm(bert_r, Norm::Post));
     let pre = params(mlm(bert_r, Norm::Pre));
     assert_eq!(
@@ -109,12 +110,12 @@ fn post_norm_and_bert_r_declare_their_parameters() {
 #[test]
 fn bert_r_refuses_a_sequence_over_its_table() {
     let config = ModelConfig {
-        posenc: PosEnc::Relative {
+        posenc: PosEnc::Relative(Relative {
             buckets: 8,
             max_distance: 20,
             learned_absolute: true,
-        },
-        ..mlm(PosEnc::None, Norm::Post)
+        }),
+        ..mlm(PosEnc::None(NoEncoding {}), Norm::Post)
     };
     let model = Model::new(config).unwrap();
     let mut g = posflow::Graph::new();

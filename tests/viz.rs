@@ -30,6 +30,7 @@ use posflow::viz::{LoadedCheckpoint, Spawner, Viewer, ViewerHandle};
 use eframe::egui;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
+use posflow::model::{Learned, Relative, Sinusoidal, TupeA};
 
 fn cpu() -> Rc<dyn Backend> {
     Rc::new(CpuBackend::new())
@@ -101,7 +102,7 @@ fn egui_rgb(r: u8, g: u8, b: u8) -> eframe::egui::Color32 {
 /// The heatmap of a sinusoidal model is the table itself, past the model's max_len too.
 #[test]
 fn sinusoidal_heatmap_is_the_sinusoidal_table_at_any_length() {
-    let loaded = load(&lm(PosEnc::Sinusoidal { every_block: false }));
+    let loaded = load(&lm(PosEnc::Sinusoidal(Sinusoidal { every_block: false })));
     let encodings = pollster::block_on(position_encodings(&loaded, 50)).unwrap();
     assert_eq!(encodings.maps.len(), 1);
     let map = &encodings.maps[0];
@@ -115,7 +116,7 @@ fn sinusoidal_heatmap_is_the_sinusoidal_table_at_any_length() {
 /// A learned table shows its rows and marks where it ends: nothing is invented past it.
 #[test]
 fn a_learned_table_ends_at_its_length() {
-    let loaded = load(&lm(PosEnc::Learned));
+    let loaded = load(&lm(PosEnc::Learned(Learned {})));
     let encodings = pollster::block_on(position_encodings(&loaded, 30)).unwrap();
     let map = &encodings.maps[0];
     assert_eq!((map.positions, map.valid_positions), (30, 12));
@@ -174,11 +175,11 @@ fn floater_encodings_run_past_the_table_and_relative_is_described() {
         );
     }
 
-    let relative = load(&lm(PosEnc::Relative {
+    let relative = load(&lm(PosEnc::Relative(Relative {
         buckets: 8,
         max_distance: 20,
         learned_absolute: false,
-    }));
+    })));
     let encodings = pollster::block_on(position_encodings(&relative, 40)).unwrap();
     assert!(encodings.maps.is_empty());
     assert!(
@@ -209,10 +210,10 @@ fn layer_normed_rows(table: &[f32], gain: &[f32], bias: &[f32]) -> Vec<Vec<f64>>
 #[test]
 fn tupe_correlation_matches_a_direct_computation() {
     let c = config(
-        PosEnc::TupeA {
+        PosEnc::TupeA(TupeA {
             untie_cls: true,
             form: TupeForm::Paper,
-        },
+        }),
         ModelKind::Encoder { n_classes: 2 },
     );
     // Non-trivial layer norm and θ's, so that leaving them out would show.
@@ -260,14 +261,14 @@ fn tupe_correlation_matches_a_direct_computation() {
         "the correlation is all zero"
     );
 
-    let not_tupe = load(&lm(PosEnc::Learned));
+    let not_tupe = load(&lm(PosEnc::Learned(Learned {})));
     let err = pollster::block_on(tupe_correlation(&not_tupe.saved)).unwrap_err();
     assert!(err.to_string().contains("learned table"), "{err}");
 }
 
 #[test]
 fn attention_rows_are_distributions_over_the_typed_tokens() {
-    let loaded = load(&lm(PosEnc::Learned));
+    let loaded = load(&lm(PosEnc::Learned(Learned {})));
     let view = pollster::block_on(attention_view(&loaded, "me ishmael. call")).unwrap();
     // 16 characters, cut to the table's 12.
     assert_eq!(view.truncated_from, Some(16));
@@ -311,7 +312,7 @@ fn broken_checkpoint_bytes_are_an_error_in_the_viewer() {
     let viewer = Viewer::new(cpu(), Spawner::blocking());
     let handle = viewer.handle();
     assert_eq!(handle.status(), "empty");
-    let good = checkpoint_bytes(&lm(PosEnc::Learned), |_| {});
+    let good = checkpoint_bytes(&lm(PosEnc::Learned(Learned {})), |_| {});
     for (name, bytes) in [
         ("junk.bin", b"definitely not safetensors".to_vec()),
         ("short.safetensors", good[..good.len() / 2].to_vec()),
@@ -337,7 +338,7 @@ fn the_handle_completes_a_prompt() {
     let handle = viewer.handle();
     assert_eq!(handle.last_completion(), None);
     handle
-        .load_checkpoint_bytes("lm", &checkpoint_bytes(&lm(PosEnc::Learned), |_| {}))
+        .load_checkpoint_bytes("lm", &checkpoint_bytes(&lm(PosEnc::Learned(Learned {})), |_| {}))
         .unwrap();
     handle.set_prompt("call ");
     let first = handle.last_completion().expect("a completion");
@@ -359,7 +360,7 @@ fn jobs_run_one_at_a_time_in_order() {
     let queued = tasks.clone();
     let viewer = Viewer::new(cpu(), Spawner::new(move |task| queued.borrow_mut().push(task)));
     let handle = viewer.handle();
-    let bytes = checkpoint_bytes(&lm(PosEnc::Learned), |_| {});
+    let bytes = checkpoint_bytes(&lm(PosEnc::Learned(Learned {})), |_| {});
     handle.load_checkpoint_bytes("lm", &bytes).unwrap();
     handle.set_prompt("call ");
     handle.set_prompt("me ");
@@ -481,7 +482,7 @@ fn fine_tuning_errors_are_explained() {
     harness.step();
     harness.get_by_label_contains("at least 13");
 
-    let sinusoidal = checkpoint_bytes(&lm(PosEnc::Sinusoidal { every_block: false }), |_| {});
+    let sinusoidal = checkpoint_bytes(&lm(PosEnc::Sinusoidal(Sinusoidal { every_block: false })), |_| {});
     handle.load_checkpoint_bytes("sinusoidal", &sinusoidal).unwrap();
     let err = handle
         .start_fine_tune(&"call me ishmael. ".repeat(4), 5)
@@ -594,10 +595,10 @@ fn export_writes_one_picture_per_view_with_content() {
 #[test]
 fn tupe_code_form_correlation_reads_the_rows_after_the_first_and_its_thetas() {
     let c = config(
-        PosEnc::TupeA {
+        PosEnc::TupeA(TupeA {
             untie_cls: true,
             form: TupeForm::Code,
-        },
+        }),
         ModelKind::MaskedLm {},
     );
     let bytes = checkpoint_bytes(&c, |params| {

@@ -10,6 +10,7 @@ use posflow::checkpoint::{Checkpoint, Metadata, TrainingState};
 use posflow::data::{CharTokenizer, PairTokenizer, TaskTokenizer};
 use posflow::inference::{DecodeOptions, Seq2SeqDecoder};
 use posflow::model::{Block, EmbedScale, FloaterConfig, FloaterForm, Model, ModelConfig, ModelKind, PosEnc};
+use posflow::model::{Learned, Sinusoidal};
 use posflow::params::ParamStore;
 use posflow::viz::posenc::position_encodings;
 use posflow::viz::prompt::complete;
@@ -69,7 +70,7 @@ fn load(config: &ModelConfig) -> LoadedCheckpoint {
 
 #[test]
 fn translating_decodes_as_the_decoder_does_and_maps_output_against_source() {
-    let loaded = load(&config(PosEnc::Sinusoidal { every_block: false }));
+    let loaded = load(&config(PosEnc::Sinusoidal(Sinusoidal { every_block: false })));
     assert!(
         loaded.describe().contains("seq2seq, 1 + 2 layers"),
         "{}",
@@ -138,7 +139,7 @@ fn translating_decodes_as_the_decoder_does_and_maps_output_against_source() {
 
 #[test]
 fn a_learned_table_too_short_for_the_source_is_refused_naming_both_lengths() {
-    let loaded = load(&config(PosEnc::Learned));
+    let loaded = load(&config(PosEnc::Learned(Learned {})));
     let err = pollster::block_on(translate(&loaded, &"abcd".repeat(4), 1)).unwrap_err();
     assert!(
         err.to_string().contains("16 tokens") && err.to_string().contains("holds 12"),
@@ -149,7 +150,7 @@ fn a_learned_table_too_short_for_the_source_is_refused_naming_both_lengths() {
 #[test]
 fn the_encodings_of_both_sides_are_shown() {
     // A learned model: each side's own table.
-    let loaded = load(&config(PosEnc::Learned));
+    let loaded = load(&config(PosEnc::Learned(Learned {})));
     let e = pollster::block_on(position_encodings(&loaded, 8)).unwrap();
     let labels: Vec<&str> = e.maps.iter().map(|m| m.label.as_str()).collect();
     assert_eq!(labels, ["encoder: input", "decoder: input"]);
@@ -205,7 +206,7 @@ fn the_translate_tab_decodes_a_typed_source_through_the_handle() {
     handle
         .load_checkpoint_bytes(
             "s2s",
-            &checkpoint_bytes(&config(PosEnc::Sinusoidal { every_block: false })),
+            &checkpoint_bytes(&config(PosEnc::Sinusoidal(Sinusoidal { every_block: false }))),
         )
         .unwrap();
     handle.select_view(View::Translate);

@@ -5,6 +5,7 @@ use crate::data::{EOS, Pair, PairBatch};
 use crate::exec::Executor;
 use crate::graph::Graph;
 use crate::model::{Block, EmbedScale, FloaterConfig, GraphOptions, Model, ModelConfig, ModelKind, PosEnc};
+use crate::model::{Learned, Relative, Sinusoidal};
 use crate::params::ParamStore;
 use crate::testing::{cpu, gpu, random_vec};
 
@@ -78,7 +79,7 @@ fn teacher_forced_log_probs(model: &Model, params: &ParamStore, source: &[i32], 
 #[test]
 fn a_beam_as_wide_as_the_vocabulary_finds_the_exhaustive_search_s_best() {
     let (a, b) = (3, 4);
-    let model = model(5, PosEnc::Sinusoidal { every_block: false });
+    let model = model(5, PosEnc::Sinusoidal(Sinusoidal { every_block: false }));
     let params = params(&model, cpu(), 1.0);
     let decoder = Seq2SeqDecoder::new(&model, &params).unwrap();
     let sources = [vec![a, b, b], vec![b], vec![a, a, b, a]];
@@ -117,11 +118,11 @@ fn beam_hypotheses_carry_the_teacher_forced_log_probabilities() {
     backends.extend(gpu());
     for backend in backends {
         for posenc in [
-            PosEnc::Relative {
+            PosEnc::Relative(Relative {
                 buckets: 8,
                 max_distance: 20,
                 learned_absolute: false,
-            },
+            }),
             PosEnc::Floater(FloaterConfig::default()),
         ] {
             let model = model(9, posenc);
@@ -155,7 +156,7 @@ fn beam_hypotheses_carry_the_teacher_forced_log_probabilities() {
 
 #[test]
 fn bad_requests_are_errors_naming_the_problem() {
-    let model = model(6, PosEnc::Learned);
+    let model = model(6, PosEnc::Learned(Learned {}));
     let params = params(&model, cpu(), 0.1);
     let decoder = Seq2SeqDecoder::new(&model, &params).unwrap();
     let decode = |sources: &[Vec<i32>], beam| {

@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Graph, TensorId};
-use crate::model::{Model, posenc};
+use crate::model::{EncodingSource, Model};
 use crate::params::ParamStore;
 
 pub struct EncodingCache {
@@ -22,7 +22,8 @@ impl EncodingCache {
     /// `params`; `None` when the model has no FLOATER encodings.
     pub fn new(model: &Model, params: &ParamStore, len: usize) -> Result<Option<Self>> {
         let mut g = Graph::new();
-        let terms = posenc::build(&mut g, &model.config().posenc, model.config().dims(), len)?;
+        let c = model.config();
+        let terms = c.posenc.terms(&mut g, c.dims(), len, EncodingSource::Solve)?;
         let Some(encodings) = terms.encodings else {
             return Ok(None);
         };

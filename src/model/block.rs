@@ -686,7 +686,7 @@ mod tests {
             dropout: 0.0,
             max_len: L,
             kind: ModelKind::CausalLm { tied_head: true },
-            posenc: PosEnc::None,
+            posenc: PosEnc::default(),
             embed_scale: EmbedScale::None,
             block,
             ..ModelConfig::default()

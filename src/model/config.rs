@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::posenc::{ModelDims, PosEnc, is_default};
+use super::posenc::{ModelDims, ModelFacts, PosEnc, is_default};
 use crate::error::{Error, Result};
 use crate::ops::attention::MAX_HEAD_DIM;
 pub use crate::ops::unary::Activation;
@@ -24,9 +24,6 @@ pub const SIZE_LIMITS: [(&str, usize); 6] = [
 
 /// At most this many parameters (16 GiB of f32 weights; AdamW triples it).
 pub const MAX_PARAMETERS: u64 = 1 << 32;
-
-/// The relative encodings' bucket count and distance stay within the positions posflow runs.
-const MAX_BUCKETS: usize = 1 << 12;
 
 /// A pre-norm Transformer's configuration. In JSON (TOML reads the same through serde):
 ///
@@ -114,7 +111,7 @@ impl Default for ModelConfig {
             dropout: 0.0,
             max_len: 64,
             kind: ModelKind::CausalLm { tied_head: true },
-            posenc: PosEnc::None,
+            posenc: PosEnc::default(),
             embed_scale: EmbedScale::None,
             block: Block::Residual,
             rk_stage: RkStage::SubBlock,
@@ -503,76 +500,14 @@ impl ModelConfig {
         if matches!(self.kind, ModelKind::MaskedLm {}) {
             self.validate_masked_lm()?;
         }
-        if matches!(self.posenc, PosEnc::Sinusoidal { .. }) && !self.d_model.is_multiple_of(2) {
-            return config_err(format!(
-                "sinusoidal position encoding pairs sin and cos, so d_model must be even, got {}",
-                self.d_model
-            ));
-        }
-        if self.posenc.unties_cls() && !self.kind.reads_cls() {
-            return config_err(
-                "untie_cls resets the positional term of [CLS] (position 0), which only an encoder \
-                 (a classifier or a masked LM) has; set untie_cls = false for a causal LM or a seq2seq \
-                 model"
-                    .into(),
-            );
-        }
-        if let PosEnc::Floater(floater) = &self.posenc {
-            floater.validate(self.d_model).or_else(config_err)?;
-        }
-        if self.posenc == PosEnc::Alibi && matches!(self.kind, ModelKind::Seq2Seq { .. }) {
-            return config_err(
-                "alibi is for the causal LM and the encoder so far; a seq2seq model cannot have it yet"
-                    .into(),
-            );
-        }
-        if let PosEnc::Rope { base } = self.posenc {
-            if !(base.is_finite() && base > 1.0) {
-                return config_err(format!("rope's base must be finite and above 1, got {base}"));
-            }
-            if !self.head_dim().is_multiple_of(2) {
-                return config_err(format!(
-                    "rope turns pairs of a head's coordinates: the head width d_model / heads = {} / \
-                     {} = {} must be even",
-                    self.d_model,
-                    self.heads,
-                    self.head_dim()
-                ));
-            }
-            if matches!(self.kind, ModelKind::Seq2Seq { .. }) {
-                return config_err(
-                    "rope is for the causal LM and the encoder so far; a seq2seq model cannot have it yet"
-                        .into(),
-                );
-            }
-        }
-        if let Some((buckets, max_distance)) = self.posenc.relative_buckets() {
-            // The encoder's half of the buckets must still split into exact and log-spaced ones,
-            // and the log-spaced range must start below max_distance.
-            if !(4..=MAX_BUCKETS).contains(&buckets) {
-                return config_err(format!(
-                    "relative position encoding needs 4 ≤ buckets ≤ {MAX_BUCKETS}, got {buckets}"
-                ));
-            }
-            if max_distance > size_limit("max_len") {
-                return config_err(format!(
-                    "relative position encoding's max_distance is {max_distance}, over posflow's \
-                     limit of {}",
-                    size_limit("max_len")
-                ));
-            }
-            if max_distance <= buckets / 2 {
-                return config_err(format!(
-                    "relative position encoding needs max_distance > buckets / 2 = {}, got {max_distance}",
-                    buckets / 2
-                ));
-            }
-        }
+        self.posenc
+            .check(&self.facts())
+            .map_err(|e| Error::Input(format!("model config: posenc: {e}")))?;
         Ok(())
     }
 
-    /// What a masked LM needs: its special tokens, and an encoding that works without a causal
-    /// mask.
+    /// What a masked LM needs: its special tokens (its encoding's own check asks for one that
+    /// works without a causal mask).
     fn validate_masked_lm(&self) -> Result<()> {
         let specials = crate::data::MASKED_LM_TOKENS.len();
         if self.vocab <= specials {
@@ -582,14 +517,6 @@ impl ModelConfig {
                 crate::data::MASKED_LM_TOKENS.join(" "),
                 self.vocab
             ));
-        }
-        if self.posenc == PosEnc::None {
-            return config_err(
-                "masked_lm attends both ways, and without a position encoding (posenc \"none\") \
-                 it cannot tell one position from another: a model without one learns order only \
-                 from a causal mask. Choose an encoding (e.g. learned, as BERT)"
-                    .into(),
-            );
         }
         Ok(())
     }
@@ -630,6 +557,16 @@ impl ModelConfig {
         }
     }
 
+    /// What the model around its position encoding is, as the encoding's check reads it.
+    pub fn facts(&self) -> ModelFacts {
+        ModelFacts {
+            dims: self.dims(),
+            seq2seq: matches!(self.kind, ModelKind::Seq2Seq { .. }),
+            reads_cls: self.kind.reads_cls(),
+            masked_lm: matches!(self.kind, ModelKind::MaskedLm {}),
+        }
+    }
+
     /// The decoder's sizes, and what the seq2seq decoder can be built with.
     fn validate_decoder(&self, decoder_layers: usize, decoder_block: Block) -> Result<()> {
         let limit = size_limit("layers");
@@ -651,15 +588,6 @@ impl ModelConfig {
                 crate::data::BOS,
                 crate::data::EOS,
                 self.vocab
-            ));
-        }
-        if let PosEnc::Floater(floater) = &self.posenc
-            && floater.resolve_every > 1
-        {
-            return config_err(format!(
-                "a seq2seq model solves FLOATER's flows every step; resolve_every = {} caches them \
-                 for the decoder-only models only",
-                floater.resolve_every
             ));
         }
         Ok(())

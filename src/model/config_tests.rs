@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::model::TupeForm;
+use crate::model::{Alibi, Relative, Rope, Sinusoidal, TupeA, TupeR};
 
 const TINY: &str = r#"{ "vocab": 30, "d_model": 32, "heads": 2, "layers": 2, "ffn": 128, "max_len": 16,
     "kind": { "type": "causal_lm" }, "posenc": { "type": "sinusoidal" } }"#;
@@ -47,7 +48,10 @@ fn defaults_fill_the_optional_fields() {
     let config = ModelConfig::from_json(TINY).unwrap();
     assert_eq!(config.dropout, 0.0);
     assert_eq!(config.kind, ModelKind::CausalLm { tied_head: true });
-    assert_eq!(config.posenc, PosEnc::Sinusoidal { every_block: false });
+    assert_eq!(
+        config.posenc,
+        PosEnc::Sinusoidal(Sinusoidal { every_block: false })
+    );
     assert_eq!(config.embed_scale, EmbedScale::None);
     assert_eq!(config.block, Block::Residual);
     assert_eq!(config.head_dim(), 16);
@@ -148,7 +152,10 @@ fn floater_reads_its_defaults_and_refuses_bad_settings() {
     assert_eq!(floater.gradient, crate::model::GradientMethod::Adjoint);
     assert_eq!(floater.activation, crate::model::Nonlinearity::Relu);
     let err = error_of(r#""sinusoidal""#, r#""floater", "delta": -1"#);
-    assert_eq!(err, "model config: FLOATER's delta must be positive, got -1");
+    assert_eq!(
+        err,
+        "model config: posenc: FLOATER's delta must be positive, got -1"
+    );
     let err = error_of(r#""sinusoidal""#, r#""floater", "method": "dopri5", "rtol": 0"#);
     assert!(err.contains("dopri5 needs rtol > 0"), "{err}");
 }
@@ -182,11 +189,11 @@ fn relative_encoding_has_t5_s_defaults_and_checks_its_sizes() {
     let config = ModelConfig::from_json(&TINY.replace(r#""sinusoidal""#, r#""relative""#)).unwrap();
     assert_eq!(
         config.posenc,
-        PosEnc::Relative {
+        PosEnc::Relative(Relative {
             buckets: 32,
             max_distance: 128,
             learned_absolute: false
-        }
+        })
     );
     let relative = |fields: &str| {
         error_of(
@@ -223,30 +230,30 @@ fn tupe_reads_both_variants_and_unties_cls_only_in_an_encoder() {
         ModelConfig::from_json(&with(r#"{ "type": "tupe_a", "untie_cls": true }"#, encoder)).unwrap();
     assert_eq!(
         config.posenc,
-        PosEnc::TupeA {
+        PosEnc::TupeA(TupeA {
             untie_cls: true,
             form: TupeForm::Paper
-        }
+        })
     );
     let config =
         ModelConfig::from_json(&with(r#"{ "type": "tupe_r", "untie_cls": true }"#, encoder)).unwrap();
     assert_eq!(
         config.posenc,
-        PosEnc::TupeR {
+        PosEnc::TupeR(TupeR {
             untie_cls: true,
             buckets: 32,
             max_distance: 128,
             form: TupeForm::Paper
-        }
+        })
     );
     let lm = r#"{ "type": "causal_lm" }"#;
     let config = ModelConfig::from_json(&with(r#"{ "type": "tupe_a", "untie_cls": false }"#, lm)).unwrap();
     assert_eq!(
         config.posenc,
-        PosEnc::TupeA {
+        PosEnc::TupeA(TupeA {
             untie_cls: false,
             form: TupeForm::Paper
-        }
+        })
     );
     let err = ModelConfig::from_json(&with(r#"{ "type": "tupe_r", "untie_cls": true }"#, lm))
         .unwrap_err()
@@ -283,11 +290,11 @@ fn rope_reads_its_base_and_refuses_what_it_cannot_turn() {
     let rope = |posenc: &str| ModelConfig::from_json(&TINY.replace(sinusoidal, posenc));
     assert_eq!(
         rope(r#"{ "type": "rope" }"#).unwrap().posenc,
-        PosEnc::Rope { base: 10_000.0 }
+        PosEnc::Rope(Rope { base: 10_000.0 })
     );
     assert_eq!(
         rope(r#"{ "type": "rope", "base": 500 }"#).unwrap().posenc,
-        PosEnc::Rope { base: 500.0 }
+        PosEnc::Rope(Rope { base: 500.0 })
     );
     let err = rope(r#"{ "type": "rope", "base": 1 }"#).unwrap_err().to_string();
     assert!(
@@ -319,7 +326,10 @@ fn rope_reads_its_base_and_refuses_what_it_cannot_turn() {
 fn alibi_takes_no_settings_and_no_seq2seq_model() {
     let sinusoidal = r#"{ "type": "sinusoidal" }"#;
     let alibi = |posenc: &str| ModelConfig::from_json(&TINY.replace(sinusoidal, posenc));
-    assert_eq!(alibi(r#"{ "type": "alibi" }"#).unwrap().posenc, PosEnc::Alibi);
+    assert_eq!(
+        alibi(r#"{ "type": "alibi" }"#).unwrap().posenc,
+        PosEnc::Alibi(Alibi {})
+    );
     let err = alibi(r#"{ "type": "alibi", "base": 2 }"#)
         .unwrap_err()
         .to_string();
@@ -408,12 +418,12 @@ fn tupe_reads_its_form_and_refuses_floater_s() {
     .unwrap();
     assert_eq!(
         config.posenc,
-        PosEnc::TupeR {
+        PosEnc::TupeR(TupeR {
             untie_cls: true,
             buckets: 32,
             max_distance: 128,
             form: TupeForm::Code
-        }
+        })
     );
     // The paper's form is the default, and is left out of a saved config (older readers).
     let paper = ModelConfig::from_json(&encoder(
@@ -422,10 +432,10 @@ fn tupe_reads_its_form_and_refuses_floater_s() {
     .unwrap();
     assert_eq!(
         paper.posenc,
-        PosEnc::TupeA {
+        PosEnc::TupeA(TupeA {
             untie_cls: true,
             form: TupeForm::Paper
-        }
+        })
     );
     assert!(!serde_json::to_string(&paper).unwrap().contains("form"));
     assert!(
@@ -439,7 +449,7 @@ fn tupe_reads_its_form_and_refuses_floater_s() {
     .unwrap_err()
     .to_string();
     assert!(
-        err.contains("TUPE's form is `paper` or `code`, got `bias`"),
+        err.contains("tupe_a: `form`: unknown variant `bias`, expected `paper` or `code`"),
         "{err}"
     );
     let err = error_of(
@@ -447,7 +457,7 @@ fn tupe_reads_its_form_and_refuses_floater_s() {
         r#"{ "type": "floater", "form": "code" }"#,
     );
     assert!(
-        err.contains("floater's form is `bias` or `additive`, got `code`"),
+        err.contains("floater: `form`: unknown variant `code`, expected `additive` or `bias`"),
         "{err}"
     );
     let err = error_of(
@@ -466,11 +476,11 @@ fn relative_adds_a_learned_table_only_when_asked() {
     .unwrap();
     assert_eq!(
         config.posenc,
-        PosEnc::Relative {
+        PosEnc::Relative(Relative {
             buckets: 32,
             max_distance: 128,
             learned_absolute: true
-        }
+        })
     );
     // The table bounds the length, as a learned encoding's.
     assert!(config.posenc.has_table());

@@ -115,10 +115,9 @@ pub use block::LN_EPS;
 pub use config::{
     Activation, Block, Coefficients, EmbedScale, History, ModelConfig, ModelKind, Norm, RkStage, WordScale,
 };
-pub(crate) use posenc::refuse_other_settings;
 pub use posenc::{
-    EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, PosEnc, SolverMethod, TupeForm,
-    encodings_shape,
+    Alibi, Encoding, EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Learned, NoEncoding,
+    Nonlinearity, PosEnc, Relative, Rope, Sinusoidal, SolverMethod, TupeA, TupeForm, TupeR, encodings_shape,
 };
 pub use seq2seq::{DecoderStep, Seq2SeqGraph, SourceMemory};
 pub use transformer::{GraphOptions, Model, ModelGraph};

@@ -149,7 +149,7 @@ mod tests {
             dropout: 0.0,
             max_len: 16,
             kind: ModelKind::CausalLm { tied_head: true },
-            posenc: PosEnc::None,
+            posenc: PosEnc::default(),
             embed_scale: EmbedScale::None,
             block,
             ..ModelConfig::default()
@@ -249,7 +249,7 @@ mod tests {
                 decoder_layers: 2,
                 decoder_block: Block::Residual,
             },
-            posenc: PosEnc::Sinusoidal { every_block: false },
+            posenc: toml::from_str(r#"type = "sinusoidal""#).unwrap(),
             ..config(1, Block::Rk2 { gamma: [0.5, 0.5] })
         };
         let model = Model::new(c).unwrap();

@@ -3,7 +3,7 @@
 use super::block::{self, BlockInputs, Dropouts, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm, Linear};
 use super::config::{Activation, EmbedScale, History, ModelConfig, ModelKind, Norm};
 use super::history::LayerHistory;
-use super::posenc::{self, Constant, EncodingSource};
+use super::posenc::{Constant, EncodingSource};
 use crate::data::{BOS, Batch, IGNORE_INDEX};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
@@ -179,7 +179,7 @@ impl Model {
             .padded
             .then(|| g.input("key_mask", TensorMeta::i32(&[batch, len])));
         let dropout = Dropouts::declare(g, c, options.training);
-        let positions = posenc::build_from(g, &c.posenc, c.dims(), len, options.encodings())?;
+        let positions = c.posenc.terms(g, c.dims(), len, options.encodings())?;
 
         let tok_emb_std = match c.embed_scale {
             EmbedScale::None => INIT_STD,

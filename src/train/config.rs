@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use super::{Decay, Schedule};
 use crate::data::{ClassTask, PairTask, Tokenization};
 use crate::error::{Error, Result};
-use crate::model::{EmbedScale, ModelConfig, ModelKind, refuse_other_settings};
+use crate::model::{EmbedScale, ModelConfig, ModelKind};
 use crate::optim::AdamW;
 
 /// The most training steps a run may ask for (a run's schedule is one f32 per step away from
@@ -50,6 +50,20 @@ pub fn check_eval_lengths(lengths: &[usize]) -> Result<()> {
             "evaluation length {bad} is out of range: use 2 to {MAX_SEQUENCE} tokens"
         ))),
         None => Ok(()),
+    }
+}
+
+/// For a table read as a flat spec (the data spec): an error naming the first setting `given`
+/// (key, whether given) that its type, which `takes`, does not have, worded as serde's
+/// `deny_unknown_fields`.
+fn refuse_other_settings(given: &[(&str, bool)], takes: &[&str]) -> std::result::Result<(), String> {
+    match given.iter().find(|(key, given)| *given && !takes.contains(key)) {
+        None => Ok(()),
+        Some((key, _)) if takes.is_empty() => Err(format!("unknown field `{key}`, there are no fields")),
+        Some((key, _)) => {
+            let keys: Vec<String> = takes.iter().map(|k| format!("`{k}`")).collect();
+            Err(format!("unknown field `{key}`, expected {}", keys.join(", ")))
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Graph, TensorId};
 use crate::model::GraphOptions;
-use crate::model::{Model, ModelGraph, ModelKind, PosEnc, Seq2SeqGraph};
+use crate::model::{Model, ModelGraph, ModelKind, Seq2SeqGraph};
 use crate::optim::{AdamW, Optimizer};
 use crate::params::ParamStore;
 use crate::tensor::TensorMeta;
@@ -211,10 +211,7 @@ impl TrainingProgram {
         };
         let graph = model.build(&mut g, batch, len, options)?;
         let optimizer = Optimizer::new(adamw, &params)?;
-        let every = match &model.config().posenc {
-            PosEnc::Floater(floater) => floater.resolve_every,
-            _ => 1,
-        };
+        let every = model.config().posenc.resolve_every();
         // The solving program keeps its encodings only when cached steps will take them.
         let keep = if every > 1 { graph.encodings } else { None };
         let solving = Program::new(

@@ -15,7 +15,7 @@ use std::rc::Rc;
 use eframe::egui;
 use egui_plot::{Line, Plot, PlotPoints};
 
-use super::{Computed, Job, LoadedCheckpoint, State, posenc_name};
+use super::{Computed, Job, LoadedCheckpoint, State};
 use crate::error::{Error, Result};
 use crate::train::{FineTune, FineTuneSettings};
 
@@ -168,7 +168,7 @@ fn cannot_fine_tune(loaded: &LoadedCheckpoint) -> Option<String> {
         format!(
             "{} cannot be fine-tuned: its position encoding ({}) has no trained parameters.",
             loaded.name,
-            posenc_name(&loaded.saved.model.config().posenc)
+            loaded.saved.model.config().posenc.name()
         )
     })
 }

@@ -8,7 +8,7 @@ use crate::checkpoint::Checkpoint;
 use crate::data::{BOS, PairTokenizer, TaskTokenizer};
 use crate::error::{Error, Result};
 use crate::inference::{Generator, SavedModel, Seq2SeqDecoder};
-use crate::model::{ModelKind, PosEnc, TupeForm};
+use crate::model::ModelKind;
 use crate::train::saved_run;
 
 pub struct LoadedCheckpoint {
@@ -85,7 +85,7 @@ impl LoadedCheckpoint {
         };
         format!(
             "{}, {layers}, d {}, {} heads, step {}",
-            posenc_name(&c.posenc),
+            c.posenc.name(),
             c.d_model,
             c.heads,
             self.saved.metadata.training.step
@@ -135,44 +135,5 @@ impl LoadedCheckpoint {
                 Err(_) => format!("#{id}"),
             },
         }
-    }
-}
-
-/// The position encoding's short name, as in the configs.
-pub fn posenc_name(posenc: &PosEnc) -> String {
-    match posenc {
-        PosEnc::None => "no position encoding".into(),
-        PosEnc::Sinusoidal { every_block: false } => "sinusoidal".into(),
-        PosEnc::Sinusoidal { every_block: true } => "sinusoidal (every block)".into(),
-        PosEnc::Learned => "learned table".into(),
-        PosEnc::Relative {
-            learned_absolute: false,
-            ..
-        } => "T5 relative".into(),
-        PosEnc::Relative {
-            learned_absolute: true,
-            ..
-        } => "learned table + T5 relative (BERT-R)".into(),
-        PosEnc::TupeA {
-            form: TupeForm::Paper,
-            ..
-        } => "TUPE-A".into(),
-        PosEnc::TupeR {
-            form: TupeForm::Paper,
-            ..
-        } => "TUPE-R".into(),
-        PosEnc::TupeA {
-            form: TupeForm::Code, ..
-        } => "TUPE-A (authors' code)".into(),
-        PosEnc::TupeR {
-            form: TupeForm::Code, ..
-        } => "TUPE-R (authors' code)".into(),
-        PosEnc::Rope { .. } => "RoPE".into(),
-        PosEnc::Alibi => "ALiBi".into(),
-        PosEnc::Floater(f) => match f.form {
-            crate::model::FloaterForm::Additive if f.every_block => "FLOATER (every block)".into(),
-            crate::model::FloaterForm::Additive => "FLOATER".into(),
-            crate::model::FloaterForm::Bias => "FLOATER (q/k/v biases)".into(),
-        },
     }
 }

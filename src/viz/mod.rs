@@ -39,7 +39,7 @@ pub use finetune::FineTuneStatus;
 pub use handle::ViewerHandle;
 pub(crate) use jobs::{Computed, Job};
 pub use jobs::{Spawner, Task};
-pub use loaded::{LoadedCheckpoint, posenc_name};
+pub use loaded::LoadedCheckpoint;
 
 use crate::backend::Backend;
 use crate::train::Record;

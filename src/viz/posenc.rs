@@ -11,13 +11,7 @@ use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Graph, TensorId};
 use crate::inference::SavedModel;
-use crate::model::posenc::{self, Constant, PositionTerms};
-use crate::model::{FloaterForm, PosEnc};
-
-/// Parameter names from the table in `model/mod.rs` (checkpoints rely on them; the position
-/// encodings keep their own copies private).
-const LEARNED_TABLE: &str = "pos_emb.weight";
-pub(crate) const TUPE_TABLE: &str = "posenc.tupe.weight";
+use crate::model::posenc::{Constant, Description, Drawn, EncodingSource, PositionTerms};
 
 /// The longest length the slider offers.
 pub const MAX_LENGTH: usize = 2048;
@@ -59,224 +53,39 @@ pub struct PositionEncodings {
     pub note: String,
 }
 
-/// ALiBi's bias for distances 0..len, one column per head.
-fn alibi_map(heads: usize, len: usize) -> EncodingMap {
-    let slopes = &crate::model::posenc::alibi_slopes(heads);
-    EncodingMap {
-        label: "logit bias by distance (per head)".into(),
-        positions: len,
-        dims: heads,
-        values: (0..len)
-            .flat_map(move |d| slopes.iter().map(move |m| (-m * d as f64) as f32))
-            .collect(),
-        valid_positions: len,
-    }
-}
-
-/// RoPE's table for `len` positions: the cosines of each pair's angles, then their sines.
-fn rope_map(head_dim: usize, base: f64, len: usize) -> EncodingMap {
-    EncodingMap {
-        label: "rotation angles (cos | sin)".into(),
-        positions: len,
-        dims: head_dim,
-        values: crate::ops::rope::rope_table(len, head_dim, base),
-        valid_positions: len,
-    }
-}
-
-/// The encodings of `model` for `len` positions: computed by the model's position-encoding graph
-/// (sinusoidal, FLOATER), read from its table (learned, TUPE), or only described (none, T5).
+/// The encodings of `model` for `len` positions, as its encoding describes them: computed by its
+/// position-encoding graph (sinusoidal, FLOATER), read from its table (learned, TUPE), fixed by
+/// its settings (RoPE, ALiBi), or only described (none, T5).
 pub async fn position_encodings(loaded: &LoadedCheckpoint, len: usize) -> Result<PositionEncodings> {
     let saved = &loaded.saved;
     let c = saved.model.config();
-    if c.decoder_dims().is_some() {
-        return seq2seq_encodings(saved, len).await;
-    }
-    let name = super::posenc_name(&c.posenc);
-    match c.posenc {
-        PosEnc::None => Ok(PositionEncodings {
-            maps: Vec::new(),
-            note: "No position encoding: only the causal mask tells the model where a token is.".into(),
-        }),
-        PosEnc::Relative {
-            buckets,
-            max_distance,
-            learned_absolute: false,
-        } => Ok(PositionEncodings {
-            maps: Vec::new(),
-            note: format!(
-                "T5 relative position bias: nothing is added to the tokens; every layer's attention logits get a \
-                 trained bias per head for the bucket of the offset j - i ({buckets} buckets, log-spaced up to \
-                 {max_distance}). It has no absolute table to draw."
-            ),
-        }),
-        PosEnc::Relative {
-            buckets,
-            max_distance,
-            learned_absolute: true,
-        } => Ok(PositionEncodings {
-            maps: vec![table_map(saved, LEARNED_TABLE, "input", len).await?],
-            note: format!(
-                "{name}: a trained [max_len = {}, d] table added to the token embeddings (drawn), and T5's \
-                 relative bias in every layer's attention logits ({buckets} buckets up to {max_distance}).",
-                c.max_len
-            ),
-        }),
-        PosEnc::Rope { base } => Ok(PositionEncodings {
-            maps: vec![rope_map(c.head_dim(), base, len)],
-            note: format!(
-                "{name}: nothing is added to the tokens; every layer turns each pair (2i, 2i+1) of a head's \
-                 query and key by the angle l·θ_i, θ_i = {base}^(-2i/{dh}), so attention sees only offsets. \
-                 Drawn: cos(l·θ_i) for the {half} frequencies, then sin(l·θ_i); fast pairs on the left, \
-                 slow ones on the right. Any length.",
-                dh = c.head_dim(),
-                half = c.head_dim() / 2,
-            ),
-        }),
-        PosEnc::Alibi => Ok(PositionEncodings {
-            maps: vec![alibi_map(c.heads, len)],
-            note: format!(
-                "{name}: nothing is added to the tokens; every layer's attention logit of query i and key j gets \
-                 -m_h·|i - j|, a fixed slope per head (m_h = {}, ...). Drawn: that bias by distance (rows) for \
-                 each head (columns). Any length.",
-                crate::model::posenc::alibi_slopes(c.heads)
-                    .iter()
-                    .take(3)
-                    .map(|m| format!("{m:.4}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        }),
-        PosEnc::Learned => Ok(PositionEncodings {
-            maps: vec![table_map(saved, LEARNED_TABLE, "input", len).await?],
-            note: format!(
-                "{name}: a trained [max_len = {}, d] table added to the token embeddings; a model cannot read \
-                 positions past its end.",
-                c.max_len
-            ),
-        }),
-        PosEnc::TupeA { .. } | PosEnc::TupeR { .. } => Ok(PositionEncodings {
-            maps: vec![table_map(saved, TUPE_TABLE, "absolute table", len).await?],
-            note: format!(
-                "{name}: this table never enters the residual stream; its layer-normed rows go through U_Q and U_K \
-                 into a positional attention term per head (the TUPE tab shows it)."
-            ),
-        }),
-        PosEnc::Sinusoidal { every_block } => Ok(PositionEncodings {
-            maps: computed(saved, len).await?,
-            note: format!(
-                "{name}: the fixed sin/cos table of Vaswani et al., added to the {}; any length.",
-                if every_block {
-                    "input of every block"
-                } else {
-                    "token embeddings"
-                }
-            ),
-        }),
-        PosEnc::Floater(f) => Ok(PositionEncodings {
-            maps: computed(saved, len).await?,
-            note: match f.form {
-                FloaterForm::Additive => format!(
-                    "{name}: solutions of the trained ODE dp/dt = h(t, p) at t = i·{}, from each block's own \
-                     initial value; solved live for any length.",
-                    f.delta
-                ),
-                FloaterForm::Bias => format!(
-                    "{name}: the sinusoidal table at the input; every block's q, k and v biases are one shared \
-                     ODE's solution from learned b(0) at t = i·{}; solved live for any length.",
-                    f.delta
-                ),
-            },
-        }),
-    }
-}
-
-/// A seq2seq model's encodings: each side has its own (parameters under `encoder.` and
-/// `decoder.`), and FLOATER's compatible form adds a third flow over source positions for the
-/// cross-attention keys and values, as the authors' translation model does.
-async fn seq2seq_encodings(saved: &SavedModel, len: usize) -> Result<PositionEncodings> {
-    let c = saved.model.config();
-    let name = super::posenc_name(&c.posenc);
-    let tables = async |table: &str, label: &str| -> Result<Vec<EncodingMap>> {
-        Ok(vec![
-            table_map(
-                saved,
-                &format!("encoder.{table}"),
-                &format!("encoder: {label}"),
-                len,
-            )
-            .await?,
-            table_map(
-                saved,
-                &format!("decoder.{table}"),
-                &format!("decoder: {label}"),
-                len,
-            )
-            .await?,
-        ])
-    };
-    let (maps, note) = match c.posenc {
-        PosEnc::None | PosEnc::Rope { .. } | PosEnc::Alibi => (
-            Vec::new(),
-            "No position encoding: the encoder reads its source as a bag of tokens; the decoder has only its \
-             causal mask."
-                .to_string(),
-        ),
-        PosEnc::Relative {
-            buckets,
-            max_distance,
-            learned_absolute,
-        } => (
-            if learned_absolute {
-                tables(LEARNED_TABLE, "input").await?
-            } else {
-                Vec::new()
-            },
-            format!(
-                "T5 relative position bias on both sides: a trained bias per head for the bucket of j - i \
-                 ({buckets} buckets up to {max_distance}); the encoder's buckets tell left from right, the \
-                 decoder's look back only. Cross-attention has none.{}",
-                if learned_absolute {
-                    " Each side also adds its own trained absolute table (drawn) to its token embeddings."
-                } else {
-                    " No absolute table to draw."
-                }
-            ),
-        ),
-        PosEnc::Learned => (
-            tables(LEARNED_TABLE, "input").await?,
-            format!(
-                "{name}: each side has its own trained [max_len = {}, d] table added to its token embeddings.",
-                c.max_len
-            ),
-        ),
-        PosEnc::TupeA { .. } | PosEnc::TupeR { .. } => (
-            tables(TUPE_TABLE, "absolute table").await?,
-            format!(
-                "{name}: in both self-attentions, each side with its own table (never added to the residual \
-                 stream); cross-attention has no positional term."
-            ),
-        ),
-        PosEnc::Sinusoidal { .. } => (
-            computed_both_sides(saved, len).await?,
-            format!("{name}: the same fixed sin/cos table on both sides; any length."),
-        ),
-        PosEnc::Floater(f) => (
-            computed_both_sides(saved, len).await?,
-            match f.form {
-                FloaterForm::Additive => format!(
-                    "{name}: each side's own ODE solution at t = i·{} added before its blocks; any length.",
-                    f.delta
-                ),
-                FloaterForm::Bias => format!(
-                    "{name}, as the authors' translation model: sinusoidal tables at both inputs; one flow for \
-                     the encoder's q/k/v biases, one over target positions for the decoder's q/k/v and \
-                     cross-attention q biases, one over source positions for the cross-attention k/v biases \
-                     (t = i·{}). Pick a map above; solved live for any length.",
-                    f.delta
-                ),
-            },
-        ),
+    let seq2seq = c.decoder_dims().is_some();
+    let Description { note, drawn } = c.posenc.describe(c.dims(), seq2seq, len);
+    let maps = match drawn {
+        Drawn::Nothing => Vec::new(),
+        Drawn::Table { parameter, label } if seq2seq => {
+            // Each side has a table of its own.
+            let mut maps = Vec::new();
+            for side in ["encoder", "decoder"] {
+                let name = format!("{side}.{parameter}");
+                maps.push(table_map(saved, &name, &format!("{side}: {label}"), len).await?);
+            }
+            maps
+        }
+        Drawn::Table { parameter, label } => vec![table_map(saved, parameter, label, len).await?],
+        Drawn::Terms if seq2seq => computed_both_sides(saved, len).await?,
+        Drawn::Terms => computed(saved, len).await?,
+        Drawn::Fixed {
+            label,
+            columns,
+            values,
+        } => vec![EncodingMap {
+            label: label.into(),
+            positions: len,
+            dims: columns,
+            values,
+            valid_positions: len,
+        }],
     };
     Ok(PositionEncodings { maps, note })
 }
@@ -338,12 +147,12 @@ fn wanted_terms(terms: &PositionTerms, side: &str, wanted: &mut Vec<Wanted>) {
     }));
 }
 
-/// Builds `posenc::build` alone for `len` positions, runs it, and reads every term it adds to
+/// Builds the model's position terms alone for `len` positions, runs it, and reads every term it adds to
 /// the residual stream or to the q|k|v projections.
 async fn computed(saved: &SavedModel, len: usize) -> Result<Vec<EncodingMap>> {
     let c = saved.model.config();
     let mut g = Graph::new();
-    let terms = posenc::build(&mut g, &c.posenc, c.dims(), len)?;
+    let terms = c.posenc.terms(&mut g, c.dims(), len, EncodingSource::Solve)?;
     let mut wanted = Vec::new();
     wanted_terms(&terms, "", &mut wanted);
     read_maps(saved, &g, &terms.constants, wanted, len).await
@@ -358,20 +167,27 @@ async fn computed_both_sides(saved: &SavedModel, len: usize) -> Result<Vec<Encod
         .decoder_dims()
         .ok_or_else(|| Error::Input("not a seq2seq model".into()))?;
     let mut g = Graph::new();
-    let encoder_terms = g.with_param_prefix("encoder.", |g| posenc::build(g, &c.posenc, c.dims(), len))?;
-    let (decoder_terms, cross_q) =
-        g.with_param_prefix("decoder.", |g| posenc::build_decoder(g, &c.posenc, decoder, len))?;
+    let encoder_terms = g.with_param_prefix("encoder.", |g| {
+        c.posenc.terms(g, c.dims(), len, EncodingSource::Solve)
+    })?;
+    let decoder_terms = g.with_param_prefix("decoder.", |g| c.posenc.decoder_terms(g, decoder, len))?;
     let cross_kv = g.with_param_prefix("decoder.", |g| {
-        g.with_param_prefix("cross.", |g| posenc::build_cross_kv(g, &c.posenc, decoder, len))
+        g.with_param_prefix("cross.", |g| c.posenc.cross_kv(g, decoder, len))
     })?;
     let mut wanted = Vec::new();
     wanted_terms(&encoder_terms, "encoder: ", &mut wanted);
     wanted_terms(&decoder_terms, "decoder: ", &mut wanted);
-    wanted.extend(cross_q.iter().enumerate().map(|(i, &tensor)| Wanted {
-        label: format!("decoder: block {i}: cross-attention q bias"),
-        tensor,
-        parts: &[],
-    }));
+    wanted.extend(
+        decoder_terms
+            .cross_q_bias
+            .iter()
+            .enumerate()
+            .map(|(i, &tensor)| Wanted {
+                label: format!("decoder: block {i}: cross-attention q bias"),
+                tensor,
+                parts: &[],
+            }),
+    );
     wanted.extend(cross_kv.iter().enumerate().map(|(i, &tensor)| Wanted {
         label: format!("source positions: block {i}: cross-attention"),
         tensor,

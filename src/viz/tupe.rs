@@ -10,8 +10,7 @@ use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::Graph;
 use crate::inference::SavedModel;
-use crate::model::posenc::{self, Constant};
-use crate::model::{PosEnc, TupeForm};
+use crate::model::posenc::{Constant, Encoding, EncodingSource, TupeA, TupeForm};
 
 /// θ1 and θ2 `[H]` (names from `model/mod.rs`'s parameter table).
 const CLS_TO_OTHERS: &str = "posenc.tupe.cls_to_others";
@@ -33,14 +32,11 @@ pub struct TupeCorrelation {
 /// and the [CLS] reset left out), so it is exactly what the model adds, before those.
 pub async fn tupe_correlation(saved: &SavedModel) -> Result<TupeCorrelation> {
     let c = saved.model.config();
-    let (untie_cls, form) = match c.posenc {
-        PosEnc::TupeA { untie_cls, form } | PosEnc::TupeR { untie_cls, form, .. } => (untie_cls, form),
-        other => {
-            return Err(Error::Input(format!(
-                "the positional correlation is TUPE's; this model has {}",
-                super::posenc_name(&other)
-            )));
-        }
+    let Some(TupeA { untie_cls, form }) = c.posenc.tupe() else {
+        return Err(Error::Input(format!(
+            "the positional correlation is TUPE's; this model has {}",
+            c.posenc.name()
+        )));
     };
     let len = c.max_len;
     // A seq2seq model's is its encoder's (the decoder has a table of its own).
@@ -84,9 +80,11 @@ async fn absolute_term(
     form: TupeForm,
 ) -> Result<Vec<f32>> {
     let c = saved.model.config();
-    let absolute_only = PosEnc::TupeA { untie_cls, form };
+    let absolute_only = TupeA { untie_cls, form };
     let mut g = Graph::new();
-    let terms = g.with_param_prefix(prefix, |g| posenc::build(g, &absolute_only, c.dims(), c.max_len))?;
+    let terms = g.with_param_prefix(prefix, |g| {
+        absolute_only.terms(g, c.dims(), c.max_len, EncodingSource::Solve)
+    })?;
     let bias = terms
         .attention_bias
         .ok_or_else(|| Error::Graph("TUPE-A built no attention bias".into()))?;
@@ -107,11 +105,11 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State, jobs: &mut Vec<Job>) {
     };
     ui.weak(format!("{}: {}", checkpoint.name, checkpoint.describe()));
     let posenc = checkpoint.saved.model.config().posenc;
-    if !matches!(posenc, PosEnc::TupeA { .. } | PosEnc::TupeR { .. }) {
+    if posenc.tupe().is_none() {
         ui.label(format!(
             "This checkpoint has {}. TUPE's positional correlation exists only for TUPE-A and TUPE-R models: \
              select one in the side panel.",
-            super::posenc_name(&posenc)
+            posenc.name()
         ));
         return;
     }

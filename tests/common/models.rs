@@ -11,37 +11,38 @@ use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::data::{BOS, IGNORE_INDEX, SyntheticTask};
 use posflow::exec::Executor;
 use posflow::graph::Source;
+use posflow::model::{Alibi, Learned, NoEncoding, Relative, Rope, Sinusoidal, TupeA, TupeR};
 use posflow::model::{
     Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, GraphOptions, Model, ModelConfig,
     ModelKind, Nonlinearity, PosEnc, SolverMethod, TupeForm,
 };
 use posflow::params::ParamStore;
 
-pub const T5: PosEnc = PosEnc::Relative {
+pub const T5: PosEnc = PosEnc::Relative(Relative {
     buckets: 32,
     max_distance: 128,
     learned_absolute: false,
-};
+});
 
-pub const TUPE_A: PosEnc = PosEnc::TupeA {
+pub const TUPE_A: PosEnc = PosEnc::TupeA(TupeA {
     untie_cls: false,
     form: TupeForm::Paper,
-};
+});
 
-pub const TUPE_R: PosEnc = PosEnc::TupeR {
+pub const TUPE_R: PosEnc = PosEnc::TupeR(TupeR {
     untie_cls: false,
     buckets: 32,
     max_distance: 128,
     form: TupeForm::Paper,
-};
+});
 
 /// TUPE-R of an encoder with the [CLS] reset, and small buckets.
-pub const TUPE_R_UNTIED: PosEnc = PosEnc::TupeR {
+pub const TUPE_R_UNTIED: PosEnc = PosEnc::TupeR(TupeR {
     untie_cls: true,
     buckets: 8,
     max_distance: 20,
     form: TupeForm::Paper,
-};
+});
 
 /// FLOATER's additive form at every block, Δ = 0.1, midpoint, backprop (the form and settings
 /// posflow had first; the copy-task threshold below was measured with them).
@@ -75,20 +76,20 @@ pub const FLOATER_COMPATIBLE: PosEnc = PosEnc::Floater(FloaterConfig {
     resolve_every: 1,
 });
 
-pub const ROPE: PosEnc = PosEnc::Rope { base: 10_000.0 };
+pub const ROPE: PosEnc = PosEnc::Rope(Rope { base: 10_000.0 });
 
 pub const ALL_POSENCS: [PosEnc; 11] = [
-    PosEnc::None,
-    PosEnc::Sinusoidal { every_block: false },
-    PosEnc::Sinusoidal { every_block: true },
-    PosEnc::Learned,
+    PosEnc::None(NoEncoding {}),
+    PosEnc::Sinusoidal(Sinusoidal { every_block: false }),
+    PosEnc::Sinusoidal(Sinusoidal { every_block: true }),
+    PosEnc::Learned(Learned {}),
     T5,
     TUPE_A,
     TUPE_R,
     FLOATER,
     FLOATER_COMPATIBLE,
     ROPE,
-    PosEnc::Alibi,
+    PosEnc::Alibi(Alibi {}),
 ];
 
 pub fn tiny(kind: ModelKind, posenc: PosEnc) -> ModelConfig {

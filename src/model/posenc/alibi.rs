@@ -8,11 +8,75 @@
 //! the offsets themselves: a constant table `[2L − 1, H]` of each offset's bias per head, and the
 //! identity bucket list. So no `[H, L, L]` tensor exists at any length, and the table gets no
 //! gradient (`RelativeBias::trained` false).
+//!
+//! In TOML: `posenc = { type = "alibi" }`.
 
+use serde::{Deserialize, Serialize};
+
+use super::encoding::{
+    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms,
+};
 use crate::error::Result;
 use crate::graph::Graph;
 use crate::ops::attention::RelativeBias;
 use crate::tensor::TensorMeta;
+
+/// No settings: the slopes follow from the number of heads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Alibi {}
+
+impl Encoding for Alibi {
+    fn name(&self) -> String {
+        "ALiBi".into()
+    }
+
+    fn check(&self, model: &ModelFacts) -> std::result::Result<(), String> {
+        if model.seq2seq {
+            return Err(
+                "alibi is for the causal LM and the encoder so far; a seq2seq model cannot have it yet"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    fn terms(&self, g: &mut Graph, dims: ModelDims, len: usize, _: EncodingSource) -> Result<PositionTerms> {
+        let bias = build(g, dims.heads, len)?;
+        let rows = i32::try_from((2 * len).saturating_sub(1)).unwrap_or(i32::MAX);
+        let offsets: Vec<i32> = (0..rows).collect();
+        let table = alibi_table(len, dims.heads, dims.bidirectional);
+        Ok(PositionTerms {
+            relative_bias: Some(bias),
+            constants: vec![
+                (bias.table, Constant::F32(table)),
+                (bias.buckets, Constant::I32(offsets)),
+            ],
+            ..PositionTerms::default()
+        })
+    }
+
+    fn describe(&self, dims: ModelDims, _: bool, len: usize) -> Description {
+        let slopes = alibi_slopes(dims.heads);
+        let first: Vec<String> = slopes.iter().take(3).map(|m| format!("{m:.4}")).collect();
+        Description {
+            note: format!(
+                "{}: nothing is added to the tokens; every layer's attention logit of query i and key j gets \
+                 -m_h·|i - j|, a fixed slope per head (m_h = {}, ...). Drawn: that bias by distance (rows) for \
+                 each head (columns). Any length.",
+                self.name(),
+                first.join(", ")
+            ),
+            drawn: Drawn::Fixed {
+                label: "logit bias by distance (per head)",
+                columns: dims.heads,
+                values: (0..len)
+                    .flat_map(|d| slopes.iter().map(move |m| (-m * d as f64) as f32))
+                    .collect(),
+            },
+        }
+    }
+}
 
 /// The graph input that holds each offset's bias per head.
 pub const TABLE_INPUT: &str = "posenc.alibi.table";

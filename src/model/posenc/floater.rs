@@ -70,6 +70,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::encoding::{
+    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms,
+};
+use super::sinusoidal;
+
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, TensorId};
 use crate::ode::{Activation, Grid, MIN_RTOL, Method, Scheme, Tolerance};
@@ -200,6 +205,166 @@ impl Default for FloaterConfig {
             activation: default_activation(),
             resolve_every: one(),
         }
+    }
+}
+
+impl Encoding for FloaterConfig {
+    fn name(&self) -> String {
+        match self.form {
+            FloaterForm::Additive if self.every_block => "FLOATER (every block)".into(),
+            FloaterForm::Additive => "FLOATER".into(),
+            FloaterForm::Bias => "FLOATER (q/k/v biases)".into(),
+        }
+    }
+
+    fn check(&self, model: &ModelFacts) -> std::result::Result<(), String> {
+        self.validate(model.dims.d_model)?;
+        if model.seq2seq && self.resolve_every > 1 {
+            return Err(format!(
+                "a seq2seq model solves FLOATER's flows every step; resolve_every = {} caches them \
+                 for the decoder-only models only",
+                self.resolve_every
+            ));
+        }
+        Ok(())
+    }
+
+    fn terms(
+        &self,
+        g: &mut Graph,
+        dims: ModelDims,
+        len: usize,
+        source: EncodingSource,
+    ) -> Result<PositionTerms> {
+        let (d, layers) = (dims.d_model, dims.layers);
+        match self.form {
+            FloaterForm::Additive => Ok(self.additive(build(g, self, len, d, layers, source)?)),
+            FloaterForm::Bias => {
+                let (table, values) = sinusoidal::build(g, len, d);
+                let terms = build_bias(g, self, len, d, layers, source)?;
+                Ok(PositionTerms {
+                    at_input: Some(table),
+                    qkv_bias: terms.per_block,
+                    encodings: Some(terms.encodings),
+                    constants: vec![(table, Constant::F32(values))],
+                    ..PositionTerms::default()
+                })
+            }
+        }
+    }
+
+    /// The compatible form solves one flow of 4 parts per block over the target positions: the
+    /// self-attention's q, k, v biases and the cross-attention's q bias (the authors'
+    /// `proj_bias_selfattn`).
+    fn decoder_terms(&self, g: &mut Graph, dims: ModelDims, len: usize) -> Result<PositionTerms> {
+        if self.form == FloaterForm::Additive {
+            return self.terms(g, dims, len, EncodingSource::Solve);
+        }
+        let table = sinusoidal::build(g, len, dims.d_model);
+        self.decoder_biases(g, dims, len, table, EncodingSource::Solve)
+    }
+
+    /// The compatible form: one flow over the source positions (the authors'
+    /// `proj_bias_encattn_kv`).
+    fn cross_kv(&self, g: &mut Graph, dims: ModelDims, len: usize) -> Result<Vec<TensorId>> {
+        if self.form == FloaterForm::Additive {
+            return Ok(Vec::new());
+        }
+        let (_, parts) = solve_biases(g, self, len, dims.d_model, dims.layers, 2, EncodingSource::Solve)?;
+        parts.iter().map(|block| g.concat(block, 1)).collect()
+    }
+
+    /// The flow is solved once for every position ([`Encoding::decoder_terms`]); the step reads its
+    /// row t as the input [`PositionTerms::encodings`] `[1, rows, D]`.
+    fn step_terms(&self, g: &mut Graph, dims: ModelDims, t: usize) -> Result<PositionTerms> {
+        let (d, layers) = (dims.d_model, dims.layers);
+        match self.form {
+            FloaterForm::Additive => Ok(self.additive(build(g, self, 1, d, layers, EncodingSource::Input)?)),
+            FloaterForm::Bias => {
+                let row = sinusoidal::step_row(g, d, t);
+                self.decoder_biases(g, dims, 1, row, EncodingSource::Input)
+            }
+        }
+    }
+
+    fn adds_a_fixed_table(&self) -> bool {
+        true
+    }
+
+    fn resolve_every(&self) -> usize {
+        self.resolve_every
+    }
+
+    fn describe(&self, _: ModelDims, seq2seq: bool, _: usize) -> Description {
+        let (name, delta) = (self.name(), self.delta);
+        let note = match (seq2seq, self.form) {
+            (false, FloaterForm::Additive) => format!(
+                "{name}: solutions of the trained ODE dp/dt = h(t, p) at t = i·{delta}, from each block's own \
+                 initial value; solved live for any length."
+            ),
+            (false, FloaterForm::Bias) => format!(
+                "{name}: the sinusoidal table at the input; every block's q, k and v biases are one shared \
+                 ODE's solution from learned b(0) at t = i·{delta}; solved live for any length."
+            ),
+            (true, FloaterForm::Additive) => format!(
+                "{name}: each side's own ODE solution at t = i·{delta} added before its blocks; any length."
+            ),
+            (true, FloaterForm::Bias) => format!(
+                "{name}, as the authors' translation model: sinusoidal tables at both inputs; one flow for \
+                 the encoder's q/k/v biases, one over target positions for the decoder's q/k/v and \
+                 cross-attention q biases, one over source positions for the cross-attention k/v biases \
+                 (t = i·{delta}). Pick a map above; solved live for any length."
+            ),
+        };
+        Description {
+            note,
+            drawn: Drawn::Terms,
+        }
+    }
+}
+
+impl FloaterConfig {
+    /// The additive form's terms: each block's encodings at its input, or the first at the
+    /// model's input.
+    fn additive(&self, terms: FloaterTerms) -> PositionTerms {
+        let mut positions = PositionTerms {
+            encodings: Some(terms.encodings),
+            ..PositionTerms::default()
+        };
+        if self.every_block {
+            positions.at_block = terms.per_block;
+        } else {
+            positions.at_input = terms.per_block.first().copied();
+        }
+        positions
+    }
+
+    /// A decoder's compatible form over `len` positions: the sinusoidal `table` (its input and
+    /// values) at the input, and one flow of 4 parts per block, the self-attention's q|k|v biases
+    /// and the cross-attention's q bias.
+    fn decoder_biases(
+        &self,
+        g: &mut Graph,
+        dims: ModelDims,
+        len: usize,
+        (table, values): (TensorId, Vec<f32>),
+        source: EncodingSource,
+    ) -> Result<PositionTerms> {
+        let (encodings, parts) = solve_biases(g, self, len, dims.d_model, dims.layers, 4, source)?;
+        let mut qkv_bias = Vec::with_capacity(dims.layers);
+        let mut cross_q_bias = Vec::with_capacity(dims.layers);
+        for block in &parts {
+            qkv_bias.push(g.concat(&block[..3], 1)?);
+            cross_q_bias.push(block[3]);
+        }
+        Ok(PositionTerms {
+            at_input: Some(table),
+            qkv_bias,
+            cross_q_bias,
+            encodings: Some(encodings),
+            constants: vec![(table, Constant::F32(values))],
+            ..PositionTerms::default()
+        })
     }
 }
 
@@ -363,18 +528,6 @@ impl FloaterConfig {
             }),
         }
     }
-}
-
-/// Where a graph's FLOATER encodings come from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum EncodingSource {
-    /// The graph solves the ODE (and trains its parameters).
-    #[default]
-    Solve,
-    /// The graph takes the encodings of an earlier solve as the input [`ENCODINGS_INPUT`]: the
-    /// caching the paper describes, between re-solves in training and once per length at
-    /// inference. Such a graph declares no dynamics, so it trains everything else.
-    Input,
 }
 
 /// The name of the encodings input of graphs built with [`EncodingSource::Input`].

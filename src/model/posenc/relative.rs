@@ -6,7 +6,17 @@
 //! its kernels with the table ([`crate::ops::attention::RelativeBias`]), so that nothing is
 //! `[L, L]`. Any length works; offsets beyond `max_distance` share the last bucket. TUPE-R adds
 //! the bias to its dense positional term instead ([`build_dense`]), at lengths up to `max_len`.
+//!
+//! In TOML: `posenc = { type = "relative", buckets = 32, max_distance = 128 }`; with
+//! `learned_absolute = true` a learned table is added to the embeddings too (the TUPE paper's
+//! BERT-R baseline).
 
+use serde::{Deserialize, Serialize};
+
+use super::encoding::{
+    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, is_default,
+};
+use super::learned;
 use crate::error::Result;
 use crate::graph::{Graph, Init, TensorId};
 use crate::ops::attention::RelativeBias;
@@ -23,6 +33,151 @@ pub const MATRIX_INPUT_NAME: &str = "posenc.relative.buckets";
 /// The table starts small, so training starts close to no position information (T5 itself uses
 /// N(0, 1/√d_model)); 0.02 is the std of every other table here.
 const INIT_STD: f32 = 0.02;
+
+/// The bucket count and distance stay within the positions posflow runs.
+const MAX_BUCKETS: usize = 1 << 12;
+const MAX_DISTANCE: usize = 1 << 20;
+
+/// T5's relative bias: a trained `[buckets, heads]` table of attention-logit biases, indexed by
+/// the bucket of the key-minus-query offset and shared by every layer. The encoder splits the
+/// buckets between both signs; the causal LM spends them all on the past. Half of each side's
+/// buckets are exact offsets, the rest log-spaced up to `max_distance`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Relative {
+    /// Default 32.
+    #[serde(default = "t5_buckets")]
+    pub buckets: usize,
+    /// Default 128.
+    #[serde(default = "t5_max_distance")]
+    pub max_distance: usize,
+    /// A learned absolute table added to the embeddings too. Default false.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub learned_absolute: bool,
+}
+
+impl Default for Relative {
+    fn default() -> Self {
+        Self {
+            buckets: t5_buckets(),
+            max_distance: t5_max_distance(),
+            learned_absolute: false,
+        }
+    }
+}
+
+pub(super) fn t5_buckets() -> usize {
+    32
+}
+
+pub(super) fn t5_max_distance() -> usize {
+    128
+}
+
+/// The bucket layout's limits: the encoder's half of the buckets must still split into exact and
+/// log-spaced ones, and the log-spaced range must start below `max_distance`.
+pub(super) fn check_buckets(buckets: usize, max_distance: usize) -> std::result::Result<(), String> {
+    if !(4..=MAX_BUCKETS).contains(&buckets) {
+        return Err(format!(
+            "relative position encoding needs 4 ≤ buckets ≤ {MAX_BUCKETS}, got {buckets}"
+        ));
+    }
+    if max_distance > MAX_DISTANCE {
+        return Err(format!(
+            "relative position encoding's max_distance is {max_distance}, over posflow's limit of {MAX_DISTANCE}"
+        ));
+    }
+    if max_distance <= buckets / 2 {
+        return Err(format!(
+            "relative position encoding needs max_distance > buckets / 2 = {}, got {max_distance}",
+            buckets / 2
+        ));
+    }
+    Ok(())
+}
+
+impl Encoding for Relative {
+    fn name(&self) -> String {
+        if self.learned_absolute {
+            "learned table + T5 relative (BERT-R)".into()
+        } else {
+            "T5 relative".into()
+        }
+    }
+
+    fn check(&self, _: &ModelFacts) -> std::result::Result<(), String> {
+        check_buckets(self.buckets, self.max_distance)
+    }
+
+    fn terms(&self, g: &mut Graph, dims: ModelDims, len: usize, _: EncodingSource) -> Result<PositionTerms> {
+        let values = buckets_by_offset(len, dims.bidirectional, self.buckets, self.max_distance);
+        let bias = build(g, dims.heads, self.buckets, &values)?;
+        let at_input = self
+            .learned_absolute
+            .then(|| learned::build(g, len, dims.max_len, dims.d_model))
+            .transpose()?;
+        Ok(PositionTerms {
+            at_input,
+            relative_bias: Some(bias),
+            constants: vec![(bias.buckets, Constant::I32(values))],
+            ..PositionTerms::default()
+        })
+    }
+
+    fn step_terms(&self, g: &mut Graph, dims: ModelDims, t: usize) -> Result<PositionTerms> {
+        // The op reads entry j for key j of the one query: the offsets −t..0, the first t + 1 of
+        // the 2t + 1 a square graph's input holds.
+        let mut values = buckets_by_offset(t + 1, false, self.buckets, self.max_distance);
+        values.truncate(t + 1);
+        let bias = build(g, dims.heads, self.buckets, &values)?;
+        let at_input = self
+            .learned_absolute
+            .then(|| learned::step_row(g, dims, t))
+            .transpose()?;
+        Ok(PositionTerms {
+            at_input,
+            relative_bias: Some(bias),
+            constants: vec![(bias.buckets, Constant::I32(values))],
+            ..PositionTerms::default()
+        })
+    }
+
+    fn has_table(&self) -> bool {
+        self.learned_absolute
+    }
+
+    fn describe(&self, dims: ModelDims, seq2seq: bool, _: usize) -> Description {
+        let (name, buckets, max_distance) = (self.name(), self.buckets, self.max_distance);
+        let note = match (seq2seq, self.learned_absolute) {
+            (false, false) => format!(
+                "T5 relative position bias: nothing is added to the tokens; every layer's attention logits get a \
+                 trained bias per head for the bucket of the offset j - i ({buckets} buckets, log-spaced up to \
+                 {max_distance}). It has no absolute table to draw."
+            ),
+            (false, true) => format!(
+                "{name}: a trained [max_len = {}, d] table added to the token embeddings (drawn), and T5's \
+                 relative bias in every layer's attention logits ({buckets} buckets up to {max_distance}).",
+                dims.max_len
+            ),
+            (true, absolute) => format!(
+                "T5 relative position bias on both sides: a trained bias per head for the bucket of j - i \
+                 ({buckets} buckets up to {max_distance}); the encoder's buckets tell left from right, the \
+                 decoder's look back only. Cross-attention has none.{}",
+                if absolute {
+                    " Each side also adds its own trained absolute table (drawn) to its token embeddings."
+                } else {
+                    " No absolute table to draw."
+                }
+            ),
+        };
+        let drawn = if self.learned_absolute {
+            learned::TABLE
+        } else {
+            Drawn::Nothing
+        };
+        Description { note, drawn }
+    }
+}
 
 /// The bucket of the offset `relative = j − i`, exactly as T5's `_relative_position_bucket`.
 ///

@@ -60,8 +60,12 @@
 //! The reset is `term · keep + θ1 · cls_row + θ2 · cls_column` with three constant `[L, L]` masks
 //! (graph inputs, written by the host like the relative buckets).
 
-use super::relative;
-use super::{Constant, TupeForm};
+use serde::{Deserialize, Serialize};
+
+use super::encoding::{
+    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, is_default,
+};
+use super::relative::{self, t5_buckets, t5_max_distance};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, TensorId};
 use crate::model::LN_EPS;
@@ -87,6 +91,209 @@ pub const CLS_COLUMN_INPUT: &str = "posenc.tupe.cls_column";
 
 /// BERT's initialisation (the paper follows BERT) for the table and the projections.
 const INIT_STD: f32 = 0.02;
+
+/// Which TUPE: as the paper writes it, or as its authors' code ran it (guolinke/TUPE,
+/// `transformer_sentence_encoder.py`; see above). In TOML: `form = "code"`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TupeForm {
+    /// The paper's equations: `U_Q`, `U_K` without biases, a table row per position, θ1 and θ2
+    /// free per-head scalars, TUPE-R's [CLS] reset applied to the sum of both terms.
+    #[default]
+    Paper,
+    /// The authors' code: `U_Q`, `U_K` with biases, a table of `max_len + 1` rows whose row i + 1
+    /// is position i, θ1 and θ2 the correlations of rows 0 and 1 with themselves (through the same
+    /// layer norm, projections and scale), TUPE-R's [CLS] row and column two buckets of their own.
+    Code,
+}
+
+/// TUPE-A: no position is added to the input; each layer's attention logits get the positional
+/// correlation `(p_i U_Q)·(p_j U_K) / √(2·Dh)` per head, from a trained `[max_len, d_model]`
+/// table `p` (layer-normed) with its own projections, shared by every layer; the word logits are
+/// scaled by `1/√(2·Dh)` too. In TOML:
+/// `posenc = { type = "tupe_a", untie_cls = true, form = "code" }`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TupeA {
+    /// Replace the positional term of [CLS] (position 0, an encoder's) by trained per-head
+    /// values. Required.
+    pub untie_cls: bool,
+    /// The paper's (default) or the authors' code's.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub form: TupeForm,
+}
+
+/// TUPE-R: TUPE-A plus T5's relative bias (as `relative`, with the same defaults), summed before
+/// the [CLS] reset (in the code form, given [CLS] buckets of its own). In TOML:
+/// `posenc = { type = "tupe_r", untie_cls = true, buckets = 32, max_distance = 128 }`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TupeR {
+    pub untie_cls: bool,
+    #[serde(default = "t5_buckets")]
+    pub buckets: usize,
+    #[serde(default = "t5_max_distance")]
+    pub max_distance: usize,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub form: TupeForm,
+}
+
+impl TupeR {
+    /// Its TUPE-A part: the same table, projections and [CLS] settings without the relative bias.
+    pub fn absolute(&self) -> TupeA {
+        TupeA {
+            untie_cls: self.untie_cls,
+            form: self.form,
+        }
+    }
+}
+
+/// TUPE's terms for `len` positions (`relative`: TUPE-R's bias, as [`Tupe::relative`]).
+fn tupe_terms(
+    g: &mut Graph,
+    dims: ModelDims,
+    len: usize,
+    relative: Option<(bool, usize, usize)>,
+    (untie_cls, form): (bool, TupeForm),
+) -> Result<PositionTerms> {
+    let tupe = Tupe {
+        len,
+        max_len: dims.max_len,
+        d_model: dims.d_model,
+        heads: dims.heads,
+        relative,
+        untie_cls,
+        form,
+    };
+    let (bias, constants) = tupe.build(g)?;
+    Ok(PositionTerms {
+        attention_bias: Some(bias),
+        attention_scale: Some(tupe.scale()),
+        constants,
+        ..PositionTerms::default()
+    })
+}
+
+/// TUPE's terms for the query at `t`: row t of the `[H, t + 1, t + 1]` term of the first t + 1
+/// positions.
+fn tupe_step(
+    g: &mut Graph,
+    dims: ModelDims,
+    t: usize,
+    relative: Option<(bool, usize, usize)>,
+    settings: (bool, TupeForm),
+) -> Result<PositionTerms> {
+    let mut terms = tupe_terms(g, dims, t + 1, relative, settings)?;
+    if let Some(square) = terms.attention_bias {
+        terms.attention_bias = Some(g.slice(square, 1, t, t + 1)?);
+    }
+    Ok(terms)
+}
+
+fn check_untie_cls(untie_cls: bool, model: &ModelFacts) -> std::result::Result<(), String> {
+    if untie_cls && !model.reads_cls {
+        return Err(
+            "untie_cls resets the positional term of [CLS] (position 0), which only an encoder \
+             (a classifier or a masked LM) has; set untie_cls = false for a causal LM or a seq2seq \
+             model"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// What the viewer says of either TUPE, named `name`.
+fn describe_tupe(name: String, seq2seq: bool) -> Description {
+    let note = if seq2seq {
+        format!(
+            "{name}: in both self-attentions, each side with its own table (never added to the residual \
+             stream); cross-attention has no positional term."
+        )
+    } else {
+        format!(
+            "{name}: this table never enters the residual stream; its layer-normed rows go through U_Q and U_K \
+             into a positional attention term per head (the TUPE tab shows it)."
+        )
+    };
+    Description {
+        note,
+        drawn: Drawn::Table {
+            parameter: TABLE_NAME,
+            label: "absolute table",
+        },
+    }
+}
+
+/// "TUPE-A" or "TUPE-R", and which form.
+fn tupe_name(kind: &str, form: TupeForm) -> String {
+    match form {
+        TupeForm::Paper => kind.into(),
+        TupeForm::Code => format!("{kind} (authors' code)"),
+    }
+}
+
+impl Encoding for TupeA {
+    fn name(&self) -> String {
+        tupe_name("TUPE-A", self.form)
+    }
+
+    fn check(&self, model: &ModelFacts) -> std::result::Result<(), String> {
+        check_untie_cls(self.untie_cls, model)
+    }
+
+    fn terms(&self, g: &mut Graph, dims: ModelDims, len: usize, _: EncodingSource) -> Result<PositionTerms> {
+        tupe_terms(g, dims, len, None, (self.untie_cls, self.form))
+    }
+
+    fn step_terms(&self, g: &mut Graph, dims: ModelDims, t: usize) -> Result<PositionTerms> {
+        tupe_step(g, dims, t, None, (self.untie_cls, self.form))
+    }
+
+    fn has_table(&self) -> bool {
+        true
+    }
+
+    fn unties_cls(&self) -> bool {
+        self.untie_cls
+    }
+
+    fn describe(&self, _: ModelDims, seq2seq: bool, _: usize) -> Description {
+        describe_tupe(self.name(), seq2seq)
+    }
+}
+
+impl Encoding for TupeR {
+    fn name(&self) -> String {
+        tupe_name("TUPE-R", self.form)
+    }
+
+    fn check(&self, model: &ModelFacts) -> std::result::Result<(), String> {
+        check_untie_cls(self.untie_cls, model)?;
+        relative::check_buckets(self.buckets, self.max_distance)
+    }
+
+    fn terms(&self, g: &mut Graph, dims: ModelDims, len: usize, _: EncodingSource) -> Result<PositionTerms> {
+        let relative = Some((dims.bidirectional, self.buckets, self.max_distance));
+        tupe_terms(g, dims, len, relative, (self.untie_cls, self.form))
+    }
+
+    fn step_terms(&self, g: &mut Graph, dims: ModelDims, t: usize) -> Result<PositionTerms> {
+        let relative = Some((false, self.buckets, self.max_distance));
+        tupe_step(g, dims, t, relative, (self.untie_cls, self.form))
+    }
+
+    fn has_table(&self) -> bool {
+        true
+    }
+
+    fn unties_cls(&self) -> bool {
+        self.untie_cls
+    }
+
+    fn describe(&self, _: ModelDims, seq2seq: bool, _: usize) -> Description {
+        describe_tupe(self.name(), seq2seq)
+    }
+}
 
 /// The sizes and options of one TUPE position term.
 #[derive(Clone, Copy, Debug)]

@@ -51,7 +51,7 @@ pub use step::{DecoderStep, SourceMemory};
 
 use super::block::{self, BlockInputs, CrossInputs, Dropouts, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm};
 use super::config::{EmbedScale, ModelConfig, ModelKind};
-use super::posenc::{self, Constant, ModelDims, PositionTerms};
+use super::posenc::{Constant, EncodingSource, ModelDims, PositionTerms};
 use super::transformer::{GraphOptions, Model};
 use crate::data::{IGNORE_INDEX, PairBatch};
 use crate::error::{Error, Result};
@@ -231,7 +231,7 @@ pub(super) fn encode(
     let source = g.input("source", TensorMeta::i32(&[batch, source_len]));
     let source_mask = g.input("source_mask", TensorMeta::i32(&[batch, source_len]));
     g.with_param_prefix("encoder.", |g| {
-        let positions = posenc::build(g, &c.posenc, c.dims(), source_len)?;
+        let positions = c.posenc.terms(g, c.dims(), source_len, EncodingSource::Solve)?;
         let x = embed(g, c, tok_emb, source, &positions, dropout, EMBEDDING_DROPOUT_SALT)?;
         let (attention_bias, attention_scale) = attention_terms(c, &positions);
         let shared = BlockInputs {
@@ -272,9 +272,7 @@ pub(super) fn cross_memory(
     source_len: usize,
 ) -> Result<Vec<(TensorId, TensorId)>> {
     g.with_param_prefix("decoder.", |g| {
-        let kv_bias = g.with_param_prefix("cross.", |g| {
-            posenc::build_cross_kv(g, &c.posenc, sides.decoder, source_len)
-        })?;
+        let kv_bias = g.with_param_prefix("cross.", |g| c.posenc.cross_kv(g, sides.decoder, source_len))?;
         (0..sides.decoder.layers)
             .map(|layer| block::cross_keys_values(g, c, layer, memory, kv_bias.get(layer).copied()))
             .collect()
@@ -319,7 +317,7 @@ impl Model {
         // The decoder.
         let target_in = g.input("target_in", TensorMeta::i32(&[batch, target_len]));
         let (y, decoder_positions, decoder_blocks) = g.with_param_prefix("decoder.", |g| {
-            let (positions, cross_q_bias) = posenc::build_decoder(g, &c.posenc, sides.decoder, target_len)?;
+            let positions = c.posenc.decoder_terms(g, sides.decoder, target_len)?;
             let y = embed(g, c, tok_emb, target_in, &positions, dropout, DECODER_SALTS)?;
             let (attention_bias, attention_scale) = attention_terms(c, &positions);
             let shared = BlockInputs {
@@ -338,7 +336,7 @@ impl Model {
                 cross: Some(CrossInputs {
                     keys_values: memory,
                     key_mask: source_mask,
-                    q_bias: cross_q_bias,
+                    q_bias: positions.cross_q_bias.clone(),
                 }),
                 cache: Vec::new(),
             };

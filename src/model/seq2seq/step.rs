@@ -5,7 +5,7 @@
 //! A step graph is the teacher-forced decoder's code on one position: its blocks put the cached
 //! keys and values `[B, H, t, Dh]` of each block and stage before the step's own, its one query
 //! sees all of them (causal attention aligned at the end), and its position terms are position
-//! t's ([`posenc::build_step`]). So its logits equal the full decoder's at position t (tested in
+//! t's ([`crate::model::Encoding::step_terms`]). So its logits equal the full decoder's at position t (tested in
 //! `tests.rs`), and a beam search reorders the cache rows on the host between steps.
 
 use super::{Sides, attention_terms, cross_memory, embed, encode, output_logits, stack, token_table};
@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Graph, TensorId};
 use crate::model::block::{BlockInputs, CrossInputs};
-use crate::model::posenc::{self, Constant};
+use crate::model::posenc::Constant;
 use crate::model::transformer::Model;
 use crate::tensor::TensorMeta;
 
@@ -91,9 +91,7 @@ impl Model {
     pub fn build_decoder_flow(&self, g: &mut Graph, len: usize) -> Result<Option<TensorId>> {
         let c = self.config();
         let sides = Sides::of(c)?;
-        let (terms, _) = g.with_param_prefix("decoder.", |g| {
-            posenc::build_decoder(g, &c.posenc, sides.decoder, len)
-        })?;
+        let terms = g.with_param_prefix("decoder.", |g| c.posenc.decoder_terms(g, sides.decoder, len))?;
         Ok(terms.encodings)
     }
 
@@ -145,7 +143,7 @@ impl Model {
                 .collect()
         };
         let (y, positions, blocks) = g.with_param_prefix("decoder.", |g| {
-            let (positions, cross_q_bias) = posenc::build_step(g, &c.posenc, sides.decoder, position)?;
+            let positions = c.posenc.step_terms(g, sides.decoder, position)?;
             let y = embed(g, c, tok_emb, token, &positions, None, 0)?;
             let (attention_bias, attention_scale) = attention_terms(c, &positions);
             let shared = BlockInputs {
@@ -164,7 +162,7 @@ impl Model {
                 cross: Some(CrossInputs {
                     keys_values: memory.clone(),
                     key_mask: source_mask,
-                    q_bias: cross_q_bias,
+                    q_bias: positions.cross_q_bias.clone(),
                 }),
                 cache: cache.clone(),
             };

@@ -12,6 +12,7 @@ use crate::model::{
     Block, EmbedScale, FloaterConfig, FloaterForm, GraphOptions, Model, ModelConfig, ModelKind, PosEnc,
     TupeForm,
 };
+use crate::model::{Learned, NoEncoding, Relative, Sinusoidal, TupeA, TupeR};
 use crate::params::ParamStore;
 use crate::testing::{assert_close, cpu, gpu};
 
@@ -39,25 +40,25 @@ pub(crate) fn config(posenc: PosEnc, block: Block, decoder_block: Block) -> Mode
 pub(crate) fn every_posenc() -> Vec<PosEnc> {
     let floater = FloaterConfig::default();
     vec![
-        PosEnc::None,
-        PosEnc::Sinusoidal { every_block: false },
-        PosEnc::Sinusoidal { every_block: true },
-        PosEnc::Learned,
-        PosEnc::Relative {
+        PosEnc::None(NoEncoding {}),
+        PosEnc::Sinusoidal(Sinusoidal { every_block: false }),
+        PosEnc::Sinusoidal(Sinusoidal { every_block: true }),
+        PosEnc::Learned(Learned {}),
+        PosEnc::Relative(Relative {
             buckets: 8,
             max_distance: 20,
             learned_absolute: false,
-        },
-        PosEnc::TupeA {
+        }),
+        PosEnc::TupeA(TupeA {
             untie_cls: false,
             form: TupeForm::Paper,
-        },
-        PosEnc::TupeR {
+        }),
+        PosEnc::TupeR(TupeR {
             untie_cls: false,
             buckets: 8,
             max_distance: 20,
             form: TupeForm::Paper,
-        },
+        }),
         PosEnc::Floater(floater),
         PosEnc::Floater(FloaterConfig {
             form: FloaterForm::Additive,
@@ -152,7 +153,7 @@ fn each_side_has_its_own_position_parameters_and_floater_three_flows() {
         let g = model.declare_params().unwrap();
         g.params().map(|(name, _)| name.to_string()).collect()
     };
-    let learned = names(PosEnc::Learned);
+    let learned = names(PosEnc::Learned(Learned {}));
     assert!(
         learned.contains(&"encoder.pos_emb.weight".to_string()),
         "{learned:?}"
@@ -192,7 +193,12 @@ fn each_side_has_its_own_position_parameters_and_floater_three_flows() {
 
 #[test]
 fn a_source_longer_than_a_learned_table_is_an_error_naming_both_lengths() {
-    let model = Model::new(config(PosEnc::Learned, Block::Residual, Block::Residual)).unwrap();
+    let model = Model::new(config(
+        PosEnc::Learned(Learned {}),
+        Block::Residual,
+        Block::Residual,
+    ))
+    .unwrap();
     let mut g = Graph::new();
     let err = model
         .build_seq2seq(&mut g, 1, 9, 3, GraphOptions::default())
@@ -322,7 +328,7 @@ fn cached_incremental_decoding_gives_the_full_decoder_s_logits() {
     backends.extend(gpu());
     for backend in backends {
         for (posenc, decoder_block) in every_posenc().into_iter().map(|p| (p, Block::Residual)).chain([
-            (PosEnc::Sinusoidal { every_block: false }, Block::Rk4),
+            (PosEnc::Sinusoidal(Sinusoidal { every_block: false }), Block::Rk4),
             (PosEnc::Floater(FloaterConfig::default()), Block::Rk2Gated),
         ]) {
             let model = Model::new(config(posenc, Block::Rk2 { gamma: [0.5, 0.5] }, decoder_block)).unwrap();

@@ -1,0 +1,202 @@
+//! What a position encoding is to the rest of posflow: the [`Encoding`] trait, the terms it adds to
+//! a graph ([`PositionTerms`]) and what the model around it is ([`ModelDims`], [`ModelFacts`]).
+//! Each encoding's file implements the trait for its settings; the registry
+//! ([`super::PosEnc`]) picks one by the config's `type`. Nothing else names an encoding.
+
+use crate::error::{Error, Result};
+use crate::graph::{Graph, TensorId};
+use crate::ops::attention::RelativeBias;
+
+/// The sizes of the model an encoding is built for: all it reads of a model config
+/// ([`crate::model::ModelConfig::dims`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelDims {
+    pub d_model: usize,
+    pub heads: usize,
+    pub layers: usize,
+    /// The longest sequence a learned position table holds.
+    pub max_len: usize,
+    /// An encoder: positions attend both ways (T5's buckets tell left from right).
+    pub bidirectional: bool,
+}
+
+impl ModelDims {
+    /// The width of one attention head.
+    pub fn head_dim(&self) -> usize {
+        self.d_model / self.heads.max(1)
+    }
+}
+
+/// What the model around an encoding is, as the encoding's checks read it
+/// ([`crate::model::ModelConfig::facts`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelFacts {
+    pub dims: ModelDims,
+    /// An encoder, a decoder and the decoder's cross-attention.
+    pub seq2seq: bool,
+    /// A [CLS] token at position 0 (a classifier or a masked LM).
+    pub reads_cls: bool,
+    /// A masked LM: it attends both ways, with no causal mask to learn order from.
+    pub masked_lm: bool,
+}
+
+/// Where a graph's FLOATER encodings come from (every other encoding has nothing to solve and
+/// ignores it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EncodingSource {
+    /// The graph solves the ODE (and trains its parameters).
+    #[default]
+    Solve,
+    /// The graph takes the encodings of an earlier solve as the input
+    /// [`super::ENCODINGS_INPUT`]: the caching the paper describes, between re-solves in training
+    /// and once per length at inference. Such a graph declares no dynamics, so it trains
+    /// everything else.
+    Input,
+}
+
+/// The position terms of one graph: what the model adds where. An encoding fills the fields it
+/// has; the stack builder reads them all.
+#[derive(Clone, Debug, Default)]
+pub struct PositionTerms {
+    /// `[L, d_model]`, added to the token embeddings (broadcast over the batch).
+    pub at_input: Option<TensorId>,
+    /// `[L, d_model]` per block, added to the input of block i; empty when none.
+    pub at_block: Vec<TensorId>,
+    /// `[L, 3·d_model]` per block, added to its q|k|v projection (FLOATER's compatible form).
+    pub qkv_bias: Vec<TensorId>,
+    /// `[L, d_model]` per decoder block, added to its cross-attention's q projection (FLOATER's
+    /// compatible form in a seq2seq decoder); empty elsewhere.
+    pub cross_q_bias: Vec<TensorId>,
+    /// `[heads, L, L]`, added to every layer's attention logits (shared by the batch): TUPE's
+    /// positional term, whose length is bounded by its table's `max_len`.
+    pub attention_bias: Option<TensorId>,
+    /// A relative bias (T5's trained table, ALiBi's fixed one), added to every layer's attention
+    /// logits inside the attention kernels, so that no `[heads, L, L]` tensor exists at any
+    /// length.
+    pub relative_bias: Option<RelativeBias>,
+    /// The attention op's factor on q·k when it is not the usual `1/√Dh` (TUPE: `1/√(2·Dh)`).
+    pub attention_scale: Option<f32>,
+    /// Constant inputs and their values, written before each run.
+    pub constants: Vec<(TensorId, Constant)>,
+    /// FLOATER: every block's encodings in one tensor ([`super::encodings_shape`]), solved by the
+    /// graph or its input ([`EncodingSource`]).
+    pub encodings: Option<TensorId>,
+    /// RoPE: the `[L, Dh]` table ([`crate::ops::rope::rope_table`]) every layer's queries and
+    /// keys are turned by.
+    pub rope: Option<TensorId>,
+}
+
+/// The values of a constant graph input.
+#[derive(Clone, Debug)]
+pub enum Constant {
+    F32(Vec<f32>),
+    I32(Vec<i32>),
+}
+
+/// What the viewer draws of an encoding at one length, and what it says of it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Description {
+    /// What the encoding is and where it enters the model.
+    pub note: String,
+    pub drawn: Drawn,
+}
+
+/// What of an encoding there is to draw as a positions × columns map.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Drawn {
+    /// Nothing: no table, nothing added to the residual stream.
+    Nothing,
+    /// A trained `[max_len, d_model]` table: its parameter (each side's own, under `encoder.` and
+    /// `decoder.`, in a seq2seq model) and the label of its map.
+    Table {
+        parameter: &'static str,
+        label: &'static str,
+    },
+    /// What the encoding's graph adds to the residual stream or the q|k|v projections, computed
+    /// at the length asked for.
+    Terms,
+    /// Values the settings fix, `[len, columns]` row-major, and their label.
+    Fixed {
+        label: &'static str,
+        columns: usize,
+        values: Vec<f32>,
+    },
+}
+
+/// A position encoding: its settings, checked against the model, and its terms for every model
+/// shape (a batch of sequences, a seq2seq decoder and its cross-attention, one decoding step).
+pub trait Encoding {
+    /// The short name the viewer, the benchmarks and the reports show.
+    fn name(&self) -> String;
+
+    /// Whether these settings suit the model; the error says what does not.
+    fn check(&self, _model: &ModelFacts) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    /// The terms of sequences of `len` (a causal LM, an encoder, a seq2seq model's encoder), with
+    /// FLOATER's encodings from `source`.
+    fn terms(
+        &self,
+        g: &mut Graph,
+        dims: ModelDims,
+        len: usize,
+        source: EncodingSource,
+    ) -> Result<PositionTerms>;
+
+    /// A seq2seq decoder's terms over `len` target positions (`dims` the decoder's, not
+    /// bidirectional), with the cross-attention's q biases where the encoding has them.
+    fn decoder_terms(&self, g: &mut Graph, dims: ModelDims, len: usize) -> Result<PositionTerms> {
+        self.terms(g, dims, len, EncodingSource::Solve)
+    }
+
+    /// A seq2seq decoder's cross-attention k|v biases `[S, 2D]`, one per block, over `len` source
+    /// positions; none for most encodings.
+    fn cross_kv(&self, _g: &mut Graph, _dims: ModelDims, _len: usize) -> Result<Vec<TensorId>> {
+        Ok(Vec::new())
+    }
+
+    /// One incremental decoding step's terms: the decoder's, for its one query at position `t`
+    /// over the keys 0..=t. Everything is the step graph's own but FLOATER's flow, solved once
+    /// for every position and read as the input [`PositionTerms::encodings`].
+    fn step_terms(&self, _g: &mut Graph, _dims: ModelDims, _t: usize) -> Result<PositionTerms> {
+        Err(Error::Input(format!(
+            "{} is for the causal LM and the encoder so far; a seq2seq decoder cannot have it yet",
+            self.name()
+        )))
+    }
+
+    /// Whether a learned table bounds the sequence length by `max_len`.
+    fn has_table(&self) -> bool {
+        false
+    }
+
+    /// Whether the [CLS] position's positional term is replaced by trained values (TUPE).
+    fn unties_cls(&self) -> bool {
+        false
+    }
+
+    /// Whether a fixed table of amplitude about 1 is added to the embeddings: scaled token
+    /// embeddings (`embed_scale = "sqrt_d"`) are then the default, as in the papers' models,
+    /// since embeddings of std 0.02 are drowned by it (a character LM stayed on the unigram
+    /// plateau, 3.07 against 2.35 with √d).
+    fn adds_a_fixed_table(&self) -> bool {
+        false
+    }
+
+    /// Every how many training steps the encodings are solved again (FLOATER's caching; 1: every
+    /// step, as every other encoding's terms are part of the step).
+    fn resolve_every(&self) -> usize {
+        1
+    }
+
+    /// What the viewer draws and says of this encoding in a model of `dims` (`seq2seq`: both
+    /// sides of one) at `len` positions.
+    fn describe(&self, dims: ModelDims, seq2seq: bool, len: usize) -> Description;
+}
+
+/// Whether a value is its type's default, so that the options added since a checkpoint format
+/// was fixed are left out of its metadata when unset (older posflow versions read it unchanged).
+pub(crate) fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
