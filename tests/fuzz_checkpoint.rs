@@ -18,7 +18,7 @@ use fuzz::{Outcome, Tally, first_non_finite, is_cheap, mutants_per_family, names
 use posflow::backend::{Backend, CpuBackend};
 use posflow::checkpoint::{Checkpoint, FLOATER_ENCODINGS_STATE};
 use posflow::inference::SavedModel;
-use posflow::train::{Evaluator, RunConfig, Task, Trainer, saved_run};
+use posflow::train::{DataTask, Evaluator, RunConfig, Task, Trainer, saved_run};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use safetensors_edits::{
@@ -141,7 +141,7 @@ fn read_and_run(bytes: &[u8]) -> Result<Option<String>, String> {
     if !is_cheap(&run) {
         return Ok(None);
     }
-    let task = Task::load(&run).map_err(err)?;
+    let task = DataTask::load(&run).map_err(err)?;
     let sets = task.eval_sets(&[EVAL_LENGTH], run.train.batch, 1);
     let mut evaluator = Evaluator::new(saved.model.clone());
     let report = pollster::block_on(evaluator.evaluate(&saved.params, sets, task.train_len()));

@@ -17,7 +17,7 @@ use posflow::exec::Executor;
 use posflow::graph::Graph;
 use posflow::model::{GraphOptions, Model};
 use posflow::params::ParamStore;
-use posflow::train::{RunConfig, Task, TrainBatch, Trainer};
+use posflow::train::{DataTask, RunConfig, Task, TrainBatch, Trainer};
 use scratch_dir::scratch;
 
 fn stdout(o: &Output) -> String {
@@ -190,8 +190,10 @@ eval_lengths = [24]
 /// position ignored.
 #[test]
 fn the_loss_counts_the_hidden_tokens_only() {
-    let run = RunConfig::from_toml(&tiny_mlm(r#"posenc = { type = "learned" }"#), "tiny").unwrap();
-    let task = Task::load(&run).unwrap();
+    let run = RunConfig::from_toml(&tiny_mlm(r#"posenc = { type = "learned" }"#), "tiny")
+        .and_then(RunConfig::with_data_vocab)
+        .unwrap();
+    let task = DataTask::load(&run).unwrap();
     let TrainBatch::Tokens(batch) = task.train_batch(0, 0, 3).unwrap() else {
         panic!("a masked LM trains on token batches")
     };

@@ -15,7 +15,7 @@ use posflow::backend::{Backend, CpuBackend};
 use posflow::checkpoint::Checkpoint;
 use posflow::data::TaskTokenizer;
 use posflow::inference::SavedModel;
-use posflow::train::{Progress, RunConfig, Trainer, fit};
+use posflow::train::{Progress, RunConfig, Trainer, VOCAB_FROM_DATA, fit};
 use scratch_dir::scratch;
 
 /// Reversing strings of 1 to 8 letters, trained on 1 to 4: a model small enough for a debug build.
@@ -56,13 +56,21 @@ impl Progress for Quiet {}
 #[test]
 fn a_pair_task_trains_resumes_exactly_and_is_scored_per_source_bin() {
     let run = RunConfig::from_toml(REVERSE, "reverse").unwrap();
-    assert_eq!(run.model.vocab, 3 + 26, "the vocabulary comes from the data");
+    assert_eq!(
+        run.model.vocab, VOCAB_FROM_DATA,
+        "reading the config reads no data"
+    );
     let steps = |trainer: &mut Trainer, n: usize| -> Vec<f32> {
         (0..n)
             .map(|_| pollster::block_on(trainer.train_step()).unwrap().loss)
             .collect()
     };
     let mut whole = Trainer::new(cpu(), run.clone()).unwrap();
+    assert_eq!(
+        whole.run().model.vocab,
+        3 + 26,
+        "the vocabulary comes from the data"
+    );
     let uninterrupted = steps(&mut whole, 40);
     assert!(
         uninterrupted[39] < uninterrupted[0] - 0.4,

@@ -15,7 +15,7 @@ use std::rc::Rc;
 use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::checkpoint::Checkpoint;
 use posflow::inference::SavedModel;
-use posflow::train::{MetricsLog, Progress, Record, RunConfig, Trainer, fit};
+use posflow::train::{MetricsLog, Progress, Record, RunConfig, Trainer, VOCAB_FROM_DATA, fit};
 use rand::SeedableRng;
 
 fn cpu() -> Rc<dyn Backend> {
@@ -240,6 +240,41 @@ fn a_diverging_run_stops_with_a_clear_error_and_keeps_the_last_checkpoint() {
     );
 }
 
+/// Reading a config touches no data file: a text file that is not there is found missing when
+/// the trainer loads the data, and the vocabulary is settled then, from the file's characters;
+/// a `[model] vocab` that is not the data's is refused then, naming both.
+#[test]
+fn a_config_reads_no_data_and_the_trainer_settles_the_vocabulary() {
+    let dir = scratch("train", "settle");
+    let path = dir.join("text.txt");
+    let text_run = |vocab: &str| {
+        VALID_RUN
+            .replace(
+                "task = \"moby_dick\"",
+                &format!("task = \"text_file\"\npath = {:?}", path.display().to_string()),
+            )
+            .replace("d_model = 16", &format!("d_model = 16\n{vocab}"))
+    };
+    let run = RunConfig::from_toml(&text_run(""), "text.toml").unwrap();
+    assert_eq!(run.model.vocab, VOCAB_FROM_DATA);
+    let err = Trainer::new(cpu(), run.clone()).err().unwrap().to_string();
+    assert!(err.contains("text.txt"), "{err}");
+    std::fs::write(&path, "abcab cab ".repeat(20)).unwrap();
+    let trainer = Trainer::new(cpu(), run).unwrap();
+    // a, b, c and the space, after the tokenizer's special tokens.
+    let specials = posflow::data::CharTokenizer::from_text("").vocab_size();
+    assert_eq!(trainer.run().model.vocab, specials + 4);
+    let stated = RunConfig::from_toml(&text_run("vocab = 40"), "text.toml").unwrap();
+    let err = Trainer::new(cpu(), stated).err().unwrap().to_string();
+    assert!(
+        err.contains(&format!(
+            "[model] vocab is 40, but the data's tokenizer has {} ids",
+            specials + 4
+        )),
+        "{err}"
+    );
+}
+
 const VALID_RUN: &str = r#"
 [data]
 task = "moby_dick"
@@ -264,7 +299,16 @@ lr = 1e-2
 fn bad_run_configs_name_the_problem() {
     let run = RunConfig::from_toml(VALID_RUN, "good.toml").unwrap();
     let moby = posflow::data::CharTokenizer::from_text(posflow::data::MOBY_DICK);
-    assert_eq!(run.model.vocab, moby.vocab_size(), "vocab comes from the data");
+    assert_eq!(
+        run.model.vocab, VOCAB_FROM_DATA,
+        "reading the config reads no data"
+    );
+    let settled = run.clone().with_data_vocab().unwrap();
+    assert_eq!(
+        settled.model.vocab,
+        moby.vocab_size(),
+        "vocab comes from the data"
+    );
     // (text replaced, replacement, what the error must say)
     let cases: [(&str, &str, &[&str]); 11] = [
         (
@@ -279,8 +323,8 @@ fn bad_run_configs_name_the_problem() {
         ),
         (
             "d_model = 16",
-            "d_model = 16\nvocab = 7",
-            &["vocab is 7", "tokenizer has"],
+            "d_model = 16\nvocab = 0",
+            &["[model] vocab must be positive, got 0; leave it out"],
         ),
         (
             "\"causal_lm\" }",

@@ -12,7 +12,9 @@ use posflow::data::CharTokenizer;
 use posflow::inference::{MaskFiller, SavedModel};
 use posflow::model::{Model, ModelKind};
 use posflow::params::ParamStore;
-use posflow::train::{Evaluator, RunConfig, Task, check_eval_lengths, check_same_tokenizer, saved_run};
+use posflow::train::{
+    DataTask, Evaluator, RunConfig, Task, check_eval_lengths, check_same_tokenizer, saved_run,
+};
 
 use super::{at_least_one, non_negative, sequence_length};
 use rand::SeedableRng;
@@ -104,7 +106,7 @@ pub fn eval(backend: Rc<dyn Backend>, args: EvalArgs) -> posflow::Result<()> {
     if let Some(data) = args.data {
         run.data = run.data.with_file(data)?;
     }
-    let task = Task::load(&run)?;
+    let task = DataTask::load(&run)?;
     check_same_tokenizer(&saved.metadata, &task.tokenizer())?;
     let batches = args.batches.unwrap_or(run.train.eval_batches);
     let mut evaluator = Evaluator::new(saved.model.clone());

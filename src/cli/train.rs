@@ -73,7 +73,6 @@ pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
         run.train.warmup = run.train.warmup.min(steps);
         run.validate()?;
     }
-    describe(&run);
     if let Some(path) = &run.train.checkpoint
         && remove_interrupted_save(path)?
     {
@@ -107,6 +106,8 @@ pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
         }
         (None, None) => Trainer::new(backend, run)?,
     };
+    // After the data is loaded: it says the vocabulary.
+    describe(trainer.run());
     if let Some(prompt) = &trainer.run().train.sample_prompt
         && args.sample_chars > 0
     {
@@ -124,6 +125,8 @@ pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
         "trained {} steps: loss {:.4} -> {:.4}, {:.0} tokens/s",
         summary.steps, summary.first_loss, summary.last_loss, summary.tokens_per_s
     );
+    // After the data is loaded: it says the vocabulary.
+    describe(trainer.run());
     if let Some(prompt) = &trainer.run().train.sample_prompt
         && args.sample_chars > 0
     {

@@ -9,6 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use posflow::Error;
 use posflow::backend::Backend;
 use posflow::inference::{DecodeOptions, MAX_BEAM, SavedModel, Seq2SeqDecoder};
+use posflow::train::Task as _;
 
 use super::{at_least_one, non_negative};
 
@@ -173,7 +174,7 @@ pub fn bench_decode(backend: Rc<dyn Backend>, args: BenchDecodeArgs) -> posflow:
         )));
     }
     let run = posflow::train::saved_run(&models[0].metadata)?;
-    let task = posflow::train::Task::load(&run)?;
+    let task = posflow::train::DataTask::load(&run)?;
     let data = task.pair_data().ok_or_else(|| {
         Error::Input(format!(
             "{} was not trained on a pair task: bench decode times seq2seq checkpoints",

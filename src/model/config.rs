@@ -408,6 +408,25 @@ impl ModelKind {
 }
 
 impl ModelConfig {
+    /// [`ModelConfig::validate`] for a config whose `vocab` the data has not set yet (a run
+    /// config's, before its trainer loads the data): every check but the vocabulary's. Those
+    /// only ask for enough ids (the special tokens) and bound the parameter count, which a
+    /// smaller vocabulary only lowers, so the checks run with the smallest vocabulary any kind
+    /// accepts; the trainer checks the whole config again once the data says the vocabulary.
+    pub fn validate_without_vocab(&self) -> Result<()> {
+        let specials = [
+            crate::data::BOS as usize,
+            crate::data::EOS as usize,
+            crate::data::MASKED_LM_TOKENS.len(),
+        ];
+        let smallest = 1 + specials.into_iter().max().unwrap_or(0);
+        Self {
+            vocab: smallest,
+            ..self.clone()
+        }
+        .validate()
+    }
+
     /// Checks every constraint the graph builder relies on; errors name the fields and values.
     pub fn validate(&self) -> Result<()> {
         let positive = [

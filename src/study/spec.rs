@@ -10,7 +10,7 @@ use super::claims::{ClaimSpec, Metric};
 use super::overrides::{self, STUDY_OWNED};
 use crate::data::LengthBins;
 use crate::error::{Error, Result};
-use crate::train::{RunConfig, Task};
+use crate::train::{DataTask, RunConfig, Task};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -198,7 +198,7 @@ fn variant_run(base: &toml::Table, set: &toml::Table, name: &str) -> Result<RunC
 /// decodes (pair tasks do).
 fn eval_bins(run: &RunConfig) -> Result<(Vec<String>, bool)> {
     let t = &run.train;
-    let task = Task::load(run)?;
+    let task = DataTask::load(run)?;
     if let Some(classes) = task.class_data() {
         let bins = classes
             .bins()

@@ -7,6 +7,7 @@
 //! seq_len = 128
 //!
 //! [model]              # a ModelConfig; `vocab` may be left out: the data's tokenizer sets it
+//!                      # when the trainer loads the data (reading a config reads no data)
 //! d_model = 128
 //! heads = 4
 //! layers = 4
@@ -399,7 +400,12 @@ fn default_eval_batches() -> usize {
     4
 }
 
-/// The file as written: `[model]` stays a table until the data says what `vocab` is.
+/// `[model] vocab` in a run config that left it out: the data sets it when the trainer loads it
+/// ([`RunConfig::settle_vocab`]; [`RunConfig::with_data_vocab`] for code that needs it sooner).
+/// Reading a config reads no data file.
+pub const VOCAB_FROM_DATA: usize = 0;
+
+/// The file as written: `[model]` stays a table until `vocab` is filled in.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RunFile {
@@ -412,8 +418,9 @@ struct RunFile {
 pub const DEFAULT_RUN: &str = include_str!("../../configs/moby_dick.toml");
 
 impl RunConfig {
-    /// Reads and validates a run from TOML. `origin` names the text in errors (its path).
-    /// `vocab` in `[model]` may be left out: the data's tokenizer sets it.
+    /// Reads and validates a run from TOML, reading no other file. `origin` names the text in
+    /// errors (its path). `vocab` in `[model]` may be left out ([`VOCAB_FROM_DATA`]): the data's
+    /// tokenizer sets it when the trainer loads the data.
     pub fn from_toml(text: &str, origin: &str) -> Result<Self> {
         let file: RunFile = toml::from_str(text).map_err(|e| Error::Input(format!("{origin}: {e}")))?;
         Self::from_file(file, origin)
@@ -429,25 +436,17 @@ impl RunConfig {
 
     fn from_file(file: RunFile, origin: &str) -> Result<Self> {
         let mut model = file.model;
-        // A masked LM's tokenizer has two more special tokens: the kind is read before the rest.
-        let masked = model
-            .get("kind")
-            .and_then(|kind| kind.get("type"))
-            .and_then(toml::Value::as_str)
-            == Some("masked_lm");
-        let vocab = file.data.tokenizer(masked)?.vocab_size();
+        // Left out, the data sets it when the trainer loads it; no file is read here.
         match model.get("vocab").map(toml::Value::as_integer) {
             None => {
-                model.insert("vocab".into(), toml::Value::Integer(vocab as i64));
+                model.insert("vocab".into(), toml::Value::Integer(VOCAB_FROM_DATA as i64));
             }
-            Some(Some(v)) if v == vocab as i64 => {}
-            Some(v) => {
+            Some(Some(0)) => {
                 return Err(Error::Input(format!(
-                    "{origin}: [model] vocab is {}, but the data's tokenizer has {vocab} ids; leave \
-                     vocab out and the data sets it",
-                    v.map_or("not an integer".into(), |v| v.to_string())
+                    "{origin}: [model] vocab must be positive, got 0; leave it out and the data sets it"
                 )));
             }
+            Some(_) => {}
         }
         let scale_set = model.contains_key("embed_scale");
         let mut model = ModelConfig::deserialize(toml::Value::Table(model))
@@ -465,9 +464,29 @@ impl RunConfig {
         Ok(run)
     }
 
-    /// Checks what the trainer relies on; errors name the key and its value.
+    /// Sets `[model] vocab` to `vocab`, the size of the data's tokenizer, when the config left it
+    /// out, or checks that it is that; then checks the whole config.
+    pub fn settle_vocab(&mut self, vocab: usize) -> Result<()> {
+        if self.model.vocab == VOCAB_FROM_DATA {
+            self.model.vocab = vocab;
+        } else if self.model.vocab != vocab {
+            return Err(Error::Input(format!(
+                "[model] vocab is {}, but the data's tokenizer has {vocab} ids; leave vocab out and \
+                 the data sets it",
+                self.model.vocab
+            )));
+        }
+        self.validate()
+    }
+
+    /// Checks what the trainer relies on; errors name the key and its value. A vocabulary still
+    /// to come from the data ([`VOCAB_FROM_DATA`]) is checked when it is settled.
     pub fn validate(&self) -> Result<()> {
-        self.model.validate()?;
+        if self.model.vocab == VOCAB_FROM_DATA {
+            self.model.validate_without_vocab()?;
+        } else {
+            self.model.validate()?;
+        }
         if let Some((set, _)) = self.data.classes() {
             let classes = set.class_names().len();
             match self.model.kind {

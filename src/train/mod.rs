@@ -4,6 +4,7 @@
 
 mod class_report;
 mod config;
+mod data_task;
 mod eval;
 mod eval_classes;
 mod eval_pairs;
@@ -20,9 +21,10 @@ mod trainer;
 
 pub use class_report::{ClassBinScores, ClassReport};
 pub use config::{
-    ClassSettings, DEFAULT_RUN, DataConfig, MAX_SEQUENCE, RunConfig, TrainConfig, Vocabulary,
-    check_eval_lengths,
+    ClassSettings, DEFAULT_RUN, DataConfig, MAX_SEQUENCE, RunConfig, TrainConfig, VOCAB_FROM_DATA,
+    Vocabulary, check_eval_lengths,
 };
+pub use data_task::DataTask;
 pub use eval::{EvalReport, Evaluator};
 pub use finetune::{FineTune, FineTuneSettings};
 #[cfg(not(target_arch = "wasm32"))]

@@ -4,7 +4,8 @@
 
 use std::rc::Rc;
 
-use super::config::RunConfig;
+use super::config::{RunConfig, VOCAB_FROM_DATA};
+use super::data_task::DataTask;
 use super::eval::{EvalReport, Evaluator};
 use super::program::{BatchShape, TrainGraph, TrainingProgram};
 use super::saved::{RUN_KEY, check_same_tokenizer, saved_run};
@@ -39,7 +40,7 @@ pub struct WarmStart {
 
 pub struct Trainer {
     run: RunConfig,
-    task: Task,
+    task: Box<dyn Task>,
     model: Model,
     program: TrainingProgram,
     evaluator: Evaluator,
@@ -48,22 +49,21 @@ pub struct Trainer {
 }
 
 impl Trainer {
-    /// A fresh run: parameters initialised from the config's seed.
+    /// A fresh run: parameters initialised from the config's seed. The data is loaded here, and
+    /// with it the vocabulary settled ([`RunConfig::settle_vocab`]).
     pub fn new(backend: Rc<dyn Backend>, run: RunConfig) -> Result<Self> {
-        run.validate()?;
-        let task = Task::load(&run)?;
-        Self::with_task(backend, run, task)
+        let (run, task) = load_task(run)?;
+        Self::with_task(backend, run, Box::new(task))
     }
 
-    /// A fresh run on `task`, already loaded from `run`'s data.
-    fn with_task(backend: Rc<dyn Backend>, run: RunConfig, task: Task) -> Result<Self> {
-        let vocab = task.tokenizer().vocab_size();
-        if vocab != run.model.vocab {
-            return Err(Error::Input(format!(
-                "[model] vocab is {}, but the data's tokenizer has {vocab} ids",
-                run.model.vocab
-            )));
-        }
+    /// A fresh run of `run`'s model and training settings on a task of your own: `task`'s
+    /// batches and evaluation sets in place of those `run`'s `[data]` would load. The vocabulary
+    /// is `task`'s tokenizer's (a `[model] vocab` left out is set to it, one given must be it).
+    /// A checkpoint records `run`'s `[data]` as the run's data: posflow's CLI resumes it by
+    /// loading that, and refuses a tokenizer other than the checkpoint's.
+    pub fn with_task(backend: Rc<dyn Backend>, mut run: RunConfig, task: Box<dyn Task>) -> Result<Self> {
+        run.validate()?;
+        run.settle_vocab(task.tokenizer().vocab_size())?;
         let model = Model::new(run.model.clone())?;
         let batch = run.train.batch;
         let shape = match task.pair_shape() {
@@ -102,8 +102,13 @@ impl Trainer {
     /// more steps). With them unchanged, the run continues exactly as the uninterrupted one on the
     /// CPU: the batch, learning rate and dropout mask of a step are functions of the seed and the
     /// step alone, and AdamW's bias correction follows its restored step count.
-    pub fn resume(backend: Rc<dyn Backend>, run: RunConfig, checkpoint: &Checkpoint) -> Result<Self> {
+    pub fn resume(backend: Rc<dyn Backend>, mut run: RunConfig, checkpoint: &Checkpoint) -> Result<Self> {
         let saved = saved_run(checkpoint.metadata())?;
+        if run.model.vocab == VOCAB_FROM_DATA {
+            // A config that leaves it out takes the checkpoint's; the data's tokenizer is checked
+            // against the checkpoint's below, before anything is built.
+            run.model.vocab = saved.model.vocab;
+        }
         let differs = |what: &str| {
             Error::Input(format!(
                 "cannot resume: the config's {what} differs from the checkpoint's (run without --config to \
@@ -120,13 +125,13 @@ impl Trainer {
             return Err(differs("seed or batch"));
         }
         run.validate()?;
-        let task = Task::load(&run)?;
+        let task = DataTask::load(&run)?;
         // Before the model is built, which would only say that the vocabulary sizes differ.
         check_same_tokenizer(checkpoint.metadata(), &task.tokenizer())?;
         // Before the program allocates what the config claims (see `Checkpoint::check_parameters`).
         let g = Model::new(run.model.clone())?.declare_params()?;
         checkpoint.check_parameters(g.params())?;
-        let mut trainer = Self::with_task(backend, run, task)?;
+        let mut trainer = Self::with_task(backend, run, Box::new(task))?;
         trainer.program.restore_run_state(checkpoint)?;
         let (params, optimizer) = trainer.program.state_mut();
         checkpoint.restore(params, Some(optimizer))?;
@@ -153,11 +158,10 @@ impl Trainer {
         run: RunConfig,
         checkpoint: &Checkpoint,
     ) -> Result<(Self, WarmStart)> {
-        run.validate()?;
+        let (run, task) = load_task(run)?;
         check_warm_start(checkpoint, &run)?;
-        let task = Task::load(&run)?;
         check_same_tokenizer(checkpoint.metadata(), &task.tokenizer())?;
-        let trainer = Self::with_task(backend, run, task)?;
+        let trainer = Self::with_task(backend, run, Box::new(task))?;
         let params = trainer.program.params();
         let mut fresh = checkpoint.restore_shared(params)?;
         let mut derived = Vec::new();
@@ -199,8 +203,8 @@ impl Trainer {
     }
 
     /// The run's data.
-    pub fn task(&self) -> &Task {
-        &self.task
+    pub fn task(&self) -> &dyn Task {
+        self.task.as_ref()
     }
 
     /// Steps completed.
@@ -326,6 +330,14 @@ impl Trainer {
             Checkpoint::gather(self.program.params(), Some(self.program.optimizer()), metadata).await?;
         self.program.with_run_state(checkpoint, self.step)
     }
+}
+
+/// `run`'s data, and `run` with the vocabulary the data's tokenizer has.
+fn load_task(mut run: RunConfig) -> Result<(RunConfig, DataTask)> {
+    run.validate()?;
+    let task = DataTask::load(&run)?;
+    run.settle_vocab(task.tokenizer().vocab_size())?;
+    Ok((run, task))
 }
 
 /// Refuses a warm start from a model of another vocabulary size or width than `run`'s.

@@ -25,5 +25,8 @@ posenc = {posenc}
 {train}
 "#
     );
-    RunConfig::from_toml(&toml, "test run").unwrap()
+    // Settled here, so that tests may build the model before a trainer loads the data.
+    RunConfig::from_toml(&toml, "test run")
+        .and_then(RunConfig::with_data_vocab)
+        .unwrap()
 }
