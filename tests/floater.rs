@@ -20,6 +20,7 @@ use posflow::train::Trainer;
 mod common;
 use common::moby_run;
 use posflow::model::Sinusoidal;
+use posflow::model::Tokens;
 
 fn cpu() -> Rc<dyn Backend> {
     Rc::new(CpuBackend::new())
@@ -68,7 +69,9 @@ fn tokens(len: usize) -> Vec<i32> {
 fn forward_backward(config: &ModelConfig, len: usize, backend: Rc<dyn Backend>) -> Vec<(String, Vec<f32>)> {
     let model = Model::new(config.clone()).unwrap();
     let mut g = Graph::new();
-    let built = model.build(&mut g, 2, len, GraphOptions::default()).unwrap();
+    let built = model
+        .build(&mut g, Tokens { batch: 2, len }, GraphOptions::default())
+        .unwrap();
     let grads = g.backward(built.loss).unwrap();
     let params = ParamStore::init(backend, &g, 3).unwrap();
     let mut wanted = vec![built.logits, built.loss];
@@ -99,7 +102,9 @@ fn parameters_are_shared_dynamics_and_one_initial_value_per_block() {
         ));
         let model = Model::new(config).unwrap();
         let mut g = Graph::new();
-        model.build(&mut g, 1, 5, GraphOptions::default()).unwrap();
+        model
+            .build(&mut g, Tokens { batch: 1, len: 5 }, GraphOptions::default())
+            .unwrap();
         let mut names: Vec<String> = g
             .tensors()
             .filter(|(_, info)| matches!(info.source, posflow::graph::Source::Param(_)))
@@ -304,7 +309,9 @@ fn the_compatible_form_with_zero_dynamics_is_the_sinusoidal_model() {
     let run = |config: &ModelConfig, prepare: &dyn Fn(&ParamStore)| -> (Vec<f32>, Vec<(String, f32)>) {
         let model = Model::new(config.clone()).unwrap();
         let mut g = Graph::new();
-        let built = model.build(&mut g, 2, 7, GraphOptions::default()).unwrap();
+        let built = model
+            .build(&mut g, Tokens { batch: 2, len: 7 }, GraphOptions::default())
+            .unwrap();
         let grads = g.backward(built.loss).unwrap();
         // The same seed gives every shared parameter the same values in both models.
         let params = ParamStore::init(cpu(), &g, 3).unwrap();
@@ -386,7 +393,14 @@ const SHORT: &str = "steps = 3\nbatch = 2\nlr = 1e-2";
 fn logits_of(model: &Model, params: &ParamStore, text: &[i32]) -> Vec<f32> {
     let mut g = Graph::new();
     let built = model
-        .build(&mut g, 1, text.len(), GraphOptions::default())
+        .build(
+            &mut g,
+            Tokens {
+                batch: 1,
+                len: text.len(),
+            },
+            GraphOptions::default(),
+        )
         .unwrap();
     let exec = Executor::new(&g, &[built.logits, built.loss], params).unwrap();
     built.feed(&exec, text, &vec![-100; text.len()], None).unwrap();

@@ -8,6 +8,7 @@ use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::exec::Executor;
 use posflow::graph::Graph;
 use posflow::inference::{EncodingCache, Generator};
+use posflow::model::Tokens;
 use posflow::model::{
     Block, EmbedScale, GraphOptions, Model, ModelConfig, ModelKind, PosEnc, encodings_shape,
 };
@@ -70,8 +71,12 @@ fn text(len: usize) -> Vec<i32> {
 fn logits(model: &Model, params: &ParamStore, len: usize, cached: Option<&[f32]>) -> Vec<f32> {
     let mut g = Graph::new();
     let built = match cached {
-        Some(_) => model.build(&mut g, 1, len, GraphOptions::default().cached_encodings()),
-        None => model.build(&mut g, 1, len, GraphOptions::default()),
+        Some(_) => model.build(
+            &mut g,
+            Tokens { batch: 1, len },
+            GraphOptions::default().cached_encodings(),
+        ),
+        None => model.build(&mut g, Tokens { batch: 1, len }, GraphOptions::default()),
     }
     .unwrap();
     assert_eq!(built.takes_encodings(), cached.is_some());
@@ -128,7 +133,11 @@ fn encodings_of_the_wrong_size_or_for_a_solving_graph_are_errors() {
     let params = params_with_live_dynamics(&model, cpu());
     let mut g = Graph::new();
     let cached = model
-        .build(&mut g, 1, 6, GraphOptions::default().cached_encodings())
+        .build(
+            &mut g,
+            Tokens { batch: 1, len: 6 },
+            GraphOptions::default().cached_encodings(),
+        )
         .unwrap();
     let exec = Executor::new(&g, &[cached.logits], &params).unwrap();
     let err = cached.feed_encodings(&exec, &[0.0; 7]).unwrap_err().to_string();
@@ -138,7 +147,9 @@ fn encodings_of_the_wrong_size_or_for_a_solving_graph_are_errors() {
     );
 
     let mut g = Graph::new();
-    let solving = model.build(&mut g, 1, 6, GraphOptions::default()).unwrap();
+    let solving = model
+        .build(&mut g, Tokens { batch: 1, len: 6 }, GraphOptions::default())
+        .unwrap();
     let exec = Executor::new(&g, &[solving.logits], &params).unwrap();
     let err = solving
         .feed_encodings(&exec, &[0.0; 6 * 3 * 16])
@@ -163,7 +174,9 @@ fn the_generator_reuses_one_solve_and_matches_the_solving_graph() {
     padded.resize(8, 0);
     let solved = {
         let mut g = Graph::new();
-        let built = model.build(&mut g, 1, 8, GraphOptions::default()).unwrap();
+        let built = model
+            .build(&mut g, Tokens { batch: 1, len: 8 }, GraphOptions::default())
+            .unwrap();
         let exec = Executor::new(&g, &[built.logits], &params).unwrap();
         built.feed(&exec, &padded, &[-100; 8], None).unwrap();
         exec.run().unwrap();

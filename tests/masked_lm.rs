@@ -15,6 +15,7 @@ use posflow::backend::{Backend, CpuBackend};
 use posflow::data::IGNORE_INDEX;
 use posflow::exec::Executor;
 use posflow::graph::Graph;
+use posflow::model::Tokens;
 use posflow::model::{GraphOptions, Model};
 use posflow::params::ParamStore;
 use posflow::train::{DataTask, RunConfig, Task, TrainBatch, Trainer};
@@ -203,7 +204,9 @@ fn the_loss_counts_the_hidden_tokens_only() {
     let backend: Rc<dyn Backend> = Rc::new(CpuBackend::new());
     let params = ParamStore::init(backend, &model.declare_params().unwrap(), 1).unwrap();
     let mut g = Graph::new();
-    let graph = model.build(&mut g, 3, 24, GraphOptions::default()).unwrap();
+    let graph = model
+        .build(&mut g, Tokens { batch: 3, len: 24 }, GraphOptions::default())
+        .unwrap();
     let exec = Executor::new(&g, &[graph.logits, graph.loss], &params).unwrap();
     graph.feed_batch(&exec, &batch).unwrap();
     exec.run().unwrap();

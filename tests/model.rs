@@ -11,6 +11,7 @@ use posflow::backend::{Backend, gpu_for_tests};
 use posflow::data::IGNORE_INDEX;
 use posflow::exec::Executor;
 use posflow::graph::Source;
+use posflow::model::Tokens;
 use posflow::model::{Alibi, Learned, NoEncoding, Relative, Sinusoidal, TupeA};
 use posflow::model::{
     Block, EmbedScale, GraphOptions, Model, ModelConfig, ModelGraph, ModelKind, PosEnc, TupeForm,
@@ -30,9 +31,13 @@ fn harness(config: ModelConfig, batch: usize, len: usize, padded: bool, backend:
     let model = Model::new(config).unwrap();
     let mut graph = Graph::new();
     let built = if padded {
-        model.build(&mut graph, batch, len, GraphOptions::default().padded())
+        model.build(
+            &mut graph,
+            Tokens { batch, len },
+            GraphOptions::default().padded(),
+        )
     } else {
-        model.build(&mut graph, batch, len, GraphOptions::default())
+        model.build(&mut graph, Tokens { batch, len }, GraphOptions::default())
     }
     .unwrap();
     let grads = graph.backward(built.loss).unwrap();
@@ -98,7 +103,7 @@ fn param_names(config: ModelConfig) -> Vec<String> {
     let mut g = Graph::new();
     Model::new(config)
         .unwrap()
-        .build(&mut g, 1, 4, GraphOptions::default())
+        .build(&mut g, Tokens { batch: 1, len: 4 }, GraphOptions::default())
         .unwrap();
     g.tensors()
         .filter(|(_, t)| matches!(t.source, Source::Param(_)))
@@ -264,7 +269,11 @@ fn an_encoder_sees_every_token_except_padding() {
 fn a_length_over_the_learned_table_is_an_error_naming_both_lengths() {
     let model = Model::new(tiny(LM, PosEnc::Learned(Learned {}))).unwrap();
     let err = model
-        .build(&mut Graph::new(), 2, 17, GraphOptions::default())
+        .build(
+            &mut Graph::new(),
+            Tokens { batch: 2, len: 17 },
+            GraphOptions::default(),
+        )
         .unwrap_err()
         .to_string();
     assert_eq!(
@@ -273,7 +282,11 @@ fn a_length_over_the_learned_table_is_an_error_naming_both_lengths() {
     );
     let model = Model::new(tiny(LM, TUPE_R)).unwrap();
     let err = model
-        .build(&mut Graph::new(), 2, 17, GraphOptions::default())
+        .build(
+            &mut Graph::new(),
+            Tokens { batch: 2, len: 17 },
+            GraphOptions::default(),
+        )
         .unwrap_err()
         .to_string();
     assert_eq!(
@@ -283,7 +296,11 @@ fn a_length_over_the_learned_table_is_an_error_naming_both_lengths() {
     // Sinusoidal tables extend to any length.
     let model = Model::new(tiny(LM, PosEnc::Sinusoidal(Sinusoidal { every_block: false }))).unwrap();
     model
-        .build(&mut Graph::new(), 2, 40, GraphOptions::default())
+        .build(
+            &mut Graph::new(),
+            Tokens { batch: 2, len: 40 },
+            GraphOptions::default(),
+        )
         .unwrap();
 }
 

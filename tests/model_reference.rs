@@ -1,6 +1,6 @@
 //! posflow's Transformer against the same model in PyTorch, without Python: each checkpoint under
 //! `tests/reference/models/` (from `examples/reference_checkpoints.rs`) is built from its own
-//! config (`Model::build`, or `Model::build_seq2seq` with its stored pairs), restored, and run
+//! config (`Model::build` for `Tokens`, or for `Pairs` with its stored pairs), restored, and run
 //! forward and backward on its stored batch; logits, loss and every
 //! gradient must match `<name>.expected.safetensors`, which `tests/reference/model_reference.py`
 //! computed in float64 from the checkpoint's tensors by their documented names (the `*_code_*`
@@ -24,6 +24,7 @@ use posflow::checkpoint::Checkpoint;
 use posflow::data::{EOS, IGNORE_INDEX, Pair, PairBatch};
 use posflow::exec::Executor;
 use posflow::model::{GraphOptions, Model, ModelConfig, ModelKind};
+use posflow::model::{Pairs, Tokens};
 use posflow::params::ParamStore;
 use posflow::{Graph, TensorId};
 use safetensors::SafeTensors;
@@ -192,11 +193,13 @@ fn posflow_values(case: &str, backend: Rc<dyn Backend>) -> Values {
                 .unwrap()
                 .pair_batch();
             let built = model
-                .build_seq2seq(
+                .build(
                     &mut g,
-                    batch.rows(),
-                    batch.source_len(),
-                    batch.target_len(),
+                    Pairs {
+                        batch: batch.rows(),
+                        source_len: batch.source_len(),
+                        target_len: batch.target_len(),
+                    },
                     GraphOptions::default(),
                 )
                 .unwrap();
@@ -212,7 +215,16 @@ fn posflow_values(case: &str, backend: Rc<dyn Backend>) -> Values {
                 Some(_) => GraphOptions::default().padded(),
                 None => GraphOptions::default(),
             };
-            let built = model.build(&mut g, batch.batch, batch.len, options).unwrap();
+            let built = model
+                .build(
+                    &mut g,
+                    Tokens {
+                        batch: batch.batch,
+                        len: batch.len,
+                    },
+                    options,
+                )
+                .unwrap();
             let (logits, loss) = (built.logits, built.loss);
             let feed = move |exec: &Executor| {
                 built
@@ -351,7 +363,7 @@ fn restore_error(case: &str, config: ModelConfig) -> String {
     let mut g = Graph::new();
     Model::new(config)
         .unwrap()
-        .build(&mut g, 1, 4, GraphOptions::default())
+        .build(&mut g, Tokens { batch: 1, len: 4 }, GraphOptions::default())
         .unwrap();
     let params = ParamStore::init(Rc::new(CpuBackend::new()), &g, 5).unwrap();
     let snapshot = |params: &ParamStore| -> BTreeMap<String, Vec<f32>> {

@@ -8,6 +8,7 @@ use models::*;
 use posflow::Graph;
 use posflow::data::{BOS, SyntheticTask};
 use posflow::exec::Executor;
+use posflow::model::Tokens;
 use posflow::model::{Alibi, Learned, NoEncoding, Sinusoidal};
 use posflow::model::{Block, EmbedScale, GraphOptions, Model, ModelConfig, ModelKind, PosEnc};
 use posflow::optim::{AdamW, Optimizer};
@@ -32,7 +33,14 @@ fn train_copy(config: ModelConfig, seed: u64) -> Vec<f32> {
     let model = Model::new(config).unwrap();
     let mut g = Graph::new();
     let built = model
-        .build(&mut g, COPY_BATCH, COPY_LEN, GraphOptions::default())
+        .build(
+            &mut g,
+            Tokens {
+                batch: COPY_BATCH,
+                len: COPY_LEN,
+            },
+            GraphOptions::default(),
+        )
         .unwrap();
     let grads = g.backward(built.loss).unwrap();
     let params = ParamStore::init(cpu(), &g, seed).unwrap();
@@ -244,7 +252,14 @@ fn an_encoder_with_tupe_r_and_untied_cls_learns_a_majority_vote() {
     let model = Model::new(config).unwrap();
     let mut g = Graph::new();
     let built = model
-        .build(&mut g, COPY_BATCH, ENCODER_LEN, GraphOptions::default())
+        .build(
+            &mut g,
+            Tokens {
+                batch: COPY_BATCH,
+                len: ENCODER_LEN,
+            },
+            GraphOptions::default(),
+        )
         .unwrap();
     let grads = g.backward(built.loss).unwrap();
     let params = ParamStore::init(cpu(), &g, 0).unwrap();

@@ -15,6 +15,7 @@ use std::rc::Rc;
 use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::checkpoint::Checkpoint;
 use posflow::inference::SavedModel;
+use posflow::model::Tokens;
 use posflow::train::{MetricsLog, Progress, Record, RunConfig, Trainer, VOCAB_FROM_DATA, fit};
 use rand::SeedableRng;
 
@@ -397,7 +398,14 @@ fn generation_sees_only_the_context_and_slides_past_the_window() {
         let mut g = Graph::new();
         let graph = trainer
             .model()
-            .build(&mut g, 1, context.len(), GraphOptions::default())
+            .build(
+                &mut g,
+                Tokens {
+                    batch: 1,
+                    len: context.len(),
+                },
+                GraphOptions::default(),
+            )
             .unwrap();
         let exec = Executor::new(&g, &[graph.logits, graph.loss], trainer.params()).unwrap();
         let targets = vec![posflow::data::IGNORE_INDEX; context.len()];

@@ -16,6 +16,7 @@ use std::path::Path;
 use binary::posflow_in;
 use models::{params, with_prefix};
 use posflow::backend::gpu_for_tests;
+use posflow::model::Tokens;
 use posflow::model::{Model, ModelConfig, ModelKind, Norm, PosEnc, TupeForm};
 use posflow::model::{NoEncoding, Relative, TupeR};
 use scratch_dir::scratch;
@@ -120,7 +121,11 @@ fn bert_r_refuses_a_sequence_over_its_table() {
     let model = Model::new(config).unwrap();
     let mut g = posflow::Graph::new();
     let err = model
-        .build(&mut g, 1, 17, posflow::model::GraphOptions::default())
+        .build(
+            &mut g,
+            Tokens { batch: 1, len: 17 },
+            posflow::model::GraphOptions::default(),
+        )
         .unwrap_err()
         .to_string();
     assert!(

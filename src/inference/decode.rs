@@ -20,6 +20,7 @@ use crate::data::{BOS, EOS, PAD};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::Graph;
+use crate::model::{DecoderFlow, DecodingStep, GraphOptions, Sources};
 use crate::model::{DecoderStep, Model, ModelKind};
 use crate::params::ParamStore;
 
@@ -196,7 +197,9 @@ impl Seq2SeqDecoder {
     ) -> Result<(Vec<(Vec<f32>, Vec<f32>)>, Vec<i32>)> {
         let n = sources.len();
         let mut g = Graph::new();
-        let graph = self.model.build_source_memory(&mut g, n, source_len)?;
+        let graph = self
+            .model
+            .build(&mut g, Sources { batch: n, source_len }, GraphOptions::default())?;
         let outputs: Vec<_> = graph.keys_values.iter().flat_map(|&(k, v)| [k, v]).collect();
         let exec = Executor::new(&g, &outputs, &self.params)?;
         let mut tokens = Vec::with_capacity(n * source_len);
@@ -226,7 +229,10 @@ impl Seq2SeqDecoder {
     /// FLOATER: the decoder's flow through `len` positions, `[len, rows, D]`; `None` otherwise.
     async fn decoder_flow(&self, len: usize) -> Result<Option<Vec<f32>>> {
         let mut g = Graph::new();
-        let Some(trajectory) = self.model.build_decoder_flow(&mut g, len)? else {
+        let Some(trajectory) = self
+            .model
+            .build(&mut g, DecoderFlow { len }, GraphOptions::default())?
+        else {
             return Ok(None);
         };
         let exec = Executor::new(&g, &[trajectory], &self.params)?;
@@ -253,9 +259,15 @@ impl Seq2SeqDecoder {
         while steps.by_position.len() <= t {
             let mut g = Graph::new();
             let position = steps.by_position.len();
-            let step = self
-                .model
-                .build_decoder_step(&mut g, rows, source_len, position)?;
+            let step = self.model.build(
+                &mut g,
+                DecodingStep {
+                    batch: rows,
+                    source_len,
+                    position,
+                },
+                GraphOptions::default(),
+            )?;
             let mut outputs = vec![step.logits];
             outputs.extend(step.keys_values.iter().flatten().flat_map(|&(k, v)| [k, v]));
             let exec = Executor::new(&g, &outputs, &self.params)?;

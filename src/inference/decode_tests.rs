@@ -4,6 +4,7 @@ use super::{DecodeOptions, Seq2SeqDecoder};
 use crate::data::{EOS, Pair, PairBatch};
 use crate::exec::Executor;
 use crate::graph::Graph;
+use crate::model::Pairs;
 use crate::model::{Block, EmbedScale, FloaterConfig, GraphOptions, Model, ModelConfig, ModelKind, PosEnc};
 use crate::model::{Learned, Relative, Sinusoidal};
 use crate::params::ParamStore;
@@ -55,7 +56,15 @@ fn teacher_forced_log_probs(model: &Model, params: &ParamStore, source: &[i32], 
     let b = PairBatch::new([&pair], source.len(), target.len() + 1).unwrap();
     let mut g = Graph::new();
     let built = model
-        .build_seq2seq(&mut g, 1, b.source_len(), b.target_len(), GraphOptions::default())
+        .build(
+            &mut g,
+            Pairs {
+                batch: 1,
+                source_len: b.source_len(),
+                target_len: b.target_len(),
+            },
+            GraphOptions::default(),
+        )
         .unwrap();
     let exec = Executor::new(&g, &[built.logits], params).unwrap();
     built.feed(&exec, &b).unwrap();

@@ -6,6 +6,7 @@ use crate::data::{BOS, CharTokenizer, IGNORE_INDEX, MASK};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::Graph;
+use crate::model::Tokens;
 use crate::model::{GraphOptions, Model, ModelKind};
 use crate::params::ParamStore;
 
@@ -55,7 +56,9 @@ impl<'a> MaskFiller<'a> {
         }
         let len = tokens.len();
         let mut g = Graph::new();
-        let graph = self.model.build(&mut g, 1, len, GraphOptions::default())?;
+        let graph = self
+            .model
+            .build(&mut g, Tokens { batch: 1, len }, GraphOptions::default())?;
         let exec = Executor::new(&g, &[graph.logits], self.params)?;
         graph.feed(&exec, &tokens, &vec![IGNORE_INDEX; len], None)?;
         exec.run()?;

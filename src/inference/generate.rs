@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::Graph;
 use crate::model::GraphOptions;
+use crate::model::Tokens;
 use crate::model::{Model, ModelGraph, ModelKind};
 use crate::params::ParamStore;
 
@@ -37,7 +38,14 @@ impl Generator {
             ));
         }
         let mut g = Graph::new();
-        let graph = model.build(&mut g, 1, window, GraphOptions::default().cached_encodings())?;
+        let graph = model.build(
+            &mut g,
+            Tokens {
+                batch: 1,
+                len: window,
+            },
+            GraphOptions::default().cached_encodings(),
+        )?;
         let exec = Executor::new(&g, &[graph.logits, graph.loss], params)?;
         Ok(Self {
             tokenizer,

@@ -109,6 +109,7 @@ mod history;
 pub mod posenc;
 pub mod probe;
 mod seq2seq;
+mod stack;
 mod transformer;
 
 pub use block::LN_EPS;
@@ -119,5 +120,5 @@ pub use posenc::{
     Alibi, Encoding, EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Learned, NoEncoding,
     Nonlinearity, PosEnc, Relative, Rope, Sinusoidal, SolverMethod, TupeA, TupeForm, TupeR, encodings_shape,
 };
-pub use seq2seq::{DecoderStep, Seq2SeqGraph, SourceMemory};
-pub use transformer::{GraphOptions, Model, ModelGraph};
+pub use seq2seq::{DecoderFlow, DecoderStep, DecodingStep, Pairs, Seq2SeqGraph, SourceMemory, Sources};
+pub use transformer::{GraphOptions, GraphShape, Model, ModelGraph, Tokens};

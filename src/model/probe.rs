@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Graph, TensorId};
 use crate::model::GraphOptions;
+use crate::model::{Pairs, Tokens};
 use crate::params::ParamStore;
 
 /// The attention probabilities of one sequence: per layer `[heads, queries, keys]`, row `i` the
@@ -55,13 +56,13 @@ pub async fn attention_maps(model: &Model, params: &ParamStore, tokens: &[i32]) 
     }
     let len = tokens.len();
     let mut g = Graph::new();
-    let graph = model.build(&mut g, 1, len, GraphOptions::default().probed())?;
+    let graph = model.build(&mut g, Tokens { batch: 1, len }, GraphOptions::default().probed())?;
     let exec = Executor::new(&g, &graph.attention_probs, params)?;
     // No loss is read: the targets only have to be valid.
     let targets = match model.config().kind {
         ModelKind::CausalLm { .. } | ModelKind::MaskedLm {} => vec![IGNORE_INDEX; len],
         ModelKind::Encoder { .. } => vec![0],
-        ModelKind::Seq2Seq { .. } => return Err(super::transformer::needs_build_seq2seq()),
+        ModelKind::Seq2Seq { .. } => return Err(super::transformer::seq2seq_needs_pairs()),
     };
     graph.feed(&exec, tokens, &targets, None)?;
     exec.run()?;
@@ -95,11 +96,13 @@ pub async fn seq2seq_attention_maps(
     let batch = PairBatch::new([&pair], source_len, target_len)
         .map_err(|e| Error::Input(format!("cannot show the attention of this pair: {e}")))?;
     let mut g = Graph::new();
-    let graph = model.build_seq2seq(
+    let graph = model.build(
         &mut g,
-        1,
-        source_len,
-        target_len,
+        Pairs {
+            batch: 1,
+            source_len,
+            target_len,
+        },
         GraphOptions::default().probed(),
     )?;
     let outputs: Vec<TensorId> = [&graph.encoder_probs, &graph.decoder_probs, &graph.cross_probs]

@@ -1,14 +1,13 @@
 //! The pre-norm Transformer of a [`ModelConfig`], built into a [`Graph`] for one (batch, length).
 
-use super::block::{self, BlockInputs, Dropouts, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm, Linear};
-use super::config::{Activation, EmbedScale, History, ModelConfig, ModelKind, Norm};
-use super::history::LayerHistory;
+use super::block::{Dropouts, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm, Linear};
+use super::config::{Activation, History, ModelConfig, ModelKind, Norm};
 use super::posenc::{Constant, EncodingSource};
+use super::stack::{self, Stack};
 use crate::data::{BOS, Batch, IGNORE_INDEX};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Graph, Init, TensorId};
-use crate::ops::attention::AttentionBias;
 use crate::tensor::TensorMeta;
 
 /// A validated configuration, ready to be built into graphs of any shape. Graphs of different
@@ -147,32 +146,59 @@ impl Model {
     /// a checkpoint to be checked against before anything is.
     pub fn declare_params(&self) -> Result<Graph> {
         let mut g = Graph::new();
+        let one = GraphOptions::default();
         if matches!(self.config.kind, ModelKind::Seq2Seq { .. }) {
-            self.build_seq2seq(&mut g, 1, 1, 1, GraphOptions::default())?;
+            let pairs = super::Pairs {
+                batch: 1,
+                source_len: 1,
+                target_len: 1,
+            };
+            self.build(&mut g, pairs, one)?;
         } else {
-            self.build(&mut g, 1, 1, GraphOptions::default())?;
+            self.build(&mut g, Tokens { batch: 1, len: 1 }, one)?;
         }
         Ok(g)
     }
 
-    /// The graph for `batch` rows of `len` tokens, built for what `options` say.
-    pub fn build(
-        &self,
-        g: &mut Graph,
-        batch: usize,
-        len: usize,
-        options: GraphOptions,
-    ) -> Result<ModelGraph> {
+    /// The graph of `shape` ([`Tokens`] for the causal LM, the masked LM and the classifier; a
+    /// seq2seq model's [`super::Pairs`] to train, [`super::Sources`], [`super::DecoderFlow`] and
+    /// [`super::DecodingStep`] to decode), built for what `options` say.
+    pub fn build<S: GraphShape>(&self, g: &mut Graph, shape: S, options: GraphOptions) -> Result<S::Graph> {
         options.validate()?;
-        if matches!(self.config.kind, ModelKind::Seq2Seq { .. }) {
-            return Err(needs_build_seq2seq());
+        shape.build(self, g, options)
+    }
+}
+
+/// A shape a model's graph is built for, and what the built graph is: every model kind goes
+/// through [`Model::build`].
+pub trait GraphShape {
+    type Graph;
+
+    /// `model`'s graph of this shape in `g` (`options` already validated).
+    fn build(self, model: &Model, g: &mut Graph, options: GraphOptions) -> Result<Self::Graph>;
+}
+
+/// `batch` rows of `len` tokens: the causal LM, the masked LM, the classifier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tokens {
+    pub batch: usize,
+    pub len: usize,
+}
+
+impl GraphShape for Tokens {
+    type Graph = ModelGraph;
+
+    fn build(self, model: &Model, g: &mut Graph, options: GraphOptions) -> Result<ModelGraph> {
+        let Tokens { batch, len } = self;
+        if matches!(model.config.kind, ModelKind::Seq2Seq { .. }) {
+            return Err(seq2seq_needs_pairs());
         }
         if batch == 0 || len == 0 {
             return Err(Error::Input(format!(
                 "a model graph needs at least one row and one position, got batch {batch}, length {len}"
             )));
         }
-        let c = &self.config;
+        let c = &model.config;
         let d = c.d_model;
         let tokens = g.input("tokens", TensorMeta::i32(&[batch, len]));
         let key_mask = options
@@ -181,56 +207,21 @@ impl Model {
         let dropout = Dropouts::declare(g, c, options.training);
         let positions = c.posenc.terms(g, c.dims(), len, options.encodings())?;
 
-        let tok_emb_std = match c.embed_scale {
-            EmbedScale::None => INIT_STD,
-            EmbedScale::SqrtD => 1.0 / (d as f32).sqrt(),
-        };
-        let tok_emb = g.param("tok_emb.weight", &[c.vocab, d], Init::Normal(tok_emb_std))?;
-        let mut x = g.embedding(tok_emb, tokens)?;
-        if c.embed_scale == EmbedScale::SqrtD {
-            x = g.scale(x, (d as f32).sqrt())?;
-        }
-        if let Some(p) = positions.at_input {
-            x = g.add(x, p)?;
-        }
-        if c.norm == Norm::Post {
-            x = LayerNorm::declare(g, "emb_ln", d)?.apply(g, x)?;
-        }
-        if let Some(d) = &dropout {
-            x = d.apply(g, x, d.residual, EMBEDDING_DROPOUT_SALT)?;
-        }
-        let shared = BlockInputs {
+        let tok_emb = stack::token_table(g, c)?;
+        let x = stack::embed(g, c, tok_emb, tokens, &positions, dropout, EMBEDDING_DROPOUT_SALT)?;
+        let model = Stack {
             step: c.block,
             layers: c.layers,
-            salt_base: 0,
-            cross: None,
-            cache: Vec::new(),
             causal: matches!(c.kind, ModelKind::CausalLm { .. }),
             key_mask,
-            // At most one is set: TUPE's dense term or T5's relative bias.
-            attention_bias: positions
-                .attention_bias
-                .map(AttentionBias::Dense)
-                .or(positions.relative_bias.map(AttentionBias::Relative)),
-            attention_scale: c.attention_scale(positions.attention_scale),
             dropout,
-            rk_stage: c.rk_stage,
-            qkv_bias: positions.qkv_bias,
-            rope: positions.rope,
+            salt_base: 0,
             probed: options.probed,
+            cross: None,
+            cache: Vec::new(),
         };
-        let mut attention_probs = Vec::new();
-        let mut history = LayerHistory::new(c.history, d, x);
-        for layer in 0..c.layers {
-            let mut x = history.pop(g)?;
-            if let Some(&p) = positions.at_block.get(layer) {
-                x = g.add(x, p)?;
-            }
-            let block = block::block(g, c, x, layer, &shared)?;
-            history.add(g, block.out)?;
-            attention_probs.extend(block.attention_probs);
-        }
-        let x = history.pop(g)?;
+        let (x, blocks) = model.run(g, c, x, &positions)?;
+        let attention_probs = blocks.into_iter().flat_map(|b| b.attention_probs).collect();
         // A post-LN stack's output is normalised already.
         let final_norm = |g: &mut Graph, x| match c.norm {
             Norm::Pre => LayerNorm::declare(g, "ln_f", d)?.apply(g, x),
@@ -263,7 +254,7 @@ impl Model {
                 let logits = g.matmul_t_bias(x, tok_emb, false, true, bias)?;
                 (logits, g.input("targets", TensorMeta::i32(&[batch, len])))
             }
-            ModelKind::Seq2Seq { .. } => return Err(needs_build_seq2seq()),
+            ModelKind::Seq2Seq { .. } => return Err(seq2seq_needs_pairs()),
             ModelKind::Encoder { n_classes } => {
                 let cls = g.slice(x, 1, 0, 1)?;
                 let cls = g.reshape(cls, &[batch, d])?;
@@ -295,9 +286,12 @@ impl Model {
     }
 }
 
-/// What [`Model::build`] says of a seq2seq model.
-pub(super) fn needs_build_seq2seq() -> Error {
-    Error::Input("a seq2seq model reads a source and a target; build it with Model::build_seq2seq".into())
+/// What [`Model::build`] says of a seq2seq model asked for [`Tokens`].
+pub(super) fn seq2seq_needs_pairs() -> Error {
+    Error::Input(
+        "a seq2seq model reads a source and a target; build it for Pairs (training) or the decoding shapes"
+            .into(),
+    )
 }
 
 impl ModelGraph {

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::Graph;
 use crate::model::GraphOptions;
+use crate::model::Tokens;
 use crate::model::{Model, ModelGraph, ModelKind};
 use crate::params::ParamStore;
 
@@ -132,7 +133,7 @@ fn forward_graph(
         ModelKind::Encoder { .. } => GraphOptions::default().padded(),
         _ => GraphOptions::default(),
     };
-    let graph = model.build(&mut g, rows, len, options)?;
+    let graph = model.build(&mut g, Tokens { batch: rows, len }, options)?;
     let exec = Executor::new(&g, &[graph.logits, graph.loss], params)?;
     Ok((graph, exec))
 }

@@ -9,6 +9,7 @@ use crate::error::Result;
 use crate::exec::Executor;
 use crate::graph::Graph;
 use crate::inference::{DecodeOptions, Seq2SeqDecoder};
+use crate::model::Pairs;
 use crate::model::{GraphOptions, Model, Seq2SeqGraph};
 use crate::params::ParamStore;
 use crate::score::SequenceScores;
@@ -125,11 +126,13 @@ async fn forced_totals(
 /// The forward graph of `batch`'s shape.
 fn forward_graph(model: &Model, params: &ParamStore, batch: &PairBatch) -> Result<(Seq2SeqGraph, Executor)> {
     let mut g = Graph::new();
-    let graph = model.build_seq2seq(
+    let graph = model.build(
         &mut g,
-        batch.rows(),
-        batch.source_len(),
-        batch.target_len(),
+        Pairs {
+            batch: batch.rows(),
+            source_len: batch.source_len(),
+            target_len: batch.target_len(),
+        },
         GraphOptions::default(),
     )?;
     let exec = Executor::new(&g, &[graph.logits, graph.loss], params)?;

@@ -20,6 +20,7 @@ use crate::exec::Executor;
 use crate::graph::{Graph, TensorId};
 use crate::model::GraphOptions;
 use crate::model::{Model, ModelGraph, ModelKind, Seq2SeqGraph};
+use crate::model::{Pairs, Tokens};
 use crate::optim::{AdamW, Optimizer};
 use crate::params::ParamStore;
 use crate::tensor::TensorMeta;
@@ -158,11 +159,13 @@ impl TrainingProgram {
             } if is_seq2seq => {
                 let optimizer = Optimizer::new(adamw, &params)?;
                 let mut g = Graph::new();
-                let graph = model.build_seq2seq(
+                let graph = model.build(
                     &mut g,
-                    batch,
-                    source_len,
-                    target_len,
+                    Pairs {
+                        batch,
+                        source_len,
+                        target_len,
+                    },
                     GraphOptions::default().training(),
                 )?;
                 let solving = Program::new(
@@ -209,7 +212,7 @@ impl TrainingProgram {
             ModelKind::Encoder { .. } => GraphOptions::default().training().padded(),
             _ => GraphOptions::default().training(),
         };
-        let graph = model.build(&mut g, batch, len, options)?;
+        let graph = model.build(&mut g, Tokens { batch, len }, options)?;
         let optimizer = Optimizer::new(adamw, &params)?;
         let every = model.config().posenc.resolve_every();
         // The solving program keeps its encodings only when cached steps will take them.
@@ -224,7 +227,7 @@ impl TrainingProgram {
         )?;
         let cached = if every > 1 {
             let mut g = Graph::new();
-            let graph = model.build(&mut g, batch, len, options.cached_encodings())?;
+            let graph = model.build(&mut g, Tokens { batch, len }, options.cached_encodings())?;
             let input = graph
                 .encodings
                 .expect("a cached FLOATER graph takes its encodings");

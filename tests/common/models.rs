@@ -11,6 +11,7 @@ use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::data::{BOS, IGNORE_INDEX, SyntheticTask};
 use posflow::exec::Executor;
 use posflow::graph::Source;
+use posflow::model::Tokens;
 use posflow::model::{Alibi, Learned, NoEncoding, Relative, Rope, Sinusoidal, TupeA, TupeR};
 use posflow::model::{
     Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, GraphOptions, Model, ModelConfig,
@@ -150,9 +151,9 @@ pub fn assert_dropout_follows_the_seed(config: &ModelConfig) {
     let logits = |backend: Rc<dyn Backend>, training: bool, seed: u32| -> Vec<f32> {
         let mut g = Graph::new();
         let built = if training {
-            model.build(&mut g, batch, len, GraphOptions::default().training())
+            model.build(&mut g, Tokens { batch, len }, GraphOptions::default().training())
         } else {
-            model.build(&mut g, batch, len, GraphOptions::default())
+            model.build(&mut g, Tokens { batch, len }, GraphOptions::default())
         }
         .unwrap();
         let grads = g.backward(built.loss).unwrap();

@@ -47,17 +47,17 @@ mod step;
 #[cfg(test)]
 mod tests;
 
-pub use step::{DecoderStep, SourceMemory};
+pub use step::{DecoderFlow, DecoderStep, DecodingStep, SourceMemory, Sources};
 
-use super::block::{self, BlockInputs, CrossInputs, Dropouts, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm};
-use super::config::{EmbedScale, ModelConfig, ModelKind};
+use super::block::{self, CrossInputs, Dropouts, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm};
+use super::config::{ModelConfig, ModelKind};
 use super::posenc::{Constant, EncodingSource, ModelDims, PositionTerms};
-use super::transformer::{GraphOptions, Model};
+use super::stack::{self, Stack};
+use super::transformer::{GraphOptions, GraphShape, Model};
 use crate::data::{IGNORE_INDEX, PairBatch};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Graph, Init, TensorId};
-use crate::ops::attention::AttentionBias;
 use crate::tensor::TensorMeta;
 
 /// The decoder's dropout salts start here, far above any of the encoder's.
@@ -111,7 +111,7 @@ impl Sides {
         ) = (c.kind, c.decoder_dims())
         else {
             return Err(Error::Input(
-                "this model is not a seq2seq model; build it with Model::build".into(),
+                "this model is not a seq2seq model; build it for Tokens".into(),
             ));
         };
         Ok(Self {
@@ -120,69 +120,6 @@ impl Sides {
             tied_head,
         })
     }
-}
-
-/// The token embedding of one side: `tok_emb[tokens]` (· √D), plus the position term at the
-/// input, through dropout in training.
-pub(super) fn embed(
-    g: &mut Graph,
-    c: &ModelConfig,
-    tok_emb: TensorId,
-    tokens: TensorId,
-    positions: &PositionTerms,
-    dropout: Option<Dropouts>,
-    salt: u32,
-) -> Result<TensorId> {
-    let mut x = g.embedding(tok_emb, tokens)?;
-    if c.embed_scale == EmbedScale::SqrtD {
-        x = g.scale(x, (c.d_model as f32).sqrt())?;
-    }
-    if let Some(p) = positions.at_input {
-        x = g.add(x, p)?;
-    }
-    match dropout {
-        Some(d) => d.apply(g, x, d.residual, salt),
-        None => Ok(x),
-    }
-}
-
-/// The token table every side reads, with the init its `embed_scale` asks for.
-pub(super) fn token_table(g: &mut Graph, c: &ModelConfig) -> Result<TensorId> {
-    let std = match c.embed_scale {
-        EmbedScale::None => INIT_STD,
-        EmbedScale::SqrtD => 1.0 / (c.d_model as f32).sqrt(),
-    };
-    g.param("tok_emb.weight", &[c.vocab, c.d_model], Init::Normal(std))
-}
-
-/// The attention bias and scale a stack's self-attention takes from its position terms.
-pub(super) fn attention_terms(c: &ModelConfig, positions: &PositionTerms) -> (Option<AttentionBias>, f32) {
-    let bias = positions
-        .attention_bias
-        .map(AttentionBias::Dense)
-        .or(positions.relative_bias.map(AttentionBias::Relative));
-    (bias, c.attention_scale(positions.attention_scale))
-}
-
-/// Runs `x` through a stack's blocks, adding the every-block position terms; returns the output
-/// and each block's outputs.
-pub(super) fn stack(
-    g: &mut Graph,
-    c: &ModelConfig,
-    mut x: TensorId,
-    positions: &PositionTerms,
-    shared: &BlockInputs,
-) -> Result<(TensorId, Vec<block::BlockOutput>)> {
-    let mut blocks = Vec::with_capacity(shared.layers);
-    for layer in 0..shared.layers {
-        if let Some(&p) = positions.at_block.get(layer) {
-            x = g.add(x, p)?;
-        }
-        let out = block::block(g, c, x, layer, shared)?;
-        x = out.out;
-        blocks.push(out);
-    }
-    Ok((x, blocks))
 }
 
 /// The output layer: the decoder's final norm, then the token table transposed (tied) or
@@ -232,25 +169,19 @@ pub(super) fn encode(
     let source_mask = g.input("source_mask", TensorMeta::i32(&[batch, source_len]));
     g.with_param_prefix("encoder.", |g| {
         let positions = c.posenc.terms(g, c.dims(), source_len, EncodingSource::Solve)?;
-        let x = embed(g, c, tok_emb, source, &positions, dropout, EMBEDDING_DROPOUT_SALT)?;
-        let (attention_bias, attention_scale) = attention_terms(c, &positions);
-        let shared = BlockInputs {
+        let x = stack::embed(g, c, tok_emb, source, &positions, dropout, EMBEDDING_DROPOUT_SALT)?;
+        let encoder = Stack {
             step: c.block,
             layers: c.layers,
             causal: false,
             key_mask: Some(source_mask),
-            attention_bias,
-            attention_scale,
             dropout,
-            rk_stage: c.rk_stage,
             salt_base: 0,
-            qkv_bias: positions.qkv_bias.clone(),
-            rope: None,
             probed,
             cross: None,
             cache: Vec::new(),
         };
-        let (x, blocks) = stack(g, c, x, &positions, &shared)?;
+        let (x, blocks) = encoder.run(g, c, x, &positions)?;
         let memory = LayerNorm::declare(g, "ln_f", c.d_model)?.apply(g, x)?;
         Ok(Encoded {
             source,
@@ -279,20 +210,26 @@ pub(super) fn cross_memory(
     })
 }
 
-impl Model {
-    /// The teacher-forced graph of a seq2seq model for `batch` pairs of sources of `source_len`
-    /// and targets of `target_len` tokens (BOS included), built for what `options` say (cached
-    /// encodings are for the decoder-only models and are refused).
-    pub fn build_seq2seq(
-        &self,
-        g: &mut Graph,
-        batch: usize,
-        source_len: usize,
-        target_len: usize,
-        options: GraphOptions,
-    ) -> Result<Seq2SeqGraph> {
-        options.validate()?;
-        let c = self.config();
+/// A seq2seq model's teacher-forced training shape: `batch` pairs of sources of `source_len` and
+/// targets of `target_len` tokens (BOS included). Cached encodings are for the decoder-only models
+/// and are refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pairs {
+    pub batch: usize,
+    pub source_len: usize,
+    pub target_len: usize,
+}
+
+impl GraphShape for Pairs {
+    type Graph = Seq2SeqGraph;
+
+    fn build(self, model: &Model, g: &mut Graph, options: GraphOptions) -> Result<Seq2SeqGraph> {
+        let Pairs {
+            batch,
+            source_len,
+            target_len,
+        } = self;
+        let c = model.config();
         let sides = Sides::of(c)?;
         if options.takes_cached_encodings() {
             return Err(Error::Input(
@@ -309,7 +246,7 @@ impl Model {
         }
         let dropout = Dropouts::declare(g, c, options.is_training());
         let probed = options.is_probed();
-        let tok_emb = token_table(g, c)?;
+        let tok_emb = stack::token_table(g, c)?;
 
         let encoded = encode(g, c, batch, source_len, tok_emb, dropout, probed)?;
         let memory = cross_memory(g, c, &sides, encoded.memory, source_len)?;
@@ -318,20 +255,14 @@ impl Model {
         let target_in = g.input("target_in", TensorMeta::i32(&[batch, target_len]));
         let (y, decoder_positions, decoder_blocks) = g.with_param_prefix("decoder.", |g| {
             let positions = c.posenc.decoder_terms(g, sides.decoder, target_len)?;
-            let y = embed(g, c, tok_emb, target_in, &positions, dropout, DECODER_SALTS)?;
-            let (attention_bias, attention_scale) = attention_terms(c, &positions);
-            let shared = BlockInputs {
+            let y = stack::embed(g, c, tok_emb, target_in, &positions, dropout, DECODER_SALTS)?;
+            let decoder = Stack {
                 step: sides.decoder_block,
                 layers: sides.decoder.layers,
                 causal: true,
                 key_mask: None,
-                attention_bias,
-                attention_scale,
                 dropout,
-                rk_stage: c.rk_stage,
                 salt_base: DECODER_SALTS,
-                qkv_bias: positions.qkv_bias.clone(),
-                rope: None,
                 probed,
                 cross: Some(CrossInputs {
                     keys_values: memory,
@@ -340,7 +271,7 @@ impl Model {
                 }),
                 cache: Vec::new(),
             };
-            let (y, blocks) = stack(g, c, y, &positions, &shared)?;
+            let (y, blocks) = decoder.run(g, c, y, &positions)?;
             Ok((y, positions, blocks))
         })?;
         let logits = output_logits(g, c, tok_emb, sides.tied_head, y)?;

@@ -8,13 +8,14 @@
 //! t's ([`crate::model::Encoding::step_terms`]). So its logits equal the full decoder's at position t (tested in
 //! `tests.rs`), and a beam search reorders the cache rows on the host between steps.
 
-use super::{Sides, attention_terms, cross_memory, embed, encode, output_logits, stack, token_table};
+use super::{Sides, cross_memory, encode, output_logits};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Graph, TensorId};
-use crate::model::block::{BlockInputs, CrossInputs};
+use crate::model::block::CrossInputs;
 use crate::model::posenc::Constant;
-use crate::model::transformer::Model;
+use crate::model::stack::{self, Stack};
+use crate::model::transformer::{GraphOptions, GraphShape, Model};
 use crate::tensor::TensorMeta;
 
 /// The encoder's graph for decoding: sources in, every decoder block's cross-attention keys and
@@ -52,28 +53,44 @@ pub struct DecoderStep {
     /// `keys_values[block][stage]`: this position's keys and values `[B, H, 1, Dh]`, for the
     /// next step's cache.
     pub keys_values: Vec<Vec<(TensorId, TensorId)>>,
-    /// FLOATER: row `position` `[1, rows, D]` of [`Model::build_decoder_flow`]'s trajectory.
+    /// FLOATER: row `position` `[1, rows, D]` of the [`DecoderFlow`] graph's trajectory.
     pub encodings: Option<TensorId>,
     constants: Vec<(TensorId, Constant)>,
 }
 
-impl Model {
-    /// The encoder of a seq2seq model for `batch` sources of `source_len` tokens, with every
-    /// decoder block's cross-attention keys and values as outputs.
-    pub fn build_source_memory(
-        &self,
-        g: &mut Graph,
-        batch: usize,
-        source_len: usize,
-    ) -> Result<SourceMemory> {
-        let c = self.config();
+/// Decoding's shapes take no options: they do not train, pad or probe.
+fn no_options(options: GraphOptions, shape: &str) -> Result<()> {
+    if options == GraphOptions::default() {
+        Ok(())
+    } else {
+        Err(Error::Input(format!(
+            "a decoding graph ({shape}) is built without options, got {options:?}"
+        )))
+    }
+}
+
+/// A seq2seq model's encoder for decoding: `batch` sources of `source_len` tokens in, every
+/// decoder block's cross-attention keys and values out ([`SourceMemory`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sources {
+    pub batch: usize,
+    pub source_len: usize,
+}
+
+impl GraphShape for Sources {
+    type Graph = SourceMemory;
+
+    fn build(self, model: &Model, g: &mut Graph, options: GraphOptions) -> Result<SourceMemory> {
+        no_options(options, "Sources")?;
+        let Sources { batch, source_len } = self;
+        let c = model.config();
         let sides = Sides::of(c)?;
         if batch == 0 || source_len == 0 {
             return Err(Error::Input(format!(
                 "decoding needs at least one source of at least one token, got {batch} of length {source_len}"
             )));
         }
-        let tok_emb = token_table(g, c)?;
+        let tok_emb = stack::token_table(g, c)?;
         let encoded = encode(g, c, batch, source_len, tok_emb, None, false)?;
         let keys_values = cross_memory(g, c, &sides, encoded.memory, source_len)?;
         Ok(SourceMemory {
@@ -85,26 +102,48 @@ impl Model {
             constants: encoded.positions.constants,
         })
     }
+}
 
-    /// FLOATER: the decoder's flow solved through `len` target positions, `[len, rows, D]`, whose
-    /// row t each [`DecoderStep`] at t takes; `None` for every other encoding.
-    pub fn build_decoder_flow(&self, g: &mut Graph, len: usize) -> Result<Option<TensorId>> {
-        let c = self.config();
+/// FLOATER: the decoder's flow solved through `len` target positions, `[len, rows, D]`, whose row
+/// t each [`DecoderStep`] at t takes; the graph is `None` for every other encoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecoderFlow {
+    pub len: usize,
+}
+
+impl GraphShape for DecoderFlow {
+    type Graph = Option<TensorId>;
+
+    fn build(self, model: &Model, g: &mut Graph, options: GraphOptions) -> Result<Option<TensorId>> {
+        no_options(options, "DecoderFlow")?;
+        let len = self.len;
+        let c = model.config();
         let sides = Sides::of(c)?;
         let terms = g.with_param_prefix("decoder.", |g| c.posenc.decoder_terms(g, sides.decoder, len))?;
         Ok(terms.encodings)
     }
+}
 
-    /// The decoding step at target position `position` for `batch` rows of sources of
-    /// `source_len` tokens.
-    pub fn build_decoder_step(
-        &self,
-        g: &mut Graph,
-        batch: usize,
-        source_len: usize,
-        position: usize,
-    ) -> Result<DecoderStep> {
-        let c = self.config();
+/// The decoding step at target position `position` for `batch` rows of sources of `source_len`
+/// tokens ([`DecoderStep`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodingStep {
+    pub batch: usize,
+    pub source_len: usize,
+    pub position: usize,
+}
+
+impl GraphShape for DecodingStep {
+    type Graph = DecoderStep;
+
+    fn build(self, model: &Model, g: &mut Graph, options: GraphOptions) -> Result<DecoderStep> {
+        no_options(options, "DecodingStep")?;
+        let DecodingStep {
+            batch,
+            source_len,
+            position,
+        } = self;
+        let c = model.config();
         let sides = Sides::of(c)?;
         if batch == 0 || source_len == 0 {
             return Err(Error::Input(format!(
@@ -113,7 +152,7 @@ impl Model {
             )));
         }
         let (heads, dh) = (c.heads, c.head_dim());
-        let tok_emb = token_table(g, c)?;
+        let tok_emb = stack::token_table(g, c)?;
         let token = g.input("token", TensorMeta::i32(&[batch, 1]));
         let source_mask = g.input("source_mask", TensorMeta::i32(&[batch, source_len]));
         let heads_input =
@@ -144,20 +183,14 @@ impl Model {
         };
         let (y, positions, blocks) = g.with_param_prefix("decoder.", |g| {
             let positions = c.posenc.step_terms(g, sides.decoder, position)?;
-            let y = embed(g, c, tok_emb, token, &positions, None, 0)?;
-            let (attention_bias, attention_scale) = attention_terms(c, &positions);
-            let shared = BlockInputs {
+            let y = stack::embed(g, c, tok_emb, token, &positions, None, 0)?;
+            let decoder = Stack {
                 step: sides.decoder_block,
                 layers: sides.decoder.layers,
                 causal: true,
                 key_mask: None,
-                attention_bias,
-                attention_scale,
                 dropout: None,
-                rk_stage: c.rk_stage,
                 salt_base: 0,
-                qkv_bias: positions.qkv_bias.clone(),
-                rope: None,
                 probed: false,
                 cross: Some(CrossInputs {
                     keys_values: memory.clone(),
@@ -166,7 +199,7 @@ impl Model {
                 }),
                 cache: cache.clone(),
             };
-            let (y, blocks) = stack(g, c, y, &positions, &shared)?;
+            let (y, blocks) = decoder.run(g, c, y, &positions)?;
             Ok((y, positions, blocks))
         })?;
         let logits = output_logits(g, c, tok_emb, sides.tied_head, y)?;

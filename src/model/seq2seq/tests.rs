@@ -12,6 +12,7 @@ use crate::model::{
     Block, EmbedScale, FloaterConfig, FloaterForm, GraphOptions, Model, ModelConfig, ModelKind, PosEnc,
     TupeForm,
 };
+use crate::model::{DecoderFlow, DecodingStep, Pairs, Sources, Tokens};
 use crate::model::{Learned, NoEncoding, Relative, Sinusoidal, TupeA, TupeR};
 use crate::params::ParamStore;
 use crate::testing::{assert_close, cpu, gpu};
@@ -87,11 +88,13 @@ fn loss_and_gradients(model: &Model, backend: Rc<dyn Backend>) -> (f32, Vec<(Str
     let b = batch();
     let mut g = Graph::new();
     let built = model
-        .build_seq2seq(
+        .build(
             &mut g,
-            b.rows(),
-            b.source_len(),
-            b.target_len(),
+            Pairs {
+                batch: b.rows(),
+                source_len: b.source_len(),
+                target_len: b.target_len(),
+            },
             GraphOptions::default(),
         )
         .unwrap();
@@ -201,7 +204,15 @@ fn a_source_longer_than_a_learned_table_is_an_error_naming_both_lengths() {
     .unwrap();
     let mut g = Graph::new();
     let err = model
-        .build_seq2seq(&mut g, 1, 9, 3, GraphOptions::default())
+        .build(
+            &mut g,
+            Pairs {
+                batch: 1,
+                source_len: 9,
+                target_len: 3,
+            },
+            GraphOptions::default(),
+        )
         .unwrap_err()
         .to_string();
     assert!(
@@ -210,21 +221,26 @@ fn a_source_longer_than_a_learned_table_is_an_error_naming_both_lengths() {
     );
     let mut g = Graph::new();
     let err = model
-        .build(&mut g, 1, 3, GraphOptions::default())
+        .build(&mut g, Tokens { batch: 1, len: 3 }, GraphOptions::default())
         .unwrap_err()
         .to_string();
-    assert!(err.contains("build it with Model::build_seq2seq"), "{err}");
+    assert!(
+        err.contains("build it for Pairs (training) or the decoding shapes"),
+        "{err}"
+    );
 }
 
 /// The teacher-forced logits `[rows, T, vocab]` of `batch` on `params`' backend.
 fn full_logits(model: &Model, params: &ParamStore, b: &PairBatch) -> Vec<f32> {
     let mut g = Graph::new();
     let built = model
-        .build_seq2seq(
+        .build(
             &mut g,
-            b.rows(),
-            b.source_len(),
-            b.target_len(),
+            Pairs {
+                batch: b.rows(),
+                source_len: b.source_len(),
+                target_len: b.target_len(),
+            },
             GraphOptions::default(),
         )
         .unwrap();
@@ -241,7 +257,16 @@ fn incremental_logits(model: &Model, params: &ParamStore, b: &PairBatch) -> Vec<
     let c = model.config();
     let mask: Vec<i32> = b.source_mask().iter().map(|&m| i32::from(m > 0.5)).collect();
     let mut g = Graph::new();
-    let source = model.build_source_memory(&mut g, rows, source_len).unwrap();
+    let source = model
+        .build(
+            &mut g,
+            Sources {
+                batch: rows,
+                source_len,
+            },
+            GraphOptions::default(),
+        )
+        .unwrap();
     let outputs: Vec<TensorId> = source.keys_values.iter().flat_map(|&(k, v)| [k, v]).collect();
     let exec = Executor::new(&g, &outputs, params).unwrap();
     source.feed(&exec, b.source(), &mask).unwrap();
@@ -252,16 +277,29 @@ fn incremental_logits(model: &Model, params: &ParamStore, b: &PairBatch) -> Vec<
         .map(|&(k, v)| (exec.read_blocking(k).unwrap(), exec.read_blocking(v).unwrap()))
         .collect();
     let mut g = Graph::new();
-    let flow = model.build_decoder_flow(&mut g, target_len).unwrap().map(|t| {
-        let exec = Executor::new(&g, &[t], params).unwrap();
-        exec.run().unwrap();
-        exec.read_blocking(t).unwrap()
-    });
+    let flow = model
+        .build(&mut g, DecoderFlow { len: target_len }, GraphOptions::default())
+        .unwrap()
+        .map(|t| {
+            let exec = Executor::new(&g, &[t], params).unwrap();
+            exec.run().unwrap();
+            exec.read_blocking(t).unwrap()
+        });
     let mut cache: Vec<Vec<(Vec<f32>, Vec<f32>)>> = Vec::new();
     let mut logits = vec![0.0; rows * target_len * c.vocab];
     for t in 0..target_len {
         let mut g = Graph::new();
-        let step = model.build_decoder_step(&mut g, rows, source_len, t).unwrap();
+        let step = model
+            .build(
+                &mut g,
+                DecodingStep {
+                    batch: rows,
+                    source_len,
+                    position: t,
+                },
+                GraphOptions::default(),
+            )
+            .unwrap();
         let mut outputs = vec![step.logits];
         outputs.extend(step.keys_values.iter().flatten().flat_map(|&(k, v)| [k, v]));
         let exec = Executor::new(&g, &outputs, params).unwrap();
