@@ -76,7 +76,13 @@ fn cases() -> Vec<Case> {
             name: "lm_tied_sinusoidal_sqrt_d",
             config: ModelConfig {
                 embed_scale: EmbedScale::SqrtD,
-                ..config(tied, PosEnc::Sinusoidal(Sinusoidal { every_block: false }))
+                ..config(
+                    tied,
+                    PosEnc::Sinusoidal(Sinusoidal {
+                        every_block: false,
+                        ..Sinusoidal::default()
+                    }),
+                )
             },
             lengths: full,
         },
@@ -93,7 +99,13 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "lm_sinusoidal_every_block",
-            config: config(tied, PosEnc::Sinusoidal(Sinusoidal { every_block: true })),
+            config: config(
+                tied,
+                PosEnc::Sinusoidal(Sinusoidal {
+                    every_block: true,
+                    ..Sinusoidal::default()
+                }),
+            ),
             lengths: full,
         },
         Case {
@@ -209,7 +221,10 @@ fn seq2seq_cases() -> Vec<(&'static str, ModelConfig)> {
                     true,
                     2,
                     Block::Residual,
-                    PosEnc::Sinusoidal(Sinusoidal { every_block: false }),
+                    PosEnc::Sinusoidal(Sinusoidal {
+                        every_block: false,
+                        ..Sinusoidal::default()
+                    }),
                 )
             },
         ),
@@ -313,7 +328,10 @@ fn code_cases() -> Vec<Case> {
             name: "lm_code_rk4_learnable_dense_sinusoidal",
             config: ModelConfig {
                 embed_scale: EmbedScale::SqrtD,
-                posenc: PosEnc::Sinusoidal(Sinusoidal { every_block: false }),
+                posenc: PosEnc::Sinusoidal(Sinusoidal {
+                    every_block: false,
+                    ..Sinusoidal::default()
+                }),
                 ..lm(Block::Rk4, History::LearnableDense)
             },
             lengths: full,
@@ -322,7 +340,10 @@ fn code_cases() -> Vec<Case> {
             name: "encoder_code_rk2_gated_dense_padded",
             config: ModelConfig {
                 kind: ModelKind::Encoder { n_classes: 3 },
-                posenc: PosEnc::Sinusoidal(Sinusoidal { every_block: false }),
+                posenc: PosEnc::Sinusoidal(Sinusoidal {
+                    every_block: false,
+                    ..Sinusoidal::default()
+                }),
                 ..lm(Block::Rk2Gated, History::Dense)
             },
             lengths: [LEN, 6, 3],

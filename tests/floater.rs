@@ -294,7 +294,10 @@ fn the_compatible_form_with_zero_dynamics_is_the_sinusoidal_model() {
         ..tiny(bias_form)
     };
     let sinusoidal = ModelConfig {
-        posenc: PosEnc::Sinusoidal(Sinusoidal { every_block: false }),
+        posenc: PosEnc::Sinusoidal(Sinusoidal {
+            every_block: false,
+            ..Sinusoidal::default()
+        }),
         ..floater_config.clone()
     };
     let (d, layers) = (floater_config.d_model, floater_config.layers);

@@ -153,7 +153,10 @@ fn parameter_names_and_shapes_are_the_documented_ones() {
     assert_eq!(
         sorted(param_names(tiny(
             LM,
-            PosEnc::Sinusoidal(Sinusoidal { every_block: true })
+            PosEnc::Sinusoidal(Sinusoidal {
+                every_block: true,
+                ..Sinusoidal::default()
+            })
         ))),
         expect(&[], &[])
     );
@@ -294,7 +297,14 @@ fn a_length_over_the_learned_table_is_an_error_naming_both_lengths() {
         "sequence length 17 is over the TUPE position table's max_len 16"
     );
     // Sinusoidal tables extend to any length.
-    let model = Model::new(tiny(LM, PosEnc::Sinusoidal(Sinusoidal { every_block: false }))).unwrap();
+    let model = Model::new(tiny(
+        LM,
+        PosEnc::Sinusoidal(Sinusoidal {
+            every_block: false,
+            ..Sinusoidal::default()
+        }),
+    ))
+    .unwrap();
     model
         .build(
             &mut Graph::new(),
@@ -438,7 +448,14 @@ fn gpu_gives_the_cpu_logits_loss_and_gradients() {
     let (batch, len, vocab) = (2, 9, 30);
     let residual = Block::Residual;
     let cases = [
-        (LM, PosEnc::Sinusoidal(Sinusoidal { every_block: true }), residual),
+        (
+            LM,
+            PosEnc::Sinusoidal(Sinusoidal {
+                every_block: true,
+                ..Sinusoidal::default()
+            }),
+            residual,
+        ),
         (
             ModelKind::CausalLm { tied_head: false },
             PosEnc::Learned(Learned {}),
@@ -446,7 +463,10 @@ fn gpu_gives_the_cpu_logits_loss_and_gradients() {
         ),
         (
             ModelKind::Encoder { n_classes: 3 },
-            PosEnc::Sinusoidal(Sinusoidal { every_block: false }),
+            PosEnc::Sinusoidal(Sinusoidal {
+                every_block: false,
+                ..Sinusoidal::default()
+            }),
             residual,
         ),
         (LM, T5, residual),

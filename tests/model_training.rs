@@ -126,7 +126,10 @@ fn without_position_encoding_the_copy_task_is_learned() {
 fn with_sinusoidal_position_encoding_the_copy_task_is_learned() {
     learns_the_copy_task(
         copy_config(
-            PosEnc::Sinusoidal(Sinusoidal { every_block: false }),
+            PosEnc::Sinusoidal(Sinusoidal {
+                every_block: false,
+                ..Sinusoidal::default()
+            }),
             EmbedScale::SqrtD,
         ),
         2.3,
@@ -137,7 +140,10 @@ fn with_sinusoidal_position_encoding_the_copy_task_is_learned() {
 fn with_sinusoidal_position_encoding_at_every_block_the_copy_task_is_learned() {
     learns_the_copy_task(
         copy_config(
-            PosEnc::Sinusoidal(Sinusoidal { every_block: true }),
+            PosEnc::Sinusoidal(Sinusoidal {
+                every_block: true,
+                ..Sinusoidal::default()
+            }),
             EmbedScale::SqrtD,
         ),
         1.9,

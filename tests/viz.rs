@@ -102,7 +102,10 @@ fn egui_rgb(r: u8, g: u8, b: u8) -> eframe::egui::Color32 {
 /// The heatmap of a sinusoidal model is the table itself, past the model's max_len too.
 #[test]
 fn sinusoidal_heatmap_is_the_sinusoidal_table_at_any_length() {
-    let loaded = load(&lm(PosEnc::Sinusoidal(Sinusoidal { every_block: false })));
+    let loaded = load(&lm(PosEnc::Sinusoidal(Sinusoidal {
+        every_block: false,
+        ..Sinusoidal::default()
+    })));
     let encodings = pollster::block_on(position_encodings(&loaded, 50)).unwrap();
     assert_eq!(encodings.maps.len(), 1);
     let map = &encodings.maps[0];
@@ -482,7 +485,13 @@ fn fine_tuning_errors_are_explained() {
     harness.step();
     harness.get_by_label_contains("at least 13");
 
-    let sinusoidal = checkpoint_bytes(&lm(PosEnc::Sinusoidal(Sinusoidal { every_block: false })), |_| {});
+    let sinusoidal = checkpoint_bytes(
+        &lm(PosEnc::Sinusoidal(Sinusoidal {
+            every_block: false,
+            ..Sinusoidal::default()
+        })),
+        |_| {},
+    );
     handle.load_checkpoint_bytes("sinusoidal", &sinusoidal).unwrap();
     let err = handle
         .start_fine_tune(&"call me ishmael. ".repeat(4), 5)

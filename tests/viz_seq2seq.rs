@@ -70,7 +70,10 @@ fn load(config: &ModelConfig) -> LoadedCheckpoint {
 
 #[test]
 fn translating_decodes_as_the_decoder_does_and_maps_output_against_source() {
-    let loaded = load(&config(PosEnc::Sinusoidal(Sinusoidal { every_block: false })));
+    let loaded = load(&config(PosEnc::Sinusoidal(Sinusoidal {
+        every_block: false,
+        ..Sinusoidal::default()
+    })));
     assert!(
         loaded.describe().contains("seq2seq, 1 + 2 layers"),
         "{}",
@@ -206,7 +209,10 @@ fn the_translate_tab_decodes_a_typed_source_through_the_handle() {
     handle
         .load_checkpoint_bytes(
             "s2s",
-            &checkpoint_bytes(&config(PosEnc::Sinusoidal(Sinusoidal { every_block: false }))),
+            &checkpoint_bytes(&config(PosEnc::Sinusoidal(Sinusoidal {
+                every_block: false,
+                ..Sinusoidal::default()
+            }))),
         )
         .unwrap();
     handle.select_view(View::Translate);

@@ -88,7 +88,13 @@ fn teacher_forced_log_probs(model: &Model, params: &ParamStore, source: &[i32], 
 #[test]
 fn a_beam_as_wide_as_the_vocabulary_finds_the_exhaustive_search_s_best() {
     let (a, b) = (3, 4);
-    let model = model(5, PosEnc::Sinusoidal(Sinusoidal { every_block: false }));
+    let model = model(
+        5,
+        PosEnc::Sinusoidal(Sinusoidal {
+            every_block: false,
+            ..Sinusoidal::default()
+        }),
+    );
     let params = params(&model, cpu(), 1.0);
     let decoder = Seq2SeqDecoder::new(&model, &params).unwrap();
     let sources = [vec![a, b, b], vec![b], vec![a, a, b, a]];

@@ -50,7 +50,10 @@ fn defaults_fill_the_optional_fields() {
     assert_eq!(config.kind, ModelKind::CausalLm { tied_head: true });
     assert_eq!(
         config.posenc,
-        PosEnc::Sinusoidal(Sinusoidal { every_block: false })
+        PosEnc::Sinusoidal(Sinusoidal {
+            every_block: false,
+            ..Sinusoidal::default()
+        })
     );
     assert_eq!(config.embed_scale, EmbedScale::None);
     assert_eq!(config.block, Block::Residual);

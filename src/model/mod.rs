@@ -118,7 +118,8 @@ pub use config::{
 };
 pub use posenc::{
     Alibi, Encoding, EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Learned, NoEncoding,
-    Nonlinearity, PosEnc, Relative, Rope, Sinusoidal, SolverMethod, TupeA, TupeForm, TupeR, encodings_shape,
+    Nonlinearity, PosEnc, Relative, Rope, SinusoidLayout, Sinusoidal, SolverMethod, TupeA, TupeForm, TupeR,
+    encodings_shape,
 };
 pub use seq2seq::{DecoderFlow, DecoderStep, DecodingStep, Pairs, Seq2SeqGraph, SourceMemory, Sources};
 pub use transformer::{GraphOptions, GraphShape, Model, ModelGraph, Tokens};

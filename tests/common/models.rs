@@ -12,7 +12,7 @@ use posflow::data::{BOS, IGNORE_INDEX, SyntheticTask};
 use posflow::exec::Executor;
 use posflow::graph::Source;
 use posflow::model::Tokens;
-use posflow::model::{Alibi, Learned, NoEncoding, Relative, Rope, Sinusoidal, TupeA, TupeR};
+use posflow::model::{Alibi, Learned, NoEncoding, Relative, Rope, SinusoidLayout, Sinusoidal, TupeA, TupeR};
 use posflow::model::{
     Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, GraphOptions, Model, ModelConfig,
     ModelKind, Nonlinearity, PosEnc, SolverMethod, TupeForm,
@@ -79,10 +79,20 @@ pub const FLOATER_COMPATIBLE: PosEnc = PosEnc::Floater(FloaterConfig {
 
 pub const ROPE: PosEnc = PosEnc::Rope(Rope { base: 10_000.0 });
 
-pub const ALL_POSENCS: [PosEnc; 11] = [
+pub const ALL_POSENCS: [PosEnc; 12] = [
     PosEnc::None(NoEncoding {}),
-    PosEnc::Sinusoidal(Sinusoidal { every_block: false }),
-    PosEnc::Sinusoidal(Sinusoidal { every_block: true }),
+    PosEnc::Sinusoidal(Sinusoidal {
+        every_block: false,
+        layout: SinusoidLayout::Interleaved,
+    }),
+    PosEnc::Sinusoidal(Sinusoidal {
+        every_block: true,
+        layout: SinusoidLayout::Interleaved,
+    }),
+    PosEnc::Sinusoidal(Sinusoidal {
+        every_block: false,
+        layout: SinusoidLayout::Fairseq,
+    }),
     PosEnc::Learned(Learned {}),
     T5,
     TUPE_A,

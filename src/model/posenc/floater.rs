@@ -73,7 +73,7 @@ use serde::{Deserialize, Serialize};
 use super::encoding::{
     Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms,
 };
-use super::sinusoidal;
+use super::sinusoidal::{self, SinusoidLayout};
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, TensorId};
@@ -240,7 +240,7 @@ impl Encoding for FloaterConfig {
         match self.form {
             FloaterForm::Additive => Ok(self.additive(build(g, self, len, d, layers, source)?)),
             FloaterForm::Bias => {
-                let (table, values) = sinusoidal::build(g, len, d);
+                let (table, values) = sinusoidal::build(g, SinusoidLayout::Interleaved, len, d);
                 let terms = build_bias(g, self, len, d, layers, source)?;
                 Ok(PositionTerms {
                     at_input: Some(table),
@@ -260,7 +260,7 @@ impl Encoding for FloaterConfig {
         if self.form == FloaterForm::Additive {
             return self.terms(g, dims, len, EncodingSource::Solve);
         }
-        let table = sinusoidal::build(g, len, dims.d_model);
+        let table = sinusoidal::build(g, SinusoidLayout::Interleaved, len, dims.d_model);
         self.decoder_biases(g, dims, len, table, EncodingSource::Solve)
     }
 
@@ -281,7 +281,7 @@ impl Encoding for FloaterConfig {
         match self.form {
             FloaterForm::Additive => Ok(self.additive(build(g, self, 1, d, layers, EncodingSource::Input)?)),
             FloaterForm::Bias => {
-                let row = sinusoidal::step_row(g, d, t);
+                let row = sinusoidal::step_row(g, SinusoidLayout::Interleaved, d, t);
                 self.decoder_biases(g, dims, 1, row, EncodingSource::Input)
             }
         }

@@ -37,7 +37,7 @@ pub use none::NoEncoding;
 pub use registry::{PosEnc, TYPES};
 pub use relative::{Relative, bucket_matrix, buckets_by_offset, cls_bucket_matrix, relative_bucket};
 pub use rope::Rope;
-pub use sinusoidal::{Sinusoidal, sinusoidal_table};
+pub use sinusoidal::{SinusoidLayout, Sinusoidal, fairseq_table, sinusoid_table, sinusoidal_table};
 pub use tupe::{TupeA, TupeForm, TupeR};
 
 #[cfg(test)]

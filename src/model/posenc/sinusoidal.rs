@@ -1,11 +1,13 @@
 //! The fixed sinusoidal encoding of Vaswani et al. (2017), fed to the graph as a constant input
 //! and added to the embeddings, or to the input of every block (FLOATER's "inject at every layer"
-//! baseline). In TOML: `posenc = { type = "sinusoidal", every_block = true }`.
+//! baseline). In TOML: `posenc = { type = "sinusoidal", every_block = true }`; with
+//! `layout = "fairseq"` the table is fairseq's (the ODE Transformer's and FLOATER's translation
+//! code), not Vaswani et al.'s.
 
 use serde::{Deserialize, Serialize};
 
 use super::encoding::{
-    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms,
+    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, is_default,
 };
 use crate::error::Result;
 use crate::graph::{Graph, TensorId};
@@ -21,6 +23,55 @@ pub struct Sinusoidal {
     /// To the input of every block rather than to the embeddings. Default false.
     #[serde(default)]
     pub every_block: bool,
+    /// How the table lays out its sines and cosines. Default `interleaved` (Vaswani et al.'s).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub layout: SinusoidLayout,
+}
+
+/// How a sinusoid table lays out its values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SinusoidLayout {
+    /// Vaswani et al.'s: `pe[p, 2i] = sin(p·ω_i)`, `pe[p, 2i+1] = cos(p·ω_i)`,
+    /// `ω_i = 10000^(−2i/d)` ([`sinusoidal_table`]).
+    #[default]
+    Interleaved,
+    /// fairseq's `SinusoidalPositionalEmbedding`, as the ODE Transformer's and FLOATER's
+    /// translation code run it: the sines of the d/2 frequencies `ω_i = 10000^(−i/(d/2 − 1))`,
+    /// then their cosines, and position p reads row p + 2 (fairseq numbers positions from its
+    /// padding index, 1, plus 1); computed in f32 as fairseq does ([`fairseq_table`]).
+    Fairseq,
+}
+
+/// The first row fairseq's positions read: its padding index (1) plus 1.
+const FAIRSEQ_FIRST_ROW: usize = 2;
+
+/// `[len, d]` in `layout`.
+pub fn sinusoid_table(layout: SinusoidLayout, len: usize, d: usize) -> Vec<f32> {
+    match layout {
+        SinusoidLayout::Interleaved => sinusoidal_table(len, d),
+        SinusoidLayout::Fairseq => fairseq_table(len, d),
+    }
+}
+
+/// fairseq's table for positions 0..len (its rows 2..len + 2), `[len, d]`, `d` even and at
+/// least 4: row `r` is `sin(r·ω_0) … sin(r·ω_{h−1}), cos(r·ω_0) … cos(r·ω_{h−1})` with `h = d/2`,
+/// `ω_i = exp(−i·ln(10000)/(h − 1))`, each step in f32 as fairseq's `get_embedding`.
+pub fn fairseq_table(len: usize, d: usize) -> Vec<f32> {
+    let half = d / 2;
+    let step = (10000f64.ln() / (half as f64 - 1.0)) as f32;
+    let frequencies: Vec<f32> = (0..half).map(|i| (i as f32 * -step).exp()).collect();
+    let mut table = vec![0.0; len * d];
+    for (p, row) in table.chunks_mut(d).enumerate() {
+        let r = (p + FAIRSEQ_FIRST_ROW) as f32;
+        let (sines, cosines) = row.split_at_mut(half);
+        for ((sine, cosine), &w) in sines.iter_mut().zip(cosines).zip(&frequencies) {
+            let angle = r * w;
+            *sine = angle.sin();
+            *cosine = angle.cos();
+        }
+    }
+    table
 }
 
 impl Sinusoidal {
@@ -41,30 +92,40 @@ impl Sinusoidal {
 
 impl Encoding for Sinusoidal {
     fn name(&self) -> String {
-        if self.every_block {
-            "sinusoidal (every block)".into()
-        } else {
-            "sinusoidal".into()
+        let layout = match self.layout {
+            SinusoidLayout::Interleaved => "",
+            SinusoidLayout::Fairseq => ", fairseq layout",
+        };
+        match (self.every_block, layout) {
+            (false, "") => "sinusoidal".into(),
+            (false, layout) => format!("sinusoidal ({})", &layout[2..]),
+            (true, layout) => format!("sinusoidal (every block{layout})"),
         }
     }
 
     fn check(&self, model: &ModelFacts) -> std::result::Result<(), String> {
-        if !model.dims.d_model.is_multiple_of(2) {
+        let d = model.dims.d_model;
+        if !d.is_multiple_of(2) {
             return Err(format!(
-                "sinusoidal position encoding pairs sin and cos, so d_model must be even, got {}",
-                model.dims.d_model
+                "sinusoidal position encoding pairs sin and cos, so d_model must be even, got {d}"
+            ));
+        }
+        if self.layout == SinusoidLayout::Fairseq && d < 4 {
+            return Err(format!(
+                "fairseq's sinusoid spaces d_model / 2 frequencies over d_model / 2 − 1 steps, so \
+                 d_model must be at least 4, got {d}"
             ));
         }
         Ok(())
     }
 
     fn terms(&self, g: &mut Graph, dims: ModelDims, len: usize, _: EncodingSource) -> Result<PositionTerms> {
-        let (table, values) = build(g, len, dims.d_model);
+        let (table, values) = build(g, self.layout, len, dims.d_model);
         Ok(self.placed(table, values, dims.layers))
     }
 
     fn step_terms(&self, g: &mut Graph, dims: ModelDims, t: usize) -> Result<PositionTerms> {
-        let (row, values) = step_row(g, dims.d_model, t);
+        let (row, values) = step_row(g, self.layout, dims.d_model, t);
         Ok(self.placed(row, values, dims.layers))
     }
 
@@ -106,21 +167,93 @@ pub fn sinusoidal_table(len: usize, d: usize) -> Vec<f32> {
 }
 
 /// The table's graph input `[len, d]` and its values.
-pub(super) fn build(g: &mut Graph, len: usize, d: usize) -> (TensorId, Vec<f32>) {
+pub(super) fn build(g: &mut Graph, layout: SinusoidLayout, len: usize, d: usize) -> (TensorId, Vec<f32>) {
     let table = g.input(INPUT_NAME, TensorMeta::f32(&[len, d]));
-    (table, sinusoidal_table(len, d))
+    (table, sinusoid_table(layout, len, d))
 }
 
 /// Row `t` of the table as a graph input `[1, d]`, and its values: one decoding step's.
-pub(super) fn step_row(g: &mut Graph, d: usize, t: usize) -> (TensorId, Vec<f32>) {
-    let table = sinusoidal_table(t + 1, d);
+pub(super) fn step_row(g: &mut Graph, layout: SinusoidLayout, d: usize, t: usize) -> (TensorId, Vec<f32>) {
+    let table = sinusoid_table(layout, t + 1, d);
     let row = g.input(INPUT_NAME, TensorMeta::f32(&[1, d]));
     (row, table[t * d..].to_vec())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::sinusoidal_table;
+    use super::*;
+
+    /// Both layouts against `tests/reference/sinusoid.safetensors` (`gen_sinusoid.py`: fairseq's
+    /// `get_embedding` as its code computes it, in f32; Vaswani et al.'s formula in f64). Both
+    /// sides compute fairseq's in f32, so they differ only where f32 `exp`, `sin` and `cos` round
+    /// differently, which grows with the angle (row 301 at the lowest frequency).
+    #[test]
+    fn both_layouts_match_pytorch() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/reference/sinusoid.safetensors"
+        );
+        let bytes = std::fs::read(path).unwrap();
+        let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        for (layout, name) in [
+            (SinusoidLayout::Fairseq, "fairseq"),
+            (SinusoidLayout::Interleaved, "interleaved"),
+        ] {
+            for (len, d) in [(40, 8), (300, 16)] {
+                let key = format!("{name}/{len}x{d}");
+                let want: Vec<f32> = bytemuck::pod_collect_to_vec(file.tensor(&key).unwrap().data());
+                let got = sinusoid_table(layout, len, d);
+                assert_eq!(got.len(), want.len(), "{key}");
+                let worst = got
+                    .iter()
+                    .zip(&want)
+                    .map(|(g, w)| (g - w).abs())
+                    .fold(0.0, f32::max);
+                assert!(worst <= 1e-6, "{key}: off by {worst}");
+            }
+        }
+    }
+
+    /// fairseq's layout: the sines, then the cosines, position 0 at angle 2·ω_i; its name says it,
+    /// it is written only when set, and a width below 4 is refused.
+    #[test]
+    fn the_fairseq_layout_is_a_setting_of_its_own() {
+        let row = &fairseq_table(1, 8)[..];
+        let step = 10000f64.ln() / 3.0;
+        for i in 0..4 {
+            let angle = 2.0 * (-(i as f64) * step).exp();
+            assert!((row[i] as f64 - angle.sin()).abs() < 1e-6, "{row:?}");
+            assert!((row[4 + i] as f64 - angle.cos()).abs() < 1e-6, "{row:?}");
+        }
+        let fairseq: Sinusoidal = toml::from_str(r#"layout = "fairseq""#).unwrap();
+        assert_eq!(fairseq.name(), "sinusoidal (fairseq layout)");
+        assert!(
+            serde_json::to_string(&fairseq)
+                .unwrap()
+                .contains(r#""layout":"fairseq""#)
+        );
+        let plain: Sinusoidal = toml::from_str("").unwrap();
+        assert_eq!(serde_json::to_string(&plain).unwrap(), r#"{"every_block":false}"#);
+        let model = |d_model| ModelFacts {
+            dims: ModelDims {
+                d_model,
+                heads: 1,
+                layers: 1,
+                max_len: 8,
+                bidirectional: false,
+            },
+            seq2seq: false,
+            reads_cls: false,
+            masked_lm: false,
+        };
+        assert!(
+            fairseq
+                .check(&model(2))
+                .unwrap_err()
+                .contains("at least 4, got 2")
+        );
+        assert!(fairseq.check(&model(4)).is_ok() && plain.check(&model(2)).is_ok());
+    }
 
     #[test]
     fn table_matches_the_formula_at_a_few_points() {

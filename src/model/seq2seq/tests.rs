@@ -42,8 +42,14 @@ pub(crate) fn every_posenc() -> Vec<PosEnc> {
     let floater = FloaterConfig::default();
     vec![
         PosEnc::None(NoEncoding {}),
-        PosEnc::Sinusoidal(Sinusoidal { every_block: false }),
-        PosEnc::Sinusoidal(Sinusoidal { every_block: true }),
+        PosEnc::Sinusoidal(Sinusoidal {
+            every_block: false,
+            ..Sinusoidal::default()
+        }),
+        PosEnc::Sinusoidal(Sinusoidal {
+            every_block: true,
+            ..Sinusoidal::default()
+        }),
         PosEnc::Learned(Learned {}),
         PosEnc::Relative(Relative {
             buckets: 8,
@@ -366,7 +372,13 @@ fn cached_incremental_decoding_gives_the_full_decoder_s_logits() {
     backends.extend(gpu());
     for backend in backends {
         for (posenc, decoder_block) in every_posenc().into_iter().map(|p| (p, Block::Residual)).chain([
-            (PosEnc::Sinusoidal(Sinusoidal { every_block: false }), Block::Rk4),
+            (
+                PosEnc::Sinusoidal(Sinusoidal {
+                    every_block: false,
+                    ..Sinusoidal::default()
+                }),
+                Block::Rk4,
+            ),
             (PosEnc::Floater(FloaterConfig::default()), Block::Rk2Gated),
         ]) {
             let model = Model::new(config(posenc, Block::Rk2 { gamma: [0.5, 0.5] }, decoder_block)).unwrap();
