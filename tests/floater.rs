@@ -12,7 +12,7 @@ use posflow::graph::Graph;
 use posflow::model::posenc::{QKV_INITIAL_NAME, qkv_initial_from_static_biases};
 use posflow::model::{
     Block, EmbedScale, FloaterConfig, FloaterForm, GradientMethod, Model, ModelConfig, ModelKind,
-    Nonlinearity, PosEnc, SolverMethod,
+    Nonlinearity, PosEnc, SinusoidLayout, SolverMethod,
 };
 use posflow::params::ParamStore;
 use posflow::train::Trainer;
@@ -39,6 +39,7 @@ fn floater(every_block: bool, method: SolverMethod, gradient: GradientMethod) ->
         gradient,
         activation: Nonlinearity::Tanh,
         resolve_every: 1,
+        sinusoid: SinusoidLayout::Interleaved,
     }
 }
 

@@ -59,6 +59,7 @@ pub const FLOATER: PosEnc = PosEnc::Floater(FloaterConfig {
     gradient: GradientMethod::Backprop,
     activation: Nonlinearity::Relu,
     resolve_every: 1,
+    sinusoid: SinusoidLayout::Interleaved,
 });
 
 /// FLOATER as its authors ran it (configs/moby_floater.toml): the compatible form, one shared
@@ -75,6 +76,7 @@ pub const FLOATER_COMPATIBLE: PosEnc = PosEnc::Floater(FloaterConfig {
     gradient: GradientMethod::Adjoint,
     activation: Nonlinearity::Relu,
     resolve_every: 1,
+    sinusoid: SinusoidLayout::Interleaved,
 });
 
 pub const ROPE: PosEnc = PosEnc::Rope(Rope { base: 10_000.0 });

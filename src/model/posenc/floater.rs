@@ -71,9 +71,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::encoding::{
-    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms,
+    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, is_default,
 };
-use super::sinusoidal::{self, SinusoidLayout};
+use super::sinusoidal::{self, SinusoidLayout, Sinusoidal};
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, TensorId};
@@ -187,6 +187,10 @@ pub struct FloaterConfig {
     /// often, the step costs a plain model's). 1 solves every step.
     #[serde(default = "one")]
     pub resolve_every: usize,
+    /// Compatible form: the layout of the sinusoidal table at the input; `fairseq` is the authors'
+    /// translation code's ([`SinusoidLayout`]). Default `interleaved`.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub sinusoid: SinusoidLayout,
 }
 
 impl Default for FloaterConfig {
@@ -204,6 +208,7 @@ impl Default for FloaterConfig {
             gradient: default_gradient(),
             activation: default_activation(),
             resolve_every: one(),
+            sinusoid: SinusoidLayout::default(),
         }
     }
 }
@@ -219,6 +224,20 @@ impl Encoding for FloaterConfig {
 
     fn check(&self, model: &ModelFacts) -> std::result::Result<(), String> {
         self.validate(model.dims.d_model)?;
+        match self.form {
+            // The table at the input has the sinusoidal encoding's own limits (an even width).
+            FloaterForm::Bias => Sinusoidal {
+                every_block: false,
+                layout: self.sinusoid,
+            }
+            .check(model)?,
+            FloaterForm::Additive if self.sinusoid != SinusoidLayout::default() => {
+                return Err(
+                    "sinusoid sets the compatible form's input table; the additive form adds none".into(),
+                );
+            }
+            FloaterForm::Additive => {}
+        }
         if model.seq2seq && self.resolve_every > 1 {
             return Err(format!(
                 "a seq2seq model solves FLOATER's flows every step; resolve_every = {} caches them \
@@ -240,7 +259,7 @@ impl Encoding for FloaterConfig {
         match self.form {
             FloaterForm::Additive => Ok(self.additive(build(g, self, len, d, layers, source)?)),
             FloaterForm::Bias => {
-                let (table, values) = sinusoidal::build(g, SinusoidLayout::Interleaved, len, d);
+                let (table, values) = sinusoidal::build(g, self.sinusoid, len, d);
                 let terms = build_bias(g, self, len, d, layers, source)?;
                 Ok(PositionTerms {
                     at_input: Some(table),
@@ -260,7 +279,7 @@ impl Encoding for FloaterConfig {
         if self.form == FloaterForm::Additive {
             return self.terms(g, dims, len, EncodingSource::Solve);
         }
-        let table = sinusoidal::build(g, SinusoidLayout::Interleaved, len, dims.d_model);
+        let table = sinusoidal::build(g, self.sinusoid, len, dims.d_model);
         self.decoder_biases(g, dims, len, table, EncodingSource::Solve)
     }
 
@@ -281,7 +300,7 @@ impl Encoding for FloaterConfig {
         match self.form {
             FloaterForm::Additive => Ok(self.additive(build(g, self, 1, d, layers, EncodingSource::Input)?)),
             FloaterForm::Bias => {
-                let row = sinusoidal::step_row(g, SinusoidLayout::Interleaved, d, t);
+                let row = sinusoidal::step_row(g, self.sinusoid, d, t);
                 self.decoder_biases(g, dims, 1, row, EncodingSource::Input)
             }
         }

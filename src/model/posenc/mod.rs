@@ -200,4 +200,39 @@ mod tests {
         let e = err("buckets = 3");
         assert!(e.contains("missing field `type`"), "{e}");
     }
+
+    /// FLOATER's compatible form adds the table of its `sinusoid` layout at the input, which has
+    /// the sinusoidal encoding's limits: an odd width (whose last pair would lack its cosine) is
+    /// refused, as is the setting on the additive form, which adds no table.
+    #[test]
+    fn floater_s_input_table_takes_its_layout_and_limits() {
+        let floater = |text: &str| toml::from_str::<PosEnc>(&format!("type = \"floater\"\n{text}")).unwrap();
+        let fairseq = floater(r#"sinusoid = "fairseq""#);
+        let mut g = Graph::new();
+        let terms = fairseq
+            .terms(&mut g, dims(false), 5, EncodingSource::Solve)
+            .unwrap();
+        let table = terms.at_input.unwrap();
+        let values = terms.constants.iter().find(|(t, _)| *t == table).map(|(_, c)| c);
+        let Some(Constant::F32(values)) = values else {
+            panic!("{:?}", terms.constants)
+        };
+        assert_eq!(values, &fairseq_table(5, 8));
+        let facts = |d_model| ModelFacts {
+            dims: ModelDims {
+                d_model,
+                ..dims(false)
+            },
+            seq2seq: false,
+            reads_cls: false,
+            masked_lm: false,
+        };
+        let odd = floater("").check(&facts(9)).unwrap_err();
+        assert!(odd.contains("d_model must be even, got 9"), "{odd}");
+        let additive = floater("form = \"additive\"\nsinusoid = \"fairseq\"")
+            .check(&facts(8))
+            .unwrap_err();
+        assert!(additive.contains("the additive form adds none"), "{additive}");
+        assert!(floater("form = \"additive\"").check(&facts(9)).is_ok());
+    }
 }
