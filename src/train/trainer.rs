@@ -62,7 +62,7 @@ impl Trainer {
     /// A checkpoint records `run`'s `[data]` as the run's data: posflow's CLI resumes it by
     /// loading that, and refuses a tokenizer other than the checkpoint's.
     pub fn with_task(backend: Rc<dyn Backend>, mut run: RunConfig, task: Box<dyn Task>) -> Result<Self> {
-        run.validate()?;
+        // Checks the whole config, with the vocabulary the task says.
         run.settle_vocab(task.tokenizer().vocab_size())?;
         let model = Model::new(run.model.clone())?;
         let batch = run.train.batch;

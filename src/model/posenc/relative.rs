@@ -96,6 +96,26 @@ pub(super) fn check_buckets(buckets: usize, max_distance: usize) -> std::result:
     Ok(())
 }
 
+impl Relative {
+    /// The terms of a graph whose keys have the buckets `values` (one per key offset the op
+    /// reads), with the absolute table's rows `at_input` (BERT-R's).
+    fn with_bias(
+        &self,
+        g: &mut Graph,
+        dims: ModelDims,
+        values: Vec<i32>,
+        at_input: Option<TensorId>,
+    ) -> Result<PositionTerms> {
+        let bias = build(g, dims.heads, self.buckets, &values)?;
+        Ok(PositionTerms {
+            at_input,
+            relative_bias: Some(bias),
+            constants: vec![(bias.buckets, Constant::I32(values))],
+            ..PositionTerms::default()
+        })
+    }
+}
+
 impl Encoding for Relative {
     fn name(&self) -> String {
         if self.learned_absolute {
@@ -111,17 +131,11 @@ impl Encoding for Relative {
 
     fn terms(&self, g: &mut Graph, dims: ModelDims, len: usize, _: EncodingSource) -> Result<PositionTerms> {
         let values = buckets_by_offset(len, dims.bidirectional, self.buckets, self.max_distance);
-        let bias = build(g, dims.heads, self.buckets, &values)?;
         let at_input = self
             .learned_absolute
             .then(|| learned::build(g, len, dims.max_len, dims.d_model))
             .transpose()?;
-        Ok(PositionTerms {
-            at_input,
-            relative_bias: Some(bias),
-            constants: vec![(bias.buckets, Constant::I32(values))],
-            ..PositionTerms::default()
-        })
+        self.with_bias(g, dims, values, at_input)
     }
 
     fn step_terms(&self, g: &mut Graph, dims: ModelDims, t: usize) -> Result<PositionTerms> {
@@ -129,17 +143,11 @@ impl Encoding for Relative {
         // the 2t + 1 a square graph's input holds.
         let mut values = buckets_by_offset(t + 1, false, self.buckets, self.max_distance);
         values.truncate(t + 1);
-        let bias = build(g, dims.heads, self.buckets, &values)?;
         let at_input = self
             .learned_absolute
             .then(|| learned::step_row(g, dims, t))
             .transpose()?;
-        Ok(PositionTerms {
-            at_input,
-            relative_bias: Some(bias),
-            constants: vec![(bias.buckets, Constant::I32(values))],
-            ..PositionTerms::default()
-        })
+        self.with_bias(g, dims, values, at_input)
     }
 
     fn has_table(&self) -> bool {

@@ -92,15 +92,13 @@ impl Sinusoidal {
 
 impl Encoding for Sinusoidal {
     fn name(&self) -> String {
-        let layout = match self.layout {
-            SinusoidLayout::Interleaved => "",
-            SinusoidLayout::Fairseq => ", fairseq layout",
+        let name = match (self.every_block, self.layout) {
+            (false, SinusoidLayout::Interleaved) => "sinusoidal",
+            (true, SinusoidLayout::Interleaved) => "sinusoidal (every block)",
+            (false, SinusoidLayout::Fairseq) => "sinusoidal (fairseq layout)",
+            (true, SinusoidLayout::Fairseq) => "sinusoidal (every block, fairseq layout)",
         };
-        match (self.every_block, layout) {
-            (false, "") => "sinusoidal".into(),
-            (false, layout) => format!("sinusoidal ({})", &layout[2..]),
-            (true, layout) => format!("sinusoidal (every block{layout})"),
-        }
+        name.into()
     }
 
     fn check(&self, model: &ModelFacts) -> std::result::Result<(), String> {
