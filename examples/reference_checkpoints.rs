@@ -19,8 +19,8 @@ use posflow::backend::CpuBackend;
 use posflow::checkpoint::{Checkpoint, Metadata, TrainingState};
 use posflow::data::{BOS, CharTokenizer, IGNORE_INDEX, MASK, PAD, Pair, PairBatch, PairTokenizer};
 use posflow::model::{
-    Activation, Block, Coefficients, EmbedScale, History, Model, ModelConfig, ModelKind, Norm, PosEnc,
-    RkStage, TupeForm, WordScale,
+    Activation, Block, Coefficients, EmbedScale, History, InitScheme, Model, ModelConfig, ModelKind, Norm,
+    PosEnc, RkStage, TupeForm, WordScale,
 };
 use posflow::model::{Learned, NoEncoding, Relative, Sinusoidal, TupeA, TupeR};
 use posflow::params::ParamStore;
@@ -413,6 +413,29 @@ fn tupe_cases() -> Vec<Case> {
     ]
 }
 
+/// fairseq's Transformer around FLOATER, as the authors' translation model: post-LN blocks (the
+/// decoder's cross-attention between its self-attention and FFN), no embedding layer norm and no
+/// final norms, ReLU, fairseq's sinusoid at the input, embeddings × √D (init does not matter
+/// here: every value is nudged; the init's own test pins it).
+fn fairseq_cases() -> Vec<(&'static str, ModelConfig)> {
+    let kind = ModelKind::Seq2Seq {
+        tied_head: true,
+        decoder_layers: 2,
+        decoder_block: Block::Residual,
+    };
+    vec![(
+        "seq2seq_floater_fairseq_post",
+        ModelConfig {
+            embed_scale: EmbedScale::SqrtD,
+            norm: Norm::Post,
+            embedding_norm: Some(false),
+            init: Some(InitScheme::Fairseq),
+            activation: Activation::Relu,
+            ..config(kind, floater(r#"{ "sinusoid": "fairseq" }"#))
+        },
+    )]
+}
+
 fn floater(settings: &str) -> PosEnc {
     PosEnc::Floater(serde_json::from_str(settings).expect("FLOATER settings"))
 }
@@ -497,8 +520,8 @@ fn main() -> posflow::Result<()> {
     let tokenizer = serde_json::to_string(&chars).expect("tokenizer JSON");
     let pair_tokenizer = PairTokenizer::Chars(chars).to_json();
     // Decoder-only cases with their row lengths, then the seq2seq ones, then the ODE
-    // Transformer's code form, then TUPE's (seeds continue, so that adding a group leaves the
-    // others' files).
+    // Transformer's code form, then TUPE's, then fairseq's backbone (seeds continue, so that
+    // adding a group leaves the others' files).
     let decoder_only = cases()
         .into_iter()
         .map(|case| (case.name, case.config, Some(case.lengths)));
@@ -509,7 +532,11 @@ fn main() -> posflow::Result<()> {
         .into_iter()
         .chain(tupe_cases())
         .map(|case| (case.name, case.config, Some(case.lengths)));
-    for (seed, (name, config, lengths)) in decoder_only.chain(seq2seq).chain(code).enumerate() {
+    let fairseq = fairseq_cases()
+        .into_iter()
+        .map(|(name, config)| (name, config, None));
+    for (seed, (name, config, lengths)) in decoder_only.chain(seq2seq).chain(code).chain(fairseq).enumerate()
+    {
         let seed = seed as u64;
         let g = Model::new(config.clone())?.declare_params()?;
         let params = ParamStore::init(Rc::new(CpuBackend::new()), &g, seed)?;

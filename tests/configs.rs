@@ -81,22 +81,28 @@ fn the_floater_configs_use_the_authors_delta() {
     );
 }
 
-/// The configs that claim an authors' whole model use their FFN activation: the ODE
-/// Transformer's code form ReLU (`F.relu(self.fc1(x))` in their layers), TUPE's BERT GELU.
+/// The configs that claim an authors' whole model use their FFN activation and init: the ODE
+/// Transformer's code form ReLU (`F.relu(self.fc1(x))` in their layers) and fairseq's
+/// Xavier-uniform init and sinusoid; TUPE's BERT GELU and `init_bert_params`.
 #[test]
-fn the_authors_form_configs_use_their_activation() {
-    use posflow::model::Activation;
+fn the_authors_form_configs_use_their_activation_and_init() {
+    use posflow::model::{Activation, InitScheme};
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
     let expected = [
-        ("moby_residual_code", Activation::Relu),
-        ("moby_rk2_code", Activation::Relu),
-        ("moby_rk4_code", Activation::Relu),
-        ("mlm_tupe_a_post", Activation::Gelu),
-        ("mlm_bert_r", Activation::Gelu),
+        ("moby_residual_code", Activation::Relu, InitScheme::Fairseq),
+        ("moby_rk2_code", Activation::Relu, InitScheme::Fairseq),
+        ("moby_rk4_code", Activation::Relu, InitScheme::Fairseq),
+        ("mlm_tupe_a_post", Activation::Gelu, InitScheme::Bert),
+        ("mlm_bert_r", Activation::Gelu, InitScheme::Bert),
     ];
-    for (name, activation) in expected {
+    for (name, activation, init) in expected {
         let run = RunConfig::load(&dir.join(format!("{name}.toml"))).unwrap();
         assert_eq!(run.model.activation, activation, "{name}");
+        assert_eq!(run.model.init_scheme(), init, "{name}");
+        if init == InitScheme::Fairseq {
+            let posenc = serde_json::to_string(&run.model.posenc).unwrap();
+            assert!(posenc.contains(r#""layout":"fairseq""#), "{name}: {posenc}");
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use posflow::backend::Backend;
 use posflow::checkpoint::{Checkpoint, remove_interrupted_save};
 use posflow::data::{PairTokenizer, TaskTokenizer};
 use posflow::inference::{DecodeOptions, Generator, Seq2SeqDecoder};
-use posflow::model::{Block, History, ModelKind, Norm, RkStage};
+use posflow::model::{Activation, Block, History, ModelKind, Norm, RkStage};
 use posflow::train::{DEFAULT_RUN, EvalReport, Progress, RunConfig, StepStats, Trainer, fit, saved_run};
 use rand::SeedableRng;
 
@@ -201,7 +201,17 @@ fn describe(run: &RunConfig) {
         blocks.push(format!("layer history {}", history.as_str().unwrap_or_default()));
     }
     if m.norm == Norm::Post {
-        blocks.push("post-LN (BERT: a layer norm after each residual add and on the embeddings)".into());
+        blocks.push("post-LN (a layer norm after each residual add)".into());
+    }
+    if m.has_embedding_norm() {
+        blocks.push("a layer norm on the embeddings".into());
+    }
+    if m.init.is_some() || m.norm == Norm::Post {
+        let init = serde_json::to_value(m.init_scheme()).expect("an init scheme serializes");
+        blocks.push(format!("{} init", init.as_str().unwrap_or_default()));
+    }
+    if m.activation != Activation::Gelu {
+        blocks.push("ReLU FFN".into());
     }
     if let Some(scale) = m.word_scale {
         blocks.push(format!(

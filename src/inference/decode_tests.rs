@@ -5,13 +5,20 @@ use crate::data::{EOS, Pair, PairBatch};
 use crate::exec::Executor;
 use crate::graph::Graph;
 use crate::model::Pairs;
-use crate::model::{Block, EmbedScale, FloaterConfig, GraphOptions, Model, ModelConfig, ModelKind, PosEnc};
+use crate::model::{
+    Activation, Block, EmbedScale, FloaterConfig, GraphOptions, InitScheme, Model, ModelConfig, ModelKind,
+    Norm, PosEnc,
+};
 use crate::model::{Learned, Relative, Sinusoidal};
 use crate::params::ParamStore;
 use crate::testing::{cpu, gpu, random_vec};
 
 fn model(vocab: usize, posenc: PosEnc) -> Model {
-    Model::new(ModelConfig {
+    Model::new(config(vocab, posenc)).unwrap()
+}
+
+fn config(vocab: usize, posenc: PosEnc) -> ModelConfig {
+    ModelConfig {
         vocab,
         d_model: 8,
         heads: 2,
@@ -28,8 +35,24 @@ fn model(vocab: usize, posenc: PosEnc) -> Model {
         embed_scale: EmbedScale::None,
         block: Block::Residual,
         ..ModelConfig::default()
-    })
-    .unwrap()
+    }
+}
+
+/// FLOATER's translation model with fairseq's backbone around it: post-LN blocks (the
+/// decoder's cross-attention between its self-attention and FFN), no embedding layer norm, no
+/// final norms, Xavier-uniform init, ReLU.
+fn fairseq_post(vocab: usize) -> Model {
+    let mut c = config(vocab, PosEnc::Floater(FloaterConfig::default()));
+    c.kind = ModelKind::Seq2Seq {
+        tied_head: false,
+        decoder_layers: 2,
+        decoder_block: Block::Residual,
+    };
+    c.norm = Norm::Post;
+    c.embedding_norm = Some(false);
+    c.init = Some(InitScheme::Fairseq);
+    c.activation = Activation::Relu;
+    Model::new(c).unwrap()
 }
 
 /// Parameters uniform in ±`scale`: far from uniform next-token distributions, so that the
@@ -132,15 +155,14 @@ fn beam_hypotheses_carry_the_teacher_forced_log_probabilities() {
     let mut backends = vec![cpu()];
     backends.extend(gpu());
     for backend in backends {
-        for posenc in [
-            PosEnc::Relative(Relative {
-                buckets: 8,
-                max_distance: 20,
-                learned_absolute: false,
-            }),
-            PosEnc::Floater(FloaterConfig::default()),
-        ] {
-            let model = model(9, posenc);
+        let relative = PosEnc::Relative(Relative {
+            buckets: 8,
+            max_distance: 20,
+            learned_absolute: false,
+        });
+        let floater = PosEnc::Floater(FloaterConfig::default());
+        for model in [model(9, relative), model(9, floater), fairseq_post(9)] {
+            let posenc = &model.config().posenc;
             let params = params(&model, backend.clone(), 0.5);
             let decoder = Seq2SeqDecoder::new(&model, &params).unwrap();
             let sources = [vec![3, 4, 5, 6], vec![8, 7]];
@@ -154,11 +176,16 @@ fn beam_hypotheses_carry_the_teacher_forced_log_probabilities() {
                 let found = pollster::block_on(decoder.decode(&sources, &options)).unwrap();
                 assert!(
                     found.iter().any(|h| h.tokens.len() >= 3),
-                    "{posenc:?}: decoding stopped too early to test the cache: {found:?}"
+                    "{posenc:?}, norm {:?}: decoding stopped too early to test the cache: {found:?}",
+                    model.config().norm
                 );
                 for (source, hypothesis) in sources.iter().zip(&found) {
                     let expected = teacher_forced_log_probs(&model, &params, source, &hypothesis.tokens);
-                    let what = format!("{posenc:?}, beam {beam}, on {:?}: {hypothesis:?}", backend.kind());
+                    let what = format!(
+                        "{posenc:?}, norm {:?}, beam {beam}, on {:?}: {hypothesis:?}",
+                        model.config().norm,
+                        backend.kind()
+                    );
                     crate::testing::assert_close(&what, &hypothesis.token_log_probs, &expected, 1e-4, 1e-4);
                     let mean = expected.iter().sum::<f32>() / expected.len() as f32;
                     assert!((hypothesis.score - mean).abs() < 1e-4, "{what}");

@@ -11,16 +11,13 @@
 //! A stage's value `k_i` is `F(y_i)` (the paper's form) or, with `rk_stage = "layer"`, the whole
 //! layer `G(y_i) = y_i + F(y_i)` (the authors' code); the combinations are the same either way.
 //!
-//! With `norm = "post"` a block is BERT's post-LN residual block instead (the same parameters,
-//! its layer norms after each residual add).
+//! With `norm = "post"` a block is the post-LN residual block instead (BERT's, fairseq's: the
+//! same parameters, its layer norms after each residual add).
 
 use super::config::{Activation, Block, Coefficients, ModelConfig, Norm, RkStage};
 use crate::error::Result;
 use crate::graph::{Graph, Init, TensorId};
 use crate::ops::attention::{AttentionBias, AttentionOpts};
-
-/// GPT-2's standard deviation for every weight matrix and embedding table.
-pub(super) const INIT_STD: f32 = 0.02;
 
 /// Layer normalisation's epsilon (PyTorch's default).
 pub const LN_EPS: f32 = 1e-5;
@@ -221,16 +218,17 @@ struct CrossParams {
     out: Linear,
 }
 
-/// A Linear with a static bias unless the position encoding supplies one (FLOATER's compatible
-/// form).
-fn linear_maybe_biased(
+/// An attention's input projection (q|k|v, a cross-attention's q or k|v), initialised as the
+/// config's scheme says, with a static bias unless the position encoding supplies one
+/// (FLOATER's compatible form).
+fn attention_in(
     g: &mut Graph,
+    c: &ModelConfig,
     prefix: &str,
-    inputs: usize,
     outputs: usize,
     bias_given: bool,
 ) -> Result<Linear> {
-    let init = Init::Normal(INIT_STD);
+    let (inputs, init) = (c.d_model, c.init_scheme().attention_in(c.d_model));
     if bias_given {
         Linear::declare_without_bias(g, prefix, inputs, outputs, init)
     } else {
@@ -238,35 +236,26 @@ fn linear_maybe_biased(
     }
 }
 
-/// GPT-2: the projections into the residual stream start smaller, so the stream's variance does
-/// not grow with depth.
-fn residual_init(layers: usize) -> Init {
-    Init::Normal(INIT_STD / (2.0 * layers as f32).sqrt())
-}
-
 impl BlockParams {
     fn declare(g: &mut Graph, c: &ModelConfig, layer: usize, shared: &BlockInputs) -> Result<Self> {
         let prefix = format!("blocks.{layer}");
         let d = c.d_model;
-        let residual = match c.norm {
-            Norm::Pre => residual_init(shared.layers),
-            // BERT's init (the TUPE authors' `init_bert_params`): no depth scaling.
-            Norm::Post => Init::Normal(INIT_STD),
-        };
+        let scheme = c.init_scheme();
+        let out_init = scheme.into_residual(d, d, shared.layers);
         let ln1 = LayerNorm::declare(g, &format!("{prefix}.ln1"), d)?;
-        let qkv = linear_maybe_biased(
+        let qkv = attention_in(
             g,
+            c,
             &format!("{prefix}.attn.qkv"),
-            d,
             3 * d,
             !shared.qkv_bias.is_empty(),
         )?;
-        let out = Linear::declare(g, &format!("{prefix}.attn.out"), d, d, residual)?;
+        let out = Linear::declare(g, &format!("{prefix}.attn.out"), d, d, out_init)?;
         let cross = match &shared.cross {
             Some(cross) => Some(CrossParams {
                 ln: LayerNorm::declare(g, &format!("{prefix}.ln_cross"), d)?,
-                q: linear_maybe_biased(g, &format!("{prefix}.cross.q"), d, d, !cross.q_bias.is_empty())?,
-                out: Linear::declare(g, &format!("{prefix}.cross.out"), d, d, residual)?,
+                q: attention_in(g, c, &format!("{prefix}.cross.q"), d, !cross.q_bias.is_empty())?,
+                out: Linear::declare(g, &format!("{prefix}.cross.out"), d, d, out_init)?,
             }),
             None => None,
         };
@@ -277,8 +266,14 @@ impl BlockParams {
             out,
             cross,
             ln2: LayerNorm::declare(g, &format!("{prefix}.ln2"), d)?,
-            up: Linear::declare(g, &format!("{prefix}.ffn.up"), d, c.ffn, Init::Normal(INIT_STD))?,
-            down: Linear::declare(g, &format!("{prefix}.ffn.down"), c.ffn, d, residual)?,
+            up: Linear::declare(g, &format!("{prefix}.ffn.up"), d, c.ffn, scheme.ffn_up(d, c.ffn))?,
+            down: Linear::declare(
+                g,
+                &format!("{prefix}.ffn.down"),
+                c.ffn,
+                d,
+                scheme.into_residual(c.ffn, d, shared.layers),
+            )?,
         })
     }
 }
@@ -293,12 +288,11 @@ pub(super) fn cross_keys_values(
     memory: TensorId,
     kv_bias: Option<TensorId>,
 ) -> Result<(TensorId, TensorId)> {
-    let d = c.d_model;
-    let kv = linear_maybe_biased(
+    let kv = attention_in(
         g,
+        c,
         &format!("blocks.{layer}.cross.kv"),
-        d,
-        2 * d,
+        2 * c.d_model,
         kv_bias.is_some(),
     )?;
     let mut kv = kv.apply(g, memory)?;
@@ -513,8 +507,9 @@ fn feed_forward(
     dropout(g, h, shared, salt)
 }
 
-/// BERT's post-LN block ([`Norm::Post`]): `m = LN1(y + Drop(Attn(y)))`,
-/// `y' = LN2(m + Drop(FFN(m)))`, with the residual block's dropout salts.
+/// The post-LN block ([`Norm::Post`]): `m = LN1(y + Drop(Attn(y)))`, a decoder's
+/// `m = LN_cross(m + Drop(Cross(m)))` (fairseq's decoder layer), `y' = LN2(m + Drop(FFN(m)))`,
+/// with the pre-norm residual block's dropout salts.
 fn post_norm_block(
     g: &mut Graph,
     c: &ModelConfig,
@@ -525,13 +520,20 @@ fn post_norm_block(
     let salt = |site| shared.salt_base + dropout_salt(shared.layers, p.layer, 0, site);
     let attended = self_attention(g, c, p, y, 0, shared, shared.probed, salt(1))?;
     let a = dropout(g, attended.out, shared, salt(1))?;
-    let (_, mid) = p.ln1.apply_to_sum(g, y, a)?;
+    let (_, mut mid) = p.ln1.apply_to_sum(g, y, a)?;
+    let mut cross_probs = None;
+    if let (Some(params), Some(cross)) = (&p.cross, &shared.cross) {
+        let (h, probs) = cross_attention(g, c, params, p.layer, mid, cross, shared, shared.probed, salt(1))?;
+        cross_probs = probs;
+        let h = dropout(g, h, shared, salt(1) + site_offset(shared.layers, CROSS_SITES))?;
+        mid = params.ln.apply_to_sum(g, mid, h)?.1;
+    }
     let h = feed_forward(g, c, p, mid, shared, salt(2))?;
     let (_, out) = p.ln2.apply_to_sum(g, mid, h)?;
     Ok(BlockOutput {
         out,
         attention_probs: attended.probs,
-        cross_probs: None,
+        cross_probs,
         keys_values: vec![attended.keys_values],
     })
 }

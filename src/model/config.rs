@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use super::init::InitScheme;
 use super::posenc::{ModelDims, ModelFacts, PosEnc, is_default};
 use crate::error::{Error, Result};
 use crate::ops::attention::MAX_HEAD_DIM;
@@ -95,6 +96,17 @@ pub struct ModelConfig {
     /// its position term.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub word_scale: Option<WordScale>,
+    /// How the projections and token table start ([`InitScheme`]): `gpt2`, `bert` or `fairseq`
+    /// (Xavier-uniform, the FLOATER and ODE Transformer authors' code). Optional: unset, the
+    /// norm's own: `gpt2` for pre-LN, `bert` for post-LN.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init: Option<InitScheme>,
+    /// Whether a layer norm `emb_ln` reads the embeddings (after the input position term).
+    /// Optional: unset, the norm's own: BERT's post-LN has one (the TUPE authors'
+    /// `--embedding-normalize`), pre-LN none; fairseq's post-LN Transformer (FLOATER's) has none,
+    /// `embedding_norm = false`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedding_norm: Option<bool>,
 }
 
 impl Default for ModelConfig {
@@ -121,6 +133,8 @@ impl Default for ModelConfig {
             attention_dropout: 0.0,
             norm: Norm::Pre,
             word_scale: None,
+            init: None,
+            embedding_norm: None,
         }
     }
 }
@@ -132,11 +146,13 @@ pub enum Norm {
     /// `y + F(y)` with `F`'s layer norms on its inputs (GPT-2), and a final `ln_f`.
     #[default]
     Pre,
-    /// BERT's post-LN block, as the TUPE authors' encoder (`encoder_normalize_before = False`,
-    /// `--embedding-normalize`): `m = LN1(y + Drop(Attn(y)))`, `y' = LN2(m + Drop(FFN(m)))`; a
-    /// layer norm `emb_ln` on the embeddings (after the input position term); no `ln_f`, the
-    /// last block's output being normalised already; BERT's N(0, 0.02) for every projection (no
-    /// GPT-2 depth scaling). Residual blocks only: a Runge-Kutta stage is a pre-norm `F`.
+    /// The post-LN block of Vaswani et al., BERT's and fairseq's (`encoder_normalize_before =
+    /// False`): `m = LN1(y + Drop(Attn(y)))`, `y' = LN2(m + Drop(FFN(m)))`, a decoder's
+    /// cross-attention between them as `LN_cross(m + Drop(Cross(m)))`; no `ln_f`, the last block's
+    /// output being normalised already. Unless set otherwise, BERT's (the TUPE authors'
+    /// `--embedding-normalize`): a layer norm `emb_ln` on the embeddings (`embedding_norm`) and
+    /// N(0, 0.02) for every projection (`init = "bert"`). Residual blocks only: a Runge-Kutta
+    /// stage is a pre-norm `F`.
     Post,
 }
 
@@ -540,8 +556,8 @@ impl ModelConfig {
         Ok(())
     }
 
-    /// What a post-LN model cannot have: Runge-Kutta stages and the layer history are pre-norm
-    /// constructions, and the decoder's cross-attention has no post-LN form here.
+    /// What a post-LN model cannot have: Runge-Kutta stages (an encoder's or a decoder's) and
+    /// the layer history are pre-norm constructions.
     fn validate_post_norm(&self) -> Result<()> {
         if self.block != Block::Residual || self.rk_stage != RkStage::SubBlock {
             return config_err(
@@ -557,14 +573,31 @@ impl ModelConfig {
                     .into(),
             );
         }
-        if matches!(self.kind, ModelKind::Seq2Seq { .. }) {
+        if let ModelKind::Seq2Seq { decoder_block, .. } = self.kind
+            && decoder_block != Block::Residual
+        {
             return config_err(
-                "norm = \"post\" is for the causal LM, the masked LM and the classifier so far; a \
-                 seq2seq model cannot have it yet"
+                "norm = \"post\" is a residual block; a Runge-Kutta decoder_block steps a \
+                 pre-norm sub-block: use norm = \"pre\" with it"
                     .into(),
             );
         }
         Ok(())
+    }
+
+    /// The init scheme: the config's `init`, or the norm's own (GPT-2's for pre-LN, BERT's for
+    /// post-LN).
+    pub fn init_scheme(&self) -> InitScheme {
+        self.init.unwrap_or(match self.norm {
+            Norm::Pre => InitScheme::Gpt2,
+            Norm::Post => InitScheme::Bert,
+        })
+    }
+
+    /// Whether the embeddings go through a layer norm: the config's `embedding_norm`, or the
+    /// norm's own (BERT's post-LN has one).
+    pub fn has_embedding_norm(&self) -> bool {
+        self.embedding_norm.unwrap_or(self.norm == Norm::Post)
     }
 
     /// The attention op's factor on `q·k`: the config's `word_scale`, or else the position

@@ -512,18 +512,55 @@ fn post_norm_refuses_what_is_pre_norm_only() {
     assert!(err.contains("use norm = \"pre\" with it"), "{err}");
     let err = with(r#""history": "dense""#).unwrap_err().to_string();
     assert!(err.contains("norm = \"post\" and a layer history"), "{err}");
-    let err = ModelConfig::from_json(&post.replace(
-        r#"{ "type": "causal_lm" }"#,
-        r#"{ "type": "seq2seq", "decoder_layers": 1 }"#,
-    ))
-    .unwrap_err()
-    .to_string();
-    assert!(err.contains("a seq2seq model cannot have it yet"), "{err}");
+    // fairseq's post-LN translation model reads; a Runge-Kutta decoder does not.
+    let seq2seq = |decoder_block: &str| {
+        ModelConfig::from_json(&post.replace(
+            r#"{ "type": "causal_lm" }"#,
+            &format!(r#"{{ "type": "seq2seq", "decoder_layers": 1, "decoder_block": {decoder_block} }}"#),
+        ))
+    };
+    let fairseq = seq2seq(r#"{ "type": "residual" }"#).unwrap();
+    assert!(
+        fairseq.has_embedding_norm(),
+        "BERT's post-LN has an embedding norm unless told"
+    );
+    let err = seq2seq(r#"{ "type": "rk4" }"#).unwrap_err().to_string();
+    assert!(
+        err.contains("a Runge-Kutta decoder_block steps a pre-norm sub-block"),
+        "{err}"
+    );
     let err = error_of(r#""max_len": 16,"#, r#""max_len": 16, "norm": "middle","#);
     assert!(
         err.contains("unknown variant `middle`, expected `pre` or `post`"),
         "{err}"
     );
+}
+
+#[test]
+fn embedding_norm_and_init_default_to_the_norm_s_own_and_are_not_stored_unset() {
+    let post = TINY.replace(r#""max_len": 16,"#, r#""max_len": 16, "norm": "post","#);
+    let bert = ModelConfig::from_json(&post).unwrap();
+    assert!(bert.has_embedding_norm());
+    assert_eq!(bert.init_scheme(), InitScheme::Bert);
+    let pre = ModelConfig::from_json(TINY).unwrap();
+    assert!(!pre.has_embedding_norm());
+    assert_eq!(pre.init_scheme(), InitScheme::Gpt2);
+    let stored = serde_json::to_string(&pre).unwrap();
+    assert!(
+        !stored.contains("init") && !stored.contains("embedding_norm"),
+        "{stored}"
+    );
+    let fairseq = ModelConfig::from_json(&post.replace(
+        r#""norm": "post","#,
+        r#""norm": "post", "embedding_norm": false, "init": "fairseq","#,
+    ))
+    .unwrap();
+    assert!(!fairseq.has_embedding_norm());
+    assert_eq!(fairseq.init_scheme(), InitScheme::Fairseq);
+    let again = serde_json::to_string(&fairseq).unwrap();
+    assert_eq!(ModelConfig::from_json(&again).unwrap(), fairseq);
+    let err = error_of(r#""max_len": 16,"#, r#""max_len": 16, "embedding_norm": "yes","#);
+    assert!(err.contains("embedding_norm") || err.contains("boolean"), "{err}");
 }
 
 #[test]

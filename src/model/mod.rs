@@ -16,7 +16,8 @@
 //!     (rk_stage "layer": every Fi above is the whole layer Gi = yi + F(yi), as the authors' code)
 //! history "dense": block i reads mean(x0, LN_0(o_0), …, LN_{i-1}(o_{i-1})), the stack outputs the
 //!     mean over all blocks (x0 the embeddings, o_j block j's output; "learnable_dense": learned mix)
-//! norm "post" (BERT): x = emb_LN(x) first; each block m = LN1(x + Drop(Attn(x))),
+//! norm "post" (BERT, fairseq): x = emb_LN(x) first (BERT's; not with embedding_norm = false);
+//!     each block m = LN1(x + Drop(Attn(x))), a decoder's m = LN_cross(m + Drop(Cross(m))),
 //!     x = LN2(m + Drop(FFN(m))); no LN_f below (word_scale sets the q·k factor for any encoding)
 //! LM:      logits = LN_f(x) · tok_emb^T  (tied, never scaled)  or  LN_f(x) · lm_head.weight
 //! encoder: logits = cls_head(LN_f(x[:, 0]))       position 0 holds BOS as [CLS]
@@ -51,7 +52,7 @@
 //! | `posenc.tupe.query.bias`, `.key.bias` | [D]   | 0                          | TUPE, `form = "code"`   |
 //! | `posenc.tupe.cls_to_others`  | [H]            | 0                          | TUPE with `untie_cls` (paper form) |
 //! | `posenc.tupe.others_to_cls`  | [H]            | 0                          | TUPE with `untie_cls` (paper form) |
-//! | `emb_ln.gain`, `emb_ln.bias` | [D]            | 1, 0                       | `norm = "post"`         |
+//! | `emb_ln.gain`, `emb_ln.bias` | [D]            | 1, 0                       | `norm = "post"` unless `embedding_norm = false`; `embedding_norm = true` |
 //! | `posenc.floater.w1`, `.w2`   | [D, D + 1]     | Xavier-normal (additive: N(0, 0.02)) | posenc `floater` |
 //! | `posenc.floater.b1`, `.b2`   | [D]            | 0                          | posenc `floater`        |
 //! | `posenc.floater.qkv_initial` | [3, layers, D] | Xavier-uniform             | `floater` (compatible)  |
@@ -60,13 +61,13 @@
 //! | `blocks.i.ln1.bias`          | [D]            | 0                          | always                  |
 //! | `blocks.i.attn.qkv.weight`   | [D, 3D]        | N(0, 0.02)                 | always                  |
 //! | `blocks.i.attn.qkv.bias`     | [3D]           | 0                          | not FLOATER compatible  |
-//! | `blocks.i.attn.out.weight`   | [D, D]         | N(0, 0.02/√(2·layers)) (post: N(0, 0.02)) | always   |
+//! | `blocks.i.attn.out.weight`   | [D, D]         | N(0, 0.02/√(2·layers))     | always                  |
 //! | `blocks.i.attn.out.bias`     | [D]            | 0                          | always                  |
 //! | `blocks.i.ln2.gain`          | [D]            | 1                          | always                  |
 //! | `blocks.i.ln2.bias`          | [D]            | 0                          | always                  |
 //! | `blocks.i.ffn.up.weight`     | [D, F]         | N(0, 0.02)                 | always                  |
 //! | `blocks.i.ffn.up.bias`       | [F]            | 0                          | always                  |
-//! | `blocks.i.ffn.down.weight`   | [F, D]         | N(0, 0.02/√(2·layers)) (post: N(0, 0.02)) | always   |
+//! | `blocks.i.ffn.down.weight`   | [F, D]         | N(0, 0.02/√(2·layers))     | always                  |
 //! | `blocks.i.ffn.down.bias`     | [D]            | 0                          | always                  |
 //! | `blocks.i.gate.weight`       | [2D, 1]        | 0 (`rk.gate`: Xavier-uniform) | block `rk2_gated`    |
 //! | `blocks.i.gate.bias`         | [1]            | 0                          | block `rk2_gated`       |
@@ -84,9 +85,12 @@
 //! settings are in `posenc/floater.rs`. In its compatible form (the default) the q/k/v biases are
 //! the flow's solution, so `attn.qkv` has no static bias.
 //!
-//! `tok_emb.weight` is N(0, D^-½) when `embed_scale` is `sqrt_d` ([`EmbedScale`]): the lookup is
-//! then multiplied by √D, so the embeddings start with std 1; a tied head reads the table
-//! unscaled, as fairseq does.
+//! The inits in the table are `init = "gpt2"`'s (the default of `norm = "pre"`); `"bert"` (the
+//! default of `norm = "post"`) draws `attn.out` and `ffn.down` at N(0, 0.02) too, and `"fairseq"`
+//! draws every block projection Xavier-uniform and `tok_emb` and `lm_head` at N(0, D^-½)
+//! ([`InitScheme`]). `tok_emb.weight` is N(0, D^-½) when `embed_scale` is `sqrt_d`
+//! ([`EmbedScale`]): the lookup is then multiplied by √D, so the embeddings start with std 1; a
+//! tied head reads the table unscaled, as fairseq does.
 //!
 //! The gate's rows are `[F1 | F2]`: rows `0..D` weigh F1, rows `D..2D` weigh F2. It starts at 0,
 //! so g = ½ everywhere and the block starts as `rk2` with γ = ½, ½ (the paper gives no init); with
@@ -106,6 +110,7 @@
 mod block;
 mod config;
 mod history;
+mod init;
 pub mod posenc;
 pub mod probe;
 mod seq2seq;
@@ -114,7 +119,8 @@ mod transformer;
 
 pub use block::LN_EPS;
 pub use config::{
-    Activation, Block, Coefficients, EmbedScale, History, ModelConfig, ModelKind, Norm, RkStage, WordScale,
+    Activation, Block, Coefficients, EmbedScale, History, InitScheme, ModelConfig, ModelKind, Norm, RkStage,
+    WordScale,
 };
 pub use posenc::{
     Alibi, Encoding, EncodingSource, FloaterConfig, FloaterForm, GradientMethod, Learned, NoEncoding,

@@ -3,12 +3,12 @@
 //! the masked LM, the classifier, a seq2seq model's encoder and decoder and one decoding step are
 //! each a [`Stack`]; this is the only code that builds a block's inputs ([`BlockInputs`]).
 
-use super::block::{self, BlockInputs, BlockOutput, CrossInputs, Dropouts, INIT_STD, LayerNorm};
+use super::block::{self, BlockInputs, BlockOutput, CrossInputs, Dropouts, LayerNorm};
 use super::config::{Block, EmbedScale, ModelConfig, Norm};
 use super::history::LayerHistory;
 use super::posenc::PositionTerms;
 use crate::error::Result;
-use crate::graph::{Graph, Init, TensorId};
+use crate::graph::{Graph, TensorId};
 use crate::ops::attention::AttentionBias;
 
 /// What one stack is: its blocks, which way it attends, and what it reads besides its input and
@@ -83,17 +83,16 @@ impl Stack {
     }
 }
 
-/// The token table every stack reads, with the init its `embed_scale` asks for.
+/// The token table every stack reads, initialised as the scheme and `embed_scale` ask.
 pub(super) fn token_table(g: &mut Graph, c: &ModelConfig) -> Result<TensorId> {
-    let std = match c.embed_scale {
-        EmbedScale::None => INIT_STD,
-        EmbedScale::SqrtD => 1.0 / (c.d_model as f32).sqrt(),
-    };
-    g.param("tok_emb.weight", &[c.vocab, c.d_model], Init::Normal(std))
+    let init = c
+        .init_scheme()
+        .token_table(c.d_model, c.embed_scale == EmbedScale::SqrtD);
+    g.param("tok_emb.weight", &[c.vocab, c.d_model], init)
 }
 
-/// A stack's input: `tok_emb[tokens]` (· √D), plus the position term at the input, through BERT's
-/// embedding layer norm in a post-LN model and through dropout in training.
+/// A stack's input: `tok_emb[tokens]` (· √D), plus the position term at the input, through the
+/// embedding layer norm where the model has one (BERT's) and through dropout in training.
 pub(super) fn embed(
     g: &mut Graph,
     c: &ModelConfig,
@@ -110,11 +109,20 @@ pub(super) fn embed(
     if let Some(p) = positions.at_input {
         x = g.add(x, p)?;
     }
-    if c.norm == Norm::Post {
+    if c.has_embedding_norm() {
         x = LayerNorm::declare(g, "emb_ln", c.d_model)?.apply(g, x)?;
     }
     match dropout {
         Some(d) => d.apply(g, x, d.residual, salt),
         None => Ok(x),
+    }
+}
+
+/// A stack's last layer norm `ln_f` in a pre-LN model; a post-LN stack's output is normalised
+/// already.
+pub(super) fn final_norm(g: &mut Graph, c: &ModelConfig, x: TensorId) -> Result<TensorId> {
+    match c.norm {
+        Norm::Pre => LayerNorm::declare(g, "ln_f", c.d_model)?.apply(g, x),
+        Norm::Post => Ok(x),
     }
 }

@@ -1,7 +1,8 @@
 //! The pre-norm Transformer of a [`ModelConfig`], built into a [`Graph`] for one (batch, length).
 
-use super::block::{Dropouts, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm, Linear};
-use super::config::{Activation, History, ModelConfig, ModelKind, Norm};
+use super::block::{Dropouts, EMBEDDING_DROPOUT_SALT, LayerNorm, Linear};
+use super::config::{Activation, History, ModelConfig, ModelKind};
+use super::init::INIT_STD;
 use super::posenc::{Constant, EncodingSource};
 use super::stack::{self, Stack};
 use crate::data::{BOS, Batch, IGNORE_INDEX};
@@ -222,30 +223,26 @@ impl GraphShape for Tokens {
         };
         let (x, blocks) = model.run(g, c, x, &positions)?;
         let attention_probs = blocks.into_iter().flat_map(|b| b.attention_probs).collect();
-        // A post-LN stack's output is normalised already.
-        let final_norm = |g: &mut Graph, x| match c.norm {
-            Norm::Pre => LayerNorm::declare(g, "ln_f", d)?.apply(g, x),
-            Norm::Post => Ok(x),
-        };
 
         let (logits, targets) = match c.kind {
             ModelKind::CausalLm { tied_head } => {
                 // The authors' LM with a layer history has no final layer norm.
                 let x = match c.history {
-                    History::None => final_norm(g, x)?,
+                    History::None => stack::final_norm(g, c, x)?,
                     History::Dense | History::LearnableDense => x,
                 };
                 // The tied head reads the table unscaled, whatever embed_scale (fairseq).
                 let logits = if tied_head {
                     g.matmul_t(x, tok_emb, false, true)?
                 } else {
-                    let head = g.param("lm_head.weight", &[d, c.vocab], Init::Normal(INIT_STD))?;
+                    let init = c.init_scheme().output_table(d);
+                    let head = g.param("lm_head.weight", &[d, c.vocab], init)?;
                     g.matmul(x, head)?
                 };
                 (logits, g.input("targets", TensorMeta::i32(&[batch, len])))
             }
             ModelKind::MaskedLm {} => {
-                let x = final_norm(g, x)?;
+                let x = stack::final_norm(g, c, x)?;
                 // BERT's head: a transform, then the token table (unscaled) and a bias per token.
                 let dense = Linear::declare(g, "mlm_head.dense", d, d, Init::Normal(INIT_STD))?;
                 let x = dense.apply_activated(g, x, Activation::Gelu)?;
@@ -258,7 +255,7 @@ impl GraphShape for Tokens {
             ModelKind::Encoder { n_classes } => {
                 let cls = g.slice(x, 1, 0, 1)?;
                 let cls = g.reshape(cls, &[batch, d])?;
-                let cls = final_norm(g, cls)?;
+                let cls = stack::final_norm(g, c, cls)?;
                 let head = Linear::declare(g, "cls_head", d, n_classes, Init::Normal(INIT_STD))?;
                 let logits = head.apply(g, cls)?;
                 (logits, g.input("targets", TensorMeta::i32(&[batch])))

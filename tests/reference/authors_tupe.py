@@ -39,8 +39,10 @@ LN_EPS = 1e-5
 
 
 def uses_authors_form(cfg):
-    """Whether a checkpoint's config is this script's: TUPE in its code form or a post-LN model."""
-    return cfg["posenc"].get("form") == "code" or cfg.get("norm", "pre") == "post"
+    """Whether a checkpoint's config is this script's: TUPE in its code form or a post-LN model
+    other than a seq2seq one (fairseq's translation model, model_reference.py's)."""
+    post_bert = cfg.get("norm", "pre") == "post" and cfg["kind"]["type"] != "seq2seq"
+    return cfg["posenc"].get("form") == "code" or post_bert
 
 
 def param(tensor):

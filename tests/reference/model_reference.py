@@ -3,7 +3,10 @@
 The model is the one of src/model/mod.rs, written out op by op: the parameter names and layouts of
 its table (linear weights are [in, out], used as `x @ W + b`; the columns of `attn.qkv` are
 [q | k | v], head h taking columns h·Dh..(h+1)·Dh of each), pre-norm blocks stepped as residual or
-Runge-Kutta blocks (src/model/config.rs, `Block`), the FFN's GELU (erf) or ReLU (the config's `activation`), layer norm with eps 1e-5, softmax
+Runge-Kutta blocks (src/model/config.rs, `Block`) or post-LN residual blocks (`norm = "post"`: the
+layer norm after each residual add, no final norm, `emb_ln` on the embeddings unless
+`embedding_norm` is false), the FFN's GELU (erf) or ReLU (the config's `activation`), layer norm
+with eps 1e-5, the sinusoid table in either layout, softmax
 attention with the position encoding's terms, a causal mask for the LM and the key mask for
 padding, the tied or untied LM head or the encoder's [CLS] head, and the mean cross-entropy over
 targets other than -100. Everything runs in float64.
@@ -52,6 +55,8 @@ from torchdiffeq import odeint, odeint_adjoint
 from gen_ode import grid as ode_grid
 # HF transformers' T5Attention._relative_position_bucket, as the op's own reference uses it.
 from gen_relative import t5_bucket
+# fairseq's SinusoidalPositionalEmbedding, as the table's own reference transcribes it.
+from gen_sinusoid import fairseq as fairseq_sinusoid
 
 IGNORE_INDEX = -100
 BOS = 1
@@ -114,8 +119,16 @@ def sinusoidal_table(length, d):
     return table.float().double()
 
 
+def input_table(layout, length, d):
+    """The sinusoid table of `layout`: posflow's interleaved default, or fairseq's (gen_sinusoid.py
+    transcribes its get_embedding)."""
+    if layout == "fairseq":
+        return fairseq_sinusoid(length, d).double()
+    return sinusoidal_table(length, d)
+
+
 def posenc_sinusoidal(cfg, p, length):
-    table = sinusoidal_table(length, cfg["d_model"])
+    table = input_table(cfg["posenc"].get("layout", "interleaved"), length, cfg["d_model"])
     if cfg["posenc"].get("every_block", False):
         return PositionTerms(at_every_block=table)
     return PositionTerms(at_input=table)
@@ -243,7 +256,8 @@ def posenc_floater(cfg, p, length):
         # The compatible form as the authors ran it: the sinusoidal model whose q/k/v biases
         # (none static) are one flow's solution over [3, layers, D] from the learned b(0).
         biases = [torch.cat(qkv, dim=-1) for qkv in floater_biases(cfg, p, "posenc.floater", 3, length)]
-        return PositionTerms(at_input=sinusoidal_table(length, d), qkv_bias=biases, qkv_static_bias=False)
+        table = input_table(enc.get("sinusoid", "interleaved"), length, d)
+        return PositionTerms(at_input=table, qkv_bias=biases, qkv_static_bias=False)
     trajectory = floater_solve(enc, p, "posenc.floater", p["posenc.floater.initial"], length)
     if enc.get("every_block", True):
         return PositionTerms(at_block=[trajectory[:, i] for i in range(layers)])
@@ -284,7 +298,7 @@ def decoder_terms(cfg, p, target_len, source_len):
     parts = floater_biases(cfg, p, "posenc.floater", 4, target_len)
     kv = floater_biases(cfg, p, "cross.posenc.floater", 2, source_len)
     return PositionTerms(
-        at_input=sinusoidal_table(target_len, cfg["d_model"]),
+        at_input=input_table(enc.get("sinusoid", "interleaved"), target_len, cfg["d_model"]),
         qkv_bias=[torch.cat(block[:3], dim=-1) for block in parts],
         qkv_static_bias=False,
         cross_q_bias=[block[3] for block in parts],
@@ -379,9 +393,36 @@ def sub_block(cfg, p, i, y, terms, causal, key_mask, cross):
         kv_bias = None if terms.cross_kv_bias is None else terms.cross_kv_bias[i]
         normed = layer_norm(p, f"{prefix}.ln_cross", y + a)
         a = a + cross_attention(cfg, p, f"{prefix}.cross", normed, cross, q_bias, kv_bias)
+    return a + feed_forward(cfg, p, prefix, layer_norm(p, f"{prefix}.ln2", y + a))
+
+
+def post_block(cfg, p, i, y, terms, causal, key_mask, cross):
+    """Block i with norm = "post": the post-LN layer of fairseq's Transformer (FLOATER's
+    FlowTransformerEncoderLayer / DecoderLayer with normalize_before False) and of BERT:
+    m = LN1(y + Attn(y)), a decoder's m = LN_cross(m + Cross(m)), out = LN2(m + FFN(m))."""
+    prefix = f"blocks.{i}"
+    qkv_bias = None if terms.qkv_bias is None else terms.qkv_bias[i]
+    a = self_attention(cfg, p, f"{prefix}.attn", y, terms, causal, key_mask, qkv_bias)
+    m = layer_norm(p, f"{prefix}.ln1", y + a)
+    if cross is not None:
+        q_bias = None if terms.cross_q_bias is None else terms.cross_q_bias[i]
+        kv_bias = None if terms.cross_kv_bias is None else terms.cross_kv_bias[i]
+        m = layer_norm(p, f"{prefix}.ln_cross", m + cross_attention(cfg, p, f"{prefix}.cross", m, cross, q_bias, kv_bias))
+    return layer_norm(p, f"{prefix}.ln2", m + feed_forward(cfg, p, prefix, m))
+
+
+def feed_forward(cfg, p, prefix, x):
     act = {"gelu": F.gelu, "relu": F.relu}[cfg.get("activation", "gelu")]
-    hidden = act(linear(p, f"{prefix}.ffn.up", layer_norm(p, f"{prefix}.ln2", y + a)))
-    return a + linear(p, f"{prefix}.ffn.down", hidden)
+    return linear(p, f"{prefix}.ffn.down", act(linear(p, f"{prefix}.ffn.up", x)))
+
+
+def post_norm(cfg):
+    return cfg.get("norm", "pre") == "post"
+
+
+def final_norm(cfg, p, x):
+    """A pre-LN stack's `ln_f`; a post-LN stack's output is normalised already."""
+    return x if post_norm(cfg) else layer_norm(p, "ln_f", x)
 
 
 def step(block, f, y):
@@ -410,16 +451,25 @@ def stack(cfg, p, x, terms, block, causal, key_mask, cross=None):
             x = x + terms.at_every_block
         if terms.at_block is not None:
             x = x + terms.at_block[i]
-        x = step(block, lambda y, i=i: sub_block(cfg, p, i, y, terms, causal, key_mask, cross), x)
+        if post_norm(cfg):
+            assert block["type"] == "residual", "a post-LN block is a residual block"
+            x = post_block(cfg, p, i, x, terms, causal, key_mask, cross)
+        else:
+            x = step(block, lambda y, i=i: sub_block(cfg, p, i, y, terms, causal, key_mask, cross), x)
     return x
 
 
-def embed(cfg, p, tokens, terms):
+def embed(cfg, p, tokens, terms, side_params=None):
+    """The token table's rows (· √D), plus the position term at the input, through the embedding
+    layer norm `emb_ln` (the stack's own, under `side_params`) where the model has one: BERT's
+    post-LN unless `embedding_norm` says otherwise."""
     x = p["tok_emb.weight"][tokens]
     if cfg.get("embed_scale", "none") == "sqrt_d":
         x = x * math.sqrt(cfg["d_model"])
     if terms.at_input is not None:
         x = x + terms.at_input
+    if cfg.get("embedding_norm", post_norm(cfg)):
+        x = layer_norm(p if side_params is None else side_params, "emb_ln", x)
     return x
 
 
@@ -443,8 +493,8 @@ def forward_decoder_only(cfg, p, tokens, key_mask=None):
     block = cfg.get("block", {"type": "residual"})
     x = stack(cfg, p, embed(cfg, p, tokens, terms), terms, block, causal, key_mask)
     if causal:
-        return lm_head(cfg, p, layer_norm(p, "ln_f", x), kind.get("tied_head", True))
-    return linear(p, "cls_head", layer_norm(p, "ln_f", x[:, 0]))
+        return lm_head(cfg, p, final_norm(cfg, p, x), kind.get("tied_head", True))
+    return linear(p, "cls_head", final_norm(cfg, p, x[:, 0]))
 
 
 def forward_seq2seq(cfg, p, source, source_mask, target_in):
@@ -453,12 +503,12 @@ def forward_seq2seq(cfg, p, source, source_mask, target_in):
     encoder, decoder = p.prefixed("encoder."), p.prefixed("decoder.")
     enc_cfg = side(cfg, cfg["layers"], bidirectional=True)
     terms = position_terms(enc_cfg, encoder, source.shape[1])
-    x = stack(enc_cfg, encoder, embed(cfg, p, source, terms), terms, cfg["block"], False, source_mask)
-    cross = Cross(layer_norm(encoder, "ln_f", x), source_mask)
+    x = stack(enc_cfg, encoder, embed(cfg, p, source, terms, encoder), terms, cfg["block"], False, source_mask)
+    cross = Cross(final_norm(cfg, encoder, x), source_mask)
     dec_cfg = side(cfg, kind["decoder_layers"], bidirectional=False)
     terms = decoder_terms(dec_cfg, decoder, target_in.shape[1], source.shape[1])
-    y = stack(dec_cfg, decoder, embed(cfg, p, target_in, terms), terms, kind["decoder_block"], True, None, cross)
-    return lm_head(cfg, p, layer_norm(decoder, "ln_f", y), kind["tied_head"])
+    y = stack(dec_cfg, decoder, embed(cfg, p, target_in, terms, decoder), terms, kind["decoder_block"], True, None, cross)
+    return lm_head(cfg, p, final_norm(cfg, decoder, y), kind["tied_head"])
 
 
 def forward(cfg, p, inputs):

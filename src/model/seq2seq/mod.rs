@@ -49,7 +49,7 @@ mod tests;
 
 pub use step::{DecoderFlow, DecoderStep, DecodingStep, SourceMemory, Sources};
 
-use super::block::{self, CrossInputs, Dropouts, EMBEDDING_DROPOUT_SALT, INIT_STD, LayerNorm};
+use super::block::{self, CrossInputs, Dropouts, EMBEDDING_DROPOUT_SALT};
 use super::config::{ModelConfig, ModelKind};
 use super::posenc::{Constant, EncodingSource, ModelDims, PositionTerms};
 use super::stack::{self, Stack};
@@ -57,7 +57,7 @@ use super::transformer::{GraphOptions, GraphShape, Model};
 use crate::data::{IGNORE_INDEX, PairBatch};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
-use crate::graph::{Graph, Init, TensorId};
+use crate::graph::{Graph, TensorId};
 use crate::tensor::TensorMeta;
 
 /// The decoder's dropout salts start here, far above any of the encoder's.
@@ -122,8 +122,8 @@ impl Sides {
     }
 }
 
-/// The output layer: the decoder's final norm, then the token table transposed (tied) or
-/// `lm_head.weight`.
+/// The output layer: the decoder's final norm (a pre-LN decoder's; a post-LN decoder's output is
+/// normalised already), then the token table transposed (tied) or `lm_head.weight`.
 pub(super) fn output_logits(
     g: &mut Graph,
     c: &ModelConfig,
@@ -131,14 +131,16 @@ pub(super) fn output_logits(
     tied_head: bool,
     y: TensorId,
 ) -> Result<TensorId> {
-    let y = g.with_param_prefix("decoder.", |g| {
-        LayerNorm::declare(g, "ln_f", c.d_model)?.apply(g, y)
-    })?;
+    let y = g.with_param_prefix("decoder.", |g| stack::final_norm(g, c, y))?;
     // The tied head reads the table unscaled, whatever embed_scale (fairseq).
     if tied_head {
         g.matmul_t(y, tok_emb, false, true)
     } else {
-        let head = g.param("lm_head.weight", &[c.d_model, c.vocab], Init::Normal(INIT_STD))?;
+        let head = g.param(
+            "lm_head.weight",
+            &[c.d_model, c.vocab],
+            c.init_scheme().output_table(c.d_model),
+        )?;
         g.matmul(y, head)
     }
 }
@@ -182,7 +184,7 @@ pub(super) fn encode(
             cache: Vec::new(),
         };
         let (x, blocks) = encoder.run(g, c, x, &positions)?;
-        let memory = LayerNorm::declare(g, "ln_f", c.d_model)?.apply(g, x)?;
+        let memory = stack::final_norm(g, c, x)?;
         Ok(Encoded {
             source,
             source_mask,

@@ -9,11 +9,11 @@ use crate::data::{Pair, PairBatch};
 use crate::exec::Executor;
 use crate::graph::{Graph, TensorId};
 use crate::model::{
-    Block, EmbedScale, FloaterConfig, FloaterForm, GraphOptions, Model, ModelConfig, ModelKind, PosEnc,
-    TupeForm,
+    Activation, Block, EmbedScale, FloaterConfig, FloaterForm, GraphOptions, InitScheme, Model, ModelConfig,
+    ModelKind, Norm, PosEnc, TupeForm,
 };
 use crate::model::{DecoderFlow, DecodingStep, Pairs, Sources, Tokens};
-use crate::model::{Learned, NoEncoding, Relative, Sinusoidal, TupeA, TupeR};
+use crate::model::{Learned, NoEncoding, Relative, SinusoidLayout, Sinusoidal, TupeA, TupeR};
 use crate::params::ParamStore;
 use crate::testing::{assert_close, cpu, gpu};
 
@@ -35,6 +35,18 @@ pub(crate) fn config(posenc: PosEnc, block: Block, decoder_block: Block) -> Mode
         embed_scale: EmbedScale::SqrtD,
         block,
         ..ModelConfig::default()
+    }
+}
+
+/// `posenc` inside fairseq's backbone, the FLOATER authors' translation model: post-LN blocks,
+/// no embedding layer norm, no final norms, Xavier-uniform init, ReLU.
+fn fairseq_post(posenc: PosEnc) -> ModelConfig {
+    ModelConfig {
+        norm: Norm::Post,
+        embedding_norm: Some(false),
+        init: Some(InitScheme::Fairseq),
+        activation: Activation::Relu,
+        ..config(posenc, Block::Residual, Block::Residual)
     }
 }
 
@@ -124,11 +136,19 @@ fn loss_and_gradients(model: &Model, backend: Rc<dyn Backend>) -> (f32, Vec<(Str
     (loss, grads)
 }
 
+/// Every encoding in posflow's pre-LN backbone (an RK2 encoder) and in fairseq's post-LN one.
 #[test]
 fn every_encoding_trains_both_sides_and_the_gpu_agrees() {
     let gpu = gpu();
-    for posenc in every_posenc() {
-        let model = Model::new(config(posenc, Block::Rk2 { gamma: [0.5, 0.5] }, Block::Residual)).unwrap();
+    let configs = every_posenc().into_iter().flat_map(|posenc| {
+        [
+            config(posenc, Block::Rk2 { gamma: [0.5, 0.5] }, Block::Residual),
+            fairseq_post(posenc),
+        ]
+    });
+    for config in configs {
+        let posenc = (config.posenc, config.norm);
+        let model = Model::new(config).unwrap();
         let (loss, grads) = loss_and_gradients(&model, cpu());
         // Near the uniform loss ln 12 at init (the tied √D-scaled table gives logits of std ~1).
         assert!((loss - 12f32.ln()).abs() < 1.5, "{posenc:?}: loss {loss}");
@@ -371,6 +391,7 @@ fn cached_incremental_decoding_gives_the_full_decoder_s_logits() {
     let mut backends = vec![cpu()];
     backends.extend(gpu());
     for backend in backends {
+        let mut models = Vec::new();
         for (posenc, decoder_block) in every_posenc().into_iter().map(|p| (p, Block::Residual)).chain([
             (
                 PosEnc::Sinusoidal(Sinusoidal {
@@ -382,11 +403,23 @@ fn cached_incremental_decoding_gives_the_full_decoder_s_logits() {
             (PosEnc::Floater(FloaterConfig::default()), Block::Rk2Gated),
         ]) {
             let model = Model::new(config(posenc, Block::Rk2 { gamma: [0.5, 0.5] }, decoder_block)).unwrap();
+            models.push((format!("{posenc:?}, decoder {decoder_block:?}"), model));
+        }
+        // fairseq's post-LN decoder layer: its cross-attention between self-attention and FFN.
+        let floater = PosEnc::Floater(FloaterConfig {
+            sinusoid: SinusoidLayout::Fairseq,
+            ..FloaterConfig::default()
+        });
+        models.push((
+            "FLOATER in fairseq's post-LN backbone".into(),
+            Model::new(fairseq_post(floater)).unwrap(),
+        ));
+        for (what, model) in models {
             let params = ParamStore::init(backend.clone(), &model.declare_params().unwrap(), 3).unwrap();
             let b = batch();
             let full = full_logits(&model, &params, &b);
             let incremental = incremental_logits(&model, &params, &b);
-            let what = format!("{posenc:?}, decoder {decoder_block:?} on {:?}", backend.kind());
+            let what = format!("{what} on {:?}", backend.kind());
             assert_close(&what, &incremental, &full, 2e-5, 1e-4);
         }
     }
