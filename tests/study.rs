@@ -155,8 +155,22 @@ fn a_study_runs_every_variant_and_seed_and_reports() {
             "{claim}"
         );
     }
-    assert_eq!(claims[0]["measured"]["pairs"][0]["better"], "relative");
-    assert_eq!(claims[1]["measured"]["baseline_steps"], 10);
+    assert_eq!(
+        claims[0]["original"]["measured"]["pairs"][0]["better"],
+        "relative"
+    );
+    assert_eq!(claims[0]["original"]["seeds"], serde_json::json!([0, 1]));
+    assert_eq!(claims[1]["original"]["measured"]["baseline_steps"], 10);
+    // The order claim at each of the two evaluations (steps 5 and 10); none for a reaches claim.
+    let steps: Vec<&serde_json::Value> = claims[0]["over_training"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["step"])
+        .collect();
+    assert_eq!(steps, [5, 10]);
+    assert_eq!(claims[1]["over_training"], serde_json::json!([]));
+    assert!(claims[0].get("replication").is_none());
 
     let md = std::fs::read_to_string(root.join("study.md")).unwrap();
     for part in [
@@ -170,6 +184,9 @@ fn a_study_runs_every_variant_and_seed_and_reports() {
         "Expected, by final accuracy in bin 33-64: T5 relative > learned table",
         "- **sooner** — ",
         "**Verdict: ",
+        "(the ±1 sd rule: ",
+        "one-sided t-test on the per-seed values at a 95% level",
+        "At each evaluation (step: verdict): 5 ",
         "![",
         "(training_loss.svg)",
     ] {
@@ -305,6 +322,11 @@ fn bad_studies_are_refused_before_anything_runs() {
             ("bin = \"33-64\"", "bin = \"65-128\""),
             "bin \"65-128\" is not among the length bins",
         ),
+        (
+            "level",
+            ("seeds = [0, 1]", "seeds = [0, 1]\nlevel = 95"),
+            "[study] level must be above 0.5 and below 1",
+        ),
     ] {
         let file = format!("{name}.toml");
         std::fs::write(dir.join(&file), tiny_study(10).replace(change.0, change.1)).unwrap();
@@ -329,5 +351,91 @@ fn bad_studies_are_refused_before_anything_runs() {
     assert!(
         out.contains("into elsewhere") && !dir.join("elsewhere").exists(),
         "{out}"
+    );
+}
+
+/// `--replicate`: the fresh seeds (the integers after the file's largest) run beside the file's,
+/// each claim is judged on the file's, the fresh and all seeds, and a second start resumes with
+/// every run done.
+#[test]
+fn a_replicated_study_judges_each_claim_on_the_file_s_fresh_and_all_seeds() {
+    let dir = scratch("study", "replicate");
+    std::fs::write(dir.join("tiny.toml"), tiny_study(10)).unwrap();
+    let help = posflow_in(&dir, &["study", "--help"]);
+    assert!(
+        text(&help.stdout).contains("--replicate"),
+        "{}",
+        text(&help.stdout)
+    );
+    let o = posflow_in(
+        &dir,
+        &[
+            "--device",
+            "cpu",
+            "study",
+            "tiny.toml",
+            "--replicate",
+            "--jobs",
+            "2",
+        ],
+    );
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}", text(&o.stderr));
+    assert!(out.contains("2 variants × 4 seeds = 8 runs"), "{out}");
+    assert!(
+        out.contains("seeds: the file's 0, 1; fresh for the replication: 2, 3; claims at a 95% level"),
+        "{out}"
+    );
+    assert!(
+        out.contains("claim extrapolates: ") && out.contains("(file's seeds: "),
+        "{out}"
+    );
+    let root = dir.join("runs/studies/tiny");
+    for run in [
+        "relative/seed2",
+        "relative/seed3",
+        "learned/seed2",
+        "learned/seed3",
+    ] {
+        assert!(root.join("runs").join(run).join("result.json").is_file(), "{run}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("study.json")).unwrap()).unwrap();
+    assert_eq!(json["summary"]["fresh_seeds"], serde_json::json!([2, 3]));
+    for claim in json["summary"]["claims"].as_array().unwrap() {
+        let r = &claim["replication"];
+        assert_eq!(claim["original"]["seeds"], serde_json::json!([0, 1]), "{claim}");
+        assert_eq!(r["fresh"]["seeds"], serde_json::json!([2, 3]), "{claim}");
+        assert_eq!(r["all"]["seeds"], serde_json::json!([0, 1, 2, 3]), "{claim}");
+        // The verdict is the one on all seeds, and only with the fresh ones agreeing.
+        let holds = r["all"]["verdict"] == "holds" && r["fresh_agrees"] == true;
+        assert_eq!(
+            claim["verdict"],
+            if holds { "holds" } else { "not shown" },
+            "{claim}"
+        );
+    }
+    let md = std::fs::read_to_string(root.join("study.md")).unwrap();
+    for part in [
+        "**Replicated** on fresh seeds 2, 3",
+        "On the file's seeds (seeds 0, 1): ",
+        "On the fresh seeds (seeds 2, 3): ",
+        "On all seeds (seeds 0, 1, 2, 3): ",
+    ] {
+        assert!(md.contains(part), "{part:?} not in\n{md}");
+    }
+    // Resumes: everything is done.
+    let o = posflow_in(&dir, &["--device", "cpu", "study", "tiny.toml", "--replicate"]);
+    assert!(
+        text(&o.stdout).contains("8 of 8 runs already done, 0 to run"),
+        "{}",
+        text(&o.stdout)
+    );
+    // Without --replicate the file's seeds alone are judged, from the same runs.
+    let o = posflow_in(&dir, &["--device", "cpu", "study", "tiny.toml"]);
+    assert!(
+        text(&o.stdout).contains("4 of 4 runs already done"),
+        "{}",
+        text(&o.stdout)
     );
 }

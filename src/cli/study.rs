@@ -26,6 +26,11 @@ pub struct StudyArgs {
     /// Check the study and print its runs, training nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Also run every variant with fresh seeds (as many as the file lists, the integers after its
+    /// largest) and judge each claim on the file's seeds, the fresh ones and all together: a
+    /// claim holds only on all seeds together, with the fresh seeds pointing the same way.
+    #[arg(long)]
+    replicate: bool,
 }
 
 pub fn study(choice: DeviceChoice, args: StudyArgs) -> posflow::Result<()> {
@@ -33,8 +38,15 @@ pub fn study(choice: DeviceChoice, args: StudyArgs) -> posflow::Result<()> {
     let out = args
         .out
         .unwrap_or_else(|| PathBuf::from("runs/studies").join(&study.name));
-    let plans = plan_runs(&study, &out);
-    describe(&study, &plans, &out);
+    let fresh = args.replicate.then(|| study.fresh_seeds());
+    let seeds: Vec<u64> = study
+        .seeds
+        .iter()
+        .chain(fresh.iter().flatten())
+        .copied()
+        .collect();
+    let plans = plan_runs(&study, &seeds, &out);
+    describe(&study, &seeds, fresh.as_deref(), &plans, &out);
     if args.dry_run {
         return Ok(());
     }
@@ -45,27 +57,58 @@ pub fn study(choice: DeviceChoice, args: StudyArgs) -> posflow::Result<()> {
     let results = run_study(&plans, args.jobs, &make_backend, &bar);
     bar.bar.finish();
     let results = results?;
-    let summary = summarize(&study, &results);
+    let summary = summarize(&study, &results, fresh.as_deref());
     let pictures = write_pictures(&out, &study, &summary, &results)?;
     write_reports(&out, &study, &summary, &results, &device, &pictures)?;
     for claim in &summary.claims {
-        println!("claim {}: {}", claim.claim.name(), claim.verdict.word());
+        let replication = claim.replication.as_ref().map_or(String::new(), |r| {
+            format!(
+                " (file's seeds: {}; fresh: {}; all: {}{})",
+                claim.original.verdict.word(),
+                r.fresh.verdict.word(),
+                r.all.verdict.word(),
+                if r.fresh_agrees {
+                    ""
+                } else {
+                    "; the fresh seeds point the other way"
+                }
+            )
+        });
+        println!(
+            "claim {}: {}{replication}",
+            claim.claim.name(),
+            claim.verdict.word()
+        );
     }
     println!("wrote {}", out.join("study.md").display());
     Ok(())
 }
 
-/// The plan: variants, what they change, steps, and how many runs are already done.
-fn describe(study: &Study, plans: &[RunPlan], out: &std::path::Path) {
+/// The plan: variants, what they change, seeds, steps, and how many runs are already done.
+fn describe(study: &Study, seeds: &[u64], fresh: Option<&[u64]>, plans: &[RunPlan], out: &std::path::Path) {
     let steps: usize = plans.iter().map(RunPlan::steps).sum();
     println!(
         "study {}: {} × {} = {}, {steps} steps in all, into {}",
         study.name,
         count(study.variants.len(), "variant"),
-        count(study.seeds.len(), "seed"),
+        count(seeds.len(), "seed"),
         count(plans.len(), "run"),
         out.display()
     );
+    let list = |seeds: &[u64]| seeds.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+    match fresh {
+        Some(fresh) => println!(
+            "  seeds: the file's {}; fresh for the replication: {}; claims at a {}% level",
+            list(&study.seeds),
+            list(fresh),
+            100.0 * study.level
+        ),
+        None => println!(
+            "  seeds: {}; claims at a {}% level",
+            list(seeds),
+            100.0 * study.level
+        ),
+    }
     for v in &study.variants {
         let set: Vec<String> = v
             .set

@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::results::RunResult;
+use super::results::{BinValue, RunResult};
+use super::significance::{self, OneSided};
 use super::spread::Spread;
 
 /// What a claim compares, from an evaluation: the teacher-forced loss and accuracy of every model,
@@ -84,7 +85,7 @@ impl Metric {
     }
 
     /// Its value in one bin; `None` for a decoding metric of a bin that was not decoded.
-    pub fn of(self, value: &super::results::BinValue) -> Option<f64> {
+    pub fn of(self, value: &BinValue) -> Option<f64> {
         let decoded = value.decoded.as_ref();
         match self {
             Self::Loss => Some(value.loss),
@@ -166,7 +167,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    fn from(holds: bool) -> Self {
+    pub fn from(holds: bool) -> Self {
         if holds { Self::Holds } else { Self::NotShown }
     }
 
@@ -187,8 +188,11 @@ pub struct PairOutcome {
     pub better_value: Option<Spread>,
     pub worse_value: Option<Spread>,
     pub in_order: bool,
-    /// The mean ± 1 sd ranges do not overlap.
+    /// The mean ± 1 sd ranges do not overlap (the rule before Welch's test, kept for comparison).
     pub separated: bool,
+    /// Welch's one-sided test of `better` beating `worse`; `None` with fewer than two seeds on a
+    /// side.
+    pub test: Option<OneSided>,
 }
 
 /// How one seed of a reaches claim's variant did.
@@ -213,38 +217,75 @@ pub enum Measured {
         seeds: Vec<SeedReach>,
         /// The reaching seeds' steps as fractions of `baseline_steps`.
         fraction: Option<Spread>,
+        /// The one-sample test of the fractions' mean being below 1; `None` with fewer than two
+        /// reaching seeds.
+        test: Option<OneSided>,
     },
 }
 
+/// A claim judged on one set of runs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClaimOutcome {
     pub claim: ClaimSpec,
+    /// The seeds judged.
+    pub seeds: Vec<u64>,
     pub measured: Measured,
+    /// The rule's: every comparison passes its one-sided test at the level.
     pub verdict: Verdict,
+    /// The ±1 sd rule's verdict (posflow's rule before the tests), for comparison.
+    pub sd_rule: Verdict,
 }
 
-/// The final values of `variant` in `bin` over its seeds; `None` when no seed has the bin.
-fn final_spread(results: &[RunResult], variant: &str, metric: Metric, bin: &str) -> Option<Spread> {
-    let values: Vec<f64> = results
+/// Which evaluation of each run a claim reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reading {
+    /// The last.
+    Final,
+    /// The one after this many steps.
+    AtStep(usize),
+}
+
+impl Reading {
+    fn of<'a>(self, run: &'a RunResult, bin: &str) -> Option<&'a BinValue> {
+        let eval = match self {
+            Self::Final => run.evals.last(),
+            Self::AtStep(step) => run.evals.iter().find(|e| e.step == step),
+        }?;
+        eval.bins.iter().find(|b| b.bin == bin)
+    }
+}
+
+/// The per-seed values of `variant` in `bin` at `reading`, in run order.
+fn values(results: &[RunResult], variant: &str, metric: Metric, bin: &str, reading: Reading) -> Vec<f64> {
+    results
         .iter()
         .filter(|r| r.variant == variant)
-        .filter_map(|r| r.final_bin(bin).and_then(|v| metric.of(v)))
-        .collect();
-    Spread::of(&values)
+        .filter_map(|r| reading.of(r, bin).and_then(|v| metric.of(v)))
+        .collect()
 }
 
-/// Judges `claim` on the finished runs.
-pub fn judge(claim: &ClaimSpec, results: &[RunResult]) -> ClaimOutcome {
-    let (measured, holds) = match claim {
+/// Judges `claim` on the finished runs' final evaluations, its tests at `level`.
+pub fn judge(claim: &ClaimSpec, results: &[RunResult], level: f64) -> ClaimOutcome {
+    judge_at(claim, results, level, Reading::Final)
+}
+
+/// Judges `claim` at `reading`; a reaches claim reads the whole run whatever `reading` says.
+pub fn judge_at(claim: &ClaimSpec, results: &[RunResult], level: f64, reading: Reading) -> ClaimOutcome {
+    let (measured, holds, sd_rule) = match claim {
         ClaimSpec::Order {
             metric, bin, order, ..
         } => {
             let pairs: Vec<PairOutcome> = order
                 .windows(2)
-                .map(|pair| judge_pair(results, *metric, bin, &pair[0], &pair[1]))
+                .map(|pair| judge_pair(results, *metric, bin, reading, level, [&pair[0], &pair[1]]))
                 .collect();
-            let holds = pairs.iter().all(|p| p.in_order && p.separated);
-            (Measured::Order { pairs }, holds)
+            // An intersection–union test: the claim needs every pair, so its error rate is at
+            // most each pair's, 1 − level.
+            let holds = pairs
+                .iter()
+                .all(|p| p.in_order && p.test.as_ref().is_some_and(|t| t.passes));
+            let sd_rule = pairs.iter().all(|p| p.in_order && p.separated);
+            (Measured::Order { pairs }, holds, sd_rule)
         }
         ClaimSpec::Reaches {
             metric,
@@ -252,19 +293,72 @@ pub fn judge(claim: &ClaimSpec, results: &[RunResult]) -> ClaimOutcome {
             variant,
             baseline,
             ..
-        } => judge_reach(results, *metric, bin, variant, baseline),
+        } => judge_reach(results, *metric, bin, variant, baseline, level),
     };
+    let names = claim.variants();
+    let mut seeds: Vec<u64> = results
+        .iter()
+        .filter(|r| names.contains(&r.variant.as_str()))
+        .map(|r| r.seed)
+        .collect();
+    seeds.sort_unstable();
+    seeds.dedup();
     ClaimOutcome {
         claim: claim.clone(),
+        seeds,
         measured,
         verdict: Verdict::from(holds),
+        sd_rule: Verdict::from(sd_rule),
     }
 }
 
-fn judge_pair(results: &[RunResult], metric: Metric, bin: &str, better: &str, worse: &str) -> PairOutcome {
-    let a = final_spread(results, better, metric, bin);
-    let b = final_spread(results, worse, metric, bin);
-    let (in_order, separated) = match (&a, &b) {
+/// The verdict of an order claim at one evaluation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepVerdict {
+    pub step: usize,
+    pub verdict: Verdict,
+}
+
+/// An order claim's verdict at every evaluation step that every run of its variants made; empty
+/// for a reaches claim, which reads the whole run already.
+pub fn verdicts_over_training(claim: &ClaimSpec, results: &[RunResult], level: f64) -> Vec<StepVerdict> {
+    if !matches!(claim, ClaimSpec::Order { .. }) {
+        return Vec::new();
+    }
+    let names = claim.variants();
+    let runs: Vec<&RunResult> = results
+        .iter()
+        .filter(|r| names.contains(&r.variant.as_str()))
+        .collect();
+    let Some(first) = runs.first() else {
+        return Vec::new();
+    };
+    first
+        .evals
+        .iter()
+        .map(|e| e.step)
+        .filter(|&step| runs.iter().all(|r| r.evals.iter().any(|e| e.step == step)))
+        .map(|step| StepVerdict {
+            step,
+            verdict: judge_at(claim, results, level, Reading::AtStep(step)).verdict,
+        })
+        .collect()
+}
+
+fn judge_pair(
+    results: &[RunResult],
+    metric: Metric,
+    bin: &str,
+    reading: Reading,
+    level: f64,
+    [better, worse]: [&str; 2],
+) -> PairOutcome {
+    let (a, b) = (
+        values(results, better, metric, bin, reading),
+        values(results, worse, metric, bin, reading),
+    );
+    let (spread_a, spread_b) = (Spread::of(&a), Spread::of(&b));
+    let (in_order, separated) = match (&spread_a, &spread_b) {
         (Some(a), Some(b)) => {
             let in_order = metric.better(a.mean, b.mean);
             // The better's range edge nearest the worse must still beat the worse's nearest edge.
@@ -280,21 +374,24 @@ fn judge_pair(results: &[RunResult], metric: Metric, bin: &str, better: &str, wo
     PairOutcome {
         better: better.to_string(),
         worse: worse.to_string(),
-        better_value: a,
-        worse_value: b,
+        better_value: spread_a,
+        worse_value: spread_b,
         in_order,
         separated,
+        test: significance::welch(&a, &b, metric.lower_is_better(), level),
     }
 }
 
+/// A reaches claim: the measurement, the tests' verdict and the ±1 sd rule's.
 fn judge_reach(
     results: &[RunResult],
     metric: Metric,
     bin: &str,
     variant: &str,
     baseline: &str,
-) -> (Measured, bool) {
-    let target = final_spread(results, baseline, metric, bin).map(|s| s.mean);
+    level: f64,
+) -> (Measured, bool, bool) {
+    let target = Spread::of(&values(results, baseline, metric, bin, Reading::Final)).map(|s| s.mean);
     let baseline_steps = results
         .iter()
         .find(|r| r.variant == baseline)
@@ -323,14 +420,17 @@ fn judge_reach(
         .collect();
     let fraction = Spread::of(&fractions);
     let all_reach = !seeds.is_empty() && seeds.iter().all(|s| s.step.is_some());
-    let holds = all_reach && fraction.as_ref().is_some_and(|f| f.mean + f.sd < 1.0);
+    let test = significance::mean_below(&fractions, 1.0, level);
+    let holds = all_reach && test.as_ref().is_some_and(|t| t.passes);
+    let sd_rule = all_reach && fraction.as_ref().is_some_and(|f| f.mean + f.sd < 1.0);
     let measured = Measured::Reaches {
         target,
         baseline_steps,
         seeds,
         fraction,
+        test,
     };
-    (measured, holds)
+    (measured, holds, sd_rule)
 }
 
 #[cfg(test)]

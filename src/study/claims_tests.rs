@@ -1,60 +1,9 @@
-use super::{ClaimSpec, Measured, Metric, Verdict, judge};
-use crate::study::results::{BinValue, EvalPoint, RunResult};
-use crate::train::{DecodedScores, RunConfig};
+use super::{ClaimSpec, Measured, Metric, Reading, Verdict, judge, judge_at, verdicts_over_training};
+use crate::study::results::RunResult;
+use crate::study::test_runs::{BIN, run};
+use crate::train::DecodedScores;
 
-const BIN: &str = "65-128";
-
-fn run_config(steps: usize, seed: u64) -> RunConfig {
-    let mut run = RunConfig::from_toml(
-        r#"
-data = { task = "copy", min_len = 1, max_len = 4 }
-[model]
-d_model = 8
-heads = 1
-layers = 1
-ffn = 8
-max_len = 16
-kind = { type = "causal_lm" }
-posenc = { type = "none" }
-[train]
-steps = 100
-batch = 2
-lr = 1e-3
-"#,
-        "test",
-    )
-    .unwrap();
-    run.train.steps = steps;
-    run.train.seed = seed;
-    run
-}
-
-/// A run of `variant` whose evaluations at steps 25, 50, ... gave `values` (accuracy and loss
-/// alike) in `BIN`; the last value is the final one.
-fn run(variant: &str, seed: u64, values: &[f64]) -> RunResult {
-    RunResult {
-        variant: variant.into(),
-        seed,
-        run: run_config(25 * values.len(), seed),
-        seconds: 1.0,
-        resumed_at_step: None,
-        train_loss: vec![],
-        evals: values
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| EvalPoint {
-                step: 25 * (i + 1),
-                bins: vec![BinValue {
-                    bin: BIN.into(),
-                    loss: v,
-                    accuracy: v,
-                    decoded: None,
-                    classified: None,
-                }],
-            })
-            .collect(),
-    }
-}
+const LEVEL: f64 = 0.95;
 
 /// Runs of each variant with these final values, one per seed.
 fn finals(variants: &[(&str, &[f64])]) -> Vec<RunResult> {
@@ -88,7 +37,7 @@ fn an_order_holds_only_when_every_pair_is_in_order_and_apart() {
         ("b", &[0.69, 0.70, 0.71]),
         ("c", &[0.49, 0.50, 0.51]),
     ]);
-    let outcome = judge(&order(Metric::Accuracy, &abc), &apart);
+    let outcome = judge(&order(Metric::Accuracy, &abc), &apart, LEVEL);
     assert_eq!(outcome.verdict, Verdict::Holds);
     let Measured::Order { pairs } = &outcome.measured else {
         panic!()
@@ -104,11 +53,11 @@ fn an_order_holds_only_when_every_pair_is_in_order_and_apart() {
 
     // The same numbers as losses: lower is better, so the order is reversed.
     assert_eq!(
-        judge(&order(Metric::Loss, &abc), &apart).verdict,
+        judge(&order(Metric::Loss, &abc), &apart, LEVEL).verdict,
         Verdict::NotShown
     );
     assert_eq!(
-        judge(&order(Metric::Loss, &["c", "b", "a"]), &apart).verdict,
+        judge(&order(Metric::Loss, &["c", "b", "a"]), &apart, LEVEL).verdict,
         Verdict::Holds
     );
 
@@ -118,7 +67,7 @@ fn an_order_holds_only_when_every_pair_is_in_order_and_apart() {
         ("b", &[0.50, 0.70, 0.90]),
         ("c", &[0.49, 0.50, 0.51]),
     ]);
-    let outcome = judge(&order(Metric::Accuracy, &abc), &overlapping);
+    let outcome = judge(&order(Metric::Accuracy, &abc), &overlapping, LEVEL);
     assert_eq!(outcome.verdict, Verdict::NotShown);
     let Measured::Order { pairs } = &outcome.measured else {
         panic!()
@@ -132,7 +81,7 @@ fn an_order_holds_only_when_every_pair_is_in_order_and_apart() {
         ("b", &[0.89, 0.90, 0.91]),
         ("c", &[0.49, 0.50, 0.51]),
     ]);
-    let outcome = judge(&order(Metric::Accuracy, &abc), &swapped);
+    let outcome = judge(&order(Metric::Accuracy, &abc), &swapped, LEVEL);
     assert_eq!(outcome.verdict, Verdict::NotShown);
     let Measured::Order { pairs } = &outcome.measured else {
         panic!()
@@ -143,7 +92,7 @@ fn an_order_holds_only_when_every_pair_is_in_order_and_apart() {
     let mut missing = apart.clone();
     missing.retain(|r| r.variant != "c");
     missing.push(run("c", 0, &[]));
-    let outcome = judge(&order(Metric::Accuracy, &abc), &missing);
+    let outcome = judge(&order(Metric::Accuracy, &abc), &missing, LEVEL);
     assert_eq!(outcome.verdict, Verdict::NotShown);
     let Measured::Order { pairs } = &outcome.measured else {
         panic!()
@@ -188,24 +137,24 @@ fn decoding_metrics_rank_in_their_direction_and_need_decoded_bins() {
         (Metric::TokenAccuracy, ["a", "b", "c"], ["c", "b", "a"]),
     ] {
         assert_eq!(
-            judge(&order(metric, &holds), &scored).verdict,
+            judge(&order(metric, &holds), &scored, LEVEL).verdict,
             Verdict::Holds,
             "{metric:?}"
         );
         assert_eq!(
-            judge(&order(metric, &not), &scored).verdict,
+            judge(&order(metric, &not), &scored, LEVEL).verdict,
             Verdict::NotShown,
             "{metric:?}"
         );
     }
-    let outcome = judge(&order(Metric::Bleu, &["a", "b"]), &scored);
+    let outcome = judge(&order(Metric::Bleu, &["a", "b"]), &scored, LEVEL);
     let Measured::Order { pairs } = &outcome.measured else {
         panic!()
     };
     assert!((pairs[0].better_value.as_ref().unwrap().mean - 90.0).abs() < 1e-4);
 
     // Bins evaluated without decoding have no value: the claim is not shown.
-    let outcome = judge(&order(Metric::ErrorRate, &["c", "b", "a"]), &apart);
+    let outcome = judge(&order(Metric::ErrorRate, &["c", "b", "a"]), &apart, LEVEL);
     assert_eq!(outcome.verdict, Verdict::NotShown);
     let Measured::Order { pairs } = &outcome.measured else {
         panic!()
@@ -238,12 +187,13 @@ fn reaching_the_baseline_counts_steps_as_a_fraction_of_the_baselines() {
     // Seeds reach 1.0 at steps 25 and 50: fractions 0.25 and 0.5, mean 0.375, sd 0.177.
     let fast = [run("fast", 0, &[1.0, 0.5]), run("fast", 1, &[1.2, 0.95])];
     let results: Vec<RunResult> = slow.iter().chain(&fast).cloned().collect();
-    let outcome = judge(&reaches(Metric::Loss), &results);
+    let outcome = judge(&reaches(Metric::Loss), &results, LEVEL);
     let Measured::Reaches {
         target,
         baseline_steps,
         seeds,
         fraction,
+        test,
     } = &outcome.measured
     else {
         panic!()
@@ -259,12 +209,27 @@ fn reaching_the_baseline_counts_steps_as_a_fraction_of_the_baselines() {
         (f.mean - 0.375).abs() < 1e-12 && (f.sd - 0.125 * 2f64.sqrt()).abs() < 1e-12,
         "{f:?}"
     );
-    assert_eq!(outcome.verdict, Verdict::Holds);
+    // Two seeds: t = 0.625 / 0.125 = 5 on 1 degree of freedom, p = 1/2 − atan(5)/π = 0.063; the
+    // ±1 sd rule (0.375 + 0.177 < 1) called it holding.
+    let p = 0.5 - 5f64.atan() / std::f64::consts::PI;
+    assert!((test.as_ref().unwrap().p - p).abs() < 1e-9, "{test:?}");
+    assert_eq!(outcome.verdict, Verdict::NotShown);
+    assert_eq!(outcome.sd_rule, Verdict::Holds);
+    // A third seed at step 25: fractions 0.25, 0.5, 0.25, t = 8 on 2 degrees of freedom, p = 0.008.
+    let three: Vec<RunResult> = results
+        .iter()
+        .cloned()
+        .chain([run("fast", 2, &[0.9, 0.5])])
+        .collect();
+    assert_eq!(
+        judge(&reaches(Metric::Loss), &three, LEVEL).verdict,
+        Verdict::Holds
+    );
 
     // A seed that never gets there: reported, and the claim is not shown.
     let never = [run("fast", 0, &[1.0, 0.5]), run("fast", 1, &[1.2, 1.05])];
     let results: Vec<RunResult> = slow.iter().chain(&never).cloned().collect();
-    let outcome = judge(&reaches(Metric::Loss), &results);
+    let outcome = judge(&reaches(Metric::Loss), &results, LEVEL);
     let Measured::Reaches { seeds, fraction, .. } = &outcome.measured else {
         panic!()
     };
@@ -278,14 +243,97 @@ fn reaching_the_baseline_counts_steps_as_a_fraction_of_the_baselines() {
         run("fast", 1, &[1.2, 1.2, 1.2, 1.0]),
     ];
     let results: Vec<RunResult> = slow.iter().chain(&late).cloned().collect();
-    assert_eq!(judge(&reaches(Metric::Loss), &results).verdict, Verdict::NotShown);
+    assert_eq!(
+        judge(&reaches(Metric::Loss), &results, LEVEL).verdict,
+        Verdict::NotShown
+    );
 
     // For accuracy, higher is better: 1.2 ≥ 1.0 at the first evaluation of both seeds.
     let results: Vec<RunResult> = slow.iter().chain(&late).cloned().collect();
-    let outcome = judge(&reaches(Metric::Accuracy), &results);
+    let outcome = judge(&reaches(Metric::Accuracy), &results, LEVEL);
     let Measured::Reaches { seeds, .. } = &outcome.measured else {
         panic!()
     };
     assert!(seeds.iter().all(|s| s.step == Some(25)));
+    // Every seed at the same fraction: no spread, so the sign decides.
     assert_eq!(outcome.verdict, Verdict::Holds);
+}
+
+/// Welch's test at the level, beside the ±1 sd rule: apart by less than two sds but on five
+/// seeds each, the test passes where the old rule did not; on two seeds, far apart, the old rule
+/// passed where the test has too little to go on.
+#[test]
+fn the_tests_and_the_sd_rule_can_disagree_and_both_are_reported() {
+    let five = finals(&[
+        ("a", &[0.80, 0.84, 0.82, 0.86, 0.83]),
+        ("b", &[0.79, 0.81, 0.80, 0.78, 0.82]),
+    ]);
+    let outcome = judge(&order(Metric::Accuracy, &["a", "b"]), &five, LEVEL);
+    assert_eq!(
+        (outcome.verdict, outcome.sd_rule),
+        (Verdict::Holds, Verdict::NotShown)
+    );
+    let Measured::Order { pairs } = &outcome.measured else {
+        panic!()
+    };
+    let test = pairs[0].test.as_ref().unwrap();
+    assert!(
+        (test.estimate - 0.03).abs() < 1e-12 && test.p < 0.05 && test.lower_bound > 0.0,
+        "{test:?}"
+    );
+    // The stricter level turns it down.
+    assert_eq!(
+        judge(&order(Metric::Accuracy, &["a", "b"]), &five, 0.999).verdict,
+        Verdict::NotShown
+    );
+
+    let two = finals(&[("a", &[0.90, 0.80]), ("b", &[0.60, 0.50])]);
+    let outcome = judge(&order(Metric::Accuracy, &["a", "b"]), &two, LEVEL);
+    assert_eq!(outcome.sd_rule, Verdict::Holds);
+    // 0.3 ahead with se 0.0707 on 2 degrees of freedom: p = 0.026, holds; one seed each has no test.
+    assert_eq!(outcome.verdict, Verdict::Holds);
+    let one = finals(&[("a", &[0.90]), ("b", &[0.50])]);
+    let outcome = judge(&order(Metric::Accuracy, &["a", "b"]), &one, LEVEL);
+    assert_eq!(
+        (outcome.verdict, outcome.sd_rule),
+        (Verdict::NotShown, Verdict::Holds)
+    );
+    assert_eq!(outcome.seeds, vec![0]);
+}
+
+/// An order claim read at every evaluation: here a lead that appears at step 50 and is gone by
+/// the end.
+#[test]
+fn an_order_claim_is_judged_at_every_evaluation() {
+    let mut results = Vec::new();
+    for seed in 0..3 {
+        let jitter = 0.01 * seed as f64;
+        results.push(run("a", seed, &[0.50 + jitter, 0.80 + jitter, 0.70 + jitter]));
+        results.push(run("b", seed, &[0.51 + jitter, 0.60 + jitter, 0.70 + jitter]));
+    }
+    let claim = order(Metric::Accuracy, &["a", "b"]);
+    let steps: Vec<(usize, Verdict)> = verdicts_over_training(&claim, &results, LEVEL)
+        .into_iter()
+        .map(|s| (s.step, s.verdict))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            (25, Verdict::NotShown),
+            (50, Verdict::Holds),
+            (75, Verdict::NotShown)
+        ]
+    );
+    assert_eq!(
+        judge_at(&claim, &results, LEVEL, Reading::Final),
+        judge(&claim, &results, LEVEL)
+    );
+    // A step that one of the variants never evaluated is left out.
+    results.push(run("b", 3, &[0.5]));
+    let steps: Vec<usize> = verdicts_over_training(&claim, &results, LEVEL)
+        .into_iter()
+        .map(|s| s.step)
+        .collect();
+    assert_eq!(steps, [25]);
+    assert!(verdicts_over_training(&reaches(Metric::Loss), &results, LEVEL).is_empty());
 }

@@ -9,7 +9,8 @@
 //! [study]
 //! name = "copy_s2l"                  # also the default output directory, runs/studies/<name>
 //! description = "What the study asks; which paper figure it mirrors."
-//! seeds = [0, 1, 2]
+//! seeds = [0, 1, 2, 3, 4]            # optional: 0-4 by default
+//! level = 0.95                       # optional: the claims' tests' confidence level
 //!
 //! [base]                             # a complete run config (the schema of `RunConfig`)
 //! data = { task = "copy", min_len = 1, max_len = 16 }
@@ -86,7 +87,7 @@
 //! that fails stops the study (runs already going finish).
 //!
 //! `OUT` gets `study.md` and `study.json` (settings, mean ± sd per variant and length bin, time per
-//! run, each claim's measurement and verdict, per-run values) and SVG pictures:
+//! run, each claim's measurements, tests and verdicts, per-run values) and SVG pictures:
 //! `training_loss.svg` (moving average of the training loss, mean over seeds, band min–max),
 //! `eval_loss.svg` (the first bin's validation loss at every evaluation), and one
 //! `length_<metric>.svg` per metric the study has (final values per length bin, error bars ± 1
@@ -95,33 +96,58 @@
 //!
 //! # Verdicts
 //!
-//! Spreads are the sample standard deviation over seeds (0 with one seed).
+//! Spreads are the sample standard deviation over seeds (0 with one seed). Each comparison is a
+//! one-sided t-test on the per-seed values at the study's `level` (`[study] level`, default 0.95;
+//! `significance`), so a claim that is not true is called holding at most `1 − level` of the time:
 //!
 //! - `order` holds when every adjacent pair of `order` has its means in the stated order (lower
-//!   loss and error rate, higher accuracy, exact match and BLEU are better) and the mean ± 1 sd
-//!   ranges of the two do not overlap; otherwise it is *not shown*. A variant without a value in
-//!   the bin (a learned table that cannot reach the length) makes its pairs not shown.
+//!   loss and error rate, higher accuracy, exact match and BLEU are better) and Welch's test of
+//!   the pair passes (an intersection–union test: every pair must pass, so the claim's error rate
+//!   is at most each pair's). Fewer than two seeds on a side, or a variant without a value in the
+//!   bin (a learned table that cannot reach the length), make it *not shown*.
 //! - `reaches`: the target is the baseline's final value, averaged over seeds. For each seed of
 //!   `variant`, the first evaluation step whose value is at least as good as the target, as a
-//!   fraction of the baseline's `train.steps`. It holds when every seed reaches the target and the
-//!   fractions' mean + sd is below 1; a seed that never reaches it is reported as such and makes
-//!   the claim not shown.
+//!   fraction of the baseline's `train.steps`. It holds when every seed reaches the target and a
+//!   one-sample test puts the fractions' mean below 1; a seed that never reaches it is reported as
+//!   such and makes the claim not shown.
+//!
+//! The report keeps the ±1 sd rule's verdict beside each (means in order, mean ± sd ranges apart;
+//! for `reaches`, mean + sd below 1), posflow's rule before the tests. An order claim is also
+//! judged at every evaluation (`over_training`), and `steps_<metric>.svg` draws every variant's
+//! metric per length bin and step.
+//!
+//! `[study] seeds` defaults to 0–4. `posflow study FILE --replicate` also runs every variant with
+//! fresh seeds, as many as the file lists, the integers after its largest (`Study::fresh_seeds`),
+//! and judges each claim on the file's seeds, the fresh ones and all together (`verdicts`): the
+//! claim holds only if it holds on all seeds together and the fresh seeds' means point the
+//! claimed way.
 
 mod claims;
+mod figure;
 mod overrides;
 mod plot;
+mod plot_steps;
 mod report;
 mod results;
 mod runner;
+mod significance;
 mod spec;
 mod spread;
 mod summary;
+#[cfg(test)]
+mod test_runs;
+mod verdicts;
 
-pub use claims::{ClaimOutcome, ClaimSpec, Measured, Metric, PairOutcome, SeedReach, Verdict, judge};
+pub use claims::{
+    ClaimOutcome, ClaimSpec, Measured, Metric, PairOutcome, Reading, SeedReach, StepVerdict, Verdict, judge,
+    judge_at, verdicts_over_training,
+};
 pub use plot::write_pictures;
 pub use report::{Report, inline_toml, write_reports};
 pub use results::{BinValue, EvalPoint, RunResult};
 pub use runner::{BackendFactory, RunPlan, StudyProgress, plan_runs, run_study};
+pub use significance::{DEFAULT_LEVEL, OneSided, mean_below, welch};
 pub use spec::{Study, Variant};
 pub use spread::Spread;
 pub use summary::{BinSummary, StudySummary, VariantSummary, summarize};
+pub use verdicts::{ClaimReport, Replication, judge_claims};

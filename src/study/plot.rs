@@ -1,6 +1,7 @@
 //! The study's pictures, as SVG (no fonts needed; they render on GitHub): training curves and
-//! validation loss at every evaluation per variant with a band over the seeds, and loss and
-//! accuracy per length bin with error bars and the lengths past training shaded.
+//! validation loss at every evaluation per variant with a band over the seeds, loss and accuracy
+//! per length bin with error bars and the lengths past training shaded, and each metric per length
+//! bin at every evaluation (`plot_steps`).
 
 use std::path::Path;
 
@@ -9,13 +10,13 @@ use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
 use super::claims::Metric;
+use super::figure::{Drawn, FONT, seeds};
+use super::plot_steps::length_by_step;
 use super::results::RunResult;
 use super::spec::{Study, Variant};
 use super::spread::Spread;
 use super::summary::{StudySummary, bin_start};
 use crate::error::{Error, Result};
-
-type Drawn = std::result::Result<(), Box<dyn std::error::Error>>;
 
 /// One variant's training curve: (step, mean, min, max) over its seeds.
 type Band = Vec<(f64, f64, f64, f64)>;
@@ -40,14 +41,6 @@ const SIZE: (u32, u32) = (900, 560);
 /// each `LEGEND_ROW` pixels high.
 const LEGEND_INSIDE: usize = 8;
 const LEGEND_ROW: u32 = 22;
-const FONT: &str = "sans-serif";
-
-fn seeds(study: &Study) -> String {
-    match study.seeds.len() {
-        1 => "1 seed".into(),
-        n => format!("{n} seeds"),
-    }
-}
 
 fn colour(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
@@ -123,7 +116,18 @@ pub fn write_pictures(
                      the training length",
                     metric.title()
                 ),
-                per_length(&out.join(&file), study, summary, metric),
+                per_length(&out.join(&file), study, summary, results, metric),
+            )?;
+        }
+        for metric in summary.metrics() {
+            let file = format!("steps_{}.svg", metric.name());
+            draw(
+                &file,
+                format!(
+                    "{} per length bin at every evaluation, mean over seeds (a panel per variant)",
+                    metric.title()
+                ),
+                length_by_step(&out.join(&file), study, summary, results, metric),
             )?;
         }
     }
@@ -183,7 +187,7 @@ fn training_loss(path: &Path, study: &Study, results: &[RunResult]) -> Drawn {
     let title = format!(
         "{}: training loss (mean of {}, band min–max)",
         study.name,
-        seeds(study)
+        seeds(results)
     );
     curves(path, study, &title, "training loss, nats/token", &bands)
 }
@@ -215,7 +219,7 @@ fn eval_loss(path: &Path, study: &Study, results: &[RunResult], bin: &str) -> Dr
     let title = format!(
         "{}: validation loss at {bin} tokens (mean of {}, band min–max)",
         study.name,
-        seeds(study)
+        seeds(results)
     );
     curves(path, study, &title, "validation loss, nats/token", &bands)
 }
@@ -322,7 +326,13 @@ fn curves(path: &Path, study: &Study, title: &str, y_desc: &str, bands: &[(usize
     Ok(())
 }
 
-fn per_length(path: &Path, study: &Study, summary: &StudySummary, metric: Metric) -> Drawn {
+fn per_length(
+    path: &Path,
+    study: &Study,
+    summary: &StudySummary,
+    results: &[RunResult],
+    metric: Metric,
+) -> Drawn {
     let bins = &summary.bins;
     let n = bins.len() as f64;
     let spread = |b: &super::summary::BinSummary| b.get(metric).cloned();
@@ -354,7 +364,7 @@ fn per_length(path: &Path, study: &Study, summary: &StudySummary, metric: Metric
                 "{}: final {} per {length} (mean ± 1 sd over {})",
                 study.name,
                 metric.name().replace('_', " "),
-                seeds(study)
+                seeds(results)
             ),
             (FONT, 22),
         )

@@ -6,11 +6,13 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::claims::{ClaimOutcome, ClaimSpec, Measured, Metric};
+use super::claims::{ClaimOutcome, ClaimSpec, Measured, Metric, StepVerdict, Verdict};
 use super::results::{EvalPoint, RunResult};
+use super::significance::OneSided;
 use super::spec::Study;
 use super::spread::Spread;
 use super::summary::{StudySummary, bin_start};
+use super::verdicts::ClaimReport;
 use crate::error::Result;
 use crate::model::ModelKind;
 
@@ -206,9 +208,11 @@ fn markdown(r: &Report, study: &Study) -> String {
     let _ = writeln!(md, "\n## Claims\n");
     if s.claims.is_empty() {
         let _ = writeln!(md, "The study states no claims.");
+    } else {
+        let _ = writeln!(md, "{}\n", rule_text(study.level, s.fresh_seeds.as_deref()));
     }
     for c in &s.claims {
-        let _ = writeln!(md, "{}", claim_line(c, study));
+        let _ = writeln!(md, "{}\n", claim_section(c, study));
     }
     if !r.pictures.is_empty() {
         let _ = writeln!(md, "\n## Pictures\n");
@@ -219,59 +223,145 @@ fn markdown(r: &Report, study: &Study) -> String {
     md
 }
 
-/// One claim: what was expected, what was measured, the verdict.
-fn claim_line(c: &ClaimOutcome, study: &Study) -> String {
+/// How the verdicts below were reached: the rule, its error rate and, when replicated, how.
+fn rule_text(level: f64, fresh: Option<&[u64]>) -> String {
+    let alpha = 1.0 - level;
+    let mut text = format!(
+        "Each comparison is a one-sided t-test on the per-seed values at a {}% level: Welch's test \
+         for two variants (the difference of means with its one-sided {}% lower bound and p-value), a \
+         one-sample test against 1 for a fraction of the baseline's steps. A claim **holds** when \
+         every comparison it makes passes (p < {alpha:.2}), so a claim that is not true is called \
+         holding at most {:.0}% of the time; otherwise it is **not shown**. The ±1 sd rule (means in \
+         order and mean ± sd ranges apart), posflow's before, is given beside it.",
+        100.0 * level,
+        100.0 * level,
+        100.0 * alpha
+    );
+    if let Some(fresh) = fresh {
+        let seeds: Vec<String> = fresh.iter().map(u64::to_string).collect();
+        let _ = write!(
+            text,
+            " **Replicated** on fresh seeds {}: a claim's verdict is the one on all seeds together, \
+             and it holds only if the fresh seeds alone point the claimed way too.",
+            seeds.join(", ")
+        );
+    }
+    text
+}
+
+/// One claim: what was expected, what was measured on each set of seeds, the verdicts at every
+/// evaluation and the verdict.
+fn claim_section(c: &ClaimReport, study: &Study) -> String {
+    let mut text = format!("- **{}** — {}", c.claim.name(), c.claim.text());
+    let _ = write!(text, "  \n  {}", expectation(&c.claim, study));
+    match &c.replication {
+        None => {
+            let _ = write!(text, "  \n  Measured: {}", measured(&c.original, study));
+        }
+        Some(r) => {
+            for (name, outcome) in [
+                ("the file's seeds", &c.original),
+                ("the fresh seeds", &r.fresh),
+                ("all seeds", &r.all),
+            ] {
+                let _ = write!(
+                    text,
+                    "  \n  On {name} ({}): {} Verdict there: {}.",
+                    seeds(&outcome.seeds),
+                    measured(outcome, study),
+                    outcome.verdict.word()
+                );
+            }
+            if !r.fresh_agrees {
+                let _ = write!(text, "  \n  The fresh seeds point the other way.");
+            }
+        }
+    }
+    if !c.over_training.is_empty() {
+        let steps: Vec<String> = c
+            .over_training
+            .iter()
+            .map(|s| format!("{} {}", s.step, s.verdict.word()))
+            .collect();
+        let _ = write!(
+            text,
+            "  \n  At each evaluation (step: verdict): {}. {}",
+            steps.join(", "),
+            over_training_summary(&c.over_training)
+        );
+    }
+    let sd_rule = c.replication.as_ref().map_or(&c.original, |r| &r.all).sd_rule;
+    let _ = write!(
+        text,
+        "  \n  **Verdict: {}** (the ±1 sd rule: {}).",
+        c.verdict.word(),
+        sd_rule.word()
+    );
+    text
+}
+
+/// What the claim expects.
+fn expectation(claim: &ClaimSpec, study: &Study) -> String {
+    let label = |name: &str| study.variant(name).map_or(name, |v| v.label()).to_string();
+    let metric = claim.metric();
+    match claim {
+        ClaimSpec::Order { order, .. } => {
+            let expected: Vec<String> = order.iter().map(|n| label(n)).collect();
+            format!(
+                "Expected, by final {} in bin {}: {} (each better than the next).",
+                metric.name(),
+                claim.bin(),
+                expected.join(" > ")
+            )
+        }
+        ClaimSpec::Reaches {
+            variant, baseline, ..
+        } => format!(
+            "Expected: {} reaches {}'s final {} in bin {} (mean over seeds) in fewer than its steps.",
+            label(variant),
+            label(baseline),
+            metric.name(),
+            claim.bin()
+        ),
+    }
+}
+
+/// What one judging measured, with its tests.
+fn measured(c: &ClaimOutcome, study: &Study) -> String {
     let label = |name: &str| study.variant(name).map_or(name, |v| v.label()).to_string();
     let metric = c.claim.metric();
-    let head = format!("- **{}** — {}", c.claim.name(), c.claim.text());
-    let body = match (&c.claim, &c.measured) {
-        (ClaimSpec::Order { order, .. }, Measured::Order { pairs }) => {
-            let symbol = "better than";
-            let expected: Vec<String> = order.iter().map(|n| label(n)).collect();
-            let measured: Vec<String> = pairs
+    match &c.measured {
+        Measured::Order { pairs } => {
+            let pairs: Vec<String> = pairs
                 .iter()
                 .map(|p| {
                     let value =
                         |v: &Option<Spread>| v.as_ref().map_or("no value".into(), |v| show(metric, v));
                     let how = match (p.in_order, p.separated) {
                         (true, true) => "in order, ranges apart",
-                        (true, false) => "in order, but the mean ± sd ranges overlap",
+                        (true, false) => "in order, ranges overlap",
                         (false, _) => "not in order",
                     };
                     format!(
-                        "{} {} vs {} {}: {how}",
+                        "{} {} vs {} {}: {how}; {}",
                         label(&p.better),
                         value(&p.better_value),
                         label(&p.worse),
-                        value(&p.worse_value)
+                        value(&p.worse_value),
+                        test_text(p.test.as_ref(), metric, study.level)
                     )
                 })
                 .collect();
-            format!(
-                "  Expected, by final {} in bin {}: {} (each {symbol} the next). Measured: {}.",
-                metric.name(),
-                c.claim.bin(),
-                expected.join(" > "),
-                measured.join("; ")
-            )
+            format!("{}.", pairs.join("; "))
         }
-        (
-            ClaimSpec::Reaches {
-                variant, baseline, ..
-            },
-            Measured::Reaches {
-                target,
-                baseline_steps,
-                seeds,
-                fraction,
-            },
-        ) => {
+        Measured::Reaches {
+            target,
+            baseline_steps,
+            seeds,
+            fraction,
+            test,
+        } => {
             let target = target.map_or("none (the baseline has no value)".into(), |t| format!("{t:.4}"));
-            let never: Vec<String> = seeds
-                .iter()
-                .filter(|s| s.step.is_none())
-                .map(|s| s.seed.to_string())
-                .collect();
             let steps: Vec<String> = seeds
                 .iter()
                 .map(|s| match s.step {
@@ -280,29 +370,97 @@ fn claim_line(c: &ClaimOutcome, study: &Study) -> String {
                 })
                 .collect();
             let fraction = fraction.as_ref().map_or("— (no seed reaches it)".into(), |f| {
-                format!("{:.2} ± {:.2} of the baseline's steps", f.mean, f.sd)
-            });
-            let never = if never.is_empty() {
-                String::new()
-            } else {
                 format!(
-                    " Seeds that never reach it ({}) are left out of the fraction and make the claim not shown.",
-                    never.join(", ")
+                    "{:.2} ± {:.2} of the baseline's {baseline_steps} steps",
+                    f.mean, f.sd
                 )
+            });
+            let never = if seeds.iter().any(|s| s.step.is_none()) {
+                " A seed that never reaches it makes the claim not shown."
+            } else {
+                ""
+            };
+            let test = match test {
+                Some(t) => format!(
+                    "fraction below 1 by {:.2} (at least {:.2} at {}%), p = {}",
+                    t.estimate,
+                    t.lower_bound,
+                    100.0 * study.level,
+                    p_value(t.p)
+                ),
+                None => "no test (fewer than two seeds reach it)".into(),
             };
             format!(
-                "  Expected: {} reaches {}'s final {} in bin {} ({target}, mean over seeds) in fewer than \
-                 its {baseline_steps} steps. Measured: {}; {fraction}.{never}",
-                label(variant),
-                label(baseline),
-                metric.name(),
-                c.claim.bin(),
+                "target {target}; {}; {fraction}; {test}.{never}",
                 steps.join(", ")
             )
         }
-        _ => String::new(),
+    }
+}
+
+/// A Welch test in the metric's units: the difference, its one-sided bound and p.
+fn test_text(test: Option<&OneSided>, metric: Metric, level: f64) -> String {
+    let Some(t) = test else {
+        return "no test (fewer than two seeds on a side)".into();
     };
-    format!("{head}  \n{body} **Verdict: {}.**", c.verdict.word())
+    let amount = |v: f64| match metric {
+        Metric::Loss | Metric::MacroF1 => format!("{v:.3}"),
+        Metric::Bleu => format!("{v:.2}"),
+        _ => format!("{:.1} points", 100.0 * v),
+    };
+    format!(
+        "ahead by {} (at least {} at {}%), p = {}",
+        amount(t.estimate),
+        amount(t.lower_bound),
+        100.0 * level,
+        p_value(t.p)
+    )
+}
+
+fn p_value(p: f64) -> String {
+    if p < 1e-4 {
+        "< 0.0001".into()
+    } else {
+        format!("{p:.4}")
+    }
+}
+
+fn seeds(seeds: &[u64]) -> String {
+    let list: Vec<String> = seeds.iter().map(u64::to_string).collect();
+    format!("seeds {}", list.join(", "))
+}
+
+/// "holds at every evaluation", "holds from step 400 to 600, not at the end", and the like.
+fn over_training_summary(steps: &[StepVerdict]) -> String {
+    let holds: Vec<usize> = steps
+        .iter()
+        .filter(|s| s.verdict == Verdict::Holds)
+        .map(|s| s.step)
+        .collect();
+    let at_end = steps.last().is_some_and(|s| s.verdict == Verdict::Holds);
+    match (holds.first(), holds.last()) {
+        _ if holds.len() == steps.len() => "It holds at every evaluation.".into(),
+        (None, _) | (_, None) => "It holds at no evaluation.".into(),
+        (Some(first), Some(last)) => {
+            let run = if first == last {
+                format!("at step {first}")
+            } else {
+                format!("from step {first} to {last}")
+            };
+            let gaps = if holds.len()
+                < steps
+                    .iter()
+                    .filter(|s| (*first..=*last).contains(&s.step))
+                    .count()
+            {
+                " (with gaps)"
+            } else {
+                ""
+            };
+            let end = if at_end { "" } else { ", not at the end" };
+            format!("It holds {run}{gaps}{end}.")
+        }
+    }
 }
 
 fn show(metric: Metric, v: &Spread) -> String {

@@ -54,13 +54,14 @@ impl RunPlan {
     }
 }
 
-/// Every run of `study` with outputs under `out`: variants in dependency order, seeds in the
-/// study's order, each marked done when its result is there.
-pub fn plan_runs(study: &Study, out: &Path) -> Vec<RunPlan> {
+/// Every run of `study` with `seeds` (the file's, and a replication's after them) with outputs
+/// under `out`: variants in dependency order, seeds in the given order, each marked done when its
+/// result is there.
+pub fn plan_runs(study: &Study, seeds: &[u64], out: &Path) -> Vec<RunPlan> {
     let dir = |variant: &str, seed: u64| out.join("runs").join(variant).join(format!("seed{seed}"));
     let mut plans = Vec::new();
     for v in &study.variants {
-        for &seed in &study.seeds {
+        for &seed in seeds {
             let run_dir = dir(&v.name, seed);
             let run = v.run_for(seed, &run_dir);
             let warm_start = v

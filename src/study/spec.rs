@@ -29,7 +29,20 @@ struct Header {
     name: String,
     #[serde(default)]
     description: String,
+    #[serde(default = "default_seeds")]
     seeds: Vec<u64>,
+    /// The confidence level of the claims' one-sided tests.
+    #[serde(default = "default_level")]
+    level: f64,
+}
+
+/// Five seeds unless the file lists its own: fewer leave a t-test little power.
+fn default_seeds() -> Vec<u64> {
+    (0..5).collect()
+}
+
+fn default_level() -> f64 {
+    super::significance::DEFAULT_LEVEL
 }
 
 #[derive(Deserialize)]
@@ -85,6 +98,8 @@ pub struct Study {
     pub name: String,
     pub description: String,
     pub seeds: Vec<u64>,
+    /// The confidence level of every claim's test, in (0.5, 1).
+    pub level: f64,
     pub base: RunConfig,
     /// In an order that runs every warm start's source before it.
     pub variants: Vec<Variant>,
@@ -112,6 +127,12 @@ impl Study {
         }
         if let Some(seed) = duplicate(&header.seeds) {
             return Err(err(format!("[study] seeds: {seed} is listed twice")));
+        }
+        if !(header.level > 0.5 && header.level < 1.0) {
+            return Err(err(format!(
+                "[study] level must be above 0.5 and below 1 (a confidence level, e.g. 0.95), got {}",
+                header.level
+            )));
         }
         for key in STUDY_OWNED {
             let (section, leaf) = key.split_once('.').expect("a dotted key");
@@ -163,6 +184,7 @@ impl Study {
             name: header.name,
             description: header.description,
             seeds: header.seeds,
+            level: header.level,
             base,
             variants,
             claims: file.claims,
@@ -171,6 +193,13 @@ impl Study {
 
     pub fn variant(&self, name: &str) -> Option<&Variant> {
         self.variants.iter().find(|v| v.name == name)
+    }
+
+    /// The seeds a replication runs: as many as the file lists, none of them listed, by one rule
+    /// that a later run repeats: the integers after the largest listed seed.
+    pub fn fresh_seeds(&self) -> Vec<u64> {
+        let after = self.seeds.iter().max().map_or(0, |&s| s + 1);
+        (after..after + self.seeds.len() as u64).collect()
     }
 }
 

@@ -254,3 +254,28 @@ order = ["{variant}", "names"]
     // The base keeps its own data.
     assert!(s.base.data.classes().is_none());
 }
+
+#[test]
+fn seeds_and_level_default_to_five_and_95_percent_and_fresh_seeds_follow_the_largest() {
+    let s = Study::from_toml(&study(TWO), "tiny.toml").unwrap();
+    assert_eq!(s.seeds, [0, 1]);
+    assert_eq!(s.level, 0.95);
+    assert_eq!(s.fresh_seeds(), [2, 3]);
+    let unlisted = study(TWO).replace("seeds = [0, 1]", "level = 0.99");
+    let s = Study::from_toml(&unlisted, "tiny.toml").unwrap();
+    assert_eq!(s.seeds, [0, 1, 2, 3, 4]);
+    assert_eq!(s.level, 0.99);
+    assert_eq!(s.fresh_seeds(), [5, 6, 7, 8, 9]);
+    // Never a listed seed, whatever the list's order and gaps.
+    let gaps = study(TWO).replace("seeds = [0, 1]", "seeds = [7, 2, 40]");
+    let s = Study::from_toml(&gaps, "tiny.toml").unwrap();
+    assert_eq!(s.fresh_seeds(), [41, 42, 43]);
+    for bad in ["0.5", "1.0", "95", "-0.9"] {
+        let text = study(TWO).replace("seeds = [0, 1]", &format!("seeds = [0, 1]\nlevel = {bad}"));
+        let err = Study::from_toml(&text, "tiny.toml").unwrap_err().to_string();
+        assert!(
+            err.contains("[study] level must be above 0.5 and below 1"),
+            "{bad}: {err}"
+        );
+    }
+}

@@ -3,10 +3,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::claims::{ClaimOutcome, Metric, judge};
+use super::claims::Metric;
 use super::results::RunResult;
 use super::spec::Study;
 use super::spread::Spread;
+use super::verdicts::{ClaimReport, judge_claims};
 
 /// One variant's final evaluation in one length bin.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -61,7 +62,10 @@ pub struct StudySummary {
     /// The base run's training length in tokens: bins starting past it measure extrapolation.
     pub train_len: Option<usize>,
     pub variants: Vec<VariantSummary>,
-    pub claims: Vec<ClaimOutcome>,
+    pub claims: Vec<ClaimReport>,
+    /// The replication's seeds, when the study was replicated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fresh_seeds: Option<Vec<u64>>,
 }
 
 /// The first length of a bin label such as "33-64" (for ordering and the training-length mark).
@@ -72,8 +76,9 @@ pub fn bin_start(bin: &str) -> usize {
         .unwrap_or(usize::MAX)
 }
 
-/// Aggregates the finished runs of `study` (in the study's variant order) and judges its claims.
-pub fn summarize(study: &Study, results: &[RunResult]) -> StudySummary {
+/// Aggregates the finished runs of `study` (in the study's variant order, over every seed run)
+/// and judges its claims; `fresh` are a replication's seeds.
+pub fn summarize(study: &Study, results: &[RunResult], fresh: Option<&[u64]>) -> StudySummary {
     let mut bins: Vec<String> = Vec::new();
     for r in results {
         for b in r.evals.last().map_or(&[][..], |e| &e.bins) {
@@ -119,7 +124,8 @@ pub fn summarize(study: &Study, results: &[RunResult]) -> StudySummary {
         bins,
         train_len: study.base.data.train_len(),
         variants,
-        claims: study.claims.iter().map(|c| judge(c, results)).collect(),
+        claims: judge_claims(study, results, fresh),
+        fresh_seeds: fresh.map(<[u64]>::to_vec),
     }
 }
 
