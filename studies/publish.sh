@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Copies the reports of finished studies (study.md, study.json, the SVG pictures) from
-# runs/studies/<name>/ into docs/studies/<name>/, where the README links them.
+# runs/studies/<name>/ into docs/studies/<name>/, where the README links them, with every run's
+# result.json (its config and numbers, not its checkpoint) under docs/studies/<name>/runs/, so
+# that a later session can restore them (studies/restore.sh) and resume or replicate the study
+# without training those runs again.
 #   bash studies/publish.sh [RUNS_DIR] [NAME...]     (default: runs/studies, every study there)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,5 +21,14 @@ for name in "${names[@]}"; do
     fi
     mkdir -p "docs/studies/$name"
     cp "$src/study.md" "$src/study.json" "$src"/*.svg "docs/studies/$name/"
-    echo "published $name"
+    results=0
+    if [ -d "$src/runs" ]; then
+        while IFS= read -r result; do
+            run="${result#"$src/runs/"}"
+            mkdir -p "docs/studies/$name/runs/$(dirname "$run")"
+            cp "$result" "docs/studies/$name/runs/$run"
+            results=$((results + 1))
+        done < <(find "$src/runs" -name result.json | sort)
+    fi
+    echo "published $name ($results run results)"
 done

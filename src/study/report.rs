@@ -382,10 +382,10 @@ fn measured(c: &ClaimOutcome, study: &Study) -> String {
             };
             let test = match test {
                 Some(t) => format!(
-                    "fraction below 1 by {:.2} (at least {:.2} at {}%), p = {}",
+                    "fraction below 1 by {:.2} (its {}% lower bound {:.2}), p = {}",
                     t.estimate,
-                    t.lower_bound,
                     100.0 * study.level,
+                    t.lower_bound,
                     p_value(t.p)
                 ),
                 None => "no test (fewer than two seeds reach it)".into(),
@@ -404,15 +404,15 @@ fn test_text(test: Option<&OneSided>, metric: Metric, level: f64) -> String {
         return "no test (fewer than two seeds on a side)".into();
     };
     let amount = |v: f64| match metric {
-        Metric::Loss | Metric::MacroF1 => format!("{v:.3}"),
-        Metric::Bleu => format!("{v:.2}"),
-        _ => format!("{:.1} points", 100.0 * v),
+        Metric::Loss | Metric::MacroF1 => format!("{v:+.3}"),
+        Metric::Bleu => format!("{v:+.2}"),
+        _ => format!("{:+.1} points", 100.0 * v),
     };
     format!(
-        "ahead by {} (at least {} at {}%), p = {}",
+        "difference in the claimed direction {} (its {}% lower bound {}), p = {}",
         amount(t.estimate),
-        amount(t.lower_bound),
         100.0 * level,
+        amount(t.lower_bound),
         p_value(t.p)
     )
 }
