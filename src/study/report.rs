@@ -382,7 +382,7 @@ fn measured(c: &ClaimOutcome, study: &Study) -> String {
             };
             let test = match test {
                 Some(t) => format!(
-                    "fraction below 1 by {:.2} (its {}% lower bound {:.2}), p = {}",
+                    "fraction below 1 by {:.2} (its {}% lower bound {:.2}), {}",
                     t.estimate,
                     100.0 * study.level,
                     t.lower_bound,
@@ -409,7 +409,7 @@ fn test_text(test: Option<&OneSided>, metric: Metric, level: f64) -> String {
         _ => format!("{:+.1} points", 100.0 * v),
     };
     format!(
-        "difference in the claimed direction {} (its {}% lower bound {}), p = {}",
+        "difference in the claimed direction {} (its {}% lower bound {}), {}",
         amount(t.estimate),
         100.0 * level,
         amount(t.lower_bound),
