@@ -247,11 +247,10 @@ pub enum Reading {
 
 impl Reading {
     fn of<'a>(self, run: &'a RunResult, bin: &str) -> Option<&'a BinValue> {
-        let eval = match self {
-            Self::Final => run.evals.last(),
-            Self::AtStep(step) => run.evals.iter().find(|e| e.step == step),
-        }?;
-        eval.bins.iter().find(|b| b.bin == bin)
+        match self {
+            Self::Final => run.final_bin(bin),
+            Self::AtStep(step) => run.bin_at(step, bin),
+        }
     }
 }
 

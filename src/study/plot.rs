@@ -194,16 +194,12 @@ fn training_loss(path: &Path, study: &Study, results: &[RunResult]) -> Drawn {
 
 /// Per evaluation of one variant: (step, mean, min, max) over its seeds' loss in `bin`.
 fn eval_band(runs: &[&RunResult], bin: &str) -> Band {
-    let mut steps: Vec<usize> = runs.iter().flat_map(|r| r.evals.iter().map(|e| e.step)).collect();
-    steps.sort_unstable();
-    steps.dedup();
-    steps
+    RunResult::eval_steps(runs)
         .into_iter()
         .filter_map(|step| {
             let values: Vec<f64> = runs
                 .iter()
-                .filter_map(|r| r.evals.iter().find(|e| e.step == step))
-                .filter_map(|e| e.bins.iter().find(|b| b.bin == bin))
+                .filter_map(|r| r.bin_at(step, bin))
                 .map(|b| b.loss)
                 .filter(|l| l.is_finite())
                 .collect();

@@ -27,9 +27,7 @@ struct Grid {
 }
 
 fn grid(label: &str, runs: &[&RunResult], bins: &[String], metric: Metric) -> Grid {
-    let mut steps: Vec<usize> = runs.iter().flat_map(|r| r.evals.iter().map(|e| e.step)).collect();
-    steps.sort_unstable();
-    steps.dedup();
+    let steps = RunResult::eval_steps(runs);
     let cells = steps
         .iter()
         .map(|&step| {
@@ -37,8 +35,7 @@ fn grid(label: &str, runs: &[&RunResult], bins: &[String], metric: Metric) -> Gr
                 .map(|bin| {
                     let values: Vec<f64> = runs
                         .iter()
-                        .filter_map(|r| r.evals.iter().find(|e| e.step == step))
-                        .filter_map(|e| e.bins.iter().find(|b| &b.bin == bin))
+                        .filter_map(|r| r.bin_at(step, bin))
                         .filter_map(|b| metric.of(b))
                         .collect();
                     (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)

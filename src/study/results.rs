@@ -107,6 +107,20 @@ impl RunResult {
         self.evals.last()?.bins.iter().find(|b| b.bin == bin)
     }
 
+    /// The value of `bin` at the evaluation after `step` steps, if there was one with that bin.
+    pub fn bin_at(&self, step: usize, bin: &str) -> Option<&BinValue> {
+        let eval = self.evals.iter().find(|e| e.step == step)?;
+        eval.bins.iter().find(|b| b.bin == bin)
+    }
+
+    /// Every step at which any of `runs` evaluated, in order.
+    pub fn eval_steps(runs: &[&RunResult]) -> Vec<usize> {
+        let mut steps: Vec<usize> = runs.iter().flat_map(|r| r.evals.iter().map(|e| e.step)).collect();
+        steps.sort_unstable();
+        steps.dedup();
+        steps
+    }
+
     /// Writes the result atomically: a run killed while writing it leaves no result, so it is
     /// run again rather than half-read.
     pub fn write(&self, path: &Path) -> Result<()> {
