@@ -14,9 +14,13 @@
 //! - [`cmudict_pairs`]: spelling → phonemes (`hello` → `HH AH0 L OW1`), each phoneme one token.
 //! - [`PairTask`]: reverse, sort and decimal addition of generated strings.
 //! - [`text_pairs`]: a tab-separated file of one's own, by character or by [`WordTokenizer`] word.
+//!
+//! For length generalization as Delétang et al. and Ruoss et al. measure it, the algorithmic tasks
+//! of [`chomsky`]: parity, stacks, copies, sums and sorts, read by an encoder at placeholders.
 
 mod batch;
 mod bins;
+pub mod chomsky;
 mod classes;
 mod cmudict;
 mod cmudict_pairs;
