@@ -313,7 +313,7 @@ fn bins_accumulate_loss_and_accuracy_from_logits() {
     // Row 1, position 1 (target 2): scores 1 for 2 and 0 for 3, so predicts 2.
     logits[20..25].copy_from_slice(&[f32::NEG_INFINITY, f32::NEG_INFINITY, 1.0, 0.0, f32::NEG_INFINITY]);
     let mut bins = LengthBins::new();
-    bins.record_logits(&batch, &logits, vocab).unwrap();
+    bins.record_logits(&batch, &logits, vocab, None).unwrap();
     bins.record(40, 6.0, 3, 3);
 
     let (lengths, short) = bins.bins().next().unwrap();
@@ -341,8 +341,17 @@ fn bins_accumulate_loss_and_accuracy_from_logits() {
     );
     assert!(lines[3].starts_with("       all         3         6"), "{table}");
 
+    // Anchored at a training length of 8, every row recorded at its set's length 12: 9–16.
+    let mut anchored = LengthBins::anchored(8);
+    anchored.record_logits(&batch, &logits, vocab, Some(12)).unwrap();
+    let (lengths, both) = anchored.bins().next().unwrap();
+    assert_eq!(
+        (lengths, both.sequences, both.tokens, both.correct),
+        (9..=16, 2, 3, 2)
+    );
+
     let err = bins
-        .record_logits(&batch, &logits[1..], vocab)
+        .record_logits(&batch, &logits[1..], vocab, None)
         .unwrap_err()
         .to_string();
     assert_eq!(

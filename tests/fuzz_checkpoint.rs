@@ -144,7 +144,8 @@ fn read_and_run(bytes: &[u8]) -> Result<Option<String>, String> {
     let task = DataTask::load(&run).map_err(err)?;
     let sets = task.eval_sets(&[EVAL_LENGTH], run.train.batch, 1);
     let mut evaluator = Evaluator::new(saved.model.clone());
-    let report = pollster::block_on(evaluator.evaluate(&saved.params, sets, task.train_len()));
+    let report =
+        pollster::block_on(evaluator.evaluate(&saved.params, sets, task.eval_bins(), task.train_len()));
     match report.failures.into_iter().next() {
         None => Ok(None),
         Some((length, message)) => Err(format!("evaluation at length {length}: {message}")),

@@ -80,6 +80,16 @@ fn targets_for(kind: ModelKind, tokens: &[i32], len: usize) -> Vec<i32> {
         ModelKind::Encoder { .. } => vec![2, 0],
         ModelKind::MaskedLm {} => hidden_every_third(tokens, len),
         ModelKind::CausalLm { .. } | ModelKind::Seq2Seq { .. } => shifted(tokens, len),
+        // Classes (of at least 3) at every other position, as placeholders after an input.
+        ModelKind::TokenClassifier { .. } => (0..tokens.len())
+            .map(|i| {
+                if i % len % 2 == 1 {
+                    (i % 3) as i32
+                } else {
+                    IGNORE_INDEX
+                }
+            })
+            .collect(),
     }
 }
 
@@ -97,6 +107,10 @@ fn logits_have_the_head_shape() {
     let h = harness(tiny(encoder, PosEnc::Learned(Learned {})), 4, 7, true, cpu());
     assert_eq!(h.graph.shape(h.model.logits), [4, 5]);
     assert_eq!(h.graph.shape(h.model.targets), [4]);
+    let tagger = ModelKind::TokenClassifier { n_classes: 3 };
+    let h = harness(tiny(tagger, PosEnc::Learned(Learned {})), 4, 7, true, cpu());
+    assert_eq!(h.graph.shape(h.model.logits), [4, 7, 3]);
+    assert_eq!(h.graph.shape(h.model.targets), [4, 7]);
 }
 
 fn param_names(config: ModelConfig) -> Vec<String> {
@@ -495,6 +509,16 @@ fn gpu_gives_the_cpu_logits_loss_and_gradients() {
         (ModelKind::MaskedLm {}, TUPE_R_UNTIED, residual),
         (ModelKind::MaskedLm {}, ROPE, residual),
         (ModelKind::MaskedLm {}, PosEnc::Alibi(Alibi {}), Block::Rk2Gated),
+        (
+            ModelKind::TokenClassifier { n_classes: 3 },
+            PosEnc::Sinusoidal(Sinusoidal::default()),
+            residual,
+        ),
+        (
+            ModelKind::TokenClassifier { n_classes: 3 },
+            PosEnc::Alibi(Alibi {}),
+            Block::Rk2Gated,
+        ),
     ];
     for (kind, posenc, block) in cases {
         // The sinusoidal cases also cover the scaled token embeddings.

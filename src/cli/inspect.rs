@@ -121,7 +121,7 @@ pub fn eval(backend: Rc<dyn Backend>, args: EvalArgs) -> posflow::Result<()> {
         }
         (None, None) => {
             let sets = task.eval_sets(&args.lengths, run.train.batch, batches);
-            pollster::block_on(evaluator.evaluate(&saved.params, sets, task.train_len()))
+            pollster::block_on(evaluator.evaluate(&saved.params, sets, task.eval_bins(), task.train_len()))
         }
     };
     println!(

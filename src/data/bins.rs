@@ -72,15 +72,43 @@ impl BinTotals {
     }
 }
 
-/// Totals per length bin: bin 0 holds lengths 1–32, bin k ≥ 1 holds 32·2^(k−1)+1 to 32·2^k.
-#[derive(Clone, Debug, Default)]
+/// Totals per length bin: bin 0 holds lengths 1–32, bin k ≥ 1 holds 32·2^(k−1)+1 to 32·2^k; or,
+/// [`LengthBins::anchored`] at a training length N, 1–N and then doubling from N.
+#[derive(Clone, Debug)]
 pub struct LengthBins {
     bins: Vec<BinTotals>,
+    first_bin_max: usize,
+}
+
+impl Default for LengthBins {
+    fn default() -> Self {
+        Self {
+            bins: Vec::new(),
+            first_bin_max: FIRST_BIN_MAX,
+        }
+    }
 }
 
 impl LengthBins {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Bins anchored at the training length: 1..=N holds the trained lengths, each later bin
+    /// doubles (see [`source_bin`]).
+    pub fn anchored(train_max_len: usize) -> Self {
+        Self {
+            bins: Vec::new(),
+            first_bin_max: train_max_len.max(1),
+        }
+    }
+
+    /// No totals, binned as `self`.
+    pub fn empty_like(&self) -> Self {
+        Self {
+            bins: Vec::new(),
+            first_bin_max: self.first_bin_max,
+        }
     }
 
     pub fn bin_of(len: usize) -> usize {
@@ -93,7 +121,7 @@ impl LengthBins {
 
     /// Adds one sequence of length `len` with the given totals over its counted tokens.
     pub fn record(&mut self, len: usize, loss_sum: f64, tokens: usize, correct: usize) {
-        let bin = Self::bin_of(len);
+        let bin = source_bin(len, self.first_bin_max);
         if self.bins.len() <= bin {
             self.bins.resize(bin + 1, BinTotals::default());
         }
@@ -105,9 +133,16 @@ impl LengthBins {
         });
     }
 
-    /// Adds every row of `batch` (binned by its length before padding) given the model's logits
-    /// [B, L, vocab]: cross-entropy and argmax accuracy over the targets that count.
-    pub fn record_logits(&mut self, batch: &Batch, logits: &[f32], vocab: usize) -> Result<()> {
+    /// Adds every row of `batch` (binned by its length before padding, or all at `binned_at`)
+    /// given the model's logits [B, L, vocab]: cross-entropy and argmax accuracy over the
+    /// targets that count.
+    pub fn record_logits(
+        &mut self,
+        batch: &Batch,
+        logits: &[f32],
+        vocab: usize,
+        binned_at: Option<usize>,
+    ) -> Result<()> {
         let [rows, len] = batch.shape();
         if vocab == 0 || logits.len() != rows * len * vocab {
             return Err(Error::Input(format!(
@@ -136,13 +171,14 @@ impl LengthBins {
                 tokens += 1;
                 correct += usize::from(argmax(scores) == target);
             }
-            self.record(row_len, loss_sum, tokens, correct);
+            self.record(binned_at.unwrap_or(row_len), loss_sum, tokens, correct);
         }
         Ok(())
     }
 
     /// Adds every bin of `other`.
     pub fn merge(&mut self, other: &LengthBins) {
+        debug_assert_eq!(self.first_bin_max, other.first_bin_max, "bins of two layouts");
         if self.bins.len() < other.bins.len() {
             self.bins.resize(other.bins.len(), BinTotals::default());
         }
@@ -157,7 +193,7 @@ impl LengthBins {
             .iter()
             .enumerate()
             .filter(|(_, t)| t.sequences > 0)
-            .map(|(b, t)| (Self::bin_lengths(b), t))
+            .map(|(b, t)| (source_bin_lengths(b, self.first_bin_max), t))
     }
 
     /// All bins together.

@@ -393,6 +393,11 @@ pub enum ModelKind {
     /// then the token table transposed (tied, as BERT's) plus a bias. An `encoder` classifier
     /// warm-starts from its checkpoint, leaving the head behind.
     MaskedLm {},
+    /// Bidirectional encoder that classifies every position into `n_classes` with one linear
+    /// layer (Delétang et al.'s readout for the Chomsky-hierarchy tasks): logits `[B, L,
+    /// n_classes]`, a loss at the positions that have a target (the placeholders after the
+    /// input). No [CLS]; batches are padded, padding hidden by a key mask.
+    TokenClassifier { n_classes: usize },
     /// Encoder-decoder: the config's `layers` encoder blocks (stepped as `block`) read the source
     /// bidirectionally, source padding hidden by a key mask; `decoder_layers` decoder blocks
     /// (stepped as `decoder_block`) read the target causally and attend to the encoder's output.
@@ -420,6 +425,20 @@ impl ModelKind {
     /// Whether position 0 is a [CLS] the model reads: an encoder's (classifier or masked LM).
     pub fn reads_cls(&self) -> bool {
         matches!(self, Self::Encoder { .. } | Self::MaskedLm {})
+    }
+
+    /// Whether the model's batches are padded, so that its graphs take a key mask: a
+    /// classifier's texts and a token classifier's examples have many lengths.
+    pub fn pads_batches(&self) -> bool {
+        matches!(self, Self::Encoder { .. } | Self::TokenClassifier { .. })
+    }
+
+    /// The number of classes of a classifier's or a token classifier's head.
+    pub fn n_classes(&self) -> Option<usize> {
+        match *self {
+            Self::Encoder { n_classes } | Self::TokenClassifier { n_classes } => Some(n_classes),
+            _ => None,
+        }
     }
 }
 
@@ -520,8 +539,8 @@ impl ModelConfig {
         {
             self.validate_decoder(decoder_layers, decoder_block)?;
         }
-        if let ModelKind::Encoder { n_classes: 0 } = self.kind {
-            return config_err("an encoder needs n_classes ≥ 1, got 0".into());
+        if self.kind.n_classes() == Some(0) {
+            return config_err("an encoder or token classifier needs n_classes ≥ 1, got 0".into());
         }
         if let ModelKind::Encoder { .. } = self.kind
             && self.vocab <= crate::data::BOS as usize

@@ -60,7 +60,9 @@ pub async fn attention_maps(model: &Model, params: &ParamStore, tokens: &[i32]) 
     let exec = Executor::new(&g, &graph.attention_probs, params)?;
     // No loss is read: the targets only have to be valid.
     let targets = match model.config().kind {
-        ModelKind::CausalLm { .. } | ModelKind::MaskedLm {} => vec![IGNORE_INDEX; len],
+        ModelKind::CausalLm { .. } | ModelKind::MaskedLm {} | ModelKind::TokenClassifier { .. } => {
+            vec![IGNORE_INDEX; len]
+        }
         ModelKind::Encoder { .. } => vec![0],
         ModelKind::Seq2Seq { .. } => return Err(super::transformer::seq2seq_needs_pairs()),
     };

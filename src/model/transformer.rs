@@ -252,6 +252,12 @@ impl GraphShape for Tokens {
                 (logits, g.input("targets", TensorMeta::i32(&[batch, len])))
             }
             ModelKind::Seq2Seq { .. } => return Err(seq2seq_needs_pairs()),
+            ModelKind::TokenClassifier { n_classes } => {
+                let x = stack::final_norm(g, c, x)?;
+                let head = Linear::declare(g, "token_head", d, n_classes, Init::Normal(INIT_STD))?;
+                let logits = head.apply(g, x)?;
+                (logits, g.input("targets", TensorMeta::i32(&[batch, len])))
+            }
             ModelKind::Encoder { n_classes } => {
                 let cls = g.slice(x, 1, 0, 1)?;
                 let cls = g.reshape(cls, &[batch, d])?;
@@ -300,7 +306,10 @@ impl ModelGraph {
     pub fn feed(&self, exec: &Executor, tokens: &[i32], targets: &[i32], mask: Option<&[f32]>) -> Result<()> {
         let (b, l) = (self.batch, self.len);
         let targets_len = match self.kind {
-            ModelKind::CausalLm { .. } | ModelKind::MaskedLm {} | ModelKind::Seq2Seq { .. } => b * l,
+            ModelKind::CausalLm { .. }
+            | ModelKind::MaskedLm {}
+            | ModelKind::Seq2Seq { .. }
+            | ModelKind::TokenClassifier { .. } => b * l,
             ModelKind::Encoder { .. } => b,
         };
         if tokens.len() != b * l || targets.len() != targets_len || mask.is_some_and(|m| m.len() != b * l) {
@@ -421,7 +430,9 @@ impl ModelGraph {
             ModelKind::CausalLm { .. } | ModelKind::MaskedLm {} | ModelKind::Seq2Seq { .. } => {
                 (self.vocab, "vocabulary")
             }
-            ModelKind::Encoder { n_classes } => (n_classes, "classes"),
+            ModelKind::Encoder { n_classes } | ModelKind::TokenClassifier { n_classes } => {
+                (n_classes, "classes")
+            }
         };
         let ignored = |t: i32| t == IGNORE_INDEX && !self.is_encoder();
         let valid = |t: i32| ignored(t) || usize::try_from(t).is_ok_and(|t| t < classes);

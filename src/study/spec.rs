@@ -8,7 +8,6 @@ use serde::Deserialize;
 
 use super::claims::{ClaimSpec, Metric};
 use super::overrides::{self, STUDY_OWNED};
-use crate::data::LengthBins;
 use crate::error::{Error, Result};
 use crate::train::{DataTask, RunConfig, Task};
 
@@ -244,20 +243,19 @@ fn eval_bins(run: &RunConfig) -> Result<(Vec<String>, bool)> {
             .collect();
         return Ok((bins, true));
     }
+    let binning = task.eval_bins();
     let mut bins = BTreeSet::new();
     for set in task.eval_sets(&t.eval_lengths, t.batch, t.eval_batches) {
         for batch in set.batches.iter().flatten() {
             for &len in batch.lengths() {
-                bins.insert(LengthBins::bin_of(len));
+                let lengths = binning.bin_lengths(len, set.length);
+                bins.insert((*lengths.start(), *lengths.end()));
             }
         }
     }
     let bins = bins
         .into_iter()
-        .map(|bin| {
-            let lengths = LengthBins::bin_lengths(bin);
-            format!("{}-{}", lengths.start(), lengths.end())
-        })
+        .map(|(start, end)| format!("{start}-{end}"))
         .collect();
     Ok((bins, false))
 }

@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{Decay, Schedule};
+use crate::data::chomsky::ChomskyTask;
 use crate::data::{ClassTask, PairTask, Tokenization};
 use crate::error::{Error, Result};
 use crate::model::{EmbedScale, ModelConfig, ModelKind};
@@ -131,6 +132,12 @@ pub enum DataConfig {
     /// Classification: a word's spelling → the syllable of its primary stress (from the shipped
     /// CMU dictionary). An `encoder` with 4 classes.
     Stress(ClassSettings),
+    /// A Chomsky-hierarchy task of Delétang et al. (`name`, e.g. `parity_check`), read as they
+    /// read it: the input, then a placeholder per answer symbol, classified at the placeholders.
+    /// Each training batch has one input length, uniform in `1..=train_max_len` (their
+    /// curriculum); `eval_lengths` are input lengths. Needs a `token_classifier` with the task's
+    /// output classes.
+    Chomsky { name: ChomskyTask, train_max_len: usize },
 }
 
 /// How a classification set is split and read.
@@ -166,6 +173,14 @@ impl DataConfig {
         }
     }
 
+    /// A Chomsky-hierarchy task and its longest training input.
+    pub fn chomsky(&self) -> Option<(ChomskyTask, usize)> {
+        match *self {
+            Self::Chomsky { name, train_max_len } => Some((name, train_max_len)),
+            _ => None,
+        }
+    }
+
     /// Whether the task is pairs of sequences, for a seq2seq model.
     pub fn is_pairs(&self) -> bool {
         matches!(
@@ -174,6 +189,10 @@ impl DataConfig {
         )
     }
 }
+
+/// The longest Chomsky-task input: its sequence (up to three times as long with the duplicated
+/// answer) stays far below [`MAX_SEQUENCE`].
+const MAX_CHOMSKY_LEN: usize = 1 << 16;
 
 /// Synthetic pairs of each source length when the config does not say.
 const DEFAULT_PER_LENGTH: usize = 500;
@@ -201,6 +220,7 @@ struct DataSpec {
     pairs: Option<PairTask>,
     tokenization: Option<Tokenization>,
     vocabulary: Option<Vocabulary>,
+    name: Option<ChomskyTask>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -217,6 +237,7 @@ enum TaskName {
     Names,
     Spam,
     Stress,
+    Chomsky,
 }
 
 impl TryFrom<DataSpec> for DataConfig {
@@ -235,6 +256,7 @@ impl TryFrom<DataSpec> for DataConfig {
             ("pairs", spec.pairs.is_some()),
             ("tokenization", spec.tokenization.is_some()),
             ("vocabulary", spec.vocabulary.is_some()),
+            ("name", spec.name.is_some()),
         ];
         let takes: &[&str] = match spec.task {
             T::MobyDick => &["seq_len", "valid_fraction"],
@@ -252,6 +274,7 @@ impl TryFrom<DataSpec> for DataConfig {
             ],
             T::TextPairs => &["path", "tokenization", "train_max_len", "valid_fraction"],
             T::Names | T::Spam | T::Stress => &["train_max_len", "valid_fraction", "vocabulary"],
+            T::Chomsky => &["name", "train_max_len"],
         };
         refuse_other_settings(&given, takes)?;
         fn needs<V>(key: &str, value: Option<V>) -> std::result::Result<V, String> {
@@ -294,6 +317,18 @@ impl TryFrom<DataSpec> for DataConfig {
                 tokenization: spec.tokenization.unwrap_or(Tokenization::Chars),
                 train_max_len: needs("train_max_len", spec.train_max_len)?,
                 valid_fraction,
+            },
+            T::Chomsky => Self::Chomsky {
+                name: needs("name", spec.name)?,
+                train_max_len: match needs("train_max_len", spec.train_max_len)? {
+                    0 => return Err("train_max_len must be at least 1".into()),
+                    n if n > MAX_CHOMSKY_LEN => {
+                        return Err(format!(
+                            "train_max_len {n} is over posflow's limit of {MAX_CHOMSKY_LEN}"
+                        ));
+                    }
+                    n => n,
+                },
             },
             T::Names | T::Spam | T::Stress => {
                 let settings = ClassSettings {
@@ -512,9 +547,28 @@ impl RunConfig {
                     .into(),
             ));
         }
+        match (self.data.chomsky(), self.model.kind) {
+            (Some((task, _)), ModelKind::TokenClassifier { n_classes }) if n_classes == task.classes() => {}
+            (Some((task, _)), _) => {
+                return Err(Error::Input(format!(
+                    "[model] kind: {task:?} is read at placeholders into {} classes: kind = {{ type \
+                     = \"token_classifier\", n_classes = {} }}",
+                    task.classes(),
+                    task.classes()
+                )));
+            }
+            (None, ModelKind::TokenClassifier { .. }) => {
+                return Err(Error::Input(
+                    "[model] kind: a token classifier reads a Chomsky-hierarchy task: [data] task = \
+                     \"chomsky\""
+                        .into(),
+                ));
+            }
+            (None, _) => {}
+        }
         match (self.data.is_pairs(), self.model.kind) {
             (false, ModelKind::CausalLm { .. }) | (true, ModelKind::Seq2Seq { .. }) => {}
-            (false, ModelKind::Encoder { .. }) => {}
+            (false, ModelKind::Encoder { .. } | ModelKind::TokenClassifier { .. }) => {}
             (_, ModelKind::MaskedLm {}) => {
                 if !matches!(
                     self.data,
@@ -709,9 +763,13 @@ impl DataConfig {
         Ok(())
     }
 
-    /// Whether its sequences begin with <bos>: the prompted tasks' do, text windows do not.
+    /// Whether its sequences begin with <bos>: the prompted tasks' do, text windows and the
+    /// Chomsky tasks' inputs do not.
     pub fn starts_with_bos(&self) -> bool {
-        !matches!(self, Self::MobyDick { .. } | Self::TextFile { .. })
+        !matches!(
+            self,
+            Self::MobyDick { .. } | Self::TextFile { .. } | Self::Chomsky { .. }
+        )
     }
 
     /// The length every training batch is padded to, where the config fixes it (the CMU
@@ -728,6 +786,8 @@ impl DataConfig {
             | Self::TextPairs { train_max_len, .. } => Some(train_max_len),
             // [CLS] and the longest training text (its classifier pads to the longest it has).
             Self::Names(s) | Self::Spam(s) | Self::Stress(s) => Some(s.train_max_len + 1),
+            // The longest input and its placeholders.
+            Self::Chomsky { name, train_max_len } => Some(name.sequence_len(train_max_len)),
         }
     }
 }

@@ -4,11 +4,12 @@
 use std::io::Read;
 use std::ops::RangeInclusive;
 
-use rand::SeedableRng;
+use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::config::{DataConfig, RunConfig, Vocabulary, masked_lm_needs_text};
-use super::task::{EvalSet, Task, TrainBatch};
+use super::task::{EvalBins, EvalSet, Task, TrainBatch};
+use crate::data::chomsky::{ChomskyTask, Scoring};
 use crate::data::{
     Batch, CharTokenizer, ClassData, Labelled, LanguageModelData, LengthBins, LengthSplit, MOBY_DICK,
     MaskedText, MaxLengths, PairData, Pronunciations, SyntheticTask, TaskTokenizer, cmudict_pairs,
@@ -46,6 +47,12 @@ pub enum DataTask {
     Classes {
         tokenizer: CharTokenizer,
         data: ClassData,
+    },
+    /// A Chomsky-hierarchy task, for a token classifier; generated, so nothing is held out.
+    Chomsky {
+        task: ChomskyTask,
+        tokenizer: CharTokenizer,
+        train_max_len: usize,
     },
 }
 
@@ -88,6 +95,7 @@ impl DataConfig {
             Self::TextFile { path, .. } => text(&read_text(path)?),
             Self::Cmudict { valid_fraction } => Pronunciations::cmudict(*valid_fraction)?.tokenizer().clone(),
             Self::Copy { .. } | Self::Reverse { .. } => SyntheticTask::tokenizer(),
+            Self::Chomsky { name, .. } => name.tokenizer(),
             Self::SyntheticPairs { pairs, .. } => return Ok(TaskTokenizer::Pairs(pairs.tokenizer())),
             Self::Names(s) | Self::Spam(s) | Self::Stress(s) => {
                 let (set, _) = self.classes().expect("a classification task");
@@ -221,6 +229,11 @@ impl DataTask {
             DataConfig::CmudictPairs { .. }
             | DataConfig::SyntheticPairs { .. }
             | DataConfig::TextPairs { .. } => Self::Pairs(config.pairs()?),
+            &DataConfig::Chomsky { name, train_max_len } => Self::Chomsky {
+                task: name,
+                tokenizer: name.tokenizer(),
+                train_max_len,
+            },
             DataConfig::Names(_) | DataConfig::Spam(_) | DataConfig::Stress(_) => {
                 let (set, settings) = config.classes().expect("a classification task");
                 let examples = set.examples()?;
@@ -274,7 +287,8 @@ impl Task for DataTask {
         TaskTokenizer::Chars(match self {
             Self::Text { tokenizer, .. }
             | Self::MaskedText { tokenizer, .. }
-            | Self::Classes { tokenizer, .. } => tokenizer.clone(),
+            | Self::Classes { tokenizer, .. }
+            | Self::Chomsky { tokenizer, .. } => tokenizer.clone(),
             Self::Pronunciations { data, .. } => data.tokenizer().clone(),
             Self::Synthetic { .. } => SyntheticTask::tokenizer(),
             Self::Pairs(data) => return TaskTokenizer::Pairs(data.tokenizer().clone()),
@@ -290,6 +304,9 @@ impl Task for DataTask {
             Self::Synthetic { lengths, .. } => 2 * lengths.end() + 2,
             Self::Pairs(data) => data.train_shape()[0],
             Self::Classes { data, .. } => data.train_len(),
+            Self::Chomsky {
+                task, train_max_len, ..
+            } => task.sequence_len(*train_max_len),
         }
     }
 
@@ -329,6 +346,15 @@ impl Task for DataTask {
             Self::Synthetic { task, lengths } => task.sample_batch(&mut rng, rows, lengths.clone())?,
             Self::Pairs(data) => return Ok(TrainBatch::Pairs(data.sample_batch(&mut rng, rows)?)),
             Self::Classes { data, .. } => return Ok(TrainBatch::Classes(data.sample_batch(&mut rng, rows)?)),
+            Self::Chomsky {
+                task,
+                tokenizer,
+                train_max_len,
+            } => {
+                // One input length per batch, as the authors' curriculum draws it.
+                let n = rng.random_range(1..=*train_max_len);
+                task.batch(&mut rng, tokenizer, rows, n, Scoring::Loss)?
+            }
         };
         Ok(TrainBatch::Tokens(batch.pad_to(self.train_len())?))
     }
@@ -363,6 +389,26 @@ impl Task for DataTask {
             Self::Pairs(_) => Vec::new(),
             // Scored bin by bin: see `Evaluator::evaluate_classes`.
             Self::Classes { .. } => Vec::new(),
+            Self::Chomsky { task, tokenizer, .. } => lengths
+                .iter()
+                .map(|&length| {
+                    // Fixed per length and apart from every training stream.
+                    let mut rng = ChaCha8Rng::seed_from_u64(length as u64);
+                    rng.set_stream(u64::MAX);
+                    let batches = (0..max_batches)
+                        .map(|_| task.batch(&mut rng, tokenizer, rows, length, Scoring::Accuracy))
+                        .collect();
+                    EvalSet { length, batches }
+                })
+                .collect(),
+        }
+    }
+
+    /// A Chomsky task's sets are input lengths, binned from its longest training input.
+    fn eval_bins(&self) -> EvalBins {
+        match self {
+            &Self::Chomsky { train_max_len, .. } => EvalBins::SetLength { train_max_len },
+            _ => EvalBins::RowLength,
         }
     }
 }

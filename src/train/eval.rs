@@ -6,14 +6,14 @@ use std::fmt;
 
 use super::class_report::ClassReport;
 use super::pair_report::PairReport;
-use super::task::EvalSet;
+use super::task::{EvalBins, EvalSet};
 use crate::data::{ClassBatch, LengthBins};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::Graph;
 use crate::model::GraphOptions;
 use crate::model::Tokens;
-use crate::model::{Model, ModelGraph, ModelKind};
+use crate::model::{Model, ModelGraph};
 use crate::params::ParamStore;
 
 /// Forward graphs of one model, by batch shape, over one parameter store.
@@ -56,14 +56,24 @@ impl Evaluator {
         &mut self,
         params: &ParamStore,
         sets: Vec<EvalSet>,
+        binning: EvalBins,
         train_len: usize,
     ) -> EvalReport {
         let mut report = EvalReport {
-            train_len,
+            bins: binning.empty(),
+            // Bins of a task's own lengths are past training beyond its own longest length.
+            train_len: match binning {
+                EvalBins::RowLength => train_len,
+                EvalBins::SetLength { train_max_len } => train_max_len,
+            },
             ..EvalReport::default()
         };
         for set in sets {
-            if let Err(e) = self.evaluate_set(params, set.batches, &mut report.bins).await {
+            let binned_at = binning.binned_at(set.length);
+            if let Err(e) = self
+                .evaluate_set(params, set.batches, binned_at, &mut report.bins)
+                .await
+            {
                 report.failures.push((set.length, e));
             }
         }
@@ -89,11 +99,14 @@ impl Evaluator {
         &mut self,
         params: &ParamStore,
         batches: Result<Vec<crate::data::Batch>>,
+        binned_at: Option<usize>,
         bins: &mut LengthBins,
     ) -> std::result::Result<(), String> {
-        let vocab = self.model.config().vocab;
+        // A token classifier's logits are over its classes, the LMs' over the vocabulary.
+        let config = self.model.config();
+        let vocab = config.kind.n_classes().unwrap_or(config.vocab);
         // A set's batches are recorded together or not at all.
-        let mut set_bins = LengthBins::new();
+        let mut set_bins = bins.empty_like();
         for batch in batches.map_err(|e| e.to_string())? {
             let [rows, len] = batch.shape();
             let model = &self.model;
@@ -111,7 +124,7 @@ impl Evaluator {
             .await
             .map_err(|e| e.to_string())?;
             set_bins
-                .record_logits(&batch, &logits, vocab)
+                .record_logits(&batch, &logits, vocab, binned_at)
                 .map_err(|e| e.to_string())?;
         }
         bins.merge(&set_bins);
@@ -128,10 +141,10 @@ fn forward_graph(
     len: usize,
 ) -> Result<(ModelGraph, Executor)> {
     let mut g = Graph::new();
-    // A classifier's batches are padded (a text per row, of many lengths).
-    let options = match model.config().kind {
-        ModelKind::Encoder { .. } => GraphOptions::default().padded(),
-        _ => GraphOptions::default(),
+    // A classifier's and a token classifier's batches are padded (rows of many lengths).
+    let options = match model.config().kind.pads_batches() {
+        true => GraphOptions::default().padded(),
+        false => GraphOptions::default(),
     };
     let graph = model.build(&mut g, Tokens { batch: rows, len }, options)?;
     let exec = Executor::new(&g, &[graph.logits, graph.loss], params)?;

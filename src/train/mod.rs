@@ -36,5 +36,5 @@ pub use pair_report::PairReport;
 pub use program::{BatchShape, TrainGraph, TrainingProgram};
 pub use saved::{RUN_KEY, check_same_tokenizer, saved_run};
 pub use schedule::{Decay, Schedule};
-pub use task::{EvalSet, Task, TrainBatch};
+pub use task::{EvalBins, EvalSet, Task, TrainBatch};
 pub use trainer::{StepStats, Trainer, WarmStart};

@@ -207,10 +207,11 @@ impl TrainingProgram {
             )));
         }
         let mut g = Graph::new();
-        // A classifier's texts have many lengths: its batches are padded, and padding is hidden.
-        let options = match model.config().kind {
-            ModelKind::Encoder { .. } => GraphOptions::default().training().padded(),
-            _ => GraphOptions::default().training(),
+        // A classifier's texts and a token classifier's examples have many lengths: their
+        // batches are padded, and padding is hidden.
+        let options = match model.config().kind.pads_batches() {
+            true => GraphOptions::default().training().padded(),
+            false => GraphOptions::default().training(),
         };
         let graph = model.build(&mut g, Tokens { batch, len }, options)?;
         let optimizer = Optimizer::new(adamw, &params)?;

@@ -2,7 +2,12 @@
 //! `[data]`, are [`super::DataTask`]; a Rust user's data is any type that implements the trait,
 //! handed to [`super::Trainer::with_task`].
 
-use crate::data::{Batch, ClassBatch, ClassData, PairBatch, PairData, TaskTokenizer};
+use std::ops::RangeInclusive;
+
+use crate::data::{
+    Batch, ClassBatch, ClassData, LengthBins, PairBatch, PairData, TaskTokenizer, source_bin,
+    source_bin_lengths,
+};
 use crate::error::Result;
 
 /// A task's data: its tokenizer, seeded training batches of one fixed shape, and evaluation
@@ -40,6 +45,50 @@ pub trait Task {
     /// A classification task's data, scored per length bin.
     fn class_data(&self) -> Option<&ClassData> {
         None
+    }
+
+    /// How [`Task::eval_sets`]' rows are binned.
+    fn eval_bins(&self) -> EvalBins {
+        EvalBins::RowLength
+    }
+}
+
+/// How the rows of evaluation sets are binned by length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvalBins {
+    /// Each row by its own length (before padding), in bins doubling from 32 tokens: text
+    /// windows and prompted sequences.
+    RowLength,
+    /// Each set's rows at the set's length, a task's own measure (a Chomsky task's input length,
+    /// whatever its answer adds), in bins doubling from the longest training length.
+    SetLength { train_max_len: usize },
+}
+
+impl EvalBins {
+    /// Empty totals with these bins.
+    pub fn empty(self) -> LengthBins {
+        match self {
+            Self::RowLength => LengthBins::new(),
+            Self::SetLength { train_max_len } => LengthBins::anchored(train_max_len),
+        }
+    }
+
+    /// The lengths of the bin a row of `row_len` tokens in the set for `set_len` falls in.
+    pub fn bin_lengths(self, row_len: usize, set_len: usize) -> RangeInclusive<usize> {
+        match self {
+            Self::RowLength => LengthBins::bin_lengths(LengthBins::bin_of(row_len)),
+            Self::SetLength { train_max_len } => {
+                source_bin_lengths(source_bin(set_len, train_max_len), train_max_len)
+            }
+        }
+    }
+
+    /// The length every row of the set for `set_len` is recorded at, if not its own.
+    pub fn binned_at(self, set_len: usize) -> Option<usize> {
+        match self {
+            Self::RowLength => None,
+            Self::SetLength { .. } => Some(set_len),
+        }
     }
 }
 

@@ -305,7 +305,12 @@ impl Trainer {
         }
         let sets = self.task.eval_sets(&t.eval_lengths, t.batch, t.eval_batches);
         self.evaluator
-            .evaluate(self.program.params(), sets, self.task.train_len())
+            .evaluate(
+                self.program.params(),
+                sets,
+                self.task.eval_bins(),
+                self.task.train_len(),
+            )
             .await
     }
 
