@@ -113,6 +113,27 @@ fn logits_have_the_head_shape() {
     assert_eq!(h.graph.shape(h.model.targets), [4, 7]);
 }
 
+#[test]
+fn attention_biases_false_leaves_out_the_attention_projections_biases() {
+    let learned = PosEnc::Learned(Learned {});
+    let without = param_names(ModelConfig {
+        attention_biases: Some(false),
+        ..tiny(LM, learned)
+    });
+    assert!(
+        !without
+            .iter()
+            .any(|n| n.contains(".attn.") && n.contains(".bias ")),
+        "{without:?}"
+    );
+    assert!(without.iter().any(|n| n.starts_with("blocks.1.ffn.up.bias ")));
+    let with = param_names(tiny(LM, learned));
+    for name in ["blocks.0.attn.qkv.bias [96]", "blocks.0.attn.out.bias [32]"] {
+        assert!(with.iter().any(|n| n == name), "{name}: {with:?}");
+    }
+    assert_eq!(with.len(), without.len() + 2 * 2);
+}
+
 fn param_names(config: ModelConfig) -> Vec<String> {
     let mut g = Graph::new();
     Model::new(config)

@@ -229,10 +229,20 @@ fn attention_in(
     bias_given: bool,
 ) -> Result<Linear> {
     let (inputs, init) = (c.d_model, c.init_scheme().attention_in(c.d_model));
-    if bias_given {
+    if bias_given || !c.has_attention_biases() {
         Linear::declare_without_bias(g, prefix, inputs, outputs, init)
     } else {
         Linear::declare(g, prefix, inputs, outputs, init)
+    }
+}
+
+/// An attention's output projection, with a static bias unless the config has none.
+fn attention_out(g: &mut Graph, c: &ModelConfig, prefix: &str, init: Init) -> Result<Linear> {
+    let d = c.d_model;
+    if c.has_attention_biases() {
+        Linear::declare(g, prefix, d, d, init)
+    } else {
+        Linear::declare_without_bias(g, prefix, d, d, init)
     }
 }
 
@@ -250,12 +260,12 @@ impl BlockParams {
             3 * d,
             !shared.qkv_bias.is_empty(),
         )?;
-        let out = Linear::declare(g, &format!("{prefix}.attn.out"), d, d, out_init)?;
+        let out = attention_out(g, c, &format!("{prefix}.attn.out"), out_init)?;
         let cross = match &shared.cross {
             Some(cross) => Some(CrossParams {
                 ln: LayerNorm::declare(g, &format!("{prefix}.ln_cross"), d)?,
                 q: attention_in(g, c, &format!("{prefix}.cross.q"), d, !cross.q_bias.is_empty())?,
-                out: Linear::declare(g, &format!("{prefix}.cross.out"), d, d, out_init)?,
+                out: attention_out(g, c, &format!("{prefix}.cross.out"), out_init)?,
             }),
             None => None,
         };

@@ -107,6 +107,13 @@ pub struct ModelConfig {
     /// `embedding_norm = false`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub embedding_norm: Option<bool>,
+    /// Whether the attention projections (q|k|v and the output, a decoder's cross-attention's
+    /// too) have static biases. Optional: unset, they do (GPT-2, BERT, fairseq);
+    /// `attention_biases = false` is Delétang et al.'s and Ruoss et al.'s encoder (haiku's
+    /// attention `with_bias = False`). FLOATER's compatible form supplies the q|k|v biases
+    /// itself either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_biases: Option<bool>,
 }
 
 impl Default for ModelConfig {
@@ -135,6 +142,7 @@ impl Default for ModelConfig {
             word_scale: None,
             init: None,
             embedding_norm: None,
+            attention_biases: None,
         }
     }
 }
@@ -611,6 +619,12 @@ impl ModelConfig {
             Norm::Pre => InitScheme::Gpt2,
             Norm::Post => InitScheme::Bert,
         })
+    }
+
+    /// Whether the attention projections have static biases: the config's
+    /// `attention_biases`, or yes.
+    pub fn has_attention_biases(&self) -> bool {
+        self.attention_biases.unwrap_or(true)
     }
 
     /// Whether the embeddings go through a layer norm: the config's `embedding_norm`, or the

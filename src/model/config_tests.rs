@@ -547,7 +547,9 @@ fn embedding_norm_and_init_default_to_the_norm_s_own_and_are_not_stored_unset() 
     assert_eq!(pre.init_scheme(), InitScheme::Gpt2);
     let stored = serde_json::to_string(&pre).unwrap();
     assert!(
-        !stored.contains("init") && !stored.contains("embedding_norm"),
+        !stored.contains("init")
+            && !stored.contains("embedding_norm")
+            && !stored.contains("attention_biases"),
         "{stored}"
     );
     let fairseq = ModelConfig::from_json(&post.replace(

@@ -60,9 +60,9 @@
 //! | `blocks.i.ln1.gain`          | [D]            | 1                          | always                  |
 //! | `blocks.i.ln1.bias`          | [D]            | 0                          | always                  |
 //! | `blocks.i.attn.qkv.weight`   | [D, 3D]        | N(0, 0.02)                 | always                  |
-//! | `blocks.i.attn.qkv.bias`     | [3D]           | 0                          | not FLOATER compatible  |
+//! | `blocks.i.attn.qkv.bias`     | [3D]           | 0                          | not FLOATER compatible; not `attention_biases = false` |
 //! | `blocks.i.attn.out.weight`   | [D, D]         | N(0, 0.02/√(2·layers))     | always                  |
-//! | `blocks.i.attn.out.bias`     | [D]            | 0                          | always                  |
+//! | `blocks.i.attn.out.bias`     | [D]            | 0                          | not `attention_biases = false` |
 //! | `blocks.i.ln2.gain`          | [D]            | 1                          | always                  |
 //! | `blocks.i.ln2.bias`          | [D]            | 0                          | always                  |
 //! | `blocks.i.ffn.up.weight`     | [D, F]         | N(0, 0.02)                 | always                  |
