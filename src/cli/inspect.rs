@@ -13,7 +13,7 @@ use posflow::inference::{MaskFiller, SavedModel};
 use posflow::model::{Model, ModelKind};
 use posflow::params::ParamStore;
 use posflow::train::{
-    DataTask, Evaluator, RunConfig, Task, check_eval_lengths, check_same_tokenizer, saved_run,
+    DataTask, EvalBins, Evaluator, RunConfig, Task, check_eval_lengths, check_same_tokenizer, saved_run,
 };
 
 use super::{at_least_one, non_negative, sequence_length};
@@ -23,8 +23,9 @@ use rand::SeedableRng;
 pub struct EvalArgs {
     #[arg(long)]
     checkpoint: PathBuf,
-    /// Sequence lengths to evaluate at; longer than training measures extrapolation. A seq2seq
-    /// model is scored on its pair data's source-length bins instead.
+    /// Sequence lengths to evaluate at (a Chomsky task's: input lengths); longer than training
+    /// measures extrapolation. A seq2seq model is scored on its pair data's source-length bins
+    /// instead.
     #[arg(long, value_delimiter = ',', default_values_t = [64, 128, 256, 512], value_parser = sequence_length)]
     lengths: Vec<usize>,
     /// At most this many batches per length (default: the run's eval_batches).
@@ -124,11 +125,14 @@ pub fn eval(backend: Rc<dyn Backend>, args: EvalArgs) -> posflow::Result<()> {
             pollster::block_on(evaluator.evaluate(&saved.params, sets, task.eval_bins(), task.train_len()))
         }
     };
+    let trained = match task.eval_bins() {
+        EvalBins::SetLength { train_max_len } => format!("inputs of up to {train_max_len}"),
+        EvalBins::RowLength => format!("sequences of {}", task.train_len()),
+    };
     println!(
-        "{} at step {} (trained on sequences of {}):\n{report}",
+        "{} at step {} (trained on {trained}):\n{report}",
         args.checkpoint.display(),
         saved.metadata.training.step,
-        task.train_len()
     );
     Ok(())
 }
