@@ -375,9 +375,7 @@ impl Task for DataTask {
                 .map(|&length| {
                     // <bos> + n + separator + n inputs: strings of (L − 2)/2 symbols.
                     let n = (length.saturating_sub(2) / 2).max(1);
-                    // Fixed per length and apart from every training stream.
-                    let mut rng = ChaCha8Rng::seed_from_u64(length as u64);
-                    rng.set_stream(u64::MAX);
+                    let mut rng = eval_rng(length);
                     let batches = (0..max_batches)
                         .map(|_| task.sample_batch(&mut rng, rows, n..=n))
                         .collect();
@@ -392,9 +390,7 @@ impl Task for DataTask {
             Self::Chomsky { task, tokenizer, .. } => lengths
                 .iter()
                 .map(|&length| {
-                    // Fixed per length and apart from every training stream.
-                    let mut rng = ChaCha8Rng::seed_from_u64(length as u64);
-                    rng.set_stream(u64::MAX);
+                    let mut rng = eval_rng(length);
                     let batches = (0..max_batches)
                         .map(|_| task.batch(&mut rng, tokenizer, rows, length, Scoring::Accuracy))
                         .collect();
@@ -411,6 +407,14 @@ impl Task for DataTask {
             _ => EvalBins::RowLength,
         }
     }
+}
+
+/// The generator of a generated task's evaluation batches at `length`: fixed per length and apart
+/// from every training stream (those are streams `step` of the run's seed).
+fn eval_rng(length: usize) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(length as u64);
+    rng.set_stream(u64::MAX);
+    rng
 }
 
 /// `max_batches` validation batches spread over the dictionary (it is sorted, so the first few

@@ -1,9 +1,7 @@
 //! Bucket sort (context-sensitive): a string over five symbols, sorted ascending
 //! (`tasks/cs/bucket_sort.py`, vocab_size 5).
 
-use rand::Rng;
-
-use super::{Generator, Level, uniform_symbols};
+use super::{Generator, Level};
 
 pub struct BucketSort;
 
@@ -18,10 +16,6 @@ impl Generator for BucketSort {
 
     fn output_symbols(&self) -> &'static str {
         "01234"
-    }
-
-    fn input(&self, rng: &mut dyn Rng, n: usize) -> Vec<u8> {
-        uniform_symbols(rng, n, 5)
     }
 
     fn answer(&self, input: &[u8]) -> Vec<u8> {

@@ -2,9 +2,7 @@
 //! state. The code's symbols 0, 1, 2 move by −1, 0, +1 (`tasks/regular/cycle_navigation.py`,
 //! `actions - 1`); Delétang et al.'s text maps them otherwise (0 stay, 1 right, 2 left).
 
-use rand::Rng;
-
-use super::{Generator, Level, uniform_symbols};
+use super::{Generator, Level};
 
 pub struct CycleNavigation;
 
@@ -22,10 +20,6 @@ impl Generator for CycleNavigation {
 
     fn output_symbols(&self) -> &'static str {
         "01234"
-    }
-
-    fn input(&self, rng: &mut dyn Rng, n: usize) -> Vec<u8> {
-        uniform_symbols(rng, n, 3)
     }
 
     fn answer(&self, input: &[u8]) -> Vec<u8> {

@@ -1,9 +1,7 @@
 //! Duplicate string (context-sensitive): a binary string w, answered with ww
 //! (`tasks/cs/duplicate_string.py`, duplication 2).
 
-use rand::Rng;
-
-use super::{Generator, Level, uniform_symbols};
+use super::{Generator, Level};
 
 pub struct DuplicateString;
 
@@ -18,10 +16,6 @@ impl Generator for DuplicateString {
 
     fn output_symbols(&self) -> &'static str {
         "01"
-    }
-
-    fn input(&self, rng: &mut dyn Rng, n: usize) -> Vec<u8> {
-        uniform_symbols(rng, n, 2)
     }
 
     fn answer(&self, input: &[u8]) -> Vec<u8> {

@@ -1,9 +1,7 @@
 //! Even pairs (regular): is the number of unequal neighbours (`01` and `10`) in a binary string
 //! odd? Class 1 if odd, 0 if even (`tasks/regular/even_pairs.py`).
 
-use rand::Rng;
-
-use super::{Generator, Level, uniform_symbols};
+use super::{Generator, Level};
 
 pub struct EvenPairs;
 
@@ -18,10 +16,6 @@ impl Generator for EvenPairs {
 
     fn output_symbols(&self) -> &'static str {
         "01"
-    }
-
-    fn input(&self, rng: &mut dyn Rng, n: usize) -> Vec<u8> {
-        uniform_symbols(rng, n, 2)
     }
 
     fn answer(&self, input: &[u8]) -> Vec<u8> {

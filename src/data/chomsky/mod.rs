@@ -47,8 +47,16 @@ pub trait Generator {
     /// The answer's symbols (the classes the model predicts at each placeholder).
     fn output_symbols(&self) -> &'static str;
 
-    /// A random input of length `n` (at least 1), each symbol an index into `input_symbols`.
-    fn input(&self, rng: &mut dyn Rng, n: usize) -> Vec<u8>;
+    /// A random input of length `n` (at least 1), each symbol an index into `input_symbols`:
+    /// by default, `n` symbols drawn uniformly from the whole input alphabet, as most tasks do.
+    fn input(&self, rng: &mut dyn Rng, n: usize) -> Vec<u8> {
+        let alphabet = self.input_symbols().chars().count();
+        uniform_symbols(
+            rng,
+            n,
+            u8::try_from(alphabet).expect("a task's alphabet fits a byte"),
+        )
+    }
 
     /// The answer to `input`, each symbol an index into `output_symbols`; its length depends on
     /// the input's length alone.

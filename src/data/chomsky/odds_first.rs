@@ -2,9 +2,7 @@
 //! first, then those at even ones: s2 s4 … s1 s3 … in 1-based terms (`tasks/cs/odds_first.py`,
 //! `[1::2]` then `[::2]`). Its docstring and Delétang et al.'s text give the other order.
 
-use rand::Rng;
-
-use super::{Generator, Level, uniform_symbols};
+use super::{Generator, Level};
 
 pub struct OddsFirst;
 
@@ -19,10 +17,6 @@ impl Generator for OddsFirst {
 
     fn output_symbols(&self) -> &'static str {
         "01"
-    }
-
-    fn input(&self, rng: &mut dyn Rng, n: usize) -> Vec<u8> {
-        uniform_symbols(rng, n, 2)
     }
 
     fn answer(&self, input: &[u8]) -> Vec<u8> {

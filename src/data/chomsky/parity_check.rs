@@ -1,9 +1,7 @@
 //! Parity check (regular): the number of 1s in a binary string, modulo 2
 //! (`tasks/regular/parity_check.py`).
 
-use rand::Rng;
-
-use super::{Generator, Level, uniform_symbols};
+use super::{Generator, Level};
 
 pub struct ParityCheck;
 
@@ -18,10 +16,6 @@ impl Generator for ParityCheck {
 
     fn output_symbols(&self) -> &'static str {
         "01"
-    }
-
-    fn input(&self, rng: &mut dyn Rng, n: usize) -> Vec<u8> {
-        uniform_symbols(rng, n, 2)
     }
 
     fn answer(&self, input: &[u8]) -> Vec<u8> {

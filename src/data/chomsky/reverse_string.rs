@@ -1,9 +1,7 @@
 //! Reverse string (deterministic context-free): a binary string, reversed
 //! (`tasks/dcf/reverse_string.py`).
 
-use rand::Rng;
-
-use super::{Generator, Level, uniform_symbols};
+use super::{Generator, Level};
 
 pub struct ReverseString;
 
@@ -18,10 +16,6 @@ impl Generator for ReverseString {
 
     fn output_symbols(&self) -> &'static str {
         "01"
-    }
-
-    fn input(&self, rng: &mut dyn Rng, n: usize) -> Vec<u8> {
-        uniform_symbols(rng, n, 2)
     }
 
     fn answer(&self, input: &[u8]) -> Vec<u8> {
