@@ -6,7 +6,9 @@
 // `bias` then holds the table [buckets, H], and the bias of query i and key j in head h is
 // bias[bucket · H + h], with the bucket of each offset given by the host (i32 [Lq + Lk − 1],
 // entry j − i + Lq − 1) so that it is T5's function bit for bit. It is looked up per (i, j) like
-// the causal mask, so nothing [Lq, Lk] is ever stored.
+// the causal mask, so nothing [Lq, Lk] is ever stored — except for randomized positions, whose
+// offsets pos[j] − pos[i] are not j − i: the host then gives the bucket of each pair (i32
+// [Lq, Lk], `pair_buckets`), still no float [H, Lq, Lk].
 //
 // This module is three files, one WGSL module: this one (the bindings, the masks and biases,
 // and the kernels both families share), attention_tiles.wgsl (FlashAttention-2 in 64-thread
@@ -54,6 +56,9 @@ struct Attn {
     has_mask: u32,
     // Rows of the relative bias's table; 0 without one.
     buckets: u32,
+    // 1: the bucket list holds the bucket of each (query, key) pair [Lq, Lk] (randomized
+    // positions); 0: of each offset [Lq + Lk − 1].
+    pair_buckets: u32,
     // Dropout on the probabilities (training): a probability is dropped when the hash of its
     // index is below drop_threshold (0: no dropout) and the others scaled by drop_scale.
     drop_threshold: u32,
@@ -99,7 +104,7 @@ fn relative_lookup() -> bool {
 // attention_backward_dkdv / _dq / _dbias: q, k, v, bias, stats, dout -> grad_a (dk, dq or dbias)
 // and grad_b (dkdv: dv; dq: the relative bias's per-row sums [B, H, Lq, buckets]).
 // stats = [lse (rows) | D (rows) | key visible (B·Lk) | relative bias: bucket of each offset
-// (Lq + Lk − 1), as f32 | dropout: the mask's stream, its bits], so that these passes bind eight
+// (Lq + Lk − 1) or pair (Lq·Lk), as f32 | dropout: the mask's stream, its bits], so that these passes bind eight
 // storage buffers at most, WebGPU's default.
 @group(0) @binding(5) var<storage, read_write> stats: array<f32>;
 @group(0) @binding(6) var<storage, read> dout: array<f32>;
@@ -120,7 +125,7 @@ fn stream_of(seed: i32) -> u32 {
 
 // Where the stats hold the dropout stream.
 fn stream_at() -> u32 {
-    return buckets_at() + select(0u, p.q_len + p.k_len - 1u, relative_lookup());
+    return buckets_at() + select(0u, bucket_list(), relative_lookup());
 }
 
 // The backward passes' stream, from the stats.
@@ -179,9 +184,25 @@ fn visible_bwd(b: u32, i: u32, j: u32) -> bool {
     return !causal_hides(i, j) && stats[2u * rows_total() + b * p.k_len + j] != 0.0;
 }
 
-// Where stats holds the bucket of each offset.
+// Where stats holds the bucket of each offset (or pair).
 fn buckets_at() -> u32 {
     return 2u * rows_total() + p.batch * p.k_len;
+}
+
+// The length of the bucket list: one per offset, or one per pair.
+fn bucket_list() -> u32 {
+    if (p.pair_buckets != 0u) {
+        return p.q_len * p.k_len;
+    }
+    return p.q_len + p.k_len - 1u;
+}
+
+// Where query i's buckets start in the list: key j's is entry bucket_row(i) + j.
+fn bucket_row(i: u32) -> u32 {
+    if (p.pair_buckets != 0u) {
+        return i * p.k_len;
+    }
+    return p.q_len - 1u - i;
 }
 
 // The relative bias's bucket of offset j − i, for the forward kernels (which read the input
@@ -190,7 +211,7 @@ fn bucket_fwd(i: u32, j: u32) -> u32 {
     if (!relative_lookup()) {
         return 0u;
     }
-    return u32(rel_buckets[j + p.q_len - 1u - i]);
+    return u32(rel_buckets[bucket_row(i) + j]);
 }
 
 // The same for the backward kernels, which read the copy cached in stats.
@@ -198,7 +219,7 @@ fn bucket_bwd(i: u32, j: u32) -> u32 {
     if (!relative_lookup()) {
         return 0u;
     }
-    return u32(stats[buckets_at() + j + p.q_len - 1u - i]);
+    return u32(stats[buckets_at() + bucket_row(i) + j]);
 }
 
 // The score of query i and key j in head h from their dot product, and the bucket of j − i
@@ -357,7 +378,7 @@ fn attention_backward_stats(@builtin(global_invocation_id) gid: vec3<u32>, @buil
         }
         stats_out[2u * rows + t] = seen;
     }
-    if (relative_lookup() && t + 1u < p.q_len + p.k_len) {
+    if (relative_lookup() && t < bucket_list()) {
         stats_out[buckets_at() + t] = f32(st_buckets[t]);
     }
     if (p.drop_threshold != 0u && t == 0u) {

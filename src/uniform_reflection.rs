@@ -194,7 +194,7 @@ crate::kernel::uniform! {
     /// attention.wgsl's `Attn` with `scale` declared as a u32.
     struct MistypedAttn = ATTENTION "Attn" {
         batch: u32, heads: u32, q_len: u32, k_len: u32, dh: u32, scale: u32,
-        causal: u32, bias_kind: u32, has_mask: u32, buckets: u32, drop_threshold: u32,
+        causal: u32, bias_kind: u32, has_mask: u32, buckets: u32, pair_buckets: u32, drop_threshold: u32,
         drop_scale: f32, drop_salt: u32,
     }
 }

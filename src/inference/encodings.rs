@@ -8,6 +8,7 @@ use std::cell::RefCell;
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Graph, TensorId};
+use crate::model::posenc::Positions;
 use crate::model::{EncodingSource, Model};
 use crate::params::ParamStore;
 
@@ -23,7 +24,12 @@ impl EncodingCache {
     pub fn new(model: &Model, params: &ParamStore, len: usize) -> Result<Option<Self>> {
         let mut g = Graph::new();
         let c = model.config();
-        let terms = c.posenc.terms(&mut g, c.dims(), len, EncodingSource::Solve)?;
+        let terms = c.posenc.terms(
+            &mut g,
+            c.dims(),
+            Positions::contiguous(len),
+            EncodingSource::Solve,
+        )?;
         let Some(encodings) = terms.encodings else {
             return Ok(None);
         };

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 pub use super::init::InitScheme;
-use super::posenc::{ModelDims, ModelFacts, PosEnc, is_default};
+use super::posenc::{MAX_RANDOM_POSITIONS, ModelDims, ModelFacts, PosEnc, is_default};
 use crate::error::{Error, Result};
 use crate::ops::attention::MAX_HEAD_DIM;
 pub use crate::ops::unary::Activation;
@@ -114,6 +114,12 @@ pub struct ModelConfig {
     /// itself either way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_biases: Option<bool>,
+    /// Ruoss et al.'s randomized positions: each batch's T tokens sit at a sorted sample of T
+    /// distinct positions of 0..random_positions (their L, 2048), drawn once per batch in training
+    /// and in evaluation, for every encoding that reads positions (`model::posenc::Positions`).
+    /// Unset: the tokens sit at 0..T. The token classifier only, so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub random_positions: Option<usize>,
 }
 
 impl Default for ModelConfig {
@@ -143,6 +149,7 @@ impl Default for ModelConfig {
             init: None,
             embedding_norm: None,
             attention_biases: None,
+            random_positions: None,
         }
     }
 }
@@ -562,9 +569,29 @@ impl ModelConfig {
         if matches!(self.kind, ModelKind::MaskedLm {}) {
             self.validate_masked_lm()?;
         }
+        if let Some(range) = self.random_positions {
+            self.validate_random_positions(range)?;
+        }
         self.posenc
             .check(&self.facts())
             .map_err(|e| Error::Input(format!("model config: posenc: {e}")))?;
+        Ok(())
+    }
+
+    /// Randomized positions: a range posflow holds, on the model kind that has them.
+    fn validate_random_positions(&self, range: usize) -> Result<()> {
+        if !(1..=MAX_RANDOM_POSITIONS).contains(&range) {
+            return config_err(format!(
+                "random_positions must be in 1..={MAX_RANDOM_POSITIONS}, got {range}"
+            ));
+        }
+        if !matches!(self.kind, ModelKind::TokenClassifier { .. }) {
+            return config_err(
+                "random_positions is for the token classifier (the Chomsky tasks) so far; this model \
+                 kind cannot have it yet"
+                    .into(),
+            );
+        }
         Ok(())
     }
 
@@ -649,6 +676,7 @@ impl ModelConfig {
             seq2seq: matches!(self.kind, ModelKind::Seq2Seq { .. }),
             reads_cls: self.kind.reads_cls(),
             masked_lm: matches!(self.kind, ModelKind::MaskedLm {}),
+            random_positions: self.random_positions,
         }
     }
 

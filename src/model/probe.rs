@@ -66,6 +66,8 @@ pub async fn attention_maps(model: &Model, params: &ParamStore, tokens: &[i32]) 
         ModelKind::Encoder { .. } => vec![0],
         ModelKind::Seq2Seq { .. } => return Err(super::transformer::seq2seq_needs_pairs()),
     };
+    // Randomized positions: one fixed draw, so that a text always shows the same maps.
+    graph.draw_positions(&exec, 0)?;
     graph.feed(&exec, tokens, &targets, None)?;
     exec.run()?;
     exec.check().await?;

@@ -3,13 +3,14 @@
 use super::block::{Dropouts, EMBEDDING_DROPOUT_SALT, LayerNorm, Linear};
 use super::config::{Activation, History, ModelConfig, ModelKind};
 use super::init::INIT_STD;
-use super::posenc::{Constant, EncodingSource};
+use super::posenc::{Constant, EncodingSource, PairOffsets, Positions, sample_positions};
 use super::stack::{self, Stack};
 use crate::data::{BOS, Batch, IGNORE_INDEX};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Graph, Init, TensorId};
 use crate::tensor::TensorMeta;
+use std::cell::Cell;
 
 /// A validated configuration, ready to be built into graphs of any shape. Graphs of different
 /// shapes declare the same parameters, so one `ParamStore` serves them all.
@@ -49,6 +50,20 @@ pub struct ModelGraph {
     /// Each layer's attention probabilities `[B, H, L, L]`, in graphs built
     /// [`GraphOptions::probed`]; empty otherwise.
     pub attention_probs: Vec<TensorId>,
+    /// Randomized positions, drawn before each run ([`ModelGraph::draw_positions`]).
+    random: Option<RandomPositions>,
+}
+
+/// What a graph with randomized positions writes at each draw.
+#[derive(Clone, Debug)]
+struct RandomPositions {
+    range: usize,
+    /// i32 `[L]`; `None` when no encoding reads the positions themselves (T5's and ALiBi's read
+    /// only their pairs' offsets).
+    input: Option<TensorId>,
+    pair_offsets: Vec<PairOffsets>,
+    /// Whether positions were drawn since the last feed: every run needs its own.
+    drawn: Cell<bool>,
 }
 
 /// What a model graph is built for, one flag each, set with the builder methods:
@@ -206,7 +221,11 @@ impl GraphShape for Tokens {
             .padded
             .then(|| g.input("key_mask", TensorMeta::i32(&[batch, len])));
         let dropout = Dropouts::declare(g, c, options.training);
-        let positions = c.posenc.terms(g, c.dims(), len, options.encodings())?;
+        let at = match c.random_positions {
+            Some(range) => Positions::sampled(g, len, range)?,
+            None => Positions::contiguous(len),
+        };
+        let positions = c.posenc.terms(g, c.dims(), at, options.encodings())?;
 
         let tok_emb = stack::token_table(g, c)?;
         let x = stack::embed(g, c, tok_emb, tokens, &positions, dropout, EMBEDDING_DROPOUT_SALT)?;
@@ -270,6 +289,16 @@ impl GraphShape for Tokens {
         g.name(logits, "logits");
         let loss = g.cross_entropy(logits, targets, IGNORE_INDEX)?;
         g.name(loss, "loss");
+        let random = at.sampled.map(|sampled| RandomPositions {
+            range: sampled.range,
+            input: g
+                .nodes()
+                .iter()
+                .any(|node| node.inputs.contains(&sampled.input))
+                .then_some(sampled.input),
+            pair_offsets: positions.pair_offsets,
+            drawn: Cell::new(false),
+        });
         Ok(ModelGraph {
             batch,
             len,
@@ -285,6 +314,7 @@ impl GraphShape for Tokens {
             encodings_source: options.encodings(),
             dropout_seed: dropout.map(|d| d.seed),
             attention_probs,
+            random,
         })
     }
 }
@@ -325,6 +355,15 @@ impl ModelGraph {
         }
         self.check_tokens(tokens)?;
         self.check_targets(targets)?;
+        if let Some(random) = &self.random
+            && !random.drawn.replace(false)
+        {
+            return Err(Error::Input(format!(
+                "this model's tokens sit at randomized positions (random_positions = {}): draw them \
+                 with ModelGraph::draw_positions before each run",
+                random.range
+            )));
+        }
         exec.set_i32(self.tokens, tokens)?;
         exec.set_i32(self.targets, targets)?;
         match (self.key_mask, mask) {
@@ -349,6 +388,26 @@ impl ModelGraph {
             }
         }
         Ok(())
+    }
+
+    /// Randomized positions: draws the next run's positions from `seed` (a sorted sample of the
+    /// graph's length of distinct positions of 0..random_positions, [`sample_positions`]) and
+    /// writes them and the pair inputs that read them; returns them. A graph with randomized
+    /// positions needs a draw before every [`ModelGraph::feed`] (training: from the run's seed
+    /// and the step; evaluation: from the set and the batch); other graphs draw nothing.
+    pub fn draw_positions(&self, exec: &Executor, seed: u64) -> Result<Vec<i32>> {
+        let Some(random) = &self.random else {
+            return Ok(Vec::new());
+        };
+        let positions = sample_positions(seed, self.len, random.range);
+        if let Some(input) = random.input {
+            exec.set_i32(input, &positions)?;
+        }
+        for pairs in &random.pair_offsets {
+            exec.set_i32(pairs.input, &pairs.values(&positions))?;
+        }
+        random.drawn.set(true);
+        Ok(positions)
     }
 
     /// Writes FLOATER's encodings (of [`crate::model::encodings_shape`]) into a graph built with

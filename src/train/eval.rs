@@ -69,12 +69,9 @@ impl Evaluator {
             ..EvalReport::default()
         };
         for set in sets {
-            let binned_at = binning.binned_at(set.length);
-            if let Err(e) = self
-                .evaluate_set(params, set.batches, binned_at, &mut report.bins)
-                .await
-            {
-                report.failures.push((set.length, e));
+            let (length, binned_at) = (set.length, binning.binned_at(set.length));
+            if let Err(e) = self.evaluate_set(params, set, binned_at, &mut report.bins).await {
+                report.failures.push((length, e));
             }
         }
         report
@@ -98,7 +95,7 @@ impl Evaluator {
     async fn evaluate_set(
         &mut self,
         params: &ParamStore,
-        batches: Result<Vec<crate::data::Batch>>,
+        set: EvalSet,
         binned_at: Option<usize>,
         bins: &mut LengthBins,
     ) -> std::result::Result<(), String> {
@@ -107,7 +104,7 @@ impl Evaluator {
         let vocab = config.kind.n_classes().unwrap_or(config.vocab);
         // A set's batches are recorded together or not at all.
         let mut set_bins = bins.empty_like();
-        for batch in batches.map_err(|e| e.to_string())? {
+        for (index, batch) in set.batches.map_err(|e| e.to_string())?.into_iter().enumerate() {
             let [rows, len] = batch.shape();
             let model = &self.model;
             let graph = self
@@ -116,6 +113,7 @@ impl Evaluator {
                 .or_insert_with(|| forward_graph(model, params, rows, len).map_err(|e| e.to_string()));
             let (graph, exec) = graph.as_ref().map_err(Clone::clone)?;
             let logits = async {
+                graph.draw_positions(exec, eval_positions_seed(set.length, index))?;
                 graph.feed_batch(exec, &batch)?;
                 exec.run()?;
                 exec.check().await?;
@@ -130,6 +128,13 @@ impl Evaluator {
         bins.merge(&set_bins);
         Ok(())
     }
+}
+
+/// The seed of randomized positions for batch `index` of the evaluation set at `length`: fixed, so
+/// that every run and every evaluation of a study reads the same positions (Ruoss et al. fix their
+/// evaluation's generator too), and apart from the training draws (the top bit set).
+fn eval_positions_seed(length: usize, index: usize) -> u64 {
+    (1 << 63) | ((length as u64) << 24) | index as u64
 }
 
 /// The model's graph for `rows` × `len`, running only forward. The loss stays among the outputs so

@@ -230,14 +230,18 @@ impl Trainer {
         let lr = self.run.schedule().lr(step);
         // A new mask every step, the same on resume: a function of the seed and the step alone.
         let dropout_seed = (t.seed as u32) ^ (step as u32).wrapping_mul(0x9E37_79B9);
+        // Randomized positions are drawn the same way (and so once per batch).
+        let positions_seed = t.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ step as u64;
         self.program
             .launch(step, lr, |graph, exec| match (graph, &batch) {
                 (TrainGraph::Tokens(graph), TrainBatch::Tokens(batch)) => {
+                    graph.draw_positions(exec, positions_seed)?;
                     graph.feed_batch(exec, batch)?;
                     graph.set_dropout_seed(exec, dropout_seed)
                 }
                 (TrainGraph::Tokens(graph), TrainBatch::Classes(batch)) => {
                     let rows = &batch.batch;
+                    graph.draw_positions(exec, positions_seed)?;
                     graph.feed(exec, rows.tokens(), &batch.classes, rows.mask())?;
                     graph.set_dropout_seed(exec, dropout_seed)
                 }

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Graph, TensorId};
 use crate::inference::SavedModel;
-use crate::model::posenc::{Constant, Description, Drawn, EncodingSource, PositionTerms};
+use crate::model::posenc::{Constant, Description, Drawn, EncodingSource, PositionTerms, Positions};
 
 /// The longest length the slider offers.
 pub const MAX_LENGTH: usize = 2048;
@@ -152,7 +152,12 @@ fn wanted_terms(terms: &PositionTerms, side: &str, wanted: &mut Vec<Wanted>) {
 async fn computed(saved: &SavedModel, len: usize) -> Result<Vec<EncodingMap>> {
     let c = saved.model.config();
     let mut g = Graph::new();
-    let terms = c.posenc.terms(&mut g, c.dims(), len, EncodingSource::Solve)?;
+    let terms = c.posenc.terms(
+        &mut g,
+        c.dims(),
+        Positions::contiguous(len),
+        EncodingSource::Solve,
+    )?;
     let mut wanted = Vec::new();
     wanted_terms(&terms, "", &mut wanted);
     read_maps(saved, &g, &terms.constants, wanted, len).await
@@ -168,7 +173,8 @@ async fn computed_both_sides(saved: &SavedModel, len: usize) -> Result<Vec<Encod
         .ok_or_else(|| Error::Input("not a seq2seq model".into()))?;
     let mut g = Graph::new();
     let encoder_terms = g.with_param_prefix("encoder.", |g| {
-        c.posenc.terms(g, c.dims(), len, EncodingSource::Solve)
+        c.posenc
+            .terms(g, c.dims(), Positions::contiguous(len), EncodingSource::Solve)
     })?;
     let decoder_terms = g.with_param_prefix("decoder.", |g| c.posenc.decoder_terms(g, decoder, len))?;
     let cross_kv = g.with_param_prefix("decoder.", |g| {

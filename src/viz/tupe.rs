@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::Graph;
 use crate::inference::SavedModel;
-use crate::model::posenc::{Constant, Encoding, EncodingSource, TupeA, TupeForm};
+use crate::model::posenc::{Constant, Encoding, EncodingSource, Positions, TupeA, TupeForm};
 
 /// θ1 and θ2 `[H]` (names from `model/mod.rs`'s parameter table).
 const CLS_TO_OTHERS: &str = "posenc.tupe.cls_to_others";
@@ -83,7 +83,12 @@ async fn absolute_term(
     let absolute_only = TupeA { untie_cls, form };
     let mut g = Graph::new();
     let terms = g.with_param_prefix(prefix, |g| {
-        absolute_only.terms(g, c.dims(), c.max_len, EncodingSource::Solve)
+        absolute_only.terms(
+            g,
+            c.dims(),
+            Positions::contiguous(c.max_len),
+            EncodingSource::Solve,
+        )
     })?;
     let bias = terms
         .attention_bias

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::encoding::{
     Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms,
 };
+use super::positions::Positions;
 use crate::error::Result;
 use crate::graph::Graph;
 use crate::ops::attention::RelativeBias;
@@ -41,19 +42,34 @@ impl Encoding for Alibi {
         Ok(())
     }
 
-    fn terms(&self, g: &mut Graph, dims: ModelDims, len: usize, _: EncodingSource) -> Result<PositionTerms> {
-        let bias = build(g, dims.heads, len)?;
-        let rows = i32::try_from((2 * len).saturating_sub(1)).unwrap_or(i32::MAX);
-        let offsets: Vec<i32> = (0..rows).collect();
-        let table = alibi_table(len, dims.heads, dims.bidirectional);
-        Ok(PositionTerms {
-            relative_bias: Some(bias),
-            constants: vec![
-                (bias.table, Constant::F32(table)),
-                (bias.buckets, Constant::I32(offsets)),
-            ],
+    fn terms(
+        &self,
+        g: &mut Graph,
+        dims: ModelDims,
+        at: Positions,
+        _: EncodingSource,
+    ) -> Result<PositionTerms> {
+        // A table row per offset of the positions' extent, each offset its own "bucket".
+        let extent = at.extent();
+        let table = g.input(
+            TABLE_INPUT,
+            TensorMeta::f32(&[(2 * extent).saturating_sub(1), dims.heads]),
+        );
+        let mut terms = PositionTerms {
+            constants: vec![(
+                table,
+                Constant::F32(alibi_table(extent, dims.heads, dims.bidirectional)),
+            )],
             ..PositionTerms::default()
-        })
+        };
+        let reach = extent as i64 - 1;
+        let ids = at.offset_buckets(g, OFFSETS_INPUT, |offset| (offset + reach) as i32, false);
+        terms.relative_bias = Some(RelativeBias {
+            table,
+            buckets: terms.read(ids),
+            trained: false,
+        });
+        Ok(terms)
     }
 
     fn describe(&self, dims: ModelDims, _: bool, len: usize) -> Description {
@@ -81,7 +97,8 @@ impl Encoding for Alibi {
 /// The graph input that holds each offset's bias per head.
 pub const TABLE_INPUT: &str = "posenc.alibi.table";
 
-/// The graph input that holds each offset's row of the table (the identity).
+/// The graph input that holds each offset's row of the table (the identity; at randomized
+/// positions, each pair's offset's row).
 pub const OFFSETS_INPUT: &str = "posenc.alibi.offsets";
 
 /// Each head's slope, exactly as the authors' `get_slopes`: for a power of two `n`, the geometric
@@ -122,17 +139,6 @@ pub fn alibi_table(len: usize, heads: usize, bidirectional: bool) -> Vec<f32> {
             slopes.iter().map(move |m| (-m * distance as f64) as f32)
         })
         .collect()
-}
-
-/// The bias for sequences of `len`: the table input and the identity offsets input, to be fed
-/// [`alibi_table`] and `0..2·len − 1`.
-pub(super) fn build(g: &mut Graph, heads: usize, len: usize) -> Result<RelativeBias> {
-    let offsets = (2 * len).saturating_sub(1);
-    Ok(RelativeBias {
-        table: g.input(TABLE_INPUT, TensorMeta::f32(&[offsets, heads])),
-        buckets: g.input(OFFSETS_INPUT, TensorMeta::i32(&[offsets])),
-        trained: false,
-    })
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! Each encoding's file implements the trait for its settings; the registry
 //! ([`super::PosEnc`]) picks one by the config's `type`. Nothing else names an encoding.
 
+use super::positions::{OffsetInput, OffsetValues, PairOffsets, Positions};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, TensorId};
 use crate::ops::attention::RelativeBias;
@@ -38,6 +39,8 @@ pub struct ModelFacts {
     pub reads_cls: bool,
     /// A masked LM: it attends both ways, with no causal mask to learn order from.
     pub masked_lm: bool,
+    /// Randomized positions drawn from 0..L ([`super::positions`]): a table must hold L rows.
+    pub random_positions: Option<usize>,
 }
 
 /// Where a graph's FLOATER encodings come from (every other encoding has nothing to solve and
@@ -78,12 +81,27 @@ pub struct PositionTerms {
     pub attention_scale: Option<f32>,
     /// Constant inputs and their values, written before each run.
     pub constants: Vec<(TensorId, Constant)>,
+    /// Randomized positions: the inputs that hold a value per pair's offset, written each time
+    /// positions are drawn.
+    pub pair_offsets: Vec<PairOffsets>,
     /// FLOATER: every block's encodings in one tensor ([`super::encodings_shape`]), solved by the
     /// graph or its input ([`EncodingSource`]).
     pub encodings: Option<TensorId>,
     /// RoPE: the `[L, Dh]` table ([`crate::ops::rope::rope_table`]) every layer's queries and
     /// keys are turned by.
     pub rope: Option<TensorId>,
+}
+
+impl PositionTerms {
+    /// Records how `offsets`' input is written and returns it.
+    pub fn read(&mut self, offsets: OffsetInput) -> TensorId {
+        let input = offsets.input;
+        match offsets.values {
+            OffsetValues::Fixed(values) => self.constants.push((input, Constant::I32(values))),
+            OffsetValues::PerDraw(pairs) => self.pair_offsets.push(pairs),
+        }
+        input
+    }
 }
 
 /// The values of a constant graph input.
@@ -134,20 +152,22 @@ pub trait Encoding {
         Ok(())
     }
 
-    /// The terms of sequences of `len` (a causal LM, an encoder, a seq2seq model's encoder), with
-    /// FLOATER's encodings from `source`.
+    /// The terms of sequences of `at.len` tokens at `at`'s positions (a causal LM, an encoder, a
+    /// seq2seq model's encoder), with FLOATER's encodings from `source`. Tables are read through
+    /// [`Positions::rows`] and relative offsets through [`Positions::offset_buckets`], so that
+    /// randomized positions need nothing of an encoding.
     fn terms(
         &self,
         g: &mut Graph,
         dims: ModelDims,
-        len: usize,
+        at: Positions,
         source: EncodingSource,
     ) -> Result<PositionTerms>;
 
     /// A seq2seq decoder's terms over `len` target positions (`dims` the decoder's, not
     /// bidirectional), with the cross-attention's q biases where the encoding has them.
     fn decoder_terms(&self, g: &mut Graph, dims: ModelDims, len: usize) -> Result<PositionTerms> {
-        self.terms(g, dims, len, EncodingSource::Solve)
+        self.terms(g, dims, Positions::contiguous(len), EncodingSource::Solve)
     }
 
     /// A seq2seq decoder's cross-attention k|v biases `[S, 2D]`, one per block, over `len` source

@@ -73,6 +73,7 @@ use serde::{Deserialize, Serialize};
 use super::encoding::{
     Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, is_default,
 };
+use super::positions::Positions;
 use super::sinusoidal::{self, SinusoidLayout, Sinusoidal};
 
 use crate::error::{Error, Result};
@@ -252,17 +253,17 @@ impl Encoding for FloaterConfig {
         &self,
         g: &mut Graph,
         dims: ModelDims,
-        len: usize,
+        at: Positions,
         source: EncodingSource,
     ) -> Result<PositionTerms> {
         let (d, layers) = (dims.d_model, dims.layers);
         match self.form {
-            FloaterForm::Additive => Ok(self.additive(build(g, self, len, d, layers, source)?)),
+            FloaterForm::Additive => Ok(self.additive(build(g, self, at, d, layers, source)?)),
             FloaterForm::Bias => {
-                let (table, values) = sinusoidal::build(g, self.sinusoid, len, d);
-                let terms = build_bias(g, self, len, d, layers, source)?;
+                let (table, values) = sinusoidal::build(g, self.sinusoid, at.extent(), d);
+                let terms = build_bias(g, self, at, d, layers, source)?;
                 Ok(PositionTerms {
-                    at_input: Some(table),
+                    at_input: Some(at.rows(g, table)?),
                     qkv_bias: terms.per_block,
                     encodings: Some(terms.encodings),
                     constants: vec![(table, Constant::F32(values))],
@@ -277,7 +278,7 @@ impl Encoding for FloaterConfig {
     /// `proj_bias_selfattn`).
     fn decoder_terms(&self, g: &mut Graph, dims: ModelDims, len: usize) -> Result<PositionTerms> {
         if self.form == FloaterForm::Additive {
-            return self.terms(g, dims, len, EncodingSource::Solve);
+            return self.terms(g, dims, Positions::contiguous(len), EncodingSource::Solve);
         }
         let table = sinusoidal::build(g, self.sinusoid, len, dims.d_model);
         self.decoder_biases(g, dims, len, table, EncodingSource::Solve)
@@ -289,7 +290,8 @@ impl Encoding for FloaterConfig {
         if self.form == FloaterForm::Additive {
             return Ok(Vec::new());
         }
-        let (_, parts) = solve_biases(g, self, len, dims.d_model, dims.layers, 2, EncodingSource::Solve)?;
+        let at = Positions::contiguous(len);
+        let (_, parts) = solve_biases(g, self, at, dims.d_model, dims.layers, 2, EncodingSource::Solve)?;
         parts.iter().map(|block| g.concat(block, 1)).collect()
     }
 
@@ -298,7 +300,10 @@ impl Encoding for FloaterConfig {
     fn step_terms(&self, g: &mut Graph, dims: ModelDims, t: usize) -> Result<PositionTerms> {
         let (d, layers) = (dims.d_model, dims.layers);
         match self.form {
-            FloaterForm::Additive => Ok(self.additive(build(g, self, 1, d, layers, EncodingSource::Input)?)),
+            FloaterForm::Additive => {
+                let at = Positions::contiguous(1);
+                Ok(self.additive(build(g, self, at, d, layers, EncodingSource::Input)?))
+            }
             FloaterForm::Bias => {
                 let row = sinusoidal::step_row(g, self.sinusoid, d, t);
                 self.decoder_biases(g, dims, 1, row, EncodingSource::Input)
@@ -369,7 +374,8 @@ impl FloaterConfig {
         (table, values): (TensorId, Vec<f32>),
         source: EncodingSource,
     ) -> Result<PositionTerms> {
-        let (encodings, parts) = solve_biases(g, self, len, dims.d_model, dims.layers, 4, source)?;
+        let at = Positions::contiguous(len);
+        let (encodings, parts) = solve_biases(g, self, at, dims.d_model, dims.layers, 4, source)?;
         let mut qkv_bias = Vec::with_capacity(dims.layers);
         let mut cross_q_bias = Vec::with_capacity(dims.layers);
         for block in &parts {
@@ -572,11 +578,11 @@ pub(super) struct FloaterTerms {
     pub encodings: TensorId,
 }
 
-/// The additive form for sequences of `len` positions: `[L, D]` per block.
+/// The additive form for the tokens at `at`: `[L, D]` per block.
 pub(super) fn build(
     g: &mut Graph,
     config: &FloaterConfig,
-    len: usize,
+    at: Positions,
     d: usize,
     layers: usize,
     source: EncodingSource,
@@ -585,18 +591,21 @@ pub(super) fn build(
         .validate(d)
         .map_err(|e| Error::Input(format!("model config: {e}")))?;
     let blocks = if config.every_block { layers } else { 1 };
-    // [L, blocks, D]: block n's encodings are column n.
+    let extent = at.extent();
+    // [extent, blocks, D]: block n's encodings are column n.
     let trajectory = match source {
         EncodingSource::Solve => {
             let theta = dynamics(g, "posenc.floater", d, Init::Normal(WEIGHT_STD))?;
             let initial = g.param(INITIAL_NAME, &[blocks, d], Init::Normal(INITIAL_STD))?;
-            g.ode_flow(config.flow(len, d), theta, initial)?.0
+            g.ode_flow(config.flow(extent, d), theta, initial)?.0
         }
-        EncodingSource::Input => g.input(ENCODINGS_INPUT, TensorMeta::f32(&[len, blocks, d])),
+        EncodingSource::Input => g.input(ENCODINGS_INPUT, TensorMeta::f32(&[extent, blocks, d])),
     };
+    let read = read_at(g, trajectory, at)?;
+    let len = at.len;
     let per_block = (0..blocks)
         .map(|n| {
-            let column = g.slice(trajectory, 1, n, n + 1)?;
+            let column = g.slice(read, 1, n, n + 1)?;
             g.reshape(column, &[len, d])
         })
         .collect::<Result<_>>()?;
@@ -612,12 +621,12 @@ pub(super) fn build(
 pub(super) fn build_bias(
     g: &mut Graph,
     config: &FloaterConfig,
-    len: usize,
+    at: Positions,
     d: usize,
     layers: usize,
     source: EncodingSource,
 ) -> Result<FloaterTerms> {
-    let (encodings, parts) = solve_biases(g, config, len, d, layers, 3, source)?;
+    let (encodings, parts) = solve_biases(g, config, at, d, layers, 3, source)?;
     let per_block = parts
         .iter()
         .map(|parts| g.concat(parts, 1))
@@ -634,7 +643,7 @@ pub(super) fn build_bias(
 pub(super) fn solve_biases(
     g: &mut Graph,
     config: &FloaterConfig,
-    len: usize,
+    at: Positions,
     d: usize,
     layers: usize,
     parts: usize,
@@ -644,7 +653,8 @@ pub(super) fn solve_biases(
         .validate(d)
         .map_err(|e| Error::Input(format!("model config: {e}")))?;
     let rows = parts * layers;
-    // [L, parts·layers, D]: the flow's own layout, as the additive form's.
+    let (len, extent) = (at.len, at.extent());
+    // [extent, parts·layers, D]: the flow's own layout, as the additive form's.
     let trajectory = match source {
         EncodingSource::Solve => {
             let theta = dynamics(g, "posenc.floater", d, Init::Normal(xavier_normal_std(d)))?;
@@ -654,22 +664,38 @@ pub(super) fn solve_biases(
                 Init::Uniform(initial_bound(parts, layers, d)),
             )?;
             let initial = g.reshape(initial, &[rows, d])?;
-            g.ode_flow(config.flow(len, d), theta, initial)?.0
+            g.ode_flow(config.flow(extent, d), theta, initial)?.0
         }
-        EncodingSource::Input => g.input(ENCODINGS_INPUT, TensorMeta::f32(&[len, rows, d])),
+        EncodingSource::Input => g.input(ENCODINGS_INPUT, TensorMeta::f32(&[extent, rows, d])),
     };
+    let read = read_at(g, trajectory, at)?;
     let per_block = (0..layers)
         .map(|n| {
             (0..parts)
                 .map(|part| {
                     let row = part * layers + n;
-                    let column = g.slice(trajectory, 1, row, row + 1)?;
+                    let column = g.slice(read, 1, row, row + 1)?;
                     g.reshape(column, &[len, d])
                 })
                 .collect::<Result<Vec<_>>>()
         })
         .collect::<Result<_>>()?;
     Ok((trajectory, per_block))
+}
+
+/// A trajectory `[extent, rows, D]` read at the tokens' positions, `[len, rows, D]`: itself at
+/// 0..len, its rows at randomized positions (the flow solved through every position of the range
+/// once, and read where the tokens sit: exactly the solution at those positions).
+fn read_at(g: &mut Graph, trajectory: TensorId, at: Positions) -> Result<TensorId> {
+    if at.sampled.is_none() {
+        return Ok(trajectory);
+    }
+    let &[extent, rows, d] = g.shape(trajectory) else {
+        unreachable!("a flow's trajectory is [positions, rows, D]")
+    };
+    let flat = g.reshape(trajectory, &[extent, rows * d])?;
+    let read = at.rows(g, flat)?;
+    g.reshape(read, &[at.len, rows, d])
 }
 
 /// h's parameters `{prefix}.w1`, `.b1`, `.w2`, `.b2`, flattened into θ in FloaterDynamics' layout.

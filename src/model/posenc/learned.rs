@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::encoding::{Description, Drawn, Encoding, EncodingSource, ModelDims, PositionTerms};
+use super::encoding::{Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms};
+use super::positions::{Positions, check_rows};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, TensorId};
 
@@ -22,9 +23,23 @@ impl Encoding for Learned {
         "learned table".into()
     }
 
-    fn terms(&self, g: &mut Graph, dims: ModelDims, len: usize, _: EncodingSource) -> Result<PositionTerms> {
+    fn check(&self, model: &ModelFacts) -> std::result::Result<(), String> {
+        check_rows(
+            model.dims.max_len,
+            model.random_positions,
+            "learned position table",
+        )
+    }
+
+    fn terms(
+        &self,
+        g: &mut Graph,
+        dims: ModelDims,
+        at: Positions,
+        _: EncodingSource,
+    ) -> Result<PositionTerms> {
         Ok(PositionTerms {
-            at_input: Some(build(g, len, dims.max_len, dims.d_model)?),
+            at_input: Some(build(g, at, dims.max_len, dims.d_model)?),
             ..PositionTerms::default()
         })
     }
@@ -63,22 +78,26 @@ pub(super) const TABLE: Drawn = Drawn::Table {
     label: "input",
 };
 
-/// The first `len` rows of the table, `[len, d]`; an error when `len` is over `max_len`.
-pub(super) fn build(g: &mut Graph, len: usize, max_len: usize, d: usize) -> Result<TensorId> {
-    if len > max_len {
-        return Err(Error::Input(format!(
-            "sequence length {len} is over the learned position table's max_len {max_len}"
-        )));
+/// The table's rows at `at`, `[len, d]`; an error when a position is past `max_len`.
+pub(super) fn build(g: &mut Graph, at: Positions, max_len: usize, d: usize) -> Result<TensorId> {
+    if at.extent() > max_len {
+        return Err(Error::Input(match at.sampled {
+            None => format!(
+                "sequence length {} is over the learned position table's max_len {max_len}",
+                at.len
+            ),
+            Some(s) => format!(
+                "randomized positions up to {} are past the learned position table's max_len {max_len}",
+                s.range - 1
+            ),
+        }));
     }
     let table = g.param(PARAM_NAME, &[max_len, d], Init::Normal(INIT_STD))?;
-    if len == max_len {
-        return Ok(table);
-    }
-    g.slice(table, 0, 0, len)
+    at.rows(g, table)
 }
 
 /// Row `t` of the table, `[1, d]`, for one decoding step.
 pub(super) fn step_row(g: &mut Graph, dims: ModelDims, t: usize) -> Result<TensorId> {
-    let rows = build(g, t + 1, dims.max_len, dims.d_model)?;
+    let rows = build(g, Positions::contiguous(t + 1), dims.max_len, dims.d_model)?;
     g.slice(rows, 0, t, t + 1)
 }

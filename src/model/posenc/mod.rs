@@ -5,7 +5,9 @@
 //! block), or an additive attention bias shared by every layer: TUPE's `[H, L, L]` tensor, or
 //! T5's table and buckets, which the attention op looks up in its kernels; or RoPE's rotation of
 //! every layer's queries and keys by a constant `[L, Dh]` table. TUPE also changes the attention
-//! op's scale; FLOATER's solve reports a status to check after each run.
+//! op's scale; FLOATER's solve reports a status to check after each run. Where the tokens sit
+//! (0..L, or Ruoss et al.'s randomized positions) is `positions.rs`'s, the same for every
+//! encoding.
 //!
 //! Each encoding is one file: its settings (a serde struct with its defaults), their checks, its
 //! parameters and its terms for every model shape, and what the viewer says of it, behind the
@@ -17,6 +19,7 @@ mod encoding;
 mod floater;
 mod learned;
 mod none;
+mod positions;
 mod registry;
 mod relative;
 mod rope;
@@ -34,6 +37,9 @@ pub use floater::{
 };
 pub use learned::Learned;
 pub use none::NoEncoding;
+pub use positions::{
+    MAX_RANDOM_POSITIONS, POSITIONS_INPUT, PairOffsets, Positions, Sampled, sample_positions,
+};
 pub use registry::{PosEnc, TYPES};
 pub use relative::{Relative, bucket_matrix, buckets_by_offset, cls_bucket_matrix, relative_bucket};
 pub use rope::Rope;
@@ -71,7 +77,12 @@ mod tests {
             let kind = if bidirectional { "encoder" } else { "causal LM" };
             let mut g = Graph::new();
             let terms = RELATIVE
-                .terms(&mut g, dims(bidirectional), 6, EncodingSource::Solve)
+                .terms(
+                    &mut g,
+                    dims(bidirectional),
+                    Positions::contiguous(6),
+                    EncodingSource::Solve,
+                )
                 .unwrap();
             assert!(terms.at_input.is_none() && terms.at_block.is_empty());
             assert!(terms.attention_bias.is_none());
@@ -114,7 +125,12 @@ mod tests {
         for (encoder, posenc, bidirectional, n_constants) in cases {
             let mut g = Graph::new();
             let terms = posenc
-                .terms(&mut g, dims(encoder), 4, EncodingSource::Solve)
+                .terms(
+                    &mut g,
+                    dims(encoder),
+                    Positions::contiguous(4),
+                    EncodingSource::Solve,
+                )
                 .unwrap();
             assert!(terms.at_input.is_none() && terms.at_block.is_empty());
             assert_eq!(g.info(terms.attention_bias.unwrap()).meta.shape, [2, 4, 4]);
@@ -151,7 +167,12 @@ mod tests {
             assert!(!posenc.describe(dims(true), false, 4).note.is_empty(), "{ty}");
             let mut g = Graph::new();
             posenc
-                .terms(&mut g, dims(true), 4, EncodingSource::Solve)
+                .terms(
+                    &mut g,
+                    dims(true),
+                    Positions::contiguous(4),
+                    EncodingSource::Solve,
+                )
                 .unwrap();
         }
     }
@@ -210,7 +231,12 @@ mod tests {
         let fairseq = floater(r#"sinusoid = "fairseq""#);
         let mut g = Graph::new();
         let terms = fairseq
-            .terms(&mut g, dims(false), 5, EncodingSource::Solve)
+            .terms(
+                &mut g,
+                dims(false),
+                Positions::contiguous(5),
+                EncodingSource::Solve,
+            )
             .unwrap();
         let table = terms.at_input.unwrap();
         let values = terms.constants.iter().find(|(t, _)| *t == table).map(|(_, c)| c);
@@ -226,6 +252,7 @@ mod tests {
             seq2seq: false,
             reads_cls: false,
             masked_lm: false,
+            random_positions: None,
         };
         let odd = floater("").check(&facts(9)).unwrap_err();
         assert!(odd.contains("d_model must be even, got 9"), "{odd}");

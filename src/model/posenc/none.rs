@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::encoding::{Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms};
+use super::positions::Positions;
 use crate::error::Result;
 use crate::graph::Graph;
 
@@ -26,10 +27,17 @@ impl Encoding for NoEncoding {
                     .into(),
             );
         }
+        if model.random_positions.is_some() {
+            return Err(
+                "posenc \"none\" reads no positions, so random_positions has nothing to randomize; \
+                 remove it or choose an encoding"
+                    .into(),
+            );
+        }
         Ok(())
     }
 
-    fn terms(&self, _: &mut Graph, _: ModelDims, _: usize, _: EncodingSource) -> Result<PositionTerms> {
+    fn terms(&self, _: &mut Graph, _: ModelDims, _: Positions, _: EncodingSource) -> Result<PositionTerms> {
         Ok(PositionTerms::default())
     }
 

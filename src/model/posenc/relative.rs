@@ -17,7 +17,8 @@ use super::encoding::{
     Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, is_default,
 };
 use super::learned;
-use crate::error::Result;
+use super::positions::{OffsetInput, OffsetValues, Positions, check_rows};
+use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, TensorId};
 use crate::ops::attention::RelativeBias;
 use crate::tensor::TensorMeta;
@@ -106,7 +107,11 @@ impl Relative {
         values: Vec<i32>,
         at_input: Option<TensorId>,
     ) -> Result<PositionTerms> {
-        let bias = build(g, dims.heads, self.buckets, &values)?;
+        let bias = RelativeBias {
+            table: table(g, dims.heads, self.buckets)?,
+            buckets: g.input(INPUT_NAME, TensorMeta::i32(&[values.len()])),
+            trained: true,
+        };
         Ok(PositionTerms {
             at_input,
             relative_bias: Some(bias),
@@ -125,17 +130,41 @@ impl Encoding for Relative {
         }
     }
 
-    fn check(&self, _: &ModelFacts) -> std::result::Result<(), String> {
-        check_buckets(self.buckets, self.max_distance)
+    fn check(&self, model: &ModelFacts) -> std::result::Result<(), String> {
+        check_buckets(self.buckets, self.max_distance)?;
+        if self.learned_absolute {
+            check_rows(
+                model.dims.max_len,
+                model.random_positions,
+                "learned position table",
+            )?;
+        }
+        Ok(())
     }
 
-    fn terms(&self, g: &mut Graph, dims: ModelDims, len: usize, _: EncodingSource) -> Result<PositionTerms> {
-        let values = buckets_by_offset(len, dims.bidirectional, self.buckets, self.max_distance);
-        let at_input = self
-            .learned_absolute
-            .then(|| learned::build(g, len, dims.max_len, dims.d_model))
-            .transpose()?;
-        self.with_bias(g, dims, values, at_input)
+    fn terms(
+        &self,
+        g: &mut Graph,
+        dims: ModelDims,
+        at: Positions,
+        _: EncodingSource,
+    ) -> Result<PositionTerms> {
+        let (bidirectional, buckets, max_distance) = (dims.bidirectional, self.buckets, self.max_distance);
+        let mut terms = PositionTerms {
+            at_input: self
+                .learned_absolute
+                .then(|| learned::build(g, at, dims.max_len, dims.d_model))
+                .transpose()?,
+            ..PositionTerms::default()
+        };
+        let bucket = |offset| relative_bucket(offset, bidirectional, buckets, max_distance);
+        let ids = at.offset_buckets(g, INPUT_NAME, bucket, false);
+        terms.relative_bias = Some(RelativeBias {
+            table: table(g, dims.heads, buckets)?,
+            buckets: terms.read(ids),
+            trained: true,
+        });
+        Ok(terms)
     }
 
     fn step_terms(&self, g: &mut Graph, dims: ModelDims, t: usize) -> Result<PositionTerms> {
@@ -234,42 +263,40 @@ pub fn bucket_matrix(len: usize, bidirectional: bool, buckets: usize, max_distan
         .collect()
 }
 
-/// The table `[buckets, heads]` and the bucket-of-each-offset input for the attention op to add
-/// to every layer's logits, the input to be fed `by_offset` (the buckets of a square graph's
-/// `2L − 1` offsets, [`buckets_by_offset`], or a decoding step's).
-pub(super) fn build(g: &mut Graph, heads: usize, buckets: usize, by_offset: &[i32]) -> Result<RelativeBias> {
-    Ok(RelativeBias {
-        table: g.param(PARAM_NAME, &[buckets, heads], Init::Normal(INIT_STD))?,
-        buckets: g.input(INPUT_NAME, TensorMeta::i32(&[by_offset.len()])),
-        trained: true,
-    })
+/// The trained table `[buckets, heads]` the attention op looks each offset's bucket up in.
+fn table(g: &mut Graph, heads: usize, buckets: usize) -> Result<TensorId> {
+    g.param(PARAM_NAME, &[buckets, heads], Init::Normal(INIT_STD))
 }
 
 /// The bias as a `[heads, len, len]` tensor (TUPE-R, which adds it to its positional term before
 /// the [CLS] reset): the table looked up at each (i, j)'s bucket, heads moved first. Quadratic
 /// in `len`, which TUPE bounds by `max_len`. With `cls_buckets` (TUPE-R in its authors' code), row
 /// 0 takes bucket `buckets / 2` and column 0 below it an added bucket `buckets`
-/// ([`cls_bucket_matrix`]). Returns the bias, the bucket input and its values.
+/// ([`cls_bucket_matrix`]). Returns the bias and its bucket input.
 pub(super) fn build_dense(
     g: &mut Graph,
-    len: usize,
+    at: Positions,
     heads: usize,
     (bidirectional, buckets, max_distance): (bool, usize, usize),
     cls_buckets: bool,
-) -> Result<(TensorId, TensorId, Vec<i32>)> {
-    let (rows, values) = if cls_buckets {
-        (
-            buckets + 1,
-            cls_bucket_matrix(len, bidirectional, buckets, max_distance),
-        )
+) -> Result<(TensorId, OffsetInput)> {
+    let bucket = |offset| relative_bucket(offset, bidirectional, buckets, max_distance);
+    let mut ids = at.offset_buckets(g, MATRIX_INPUT_NAME, bucket, true);
+    let rows = if cls_buckets {
+        let OffsetValues::Fixed(matrix) = &mut ids.values else {
+            return Err(Error::Input(
+                "TUPE-R's [CLS] buckets sit at position 0, which randomized positions do not keep".into(),
+            ));
+        };
+        give_cls_its_buckets(matrix, at.len, buckets);
+        buckets + 1
     } else {
-        (buckets, bucket_matrix(len, bidirectional, buckets, max_distance))
+        buckets
     };
     let table = g.param(PARAM_NAME, &[rows, heads], Init::Normal(INIT_STD))?;
-    let ids = g.input(MATRIX_INPUT_NAME, TensorMeta::i32(&[len, len]));
-    let per_pair = g.embedding(table, ids)?;
+    let per_pair = g.embedding(table, ids.input)?;
     let bias = g.permute(per_pair, &[2, 0, 1])?;
-    Ok((bias, ids, values))
+    Ok((bias, ids))
 }
 
 /// [`bucket_matrix`] with [CLS] buckets of its own, as TUPE's code: column 0 (the others attending
@@ -278,6 +305,12 @@ pub(super) fn build_dense(
 /// the first bucket of the positive half, offset +0).
 pub fn cls_bucket_matrix(len: usize, bidirectional: bool, buckets: usize, max_distance: usize) -> Vec<i32> {
     let mut matrix = bucket_matrix(len, bidirectional, buckets, max_distance);
+    give_cls_its_buckets(&mut matrix, len, buckets);
+    matrix
+}
+
+/// Row 0 of a `[len, len]` bucket matrix to bucket `buckets / 2`, column 0 below it to `buckets`.
+fn give_cls_its_buckets(matrix: &mut [i32], len: usize, buckets: usize) {
     for (k, bucket) in matrix.iter_mut().enumerate() {
         let (i, j) = (k / len, k % len);
         if i == 0 {
@@ -286,7 +319,6 @@ pub fn cls_bucket_matrix(len: usize, bidirectional: bool, buckets: usize, max_di
             *bucket = buckets as i32;
         }
     }
-    matrix
 }
 
 #[cfg(test)]

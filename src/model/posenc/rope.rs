@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::encoding::{
     Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms,
 };
+use super::positions::Positions;
 use crate::error::Result;
 use crate::graph::Graph;
 use crate::ops::rope::{ROPE_BASE, rope_table};
@@ -63,11 +64,18 @@ impl Encoding for Rope {
         Ok(())
     }
 
-    fn terms(&self, g: &mut Graph, dims: ModelDims, len: usize, _: EncodingSource) -> Result<PositionTerms> {
-        let table = g.input(INPUT_NAME, TensorMeta::f32(&[len, dims.head_dim()]));
+    fn terms(
+        &self,
+        g: &mut Graph,
+        dims: ModelDims,
+        at: Positions,
+        _: EncodingSource,
+    ) -> Result<PositionTerms> {
+        let (extent, dh) = (at.extent(), dims.head_dim());
+        let table = g.input(INPUT_NAME, TensorMeta::f32(&[extent, dh]));
         Ok(PositionTerms {
-            rope: Some(table),
-            constants: vec![(table, Constant::F32(rope_table(len, dims.head_dim(), self.base)))],
+            rope: Some(at.rows(g, table)?),
+            constants: vec![(table, Constant::F32(rope_table(extent, dh, self.base)))],
             ..PositionTerms::default()
         })
     }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::encoding::{
     Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, is_default,
 };
+use super::positions::Positions;
 use crate::error::Result;
 use crate::graph::{Graph, TensorId};
 use crate::tensor::TensorMeta;
@@ -75,16 +76,17 @@ pub fn fairseq_table(len: usize, d: usize) -> Vec<f32> {
 }
 
 impl Sinusoidal {
-    /// The table (or its one row) wherever these settings add it.
-    fn placed(&self, table: TensorId, values: Vec<f32>, layers: usize) -> PositionTerms {
+    /// The table's `rows` (its rows at the positions, or one decoding step's row) wherever these
+    /// settings add them; the table input holds `values`.
+    fn placed(&self, table: TensorId, values: Vec<f32>, rows: TensorId, layers: usize) -> PositionTerms {
         let mut terms = PositionTerms {
             constants: vec![(table, Constant::F32(values))],
             ..PositionTerms::default()
         };
         if self.every_block {
-            terms.at_block = vec![table; layers];
+            terms.at_block = vec![rows; layers];
         } else {
-            terms.at_input = Some(table);
+            terms.at_input = Some(rows);
         }
         terms
     }
@@ -117,14 +119,21 @@ impl Encoding for Sinusoidal {
         Ok(())
     }
 
-    fn terms(&self, g: &mut Graph, dims: ModelDims, len: usize, _: EncodingSource) -> Result<PositionTerms> {
-        let (table, values) = build(g, self.layout, len, dims.d_model);
-        Ok(self.placed(table, values, dims.layers))
+    fn terms(
+        &self,
+        g: &mut Graph,
+        dims: ModelDims,
+        at: Positions,
+        _: EncodingSource,
+    ) -> Result<PositionTerms> {
+        let (table, values) = build(g, self.layout, at.extent(), dims.d_model);
+        let rows = at.rows(g, table)?;
+        Ok(self.placed(table, values, rows, dims.layers))
     }
 
     fn step_terms(&self, g: &mut Graph, dims: ModelDims, t: usize) -> Result<PositionTerms> {
         let (row, values) = step_row(g, self.layout, dims.d_model, t);
-        Ok(self.placed(row, values, dims.layers))
+        Ok(self.placed(row, values, row, dims.layers))
     }
 
     fn adds_a_fixed_table(&self) -> bool {
@@ -243,6 +252,7 @@ mod tests {
             seq2seq: false,
             reads_cls: false,
             masked_lm: false,
+            random_positions: None,
         };
         assert!(
             fairseq

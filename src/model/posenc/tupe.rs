@@ -65,6 +65,7 @@ use serde::{Deserialize, Serialize};
 use super::encoding::{
     Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, is_default,
 };
+use super::positions::{Positions, check_rows};
 use super::relative::{self, t5_buckets, t5_max_distance};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, TensorId};
@@ -148,16 +149,16 @@ impl TupeR {
     }
 }
 
-/// TUPE's terms for `len` positions (`relative`: TUPE-R's bias, as [`Tupe::relative`]).
+/// TUPE's terms at `at` (`relative`: TUPE-R's bias, as [`Tupe::relative`]).
 fn tupe_terms(
     g: &mut Graph,
     dims: ModelDims,
-    len: usize,
+    at: Positions,
     relative: Option<(bool, usize, usize)>,
     (untie_cls, form): (bool, TupeForm),
 ) -> Result<PositionTerms> {
     let tupe = Tupe {
-        len,
+        at,
         max_len: dims.max_len,
         d_model: dims.d_model,
         heads: dims.heads,
@@ -165,13 +166,10 @@ fn tupe_terms(
         untie_cls,
         form,
     };
-    let (bias, constants) = tupe.build(g)?;
-    Ok(PositionTerms {
-        attention_bias: Some(bias),
-        attention_scale: Some(tupe.scale()),
-        constants,
-        ..PositionTerms::default()
-    })
+    let (bias, mut terms) = tupe.build(g)?;
+    terms.attention_bias = Some(bias);
+    terms.attention_scale = Some(tupe.scale());
+    Ok(terms)
 }
 
 /// TUPE's terms for the query at `t`: row t of the `[H, t + 1, t + 1]` term of the first t + 1
@@ -183,14 +181,16 @@ fn tupe_step(
     relative: Option<(bool, usize, usize)>,
     settings: (bool, TupeForm),
 ) -> Result<PositionTerms> {
-    let mut terms = tupe_terms(g, dims, t + 1, relative, settings)?;
+    let mut terms = tupe_terms(g, dims, Positions::contiguous(t + 1), relative, settings)?;
     if let Some(square) = terms.attention_bias {
         terms.attention_bias = Some(g.slice(square, 1, t, t + 1)?);
     }
     Ok(terms)
 }
 
-fn check_untie_cls(untie_cls: bool, model: &ModelFacts) -> std::result::Result<(), String> {
+/// TUPE's checks: its [CLS] setting against the model, its table against randomized positions.
+fn check_tupe(untie_cls: bool, model: &ModelFacts) -> std::result::Result<(), String> {
+    check_rows(model.dims.max_len, model.random_positions, "TUPE position table")?;
     if untie_cls && !model.reads_cls {
         return Err(
             "untie_cls resets the positional term of [CLS] (position 0), which only an encoder \
@@ -238,11 +238,17 @@ impl Encoding for TupeA {
     }
 
     fn check(&self, model: &ModelFacts) -> std::result::Result<(), String> {
-        check_untie_cls(self.untie_cls, model)
+        check_tupe(self.untie_cls, model)
     }
 
-    fn terms(&self, g: &mut Graph, dims: ModelDims, len: usize, _: EncodingSource) -> Result<PositionTerms> {
-        tupe_terms(g, dims, len, None, (self.untie_cls, self.form))
+    fn terms(
+        &self,
+        g: &mut Graph,
+        dims: ModelDims,
+        at: Positions,
+        _: EncodingSource,
+    ) -> Result<PositionTerms> {
+        tupe_terms(g, dims, at, None, (self.untie_cls, self.form))
     }
 
     fn step_terms(&self, g: &mut Graph, dims: ModelDims, t: usize) -> Result<PositionTerms> {
@@ -268,13 +274,19 @@ impl Encoding for TupeR {
     }
 
     fn check(&self, model: &ModelFacts) -> std::result::Result<(), String> {
-        check_untie_cls(self.untie_cls, model)?;
+        check_tupe(self.untie_cls, model)?;
         relative::check_buckets(self.buckets, self.max_distance)
     }
 
-    fn terms(&self, g: &mut Graph, dims: ModelDims, len: usize, _: EncodingSource) -> Result<PositionTerms> {
+    fn terms(
+        &self,
+        g: &mut Graph,
+        dims: ModelDims,
+        at: Positions,
+        _: EncodingSource,
+    ) -> Result<PositionTerms> {
         let relative = Some((dims.bidirectional, self.buckets, self.max_distance));
-        tupe_terms(g, dims, len, relative, (self.untie_cls, self.form))
+        tupe_terms(g, dims, at, relative, (self.untie_cls, self.form))
     }
 
     fn step_terms(&self, g: &mut Graph, dims: ModelDims, t: usize) -> Result<PositionTerms> {
@@ -298,7 +310,8 @@ impl Encoding for TupeR {
 /// The sizes and options of one TUPE position term.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Tupe {
-    pub len: usize,
+    /// Where the tokens sit.
+    pub at: Positions,
     pub max_len: usize,
     pub d_model: usize,
     pub heads: usize,
@@ -314,27 +327,43 @@ impl Tupe {
         1.0 / (2.0 * (self.d_model / self.heads) as f32).sqrt()
     }
 
-    /// The `[H, L, L]` position-only attention bias, and the constant inputs it reads.
-    pub fn build(&self, g: &mut Graph) -> Result<(TensorId, Vec<(TensorId, Constant)>)> {
-        let (len, d) = (self.len, self.d_model);
-        if len > self.max_len {
-            return Err(Error::Input(format!(
-                "sequence length {len} is over the TUPE position table's max_len {}",
-                self.max_len
-            )));
+    /// The `[H, L, L]` position-only attention bias, and the terms holding the inputs it reads.
+    pub fn build(&self, g: &mut Graph) -> Result<(TensorId, PositionTerms)> {
+        let (at, d) = (self.at, self.d_model);
+        let len = at.len;
+        if at.extent() > self.max_len {
+            return Err(Error::Input(match at.sampled {
+                None => format!(
+                    "sequence length {len} is over the TUPE position table's max_len {}",
+                    self.max_len
+                ),
+                Some(s) => format!(
+                    "randomized positions up to {} are past the TUPE position table's max_len {}",
+                    s.range - 1,
+                    self.max_len
+                ),
+            }));
+        }
+        if self.untie_cls && at.sampled.is_some() {
+            return Err(Error::Input(
+                "TUPE's untied [CLS] sits at position 0, which randomized positions do not keep; \
+                 set untie_cls = false"
+                    .into(),
+            ));
         }
         let code = self.form == TupeForm::Code;
         // The code form's row 0 is θ1's, and position i reads row i + 1.
-        let (table_rows, rows) = if code {
-            (self.max_len + 1, len + 1)
-        } else {
-            (self.max_len, len)
-        };
+        let table_rows = self.max_len + usize::from(code);
         let table = g.param(TABLE_NAME, &[table_rows, d], Init::Normal(INIT_STD))?;
-        let p = if rows == table_rows {
-            table
+        // At positions 0..L the code form's correlation also covers row 0 (θ1's), sliced off below.
+        let with_row0 = code && at.sampled.is_none();
+        let (p, rows) = if with_row0 {
+            (Positions::contiguous(len + 1).rows(g, table)?, len + 1)
+        } else if code {
+            let positions_rows = g.slice(table, 0, 1, table_rows)?;
+            (at.rows(g, positions_rows)?, len)
         } else {
-            g.slice(table, 0, 0, rows)?
+            (at.rows(g, table)?, len)
         };
         let gain = g.param(&format!("{LN_PREFIX}.gain"), &[d], Init::Ones)?;
         let bias = g.param(&format!("{LN_PREFIX}.bias"), &[d], Init::Zeros)?;
@@ -345,8 +374,8 @@ impl Tupe {
         );
         let correlation = g.matmul_t(q, k, false, true)?;
         let correlation = g.scale(correlation, self.scale())?;
-        let mut constants = Vec::new();
-        let mut term = if code {
+        let mut terms = PositionTerms::default();
+        let mut term = if with_row0 {
             let positions = g.slice(correlation, 1, 1, rows)?;
             let positions = g.slice(positions, 2, 1, rows)?;
             if self.untie_cls {
@@ -355,7 +384,7 @@ impl Tupe {
                     g.slice(entry, 2, row, row + 1)
                 };
                 let thetas = [diagonal(g, 0)?, diagonal(g, 1)?];
-                self.reset(g, positions, thetas, &mut constants)?
+                self.reset(g, positions, thetas, &mut terms.constants)?
             } else {
                 positions
             }
@@ -364,15 +393,15 @@ impl Tupe {
         };
         if let Some((bidirectional, buckets, max_distance)) = self.relative {
             let cls_buckets = code && self.untie_cls;
-            let (relative, ids, values) = relative::build_dense(
+            let (relative, ids) = relative::build_dense(
                 g,
-                len,
+                at,
                 self.heads,
                 (bidirectional, buckets, max_distance),
                 cls_buckets,
             )?;
             term = g.add(term, relative)?;
-            constants.push((ids, Constant::I32(values)));
+            terms.read(ids);
         }
         if self.untie_cls && !code {
             let thetas = [CLS_TO_OTHERS_NAME, OTHERS_TO_CLS_NAME].map(|name| {
@@ -380,9 +409,9 @@ impl Tupe {
                     .and_then(|theta| g.reshape(theta, &[self.heads, 1, 1]))
             });
             let [theta1, theta2] = thetas;
-            term = self.reset(g, term, [theta1?, theta2?], &mut constants)?;
+            term = self.reset(g, term, [theta1?, theta2?], &mut terms.constants)?;
         }
-        Ok((term, constants))
+        Ok((term, terms))
     }
 
     /// `p̂ U (+ b in the code form)` split into heads, `[H, rows, Dh]`.
@@ -407,7 +436,7 @@ impl Tupe {
         [theta1, theta2]: [TensorId; 2],
         constants: &mut Vec<(TensorId, Constant)>,
     ) -> Result<TensorId> {
-        let len = self.len;
+        let len = self.at.len;
         let masks = untie_masks(len);
         let [keep, cls_row, cls_column] = [KEEP_INPUT, CLS_ROW_INPUT, CLS_COLUMN_INPUT]
             .map(|name| g.input(name, TensorMeta::f32(&[len, len])));
@@ -445,7 +474,7 @@ mod tests {
     /// The reference cases' sizes: L = 7 of a 9-row table, D = 12, H = 3 (Dh = 4).
     fn tupe(relative: Option<(bool, usize, usize)>, untie_cls: bool) -> Tupe {
         Tupe {
-            len: 7,
+            at: Positions::contiguous(7),
             max_len: 9,
             d_model: 12,
             heads: 3,
@@ -457,7 +486,8 @@ mod tests {
 
     fn subgraph(spec: Tupe) -> impl Fn(&mut Graph) -> Built {
         move |g| {
-            let (out, constants) = spec.build(g).unwrap();
+            let (out, terms) = spec.build(g).unwrap();
+            let constants = terms.constants;
             let feeds = constants
                 .into_iter()
                 .map(|(t, c)| match c {
@@ -499,7 +529,7 @@ mod tests {
     #[test]
     fn gradients_match_finite_differences() {
         let spec = Tupe {
-            len: 5,
+            at: Positions::contiguous(5),
             max_len: 6,
             d_model: 8,
             heads: 2,
@@ -521,7 +551,7 @@ mod tests {
     #[test]
     fn gpu_matches_cpu() {
         let spec = Tupe {
-            len: 37,
+            at: Positions::contiguous(37),
             max_len: 37,
             d_model: 24,
             heads: 3,
@@ -560,7 +590,7 @@ mod tests {
             exec.run().unwrap();
             pollster::block_on(exec.read(out)).unwrap()
         };
-        let (d, len, rows) = (spec.d_model, spec.len, spec.max_len + 1);
+        let (d, len, rows) = (spec.d_model, spec.at.len, spec.max_len + 1);
         let mut table: Vec<f32> = (0..rows * d)
             .map(|k| ((k * 37 % 23) as f32 - 11.0) / 7.0)
             .collect();
@@ -625,7 +655,7 @@ mod tests {
     #[test]
     fn a_length_over_the_table_is_an_error_naming_both_lengths() {
         let spec = Tupe {
-            len: 10,
+            at: Positions::contiguous(10),
             ..tupe(None, false)
         };
         let err = spec.build(&mut Graph::new()).unwrap_err().to_string();

@@ -51,7 +51,7 @@ pub use step::{DecoderFlow, DecoderStep, DecodingStep, SourceMemory, Sources};
 
 use super::block::{self, CrossInputs, Dropouts, EMBEDDING_DROPOUT_SALT};
 use super::config::{ModelConfig, ModelKind};
-use super::posenc::{Constant, EncodingSource, ModelDims, PositionTerms};
+use super::posenc::{Constant, EncodingSource, ModelDims, PositionTerms, Positions};
 use super::stack::{self, Stack};
 use super::transformer::{GraphOptions, GraphShape, Model};
 use crate::data::{IGNORE_INDEX, PairBatch};
@@ -170,7 +170,12 @@ pub(super) fn encode(
     let source = g.input("source", TensorMeta::i32(&[batch, source_len]));
     let source_mask = g.input("source_mask", TensorMeta::i32(&[batch, source_len]));
     g.with_param_prefix("encoder.", |g| {
-        let positions = c.posenc.terms(g, c.dims(), source_len, EncodingSource::Solve)?;
+        let positions = c.posenc.terms(
+            g,
+            c.dims(),
+            Positions::contiguous(source_len),
+            EncodingSource::Solve,
+        )?;
         let x = stack::embed(g, c, tok_emb, source, &positions, dropout, EMBEDDING_DROPOUT_SALT)?;
         let encoder = Stack {
             step: c.block,

@@ -130,8 +130,8 @@ impl Op for AttentionBackward {
         let relative = matches!(self.0.bias, BiasKind::Relative { .. });
         let trained = self.0.bias == BiasKind::Relative { trained: true };
         // lse and D per row, then 1/0 visibility per key, then (relative bias) the bucket of
-        // each offset, so that the passes after it need one buffer less.
-        let offsets = d.lq + d.lk - 1;
+        // each offset or pair, so that the passes after it need one buffer less.
+        let offsets = d.bucket_list();
         let stream = usize::from(self.0.dropout.is_some());
         let mut scratch = vec![2 * d.rows() + d.b * d.lk + if relative { offsets } else { 0 } + stream];
         // The stats pass copies the dropout stream for the passes after it; q stands in for an

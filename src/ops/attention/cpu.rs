@@ -12,7 +12,7 @@ enum Bias<'a> {
     None,
     /// `[H, Lq, Lk]`.
     Dense(&'a [f32]),
-    /// The table `[buckets, H]` and the bucket of query i and key j at `j − i + Lq − 1`.
+    /// The table `[buckets, H]` and the bucket of query i and key j at `Dims::bucket_row(i) + j`.
     Relative {
         table: &'a [f32],
         buckets: &'a [i32],
@@ -84,7 +84,9 @@ impl<'a> Problem<'a> {
         match self.bias {
             Bias::None => 0.0,
             Bias::Dense(bias) => bias[(h * lq + i) * lk + j],
-            Bias::Relative { table, buckets } => table[buckets[j + lq - 1 - i] as usize * heads + h],
+            Bias::Relative { table, buckets } => {
+                table[buckets[self.d.bucket_row(i) + j] as usize * heads + h]
+            }
         }
     }
 
@@ -229,10 +231,9 @@ impl<'a> Problem<'a> {
         let Bias::Relative { buckets, .. } = self.bias else {
             unreachable!("only the relative bias has buckets")
         };
-        let lq = self.d.lq;
         sums.fill(0.0);
         let end = self.key_end(i);
-        for (&bucket, &ds) in buckets[lq - 1 - i..][..end].iter().zip(&ds[..end]) {
+        for (&bucket, &ds) in buckets[self.d.bucket_row(i)..][..end].iter().zip(&ds[..end]) {
             sums[bucket as usize] += ds;
         }
     }

@@ -9,7 +9,8 @@
 //! - the bias (optional, [`AttentionBias`]) is shared by the batch and added to the score of
 //!   query i and key j in head h. Either a dense `[H, Lq, Lk]` tensor that the caller built, or
 //!   T5's relative bias `table[bucket(offset), h]`, which the kernels look up themselves from the
-//!   `[buckets, H]` table and the bucket of each offset, so that it costs memory linear in L;
+//!   `[buckets, H]` table and the bucket of each offset, so that it costs memory linear in L
+//!   (or, for randomized positions, whose offsets are not j − i, the bucket of each pair);
 //! - `key_mask` (optional) is i32 `[B, Lk]`: 1 for a real token, 0 for padding. A padded key is
 //!   hidden from every query of its batch entry, as is every key after the query when `causal`;
 //! - dropout on the probabilities (optional, training): `out = (Z ∘ softmax(…))·v` with Z 0 or
@@ -106,6 +107,7 @@ uniform! {
         bias_kind: u32,
         has_mask: u32,
         buckets: u32,
+        pair_buckets: u32,
         drop_threshold: u32,
         drop_scale: f32,
         drop_salt: u32,
@@ -118,7 +120,7 @@ pub enum BiasKind {
     None,
     /// One input: the bias f32 `[H, Lq, Lk]`.
     Dense,
-    /// Two inputs: the table f32 `[buckets, H]` and the bucket of each offset ([`RelativeBias`]),
+    /// Two inputs: the table f32 `[buckets, H]` and the bucket of each offset or pair ([`RelativeBias`]),
     /// the table trained or constant.
     Relative {
         trained: bool,
@@ -236,12 +238,33 @@ struct Dims {
     lk: usize,
     dh: usize,
     buckets: usize,
+    /// The relative bias's buckets are given per (query, key) pair `[Lq, Lk]`, not per offset
+    /// (randomized positions, whose offsets are not j − i).
+    pair_buckets: bool,
 }
 
 impl Dims {
     /// Query rows.
     fn rows(&self) -> usize {
         self.b * self.h * self.lq
+    }
+
+    /// The length of the relative bias's bucket list: one per offset, or one per pair.
+    fn bucket_list(&self) -> usize {
+        if self.pair_buckets {
+            self.lq * self.lk
+        } else {
+            self.lq + self.lk - 1
+        }
+    }
+
+    /// Where query i's buckets start in the list: key j's is entry `bucket_row(i) + j`.
+    fn bucket_row(&self, i: usize) -> usize {
+        if self.pair_buckets {
+            i * self.lk
+        } else {
+            self.lq - 1 - i
+        }
     }
 }
 
@@ -297,6 +320,10 @@ impl Attention {
                 BiasKind::Relative { .. } => inputs[first].shape[0],
                 _ => 0,
             },
+            pair_buckets: match self.bias {
+                BiasKind::Relative { .. } => inputs[first + 1].rank() == 2,
+                _ => false,
+            },
         }
     }
 
@@ -312,6 +339,7 @@ impl Attention {
             bias_kind: word(self.bias.code()),
             has_mask: u32::from(self.has_key_mask),
             buckets: word(d.buckets),
+            pair_buckets: u32::from(d.pair_buckets),
             drop_threshold: self.dropout.map_or(0, |m| m.threshold),
             drop_scale: self.dropout.map_or(1.0, |m| m.scale),
             drop_salt: self.dropout.map_or(0, |m| m.salt),

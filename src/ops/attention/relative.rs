@@ -29,7 +29,8 @@ pub struct RelativeBias {
     /// f32 `[buckets, H]`: each head's bias for each bucket.
     pub table: TensorId,
     /// i32 `[Lq + Lk − 1]`: entry `j − i + Lq − 1` is the bucket of query i and key j (of the
-    /// offset `entry − Lk + 1`), in `0..buckets`.
+    /// offset `entry − Lk + 1`), in `0..buckets`; or i32 `[Lq, Lk]`, the bucket of each pair
+    /// (randomized positions, where the offset of query i and key j is `pos[j] − pos[i]`).
     pub buckets: TensorId,
     /// Whether the table is trained (T5). A constant table (ALiBi's distances times each head's
     /// slope, a bucket per offset) gets no gradient, so the backward writes no per-row sums.
@@ -48,11 +49,13 @@ pub(super) fn check(
     let table_fits =
         table.dtype == DType::F32 && table.rank() == 2 && table.shape[0] > 0 && table.shape[1] == heads;
     let offsets = q_len + k_len - 1;
-    if table_fits && *buckets == TensorMeta::i32(&[offsets]) {
+    let listed = *buckets == TensorMeta::i32(&[offsets]) || *buckets == TensorMeta::i32(&[q_len, k_len]);
+    if table_fits && listed {
         return Ok(());
     }
     Err(format!(
-        "needs the relative bias's table f32 [buckets, H] with H = {heads} and buckets i32 [Lq + Lk − 1] = [{offsets}]"
+        "needs the relative bias's table f32 [buckets, H] with H = {heads} and buckets i32 [Lq + Lk − 1] = \
+         [{offsets}] (one per offset) or [Lq, Lk] = [{q_len}, {k_len}] (one per pair)"
     ))
 }
 

@@ -23,11 +23,12 @@ enum Bias {
     None,
     /// The parameter `bias` `[H, Lq, Lk]`.
     Dense,
-    /// The parameter `table` `[buckets, H]` and the input `buckets` `[Lq + Lk − 1]` with these
-    /// values.
+    /// The parameter `table` `[buckets, H]` and the input `buckets` `[Lq + Lk − 1]` (or
+    /// `[Lq, Lk]`, `per_pair`) with these values.
     Relative {
         buckets: usize,
         ids: Vec<i32>,
+        per_pair: bool,
     },
     /// ALiBi: the input `table` `[2L − 1, H]` (`alibi_table`, no gradient) and the identity
     /// `buckets`.
@@ -105,7 +106,11 @@ impl Case {
     fn relative(self, buckets: usize, max_distance: usize) -> Self {
         let ids = buckets_by_offset(self.shape[2], !self.causal, buckets, max_distance);
         Self {
-            bias: Bias::Relative { buckets, ids },
+            bias: Bias::Relative {
+                buckets,
+                ids,
+                per_pair: false,
+            },
             ..self
         }
     }
@@ -123,7 +128,48 @@ impl Case {
     fn scrambled(self, buckets: usize) -> Self {
         let ids = random_ints(self.shape[2] + self.lk() - 1, buckets as i32, 5);
         Self {
-            bias: Bias::Relative { buckets, ids },
+            bias: Bias::Relative {
+                buckets,
+                ids,
+                per_pair: false,
+            },
+            ..self
+        }
+    }
+
+    /// A relative bias given per (query, key) pair `[Lq, Lk]`, in random buckets (randomized
+    /// positions).
+    fn per_pair(self, buckets: usize) -> Self {
+        let ids = random_ints(self.shape[2] * self.lk(), buckets as i32, 7);
+        Self {
+            bias: Bias::Relative {
+                buckets,
+                ids,
+                per_pair: true,
+            },
+            ..self
+        }
+    }
+
+    /// The same relative bias given per pair instead of per offset: entry (i, j) is the bucket of
+    /// offset j − i.
+    fn given_per_pair(self) -> Self {
+        let Bias::Relative {
+            buckets,
+            ids,
+            per_pair: false,
+        } = &self.bias
+        else {
+            panic!("given_per_pair expands a relative bias given per offset")
+        };
+        let (lq, lk) = (self.shape[2], self.lk());
+        let ids = (0..lq * lk).map(|t| ids[t % lk + lq - 1 - t / lk]).collect();
+        Self {
+            bias: Bias::Relative {
+                buckets: *buckets,
+                ids,
+                per_pair: true,
+            },
             ..self
         }
     }
@@ -157,9 +203,18 @@ impl Case {
         let bias = match &self.bias {
             Bias::None => None,
             Bias::Dense => Some(AttentionBias::Dense(param(g, "bias", &[h, lq, lk]))),
-            Bias::Relative { buckets, ids } => {
+            Bias::Relative {
+                buckets,
+                ids,
+                per_pair,
+            } => {
                 let table = param(g, "table", &[*buckets, h]);
-                let (buckets, feed) = int_input(g, "buckets", &[lq + lk - 1], ids.clone());
+                let shape = if *per_pair {
+                    vec![lq, lk]
+                } else {
+                    vec![lq + lk - 1]
+                };
+                let (buckets, feed) = int_input(g, "buckets", &shape, ids.clone());
                 feeds.push(feed);
                 Some(AttentionBias::Relative(RelativeBias {
                     table,
@@ -528,7 +583,7 @@ fn bad_shapes_name_the_op_and_every_shape() {
     let err = g.attention(q, k, q, relative).unwrap_err().to_string();
     assert!(
         err.starts_with("attention: ")
-            && err.contains("buckets i32 [Lq + Lk − 1] = [9]")
+            && err.contains("buckets i32 [Lq + Lk − 1] = [9] (one per offset) or [Lq, Lk] = [5, 5]")
             && err.contains("table [4, 3], buckets [10] i32"),
         "{err}"
     );

@@ -15,9 +15,38 @@ fn relative_bias_gpu_matches_cpu() {
         Case::new([2, 1, 1, 8]).causal().relative(4, 3),
         Case::new([1, 2, 19, 5]).scrambled(6).lengths(&[11]),
         Case::new([2, 2, 41, 64]).causal().scrambled(5),
+        Case::new([2, 3, 37, 16]).per_pair(8).lengths(&[37, 20]),
+        Case::new([1, 2, 23, 64]).causal().per_pair(5),
     ];
     for case in cases {
         check_each_kind_matches_cpu(&case.attention(), 1e-5, 1e-4);
+    }
+}
+
+/// Buckets given per pair (randomized positions) compute what the same buckets given per offset
+/// do: the same outputs and gradients bit for bit, on the CPU and on both kinds' kernels.
+#[test]
+fn relative_bias_per_pair_matches_per_offset() {
+    let cases = [
+        Case::new([2, 3, 23, 8]).relative(8, 12).lengths(&[23, 9]),
+        Case::new([1, 2, 19, 16]).causal().scrambled(6),
+    ];
+    for case in cases {
+        let (by_offset, by_pair) = (case.attention(), case.clone().given_per_pair().attention());
+        let mut backends = vec![("CPU".to_string(), cpu())];
+        for kind in [AdapterKind::Gpu, AdapterKind::Software] {
+            if let Some(gpu) = gpu_with_kernels_for(kind) {
+                backends.push((format!("{kind:?} kernels"), gpu));
+            }
+        }
+        for (name, backend) in backends {
+            let want = run(backend.clone(), &by_offset, 3, &Overrides::default());
+            let got = run(backend, &by_pair, 3, &Overrides::default());
+            assert_eq!(got.out, want.out, "output, {name}");
+            for (grad, values) in &got.grads {
+                assert_eq!(values, &want.grads[grad], "grad {grad}, {name}");
+            }
+        }
     }
 }
 
@@ -27,6 +56,7 @@ fn relative_bias_gradients_match_finite_differences() {
         Case::new([2, 2, 6, 3]).relative(4, 3),
         Case::new([2, 2, 6, 3]).causal().relative(4, 3).lengths(&[6, 4]),
         Case::new([1, 2, 5, 4]).scrambled(3).scale(0.7),
+        Case::new([2, 2, 6, 3]).per_pair(4).lengths(&[6, 3]),
     ];
     for case in cases {
         check_gradients(&case.attention(), 1e-2, 1e-2, 20);
@@ -43,7 +73,7 @@ fn relative_bias_matches_the_dense_bias_of_its_table() {
         Case::new([2, 2, 23, 8]).causal().relative(8, 12),
     ];
     for case in cases {
-        let Bias::Relative { buckets, ids } = case.bias.clone() else {
+        let Bias::Relative { buckets, ids, .. } = case.bias.clone() else {
             unreachable!("relative cases")
         };
         let relative = case.attention();
