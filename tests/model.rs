@@ -373,7 +373,7 @@ fn relative_bias_runs_at_twice_the_training_length() {
 #[test]
 fn rope_and_alibi_run_at_four_times_the_training_length() {
     for kind in [LM, ModelKind::Encoder { n_classes: 3 }, ModelKind::MaskedLm {}] {
-        for posenc in [ROPE, PosEnc::Alibi(Alibi {})] {
+        for posenc in [ROPE, PosEnc::Alibi(Alibi::default())] {
             run_past_max_len(kind, posenc, 4 * COPY_LEN);
         }
     }
@@ -520,16 +520,20 @@ fn gpu_gives_the_cpu_logits_loss_and_gradients() {
         (ModelKind::Encoder { n_classes: 3 }, T5, Block::Rk2Gated),
         (LM, ROPE, residual),
         (ModelKind::Encoder { n_classes: 3 }, ROPE, residual),
-        (LM, PosEnc::Alibi(Alibi {}), residual),
+        (LM, PosEnc::Alibi(Alibi::default()), residual),
         (
             ModelKind::Encoder { n_classes: 3 },
-            PosEnc::Alibi(Alibi {}),
+            PosEnc::Alibi(Alibi::default()),
             residual,
         ),
         (ModelKind::MaskedLm {}, PosEnc::Learned(Learned {}), residual),
         (ModelKind::MaskedLm {}, TUPE_R_UNTIED, residual),
         (ModelKind::MaskedLm {}, ROPE, residual),
-        (ModelKind::MaskedLm {}, PosEnc::Alibi(Alibi {}), Block::Rk2Gated),
+        (
+            ModelKind::MaskedLm {},
+            PosEnc::Alibi(Alibi::default()),
+            Block::Rk2Gated,
+        ),
         (
             ModelKind::TokenClassifier { n_classes: 3 },
             PosEnc::Sinusoidal(Sinusoidal::default()),
@@ -537,7 +541,7 @@ fn gpu_gives_the_cpu_logits_loss_and_gradients() {
         ),
         (
             ModelKind::TokenClassifier { n_classes: 3 },
-            PosEnc::Alibi(Alibi {}),
+            PosEnc::Alibi(Alibi::default()),
             Block::Rk2Gated,
         ),
     ];

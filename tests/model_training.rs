@@ -177,7 +177,10 @@ fn with_rope_the_copy_task_is_learned() {
 
 #[test]
 fn with_alibi_the_copy_task_is_learned() {
-    learns_the_copy_task(copy_config(PosEnc::Alibi(Alibi {}), EmbedScale::None), 2.11);
+    learns_the_copy_task(
+        copy_config(PosEnc::Alibi(Alibi::default()), EmbedScale::None),
+        2.11,
+    );
 }
 
 #[test]

@@ -331,7 +331,7 @@ fn alibi_takes_no_settings_and_no_seq2seq_model() {
     let alibi = |posenc: &str| ModelConfig::from_json(&TINY.replace(sinusoidal, posenc));
     assert_eq!(
         alibi(r#"{ "type": "alibi" }"#).unwrap().posenc,
-        PosEnc::Alibi(Alibi {})
+        PosEnc::Alibi(Alibi::default())
     );
     let err = alibi(r#"{ "type": "alibi", "base": 2 }"#)
         .unwrap_err()

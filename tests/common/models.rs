@@ -102,7 +102,7 @@ pub const ALL_POSENCS: [PosEnc; 12] = [
     FLOATER,
     FLOATER_COMPATIBLE,
     ROPE,
-    PosEnc::Alibi(Alibi {}),
+    PosEnc::Alibi(Alibi { left_offset: 0.0 }),
 ];
 
 pub fn tiny(kind: ModelKind, posenc: PosEnc) -> ModelConfig {

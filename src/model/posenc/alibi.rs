@@ -9,10 +9,15 @@
 //! identity bucket list. So no `[H, L, L]` tensor exists at any length, and the table gets no
 //! gradient (`RelativeBias::trained` false).
 //!
-//! In TOML: `posenc = { type = "alibi" }`.
+//! An encoder's symmetric distance cannot tell a key on the left from one on the right.
+//! Delétang et al.'s and Ruoss et al.'s encoder counts keys left of the query `left_offset` = 0.5
+//! nearer (their `compute_alibi_encodings_biases`), which breaks the tie.
+//!
+//! In TOML: `posenc = { type = "alibi" }`, or `{ type = "alibi", left_offset = 0.5 }`.
 
 use serde::{Deserialize, Serialize};
 
+use super::encoding::is_default;
 use super::encoding::{
     Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms,
 };
@@ -22,10 +27,15 @@ use crate::graph::Graph;
 use crate::ops::attention::RelativeBias;
 use crate::tensor::TensorMeta;
 
-/// No settings: the slopes follow from the number of heads.
+/// The slopes follow from the number of heads; an encoder may count keys on the left nearer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Alibi {}
+pub struct Alibi {
+    /// How much nearer an encoder's keys left of the query count (Delétang et al.'s and Ruoss et
+    /// al.'s 0.5); default 0, the symmetric distance.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub left_offset: f64,
+}
 
 impl Encoding for Alibi {
     fn name(&self) -> String {
@@ -33,6 +43,17 @@ impl Encoding for Alibi {
     }
 
     fn check(&self, model: &ModelFacts) -> std::result::Result<(), String> {
+        let offset = self.left_offset;
+        if !(0.0..1.0).contains(&offset) {
+            return Err(format!("alibi's left_offset must be in [0, 1), got {offset}"));
+        }
+        if offset != 0.0 && !model.dims.bidirectional {
+            return Err(
+                "alibi's left_offset tells an encoder's left keys from its right ones; a causal model \
+                 sees only keys on the left, so it has none to tell apart: remove left_offset"
+                    .into(),
+            );
+        }
         if model.seq2seq {
             return Err(
                 "alibi is for the causal LM and the encoder so far; a seq2seq model cannot have it yet"
@@ -58,7 +79,12 @@ impl Encoding for Alibi {
         let mut terms = PositionTerms {
             constants: vec![(
                 table,
-                Constant::F32(alibi_table(extent, dims.heads, dims.bidirectional)),
+                Constant::F32(alibi_table(
+                    extent,
+                    dims.heads,
+                    dims.bidirectional,
+                    self.left_offset,
+                )),
             )],
             ..PositionTerms::default()
         };
@@ -124,19 +150,19 @@ pub fn alibi_slopes(heads: usize) -> Vec<f64> {
 }
 
 /// The `[2·len − 1, heads]` table: row `j − i + len − 1` holds each head's bias for key j and
-/// query i, `−m_h` times their distance (|i − j| in an encoder, i − j for the keys a causal
-/// model sees, 0 for those it masks).
-pub fn alibi_table(len: usize, heads: usize, bidirectional: bool) -> Vec<f32> {
+/// query i, `−m_h` times their distance (|i − j| in an encoder, less `left_offset` for a key on
+/// the left; i − j for the keys a causal model sees, 0 for those it masks).
+pub fn alibi_table(len: usize, heads: usize, bidirectional: bool, left_offset: f64) -> Vec<f32> {
     let slopes = &alibi_slopes(heads);
     let reach = len as i64 - 1;
     (-reach..=reach)
         .flat_map(move |offset| {
-            let distance = if bidirectional {
-                offset.abs()
-            } else {
-                (-offset).max(0)
+            let distance = match (bidirectional, offset < 0) {
+                (true, true) => -offset as f64 - left_offset,
+                (true, false) => offset as f64,
+                (false, _) => (-offset).max(0) as f64,
             };
-            slopes.iter().map(move |m| (-m * distance as f64) as f32)
+            slopes.iter().map(move |m| (-m * distance) as f32)
         })
         .collect()
 }
@@ -176,11 +202,23 @@ mod tests {
         let slopes = alibi_slopes(heads);
         for (bidirectional, offset, distance) in [(true, -3, 3), (true, 2, 2), (false, -3, 3), (false, 2, 0)]
         {
-            let table = alibi_table(len, heads, bidirectional);
+            let table = alibi_table(len, heads, bidirectional, 0.0);
             let row = (offset + len as i64 - 1) as usize;
             for (h, m) in slopes.iter().enumerate() {
                 assert_eq!(table[row * heads + h], (-m * distance as f64) as f32);
             }
         }
+    }
+
+    /// Delétang et al.'s encoder bias (`compute_alibi_encodings_biases`, worked by hand for 3
+    /// positions): `−m·|i − j|` with `+0.5·m` where the key is left of the query.
+    #[test]
+    fn the_left_offset_is_the_authors_symmetry_breaking() {
+        let (len, heads) = (3, 1);
+        let m = alibi_slopes(heads)[0];
+        let table = alibi_table(len, heads, true, 0.5);
+        // Offsets −2, −1, 0, 1, 2.
+        let want = [-1.5 * m, -0.5 * m, 0.0, -m, -2.0 * m].map(|b| b as f32);
+        assert_eq!(table, want);
     }
 }

@@ -224,7 +224,7 @@ impl Case {
             }
             Bias::Alibi => {
                 let table = g.input("table", TensorMeta::f32(&[2 * lq - 1, h]));
-                let values = alibi_table(lq, h, !self.causal);
+                let values = alibi_table(lq, h, !self.causal, 0.0);
                 feeds.push((table, Feed::F32(values)));
                 let ids = (0..2 * lq as i32 - 1).collect();
                 let (buckets, feed) = int_input(g, "buckets", &[2 * lq - 1], ids);
