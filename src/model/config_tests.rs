@@ -326,7 +326,7 @@ fn rope_reads_its_base_and_refuses_what_it_cannot_turn() {
 }
 
 #[test]
-fn alibi_takes_no_settings_and_no_seq2seq_model() {
+fn alibi_takes_its_left_offset_and_no_seq2seq_model() {
     let sinusoidal = r#"{ "type": "sinusoidal" }"#;
     let alibi = |posenc: &str| ModelConfig::from_json(&TINY.replace(sinusoidal, posenc));
     assert_eq!(
@@ -336,7 +336,15 @@ fn alibi_takes_no_settings_and_no_seq2seq_model() {
     let err = alibi(r#"{ "type": "alibi", "base": 2 }"#)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("unknown field `base`, there are no fields"), "{err}");
+    assert!(
+        err.contains("unknown field `base`, expected `left_offset`"),
+        "{err}"
+    );
+    // A causal model sees keys on the left only: nothing for the offset to tell apart.
+    let err = alibi(r#"{ "type": "alibi", "left_offset": 0.5 }"#)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("a causal model sees only keys on the left"), "{err}");
     let seq2seq = TINY.replace(sinusoidal, r#"{ "type": "alibi" }"#).replace(
         r#"{ "type": "causal_lm" }"#,
         r#"{ "type": "seq2seq", "decoder_layers": 1 }"#,
