@@ -234,3 +234,39 @@ fn the_config_refuses_what_randomized_positions_cannot_do() {
         "random_positions is for the token classifier",
     );
 }
+
+/// FLOATER at randomized positions reads its flow through the whole range: solved once (as an
+/// evaluation does, `EncodingCache`) and fed to a graph built with cached encodings, it gives the
+/// logits of the graph that solves the flow itself, at the same drawn positions.
+#[test]
+fn floater_s_flow_solved_once_serves_every_draw() {
+    for posenc in [FLOATER, FLOATER_COMPATIBLE] {
+        let config = tagger(posenc, Some(64));
+        let model = Model::new(config).unwrap();
+        let (batch, len) = (2, 7);
+        let logits = |cached: bool| {
+            let mut g = Graph::new();
+            let mut options = GraphOptions::default().padded();
+            if cached {
+                options = options.cached_encodings();
+            }
+            let built = model.build(&mut g, Tokens { batch, len }, options).unwrap();
+            // Every parameter, the flow's too (a cached graph declares none of them).
+            let params = ParamStore::init(cpu(), &model.declare_params().unwrap(), 7).unwrap();
+            let exec = Executor::new(&g, &[built.logits], &params).unwrap();
+            if cached {
+                let cache = posflow::inference::EncodingCache::new(&model, &params, 64)
+                    .unwrap()
+                    .unwrap();
+                let flow = pollster::block_on(cache.values()).unwrap();
+                built.feed_encodings(&exec, &flow).unwrap();
+            }
+            let tokens = tokens(batch, len, 30, 2);
+            built.draw_positions(&exec, 9).unwrap();
+            built.feed(&exec, &tokens, &[IGNORE_INDEX; 14], None).unwrap();
+            exec.run().unwrap();
+            exec.read_blocking(built.logits).unwrap()
+        };
+        assert_eq!(logits(true), logits(false), "{posenc:?}");
+    }
+}

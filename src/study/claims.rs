@@ -120,30 +120,41 @@ pub enum ClaimSpec {
         variant: String,
         baseline: String,
     },
+    /// `variant`'s final `metric` in `bin` is better than `bound` (`beats = true`: "solves the
+    /// task", accuracy above 0.9) or falls short of it (`beats = false`: "does not solve it").
+    Bound {
+        name: String,
+        text: String,
+        metric: Metric,
+        bin: String,
+        variant: String,
+        bound: f64,
+        beats: bool,
+    },
 }
 
 impl ClaimSpec {
     pub fn name(&self) -> &str {
         match self {
-            Self::Order { name, .. } | Self::Reaches { name, .. } => name,
+            Self::Order { name, .. } | Self::Reaches { name, .. } | Self::Bound { name, .. } => name,
         }
     }
 
     pub fn text(&self) -> &str {
         match self {
-            Self::Order { text, .. } | Self::Reaches { text, .. } => text,
+            Self::Order { text, .. } | Self::Reaches { text, .. } | Self::Bound { text, .. } => text,
         }
     }
 
     pub fn metric(&self) -> Metric {
         match self {
-            Self::Order { metric, .. } | Self::Reaches { metric, .. } => *metric,
+            Self::Order { metric, .. } | Self::Reaches { metric, .. } | Self::Bound { metric, .. } => *metric,
         }
     }
 
     pub fn bin(&self) -> &str {
         match self {
-            Self::Order { bin, .. } | Self::Reaches { bin, .. } => bin,
+            Self::Order { bin, .. } | Self::Reaches { bin, .. } | Self::Bound { bin, .. } => bin,
         }
     }
 
@@ -154,6 +165,7 @@ impl ClaimSpec {
             Self::Reaches {
                 variant, baseline, ..
             } => vec![variant, baseline],
+            Self::Bound { variant, .. } => vec![variant],
         }
     }
 }
@@ -219,6 +231,13 @@ pub enum Measured {
         fraction: Option<Spread>,
         /// The one-sample test of the fractions' mean being below 1; `None` with fewer than two
         /// reaching seeds.
+        test: Option<OneSided>,
+    },
+    Bound {
+        /// `None` where the variant has no value in the bin.
+        value: Option<Spread>,
+        /// The one-sample test of the mean being beyond the bound on the claimed side; `None`
+        /// with fewer than two seeds.
         test: Option<OneSided>,
     },
 }
@@ -293,6 +312,35 @@ pub fn judge_at(claim: &ClaimSpec, results: &[RunResult], level: f64, reading: R
             baseline,
             ..
         } => judge_reach(results, *metric, bin, variant, baseline, level),
+        ClaimSpec::Bound {
+            metric,
+            bin,
+            variant,
+            bound,
+            beats,
+            ..
+        } => {
+            let values = values(results, variant, *metric, bin, reading);
+            // The claimed side: below the bound when the claim is that it is beaten and lower
+            // is better, or that it is not beaten and higher is better.
+            let below = *beats == metric.lower_is_better();
+            let test = if below {
+                significance::mean_below(&values, *bound, level)
+            } else {
+                let negated: Vec<f64> = values.iter().map(|v| -v).collect();
+                significance::mean_below(&negated, -*bound, level)
+            };
+            let value = Spread::of(&values);
+            let holds = test.as_ref().is_some_and(|t| t.passes);
+            let sd_rule = value.as_ref().is_some_and(|v| {
+                if below {
+                    v.mean + v.sd < *bound
+                } else {
+                    v.mean - v.sd > *bound
+                }
+            });
+            (Measured::Bound { value, test }, holds, sd_rule)
+        }
     };
     let names = claim.variants();
     let mut seeds: Vec<u64> = results
@@ -318,10 +366,10 @@ pub struct StepVerdict {
     pub verdict: Verdict,
 }
 
-/// An order claim's verdict at every evaluation step that every run of its variants made; empty
-/// for a reaches claim, which reads the whole run already.
+/// An order or bound claim's verdict at every evaluation step that every run of its variants
+/// made; empty for a reaches claim, which reads the whole run already.
 pub fn verdicts_over_training(claim: &ClaimSpec, results: &[RunResult], level: f64) -> Vec<StepVerdict> {
-    if !matches!(claim, ClaimSpec::Order { .. }) {
+    if matches!(claim, ClaimSpec::Reaches { .. }) {
         return Vec::new();
     }
     let names = claim.variants();

@@ -337,3 +337,61 @@ fn an_order_claim_is_judged_at_every_evaluation() {
     assert_eq!(steps, [25]);
     assert!(verdicts_over_training(&reaches(Metric::Loss), &results, LEVEL).is_empty());
 }
+
+fn bound(metric: Metric, bound: f64, beats: bool) -> ClaimSpec {
+    ClaimSpec::Bound {
+        name: "c".into(),
+        text: "t".into(),
+        metric,
+        bin: BIN.into(),
+        variant: "a".into(),
+        bound,
+        beats,
+    }
+}
+
+/// "Solves the task" (accuracy beyond 0.9) and "does not solve it": a one-sample test on the
+/// claimed side of the bound, in the metric's direction.
+#[test]
+fn a_bound_holds_when_the_test_puts_the_mean_past_it_on_the_claimed_side() {
+    let solved = finals(&[("a", &[0.97, 0.98, 0.99, 0.96, 0.98])]);
+    let outcome = judge(&bound(Metric::Accuracy, 0.9, true), &solved, LEVEL);
+    assert_eq!(
+        (outcome.verdict, outcome.sd_rule),
+        (Verdict::Holds, Verdict::Holds)
+    );
+    let Measured::Bound { value, test } = &outcome.measured else {
+        panic!()
+    };
+    assert!((value.as_ref().unwrap().mean - 0.976).abs() < 1e-12);
+    assert!((test.as_ref().unwrap().estimate - 0.076).abs() < 1e-12);
+    assert_eq!(
+        judge(&bound(Metric::Accuracy, 0.9, false), &solved, LEVEL).verdict,
+        Verdict::NotShown
+    );
+    // Near the bound, with seeds on both sides: neither claim is shown.
+    let close = finals(&[("a", &[0.88, 0.93, 0.86, 0.95, 0.91])]);
+    for beats in [true, false] {
+        assert_eq!(
+            judge(&bound(Metric::Accuracy, 0.9, beats), &close, LEVEL).verdict,
+            Verdict::NotShown,
+            "beats {beats}"
+        );
+    }
+    // Loss: lower is better, so beating a bound of 1.0 means staying below it.
+    let low = finals(&[("a", &[0.5, 0.6, 0.55])]);
+    assert_eq!(
+        judge(&bound(Metric::Loss, 1.0, true), &low, LEVEL).verdict,
+        Verdict::Holds
+    );
+    assert_eq!(
+        judge(&bound(Metric::Loss, 1.0, false), &low, LEVEL).verdict,
+        Verdict::NotShown
+    );
+    // One seed: no test, not shown.
+    let one = finals(&[("a", &[0.99])]);
+    assert_eq!(
+        judge(&bound(Metric::Accuracy, 0.9, true), &one, LEVEL).verdict,
+        Verdict::NotShown
+    );
+}

@@ -63,6 +63,16 @@
 //! bin = "33-64"
 //! variant = "learned_longer"
 //! baseline = "learned"
+//!
+//! [[claim]]
+//! name = "solves"
+//! text = "sinusoidal solves the task at the training lengths (≥ 90% accuracy)"
+//! kind = "bound"
+//! metric = "accuracy"
+//! bin = "1-20"
+//! variant = "sinusoidal"
+//! bound = 0.9
+//! beats = true                       # false: the claim is that it stays short of the bound
 //! ```
 //!
 //! - `set` maps *quoted* dotted paths into the run config to values; each replaces the value at
@@ -111,8 +121,13 @@
 //!   one-sample test puts the fractions' mean below 1; a seed that never reaches it is reported as
 //!   such and makes the claim not shown.
 //!
+//! - `bound` holds when a one-sample test puts the variant's mean beyond `bound` on the claimed
+//!   side (better than it with `beats = true`, worse with `beats = false`): "solves the task"
+//!   and "does not solve it" at a stated error rate.
+//!
 //! The report keeps the ±1 sd rule's verdict beside each (means in order, mean ± sd ranges apart;
-//! for `reaches`, mean + sd below 1), posflow's rule before the tests. An order claim is also
+//! for `reaches`, mean + sd below 1; for `bound`, the mean ± sd range past the bound), posflow's
+//! rule before the tests. An order or bound claim is also
 //! judged at every evaluation (`over_training`), and `steps_<metric>.svg` draws every variant's
 //! metric per length bin and step.
 //!

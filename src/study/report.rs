@@ -323,6 +323,19 @@ fn expectation(claim: &ClaimSpec, study: &Study) -> String {
             metric.name(),
             claim.bin()
         ),
+        ClaimSpec::Bound {
+            variant,
+            bound,
+            beats,
+            ..
+        } => format!(
+            "Expected: {}'s final {} in bin {} (mean over seeds) {} {}.",
+            label(variant),
+            metric.name(),
+            claim.bin(),
+            if *beats { "better than" } else { "no better than" },
+            show_value(metric, *bound)
+        ),
     }
 }
 
@@ -394,6 +407,20 @@ fn measured(c: &ClaimOutcome, study: &Study) -> String {
                 "target {target}; {}; {fraction}; {test}.{never}",
                 steps.join(", ")
             )
+        }
+        Measured::Bound { value, test } => {
+            let value = value.as_ref().map_or("no value".into(), |v| show(metric, v));
+            let test = match test {
+                Some(t) => format!(
+                    "beyond the bound on the claimed side by {} (its {}% lower bound {}), {}",
+                    show_value(metric, t.estimate),
+                    100.0 * study.level,
+                    show_value(metric, t.lower_bound),
+                    p_value(t.p)
+                ),
+                None => "no test (fewer than two seeds)".into(),
+            };
+            format!("{value}; {test}.")
         }
     }
 }
@@ -470,6 +497,17 @@ fn show(metric: Metric, v: &Spread) -> String {
         Metric::MacroF1 => format!("{:.3} ± {:.3}", v.mean, v.sd),
         Metric::Accuracy | Metric::ExactMatch | Metric::TokenAccuracy | Metric::ErrorRate => {
             format!("{:.1} ± {:.1}%", 100.0 * v.mean, 100.0 * v.sd)
+        }
+    }
+}
+
+/// One value in the metric's units.
+fn show_value(metric: Metric, v: f64) -> String {
+    match metric {
+        Metric::Loss | Metric::MacroF1 => format!("{v:.3}"),
+        Metric::Bleu => format!("{v:.2}"),
+        Metric::Accuracy | Metric::ExactMatch | Metric::TokenAccuracy | Metric::ErrorRate => {
+            format!("{:.1}%", 100.0 * v)
         }
     }
 }

@@ -300,6 +300,11 @@ fn check_claim(claim: &ClaimSpec, variants: &[Variant]) -> std::result::Result<(
     {
         return Err("order needs at least two variants".into());
     }
+    if let ClaimSpec::Bound { bound, .. } = claim
+        && !bound.is_finite()
+    {
+        return Err(format!("bound must be a finite number, got {bound}"));
+    }
     if let Some(dup) = duplicate(&claim.variants()) {
         return Err(format!("names variant `{dup}` twice"));
     }

@@ -11,6 +11,7 @@ use crate::data::{ClassBatch, LengthBins};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::Graph;
+use crate::inference::EncodingCache;
 use crate::model::GraphOptions;
 use crate::model::Tokens;
 use crate::model::{Model, ModelGraph};
@@ -22,6 +23,10 @@ pub struct Evaluator {
     /// A shape the model cannot take (a learned table shorter than the length) is kept as its
     /// error, so it is reported, not retried, at every evaluation.
     graphs: HashMap<[usize; 2], Result<(ModelGraph, Executor), String>>,
+    /// FLOATER at randomized positions: its flow through every position of the range, which every
+    /// evaluation graph reads, solved once per evaluation (built on first use; `None` inside for a
+    /// model without one, or at positions 0..T, where each graph solves its own short flow).
+    flow: Option<Option<EncodingCache>>,
 }
 
 /// The outcome of one evaluation.
@@ -43,6 +48,7 @@ impl Evaluator {
         Self {
             model,
             graphs: HashMap::new(),
+            flow: None,
         }
     }
 
@@ -68,13 +74,44 @@ impl Evaluator {
             },
             ..EvalReport::default()
         };
+        let flow = match self.solve_flow(params).await {
+            Ok(flow) => flow,
+            Err(e) => {
+                let why = e.to_string();
+                report.failures = sets.iter().map(|set| (set.length, why.clone())).collect();
+                return report;
+            }
+        };
         for set in sets {
             let (length, binned_at) = (set.length, binning.binned_at(set.length));
-            if let Err(e) = self.evaluate_set(params, set, binned_at, &mut report.bins).await {
+            let flow = flow.as_deref();
+            if let Err(e) = self
+                .evaluate_set(params, set, binned_at, flow, &mut report.bins)
+                .await
+            {
                 report.failures.push((length, e));
             }
         }
         report
+    }
+
+    /// FLOATER's flow through every randomized position, solved afresh for this evaluation's
+    /// parameters; `None` for a model that solves nothing so (see [`Evaluator::flow`]). Solving
+    /// 2,048 positions per batch would cost more than the batches themselves.
+    async fn solve_flow(&mut self, params: &ParamStore) -> Result<Option<Vec<f32>>> {
+        let Some(range) = self.model.config().random_positions else {
+            return Ok(None);
+        };
+        if self.flow.is_none() {
+            self.flow = Some(EncodingCache::new(&self.model, params, range)?);
+        }
+        match self.flow.as_ref().and_then(Option::as_ref) {
+            Some(cache) => {
+                cache.invalidate();
+                Ok(Some(cache.values().await?))
+            }
+            None => Ok(None),
+        }
     }
 
     /// A classifier's logits `[B, n_classes]` for `batch`, on the padded graph of its shape.
@@ -84,7 +121,7 @@ impl Evaluator {
         let graph = self
             .graphs
             .entry([rows, len])
-            .or_insert_with(|| forward_graph(model, params, rows, len).map_err(|e| e.to_string()));
+            .or_insert_with(|| forward_graph(model, params, rows, len, false).map_err(|e| e.to_string()));
         let (graph, exec) = graph.as_ref().map_err(|e| Error::Input(e.clone()))?;
         graph.feed(exec, batch.batch.tokens(), &batch.classes, batch.batch.mask())?;
         exec.run()?;
@@ -97,6 +134,7 @@ impl Evaluator {
         params: &ParamStore,
         set: EvalSet,
         binned_at: Option<usize>,
+        flow: Option<&[f32]>,
         bins: &mut LengthBins,
     ) -> std::result::Result<(), String> {
         // A token classifier's logits are over its classes, the LMs' over the vocabulary.
@@ -107,12 +145,14 @@ impl Evaluator {
         for (index, batch) in set.batches.map_err(|e| e.to_string())?.into_iter().enumerate() {
             let [rows, len] = batch.shape();
             let model = &self.model;
-            let graph = self
-                .graphs
-                .entry([rows, len])
-                .or_insert_with(|| forward_graph(model, params, rows, len).map_err(|e| e.to_string()));
+            let graph = self.graphs.entry([rows, len]).or_insert_with(|| {
+                forward_graph(model, params, rows, len, flow.is_some()).map_err(|e| e.to_string())
+            });
             let (graph, exec) = graph.as_ref().map_err(Clone::clone)?;
             let logits = async {
+                if let Some(flow) = flow {
+                    graph.feed_encodings(exec, flow)?;
+                }
                 graph.draw_positions(exec, eval_positions_seed(set.length, index))?;
                 graph.feed_batch(exec, &batch)?;
                 exec.run()?;
@@ -137,20 +177,25 @@ fn eval_positions_seed(length: usize, index: usize) -> u64 {
     (1 << 63) | ((length as u64) << 24) | index as u64
 }
 
-/// The model's graph for `rows` × `len`, running only forward. The loss stays among the outputs so
+/// The model's graph for `rows` × `len`, running only forward, FLOATER's encodings an input when
+/// `cached_flow` (solved once per evaluation, [`Evaluator::solve_flow`]). The loss stays among the outputs so
 /// that the targets are part of the plan and one `feed` serves training and evaluation.
 fn forward_graph(
     model: &Model,
     params: &ParamStore,
     rows: usize,
     len: usize,
+    cached_flow: bool,
 ) -> Result<(ModelGraph, Executor)> {
     let mut g = Graph::new();
     // A classifier's and a token classifier's batches are padded (rows of many lengths).
-    let options = match model.config().kind.pads_batches() {
+    let mut options = match model.config().kind.pads_batches() {
         true => GraphOptions::default().padded(),
         false => GraphOptions::default(),
     };
+    if cached_flow {
+        options = options.cached_encodings();
+    }
     let graph = model.build(&mut g, Tokens { batch: rows, len }, options)?;
     let exec = Executor::new(&g, &[graph.logits, graph.loss], params)?;
     Ok((graph, exec))
