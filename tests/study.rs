@@ -70,6 +70,24 @@ metric = "loss"
 bin = "1-32"
 variant = "relative"
 baseline = "learned"
+
+[[claim]]
+name = "learns"
+text = "relative learns the training lengths"
+kind = "bound"
+metric = "accuracy"
+bin = "1-32"
+variant = "relative"
+bound = 0.1
+beats = true
+
+[[claim]]
+name = "gains"
+text = "relative > learned on average, seed by seed"
+kind = "gain"
+metric = "accuracy"
+bin = "33-64"
+pairs = [["relative", "learned"]]
 "#
     )
 }
@@ -148,7 +166,7 @@ fn a_study_runs_every_variant_and_seed_and_reports() {
         assert_eq!(summary["n"], 2);
     }
     let claims = json["summary"]["claims"].as_array().unwrap();
-    assert_eq!(claims.len(), 2);
+    assert_eq!(claims.len(), 4);
     for claim in claims {
         assert!(
             ["holds", "not shown"].contains(&claim["verdict"].as_str().unwrap()),
@@ -187,6 +205,9 @@ fn a_study_runs_every_variant_and_seed_and_reports() {
         "(the ±1 sd rule: ",
         "one-sided t-test on the per-seed values at a 95% level",
         "At each evaluation (step: verdict): 5 ",
+        "Expected: T5 relative's final accuracy in bin 1-32 (mean over seeds) better than 10.0%.",
+        "Expected, by final accuracy in bin 33-64: a gain above 0, per seed averaged over T5 relative over learned table.",
+        "mean gain ",
         "![",
         "(training_loss.svg)",
     ] {

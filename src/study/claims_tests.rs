@@ -395,3 +395,52 @@ fn a_bound_holds_when_the_test_puts_the_mean_past_it_on_the_claimed_side() {
         Verdict::NotShown
     );
 }
+
+fn gain(pairs: &[[&str; 2]]) -> ClaimSpec {
+    ClaimSpec::Gain {
+        name: "c".into(),
+        text: "t".into(),
+        metric: Metric::Accuracy,
+        bin: BIN.into(),
+        pairs: pairs
+            .iter()
+            .map(|[a, b]| [a.to_string(), b.to_string()])
+            .collect(),
+    }
+}
+
+/// A gain is measured per seed (the same seed's runs compared), averaged over the pairs, then
+/// tested above 0: a steady gain holds even where one pair's gain is small, and a gain that
+/// changes sign from seed to seed does not.
+#[test]
+fn a_gain_is_the_mean_over_pairs_of_each_seeds_advantage() {
+    let steady = finals(&[
+        ("a_rand", &[0.70, 0.62, 0.81]),
+        ("a", &[0.50, 0.40, 0.60]),
+        ("b_rand", &[0.55, 0.52, 0.61]),
+        ("b", &[0.54, 0.50, 0.60]),
+    ]);
+    let outcome = judge(&gain(&[["a_rand", "a"], ["b_rand", "b"]]), &steady, LEVEL);
+    let Measured::Gain {
+        per_seed, gain: g, ..
+    } = &outcome.measured
+    else {
+        panic!()
+    };
+    // Seed 0: ((0.70 − 0.50) + (0.55 − 0.54)) / 2 = 0.105.
+    assert_eq!(per_seed.len(), 3);
+    assert!((per_seed[0].1 - 0.105).abs() < 1e-12, "{per_seed:?}");
+    assert!((g.as_ref().unwrap().mean - (0.105 + 0.12 + 0.11) / 3.0).abs() < 1e-12);
+    assert_eq!(outcome.verdict, Verdict::Holds);
+    let mixed = finals(&[("a_rand", &[0.70, 0.40, 0.66]), ("a", &[0.50, 0.60, 0.60])]);
+    assert_eq!(
+        judge(&gain(&[["a_rand", "a"]]), &mixed, LEVEL).verdict,
+        Verdict::NotShown
+    );
+    // A seed missing one variant's run is left out, not counted as no gain.
+    let missing = finals(&[("a_rand", &[0.7, 0.7, 0.7]), ("a", &[0.5, 0.5])]);
+    let Measured::Gain { per_seed, .. } = judge(&gain(&[["a_rand", "a"]]), &missing, LEVEL).measured else {
+        panic!()
+    };
+    assert_eq!(per_seed.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [0, 1]);
+}

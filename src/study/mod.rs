@@ -73,6 +73,14 @@
 //! variant = "sinusoidal"
 //! bound = 0.9
 //! beats = true                       # false: the claim is that it stays short of the bound
+//!
+//! [[claim]]
+//! name = "randomizing_helps"
+//! text = "randomized > standard on average over the encodings (Ruoss et al.: +12.0%)"
+//! kind = "gain"
+//! metric = "accuracy"
+//! bin = "21-40"
+//! pairs = [["sinusoidal_rand", "sinusoidal"], ["rope_rand", "rope"]]
 //! ```
 //!
 //! - `set` maps *quoted* dotted paths into the run config to values; each replaces the value at
@@ -124,6 +132,9 @@
 //! - `bound` holds when a one-sample test puts the variant's mean beyond `bound` on the claimed
 //!   side (better than it with `beats = true`, worse with `beats = false`): "solves the task"
 //!   and "does not solve it" at a stated error rate.
+//! - `gain` holds when, per seed, the first variant of each pair beats the second by a mean over
+//!   the pairs whose mean over seeds a one-sample test puts above 0 (the seeds pair the runs:
+//!   one data stream per seed).
 //!
 //! The report keeps the ±1 sd rule's verdict beside each (means in order, mean ± sd ranges apart;
 //! for `reaches`, mean + sd below 1; for `bound`, the mean ± sd range past the bound), posflow's

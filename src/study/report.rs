@@ -323,6 +323,18 @@ fn expectation(claim: &ClaimSpec, study: &Study) -> String {
             metric.name(),
             claim.bin()
         ),
+        ClaimSpec::Gain { pairs, .. } => {
+            let pairs: Vec<String> = pairs
+                .iter()
+                .map(|[a, b]| format!("{} over {}", label(a), label(b)))
+                .collect();
+            format!(
+                "Expected, by final {} in bin {}: a gain above 0, per seed averaged over {}.",
+                metric.name(),
+                claim.bin(),
+                pairs.join(", ")
+            )
+        }
         ClaimSpec::Bound {
             variant,
             bound,
@@ -407,6 +419,26 @@ fn measured(c: &ClaimOutcome, study: &Study) -> String {
                 "target {target}; {}; {fraction}; {test}.{never}",
                 steps.join(", ")
             )
+        }
+        Measured::Gain { per_seed, gain, test } => {
+            let seeds: Vec<String> = per_seed
+                .iter()
+                .map(|(seed, g)| format!("seed {seed} {}", show_value(metric, *g)))
+                .collect();
+            let gain = gain
+                .as_ref()
+                .map_or("no seed has every value".into(), |g| show(metric, g));
+            let test = match test {
+                Some(t) => format!(
+                    "above 0 by {} (its {}% lower bound {}), {}",
+                    show_value(metric, t.estimate),
+                    100.0 * study.level,
+                    show_value(metric, t.lower_bound),
+                    p_value(t.p)
+                ),
+                None => "no test (fewer than two seeds)".into(),
+            };
+            format!("mean gain {gain} ({}); {test}.", seeds.join(", "))
         }
         Measured::Bound { value, test } => {
             let value = value.as_ref().map_or("no value".into(), |v| show(metric, v));

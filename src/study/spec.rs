@@ -300,6 +300,11 @@ fn check_claim(claim: &ClaimSpec, variants: &[Variant]) -> std::result::Result<(
     {
         return Err("order needs at least two variants".into());
     }
+    if let ClaimSpec::Gain { pairs, .. } = claim
+        && pairs.is_empty()
+    {
+        return Err("gain needs at least one pair of variants".into());
+    }
     if let ClaimSpec::Bound { bound, .. } = claim
         && !bound.is_finite()
     {

@@ -87,7 +87,9 @@ fn points_the_claimed_way(outcome: &ClaimOutcome) -> bool {
                 && seeds.iter().all(|s| s.step.is_some())
                 && fraction.as_ref().is_some_and(|f| f.mean < 1.0)
         }
-        Measured::Bound { test, .. } => test.as_ref().is_some_and(|t| t.estimate > 0.0),
+        Measured::Bound { test, .. } | Measured::Gain { test, .. } => {
+            test.as_ref().is_some_and(|t| t.estimate > 0.0)
+        }
     }
 }
 
