@@ -285,6 +285,66 @@ fn eval_prints_every_bin_for_a_floater_checkpoint() {
     assert_eq!(out.matches("> trained").count(), 2, "{out}");
 }
 
+/// A Chomsky task at randomized positions: training says so, the checkpoint keeps the setting,
+/// and `posflow eval` scores it per band of input lengths (FLOATER's flow solved once per
+/// evaluation, through the whole range).
+#[test]
+fn a_randomized_run_trains_saves_and_evaluates() {
+    let dir = scratch("cli", "randomized");
+    let run = r#"
+[data]
+task = "chomsky"
+name = "reverse_string"
+train_max_len = 4
+
+[model]
+d_model = 16
+heads = 2
+layers = 1
+ffn = 32
+max_len = 64
+random_positions = 64
+kind = { type = "token_classifier", n_classes = 2 }
+posenc = { type = "floater", resolve_every = 2 }
+
+[train]
+steps = 3
+batch = 4
+lr = 1e-2
+eval_every = 3
+eval_lengths = [4, 8]
+checkpoint = "randomized.safetensors"
+metrics = "randomized.jsonl"
+"#;
+    let out = stdout(&train_run(&dir, "randomized", run, "3"));
+    assert!(
+        out.contains(
+            "randomized positions: each batch's tokens at a sorted sample of distinct positions of 0..64"
+        ),
+        "{out}"
+    );
+    let o = posflow_in(
+        &dir,
+        &[
+            "eval",
+            "--checkpoint",
+            "randomized.safetensors",
+            "--lengths",
+            "4,8,16",
+            "--batches",
+            "1",
+            "--device",
+            "cpu",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for bin in ["1-4", "5-8", "9-16"] {
+        assert!(out.contains(bin), "{bin} missing:\n{out}");
+    }
+    assert!(!out.contains("not evaluated"), "{out}");
+}
+
 /// `--warm-start` starts a new run from the parameters a checkpoint shares with the model and
 /// says which are new.
 #[test]

@@ -185,6 +185,11 @@ fn describe(run: &RunConfig) {
         m.vocab,
         serde_json::to_string(&m.posenc).expect("a posenc serializes")
     );
+    if let Some(range) = m.random_positions {
+        println!(
+            "       randomized positions: each batch's tokens at a sorted sample of distinct positions of 0..{range}"
+        );
+    }
     // The block and its form, where they are not the plain pre-norm residual chain.
     let mut blocks = Vec::new();
     if m.block != Block::Residual {
