@@ -29,7 +29,6 @@ pub mod optim;
 pub mod params;
 pub mod score;
 pub mod shaders;
-#[cfg(not(target_arch = "wasm32"))]
 pub mod study;
 pub mod tensor;
 #[cfg(test)]

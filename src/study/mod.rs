@@ -149,12 +149,18 @@
 //! claimed way.
 
 mod claims;
+#[cfg(not(target_arch = "wasm32"))]
 mod figure;
+mod live;
 mod overrides;
+#[cfg(not(target_arch = "wasm32"))]
 mod plot;
+#[cfg(not(target_arch = "wasm32"))]
 mod plot_steps;
+#[cfg(not(target_arch = "wasm32"))]
 mod report;
 mod results;
+#[cfg(not(target_arch = "wasm32"))]
 mod runner;
 mod significance;
 mod spec;
@@ -168,9 +174,13 @@ pub use claims::{
     ClaimOutcome, ClaimSpec, Measured, Metric, PairOutcome, Reading, SeedReach, StepVerdict, Verdict, judge,
     judge_at, verdicts_over_training,
 };
+pub use live::{Advanced, Clock, LiveRun, LiveStudy};
+#[cfg(not(target_arch = "wasm32"))]
 pub use plot::write_pictures;
+#[cfg(not(target_arch = "wasm32"))]
 pub use report::{Report, inline_toml, write_reports};
 pub use results::{BinValue, EvalPoint, RunResult};
+#[cfg(not(target_arch = "wasm32"))]
 pub use runner::{BackendFactory, RunPlan, StudyProgress, plan_runs, run_study};
 pub use significance::{DEFAULT_LEVEL, OneSided, mean_below, welch};
 pub use spec::{Study, Variant};

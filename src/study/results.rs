@@ -121,8 +121,9 @@ impl RunResult {
         steps
     }
 
-    /// Writes the result atomically: a run killed while writing it leaves no result, so it is
+    /// Natively only (the page keeps results in memory). Writes the result atomically: a run killed while writing it leaves no result, so it is
     /// run again rather than half-read.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn write(&self, path: &Path) -> Result<()> {
         let text = serde_json::to_string_pretty(self).expect("a result serializes");
         crate::checkpoint::write_atomically(path, text.as_bytes())

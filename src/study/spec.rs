@@ -81,10 +81,16 @@ impl Variant {
         self.label.as_deref().unwrap_or(&self.name)
     }
 
-    /// The run for `seed`, writing its checkpoint and metrics into `dir`.
-    pub fn run_for(&self, seed: u64, dir: &Path) -> RunConfig {
+    /// The run for `seed`, writing nothing (a live study's).
+    pub fn run_seeded(&self, seed: u64) -> RunConfig {
         let mut run = self.run.clone();
         run.train.seed = seed;
+        run
+    }
+
+    /// The run for `seed`, writing its checkpoint and metrics into `dir`.
+    pub fn run_for(&self, seed: u64, dir: &Path) -> RunConfig {
+        let mut run = self.run_seeded(seed);
         run.train.checkpoint = Some(dir.join("model.safetensors"));
         run.train.metrics = Some(dir.join("metrics.jsonl"));
         run

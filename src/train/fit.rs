@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::eval::EvalReport;
-use super::metrics::{ClassScores, DecodedScores, MetricsLog, Record};
+use super::metrics::{MetricsLog, Record};
 use super::trainer::{StepStats, Trainer};
 use crate::error::{Error, Result};
 
@@ -72,10 +72,8 @@ pub fn fit(trainer: &mut Trainer, progress: &mut dyn Progress) -> Result<FitSumm
         progress.step(&stats, tokens_per_s);
 
         let done = trainer.step();
-        if (t.eval_every > 0 && done.is_multiple_of(t.eval_every)) || trainer.is_done() {
-            // Pair and classification tasks are scored on their own bins of length.
-            let task = trainer.task();
-            if !t.eval_lengths.is_empty() || task.pair_data().is_some() || task.class_data().is_some() {
+        if trainer.evaluation_due() {
+            if trainer.evaluates() {
                 let report = pollster::block_on(trainer.evaluate());
                 if let Some(log) = &mut log {
                     write_eval(log, done, &report)?;
@@ -103,52 +101,8 @@ fn create_parent(path: &Path) -> Result<()> {
 }
 
 fn write_eval(log: &mut MetricsLog, step: usize, report: &EvalReport) -> Result<()> {
-    let bin = |lengths: &std::ops::RangeInclusive<usize>| format!("{}-{}", lengths.start(), lengths.end());
-    for (lengths, totals) in report.bins.bins() {
-        log.write(&Record::Eval {
-            step,
-            bin: bin(&lengths),
-            loss: totals.mean_loss() as f32,
-            accuracy: totals.accuracy() as f32,
-            tokens: totals.tokens,
-            decoded: None,
-            classified: None,
-        })?;
-    }
-    if let Some(classes) = &report.classes {
-        for scores in &classes.bins {
-            log.write(&Record::Eval {
-                step,
-                bin: bin(&scores.lengths),
-                loss: scores.mean_loss() as f32,
-                accuracy: scores.confusion.accuracy() as f32,
-                tokens: scores.confusion.examples(),
-                decoded: None,
-                classified: Some(ClassScores {
-                    macro_f1: scores.confusion.macro_f1() as f32,
-                    confusion: scores.confusion.counts.clone(),
-                }),
-            })?;
-        }
-    }
-    if let Some(pairs) = &report.pairs {
-        for ((lengths, forced), (_, decoded)) in pairs.forced.iter().zip(pairs.decoded.bins()) {
-            log.write(&Record::Eval {
-                step,
-                bin: bin(lengths),
-                loss: forced.mean_loss() as f32,
-                accuracy: forced.accuracy() as f32,
-                tokens: forced.tokens,
-                decoded: Some(DecodedScores {
-                    sequences: decoded.sequences,
-                    exact_match: decoded.exact_match() as f32,
-                    token_accuracy: decoded.token_accuracy() as f32,
-                    error_rate: decoded.error_rate() as f32,
-                    bleu: decoded.bleu().score as f32,
-                }),
-                classified: None,
-            })?;
-        }
+    for record in Record::evaluation(step, report) {
+        log.write(&record)?;
     }
     Ok(())
 }

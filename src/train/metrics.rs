@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::eval::EvalReport;
+
 #[cfg(not(target_arch = "wasm32"))]
 use crate::error::{Error, Result};
 
@@ -39,6 +41,63 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         classified: Option<ClassScores>,
     },
+}
+
+impl Record {
+    /// The records of one evaluation after `step` steps: one per length bin, with a
+    /// classifier's or a seq2seq model's scores where the report has them.
+    pub fn evaluation(step: usize, report: &EvalReport) -> Vec<Record> {
+        let bin =
+            |lengths: &std::ops::RangeInclusive<usize>| format!("{}-{}", lengths.start(), lengths.end());
+        let mut records = Vec::new();
+        for (lengths, totals) in report.bins.bins() {
+            records.push(Record::Eval {
+                step,
+                bin: bin(&lengths),
+                loss: totals.mean_loss() as f32,
+                accuracy: totals.accuracy() as f32,
+                tokens: totals.tokens,
+                decoded: None,
+                classified: None,
+            });
+        }
+        if let Some(classes) = &report.classes {
+            for scores in &classes.bins {
+                records.push(Record::Eval {
+                    step,
+                    bin: bin(&scores.lengths),
+                    loss: scores.mean_loss() as f32,
+                    accuracy: scores.confusion.accuracy() as f32,
+                    tokens: scores.confusion.examples(),
+                    decoded: None,
+                    classified: Some(ClassScores {
+                        macro_f1: scores.confusion.macro_f1() as f32,
+                        confusion: scores.confusion.counts.clone(),
+                    }),
+                });
+            }
+        }
+        if let Some(pairs) = &report.pairs {
+            for ((lengths, forced), (_, decoded)) in pairs.forced.iter().zip(pairs.decoded.bins()) {
+                records.push(Record::Eval {
+                    step,
+                    bin: bin(lengths),
+                    loss: forced.mean_loss() as f32,
+                    accuracy: forced.accuracy() as f32,
+                    tokens: forced.tokens,
+                    decoded: Some(DecodedScores {
+                        sequences: decoded.sequences,
+                        exact_match: decoded.exact_match() as f32,
+                        token_accuracy: decoded.token_accuracy() as f32,
+                        error_rate: decoded.error_rate() as f32,
+                        bleu: decoded.bleu().score as f32,
+                    }),
+                    classified: None,
+                });
+            }
+        }
+        records
+    }
 }
 
 /// What a classifier scored on one bin of text lengths.

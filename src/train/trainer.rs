@@ -292,6 +292,21 @@ impl Trainer {
         })
     }
 
+    /// Whether [`Trainer::evaluate`] has anything to score: evaluation lengths, or a pair or
+    /// classification task (scored on their own bins of length).
+    pub fn evaluates(&self) -> bool {
+        !self.run.train.eval_lengths.is_empty()
+            || self.task.pair_data().is_some()
+            || self.task.class_data().is_some()
+    }
+
+    /// Whether the run evaluates now, after the steps completed: every `eval_every` steps and
+    /// after the last.
+    pub fn evaluation_due(&self) -> bool {
+        let every = self.run.train.eval_every;
+        ((every > 0 && self.step.is_multiple_of(every)) || self.is_done()) && self.step > 0
+    }
+
     /// Loss and accuracy on the validation data at the config's evaluation lengths.
     pub async fn evaluate(&mut self) -> EvalReport {
         let t = &self.run.train;
