@@ -185,5 +185,5 @@ pub use runner::{BackendFactory, RunPlan, StudyProgress, plan_runs, run_study};
 pub use significance::{DEFAULT_LEVEL, OneSided, mean_below, welch};
 pub use spec::{Study, Variant};
 pub use spread::Spread;
-pub use summary::{BinSummary, StudySummary, VariantSummary, summarize};
+pub use summary::{BinSummary, StudySummary, VariantSummary, bin_start, summarize};
 pub use verdicts::{ClaimReport, Replication, judge_claims};

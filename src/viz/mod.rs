@@ -16,6 +16,7 @@
 
 pub mod attention;
 pub mod colormap;
+pub mod compare;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod export;
 pub mod finetune;

@@ -1,0 +1,744 @@
+//! What a visitor asks the Compare tab: a task, the encodings (each standard or randomized), how
+//! many seeds, the training length, the test lengths and a size preset. Checked here with a reason
+//! for every refusal, written as the study file that reproduces the comparison natively
+//! (`posflow study FILE`: the page trains exactly the runs that file describes), and kept in the
+//! page's URL as a query string.
+//!
+//! Lengths are in the task's own unit: input symbols for the Chomsky tasks, string symbols for
+//! copy and reverse, characters for Moby Dick. The claims are written before anything runs: for
+//! every pair of variants and every length bin past the training length, "the first beats the
+//! second" and "the second beats the first", each a one-sided test at 95% (so at most one holds).
+
+use std::fmt::Write as _;
+
+use crate::data::chomsky::ChomskyTask;
+use crate::error::{Error, Result};
+use crate::study::Study;
+
+/// Randomized positions are drawn from 0..L, L as Ruoss et al.
+pub const RANDOM_POSITIONS: usize = 2048;
+
+/// The most seeds a comparison trains.
+pub const MAX_SEEDS: usize = 5;
+
+/// The tasks the tab offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompareTask {
+    Chomsky(ChomskyTask),
+    /// `abc|abc`, a causal LM.
+    Copy,
+    /// `abc|cba`, a causal LM.
+    Reverse,
+    /// Next character of Moby Dick, a causal LM.
+    MobyDick,
+}
+
+impl CompareTask {
+    pub fn all() -> Vec<CompareTask> {
+        let mut tasks: Vec<CompareTask> = ChomskyTask::ALL.into_iter().map(CompareTask::Chomsky).collect();
+        tasks.extend([CompareTask::Copy, CompareTask::Reverse, CompareTask::MobyDick]);
+        tasks
+    }
+
+    /// The name in URLs and study files.
+    pub fn name(self) -> String {
+        match self {
+            CompareTask::Chomsky(task) => toml::Value::try_from(task)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .expect("a Chomsky task serializes to its name"),
+            CompareTask::Copy => "copy".into(),
+            CompareTask::Reverse => "reverse".into(),
+            CompareTask::MobyDick => "moby_dick".into(),
+        }
+    }
+
+    pub fn from_name(name: &str) -> Result<CompareTask> {
+        Self::all().into_iter().find(|t| t.name() == name).ok_or_else(|| {
+            let names: Vec<String> = Self::all().into_iter().map(CompareTask::name).collect();
+            Error::Input(format!(
+                "unknown task `{name}`; the tasks are {}",
+                names.join(", ")
+            ))
+        })
+    }
+
+    /// The model is an encoder (the Chomsky tasks' token classifier); the others are causal LMs.
+    pub fn encoder(self) -> bool {
+        matches!(self, CompareTask::Chomsky(_))
+    }
+
+    /// Randomized positions exist for the token classifier so far.
+    pub fn randomizes(self) -> bool {
+        self.encoder()
+    }
+
+    /// What the length counts.
+    pub fn unit(self) -> &'static str {
+        match self {
+            CompareTask::Chomsky(_) => "input symbols",
+            CompareTask::Copy | CompareTask::Reverse => "string symbols",
+            CompareTask::MobyDick => "characters",
+        }
+    }
+
+    /// Test lengths past this would not fit 2,048 positions (an answer, or a copy, is as long
+    /// as the input or twice it).
+    pub fn max_length(self) -> usize {
+        match self {
+            CompareTask::Chomsky(_) => 500,
+            CompareTask::Copy | CompareTask::Reverse => 1000,
+            CompareTask::MobyDick => 2048,
+        }
+    }
+
+    /// A length in the unit the task's evaluation bins count: sequence tokens for copy and
+    /// reverse (`abc|abc` and its two markers: 2n + 2), the length itself otherwise.
+    fn bin_units(self, length: usize) -> usize {
+        match self {
+            CompareTask::Copy | CompareTask::Reverse => 2 * length + 2,
+            _ => length,
+        }
+    }
+
+    /// Scored by accuracy, or (Moby Dick's characters) by loss.
+    fn metric(self) -> &'static str {
+        match self {
+            CompareTask::MobyDick => "loss",
+            _ => "accuracy",
+        }
+    }
+}
+
+/// The encodings the tab offers, each one line of a run config's `posenc`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    None,
+    Sinusoidal,
+    Learned,
+    /// T5's relative bias.
+    Relative,
+    Rope,
+    /// With Ruoss et al.'s encoder offset (half a position to the left).
+    Alibi,
+    TupeA,
+    TupeR,
+    /// The authors' form (compatible, Δ 0.01), its flow solved again every 100 steps.
+    Floater,
+}
+
+impl Encoding {
+    pub const ALL: [Encoding; 9] = [
+        Encoding::None,
+        Encoding::Sinusoidal,
+        Encoding::Learned,
+        Encoding::Relative,
+        Encoding::Rope,
+        Encoding::Alibi,
+        Encoding::TupeA,
+        Encoding::TupeR,
+        Encoding::Floater,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Encoding::None => "none",
+            Encoding::Sinusoidal => "sinusoidal",
+            Encoding::Learned => "learned",
+            Encoding::Relative => "relative",
+            Encoding::Rope => "rope",
+            Encoding::Alibi => "alibi",
+            Encoding::TupeA => "tupe_a",
+            Encoding::TupeR => "tupe_r",
+            Encoding::Floater => "floater",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Encoding::None => "no position encoding",
+            Encoding::Sinusoidal => "sinusoidal",
+            Encoding::Learned => "learned table",
+            Encoding::Relative => "T5 relative",
+            Encoding::Rope => "RoPE",
+            Encoding::Alibi => "ALiBi",
+            Encoding::TupeA => "TUPE-A",
+            Encoding::TupeR => "TUPE-R",
+            Encoding::Floater => "FLOATER",
+        }
+    }
+
+    /// Its `posenc`; ALiBi's encoder offset only where the model is an encoder (the Chomsky
+    /// tasks' token classifier).
+    fn posenc(self, encoder: bool) -> &'static str {
+        match self {
+            Encoding::Alibi if !encoder => r#"{ type = "alibi" }"#,
+            Encoding::None => r#"{ type = "none" }"#,
+            Encoding::Sinusoidal => r#"{ type = "sinusoidal" }"#,
+            Encoding::Learned => r#"{ type = "learned" }"#,
+            Encoding::Relative => r#"{ type = "relative" }"#,
+            Encoding::Rope => r#"{ type = "rope" }"#,
+            Encoding::Alibi => r#"{ type = "alibi", left_offset = 0.5 }"#,
+            Encoding::TupeA => r#"{ type = "tupe_a", untie_cls = false }"#,
+            Encoding::TupeR => r#"{ type = "tupe_r", untie_cls = false }"#,
+            Encoding::Floater => r#"{ type = "floater", resolve_every = 100 }"#,
+        }
+    }
+}
+
+/// One variant: an encoding, standard or at randomized positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Choice {
+    pub encoding: Encoding,
+    pub randomized: bool,
+}
+
+impl Choice {
+    /// The variant's name: the encoding's, `_rand` when randomized.
+    pub fn name(self) -> String {
+        let suffix = if self.randomized { "_rand" } else { "" };
+        format!("{}{suffix}", self.encoding.name())
+    }
+
+    pub fn label(self) -> String {
+        let suffix = if self.randomized { ", randomized" } else { "" };
+        format!("{}{suffix}", self.encoding.label())
+    }
+
+    fn from_name(name: &str) -> Result<Choice> {
+        let (base, randomized) = match name.strip_suffix("_rand") {
+            Some(base) => (base, true),
+            None => (name, false),
+        };
+        let encoding = Encoding::ALL
+            .into_iter()
+            .find(|e| e.name() == base)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Encoding::ALL.iter().map(|e| e.name()).collect();
+                Error::Input(format!(
+                    "unknown encoding `{name}`; the encodings are {} (each with `_rand` for randomized \
+                 positions)",
+                    names.join(", ")
+                ))
+            })?;
+        Ok(Choice { encoding, randomized })
+    }
+}
+
+/// How big the models are and how long they train.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    /// A small model for a laptop's CPU: two encodings × three seeds in about two minutes.
+    Fast,
+    /// The Chomsky studies' model (5 layers, d 64) and steps: for a GPU.
+    Paper,
+}
+
+struct Sizes {
+    d_model: usize,
+    heads: usize,
+    layers: usize,
+    ffn: usize,
+    steps: usize,
+    batch: usize,
+}
+
+impl Preset {
+    pub const ALL: [Preset; 2] = [Preset::Fast, Preset::Paper];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Fast => "fast",
+            Preset::Paper => "paper",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Preset::Fast => "fast (2 layers, d 32, 400 steps: a laptop's CPU)",
+            Preset::Paper => "paper (5 layers, d 64, 1,500 steps: a GPU)",
+        }
+    }
+
+    fn from_name(name: &str) -> Result<Preset> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.name() == name)
+            .ok_or_else(|| Error::Input(format!("unknown preset `{name}`; the presets are fast and paper")))
+    }
+
+    fn sizes(self) -> Sizes {
+        match self {
+            Preset::Fast => Sizes {
+                d_model: 32,
+                heads: 4,
+                layers: 2,
+                ffn: 64,
+                steps: 400,
+                batch: 16,
+            },
+            Preset::Paper => Sizes {
+                d_model: 64,
+                heads: 8,
+                layers: 5,
+                ffn: 256,
+                steps: 1500,
+                batch: 32,
+            },
+        }
+    }
+}
+
+/// Everything the tab asks, as the visitor set it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompareSettings {
+    pub task: CompareTask,
+    pub choices: Vec<Choice>,
+    pub seeds: usize,
+    /// Training lengths are 1..=train_len (Moby Dick: windows of train_len characters).
+    pub train_len: usize,
+    /// The test lengths run from `test_from` to `test_to`.
+    pub test_from: usize,
+    pub test_to: usize,
+    pub preset: Preset,
+}
+
+impl Default for CompareSettings {
+    /// Ruoss et al.'s question on even pairs: does randomizing the sinusoidal table's positions
+    /// help past the training length?
+    fn default() -> Self {
+        Self {
+            task: CompareTask::Chomsky(ChomskyTask::EvenPairs),
+            choices: vec![
+                Choice {
+                    encoding: Encoding::Sinusoidal,
+                    randomized: false,
+                },
+                Choice {
+                    encoding: Encoding::Sinusoidal,
+                    randomized: true,
+                },
+            ],
+            seeds: 3,
+            train_len: 10,
+            test_from: 11,
+            test_to: 40,
+            preset: Preset::Fast,
+        }
+    }
+}
+
+impl CompareSettings {
+    /// Why these settings cannot run, if they cannot.
+    pub fn check(&self) -> Result<()> {
+        let refuse = |why: String| Err(Error::Input(why));
+        if self.choices.is_empty() {
+            return refuse("choose at least one encoding to compare".into());
+        }
+        for (i, c) in self.choices.iter().enumerate() {
+            if self.choices[..i].contains(c) {
+                return refuse(format!("{} is chosen twice", c.label()));
+            }
+            if c.randomized && c.encoding == Encoding::None {
+                return refuse(
+                    "no position encoding reads no positions: there is nothing to randomize".into(),
+                );
+            }
+            if c.randomized && !self.task.randomizes() {
+                return refuse(format!(
+                    "{}: randomized positions are implemented for the Chomsky tasks (a token \
+                     classifier) so far, not for {}",
+                    c.label(),
+                    self.task.name()
+                ));
+            }
+        }
+        if self.seeds == 0 || self.seeds > MAX_SEEDS {
+            return refuse(format!("seeds must be 1 to {MAX_SEEDS}, got {}", self.seeds));
+        }
+        if self.train_len == 0 {
+            return refuse("the training length must be at least 1".into());
+        }
+        if self.test_from <= self.train_len {
+            return refuse(format!(
+                "the test lengths must be longer than the training length: they start at {}, the \
+                 training length is {}",
+                self.test_from, self.train_len
+            ));
+        }
+        if self.test_to < self.test_from {
+            return refuse(format!(
+                "the test lengths run from {} to {}: the end must not be before the start",
+                self.test_from, self.test_to
+            ));
+        }
+        let max = self.task.max_length();
+        if self.test_to > max {
+            return refuse(format!(
+                "test lengths up to {max} {} fit {} positions for {}; {} is longer",
+                self.task.unit(),
+                RANDOM_POSITIONS,
+                self.task.name(),
+                self.test_to
+            ));
+        }
+        Ok(())
+    }
+
+    /// The evaluation lengths, in the task's unit: the training length and half of it, and
+    /// the test range's start, middle and end.
+    fn eval_lengths(&self) -> Vec<usize> {
+        let mut lengths = vec![
+            (self.train_len / 2).max(1),
+            self.train_len,
+            self.test_from,
+            (self.test_from + self.test_to) / 2,
+            self.test_to,
+        ];
+        lengths.sort_unstable();
+        lengths.dedup();
+        lengths.into_iter().map(|n| self.task.bin_units(n)).collect()
+    }
+
+    fn data_toml(&self) -> String {
+        match self.task {
+            CompareTask::Chomsky(_) => format!(
+                "{{ task = \"chomsky\", name = \"{}\", train_max_len = {} }}",
+                self.task.name(),
+                self.train_len
+            ),
+            CompareTask::Copy | CompareTask::Reverse => format!(
+                "{{ task = \"{}\", min_len = 1, max_len = {} }}",
+                self.task.name(),
+                self.train_len
+            ),
+            CompareTask::MobyDick => format!("{{ task = \"moby_dick\", seq_len = {} }}", self.train_len),
+        }
+    }
+
+    fn kind_toml(&self) -> String {
+        match self.task {
+            CompareTask::Chomsky(task) => {
+                format!(
+                    "{{ type = \"token_classifier\", n_classes = {} }}",
+                    task.classes()
+                )
+            }
+            _ => "{ type = \"causal_lm\" }".into(),
+        }
+    }
+
+    /// The study without claims: the variants as they will run.
+    fn variants_toml(&self) -> String {
+        let s = self.preset.sizes();
+        let seeds: Vec<String> = (0..self.seeds).map(|k| k.to_string()).collect();
+        let mut text = format!(
+            "# Written by posflow's Compare tab; `posflow study FILE` trains the same runs with the\n\
+             # same seeds natively.\n\n\
+             [study]\n\
+             name = \"compare_{task}\"\n\
+             description = \"{description}\"\n\
+             seeds = [{seeds}]\n\n\
+             [base]\n\
+             data = {data}\n\n\
+             [base.model]\n\
+             d_model = {d_model}\n\
+             heads = {heads}\n\
+             layers = {layers}\n\
+             ffn = {ffn}\n\
+             max_len = {max_len}\n\
+             norm = \"post\"\n\
+             embedding_norm = false\n\
+             attention_biases = false\n\
+             activation = \"relu\"\n\
+             dropout = 0.1\n\
+             embed_scale = \"sqrt_d\"\n\
+             kind = {kind}\n\
+             posenc = {{ type = \"sinusoidal\" }}\n\n\
+             [base.train]\n\
+             steps = {steps}\n\
+             batch = {batch}\n\
+             lr = 1e-3\n\
+             decay = \"constant\"\n\
+             weight_decay = 0.0\n\
+             clip_grad_norm = 1.0\n\
+             eval_every = {eval_every}\n\
+             eval_lengths = {eval_lengths:?}\n\
+             eval_batches = 1\n",
+            task = self.task.name(),
+            description = format!(
+                "{} trained on lengths up to {}, tested on {} to {} {}: {}",
+                self.task.name(),
+                self.train_len,
+                self.test_from,
+                self.test_to,
+                self.task.unit(),
+                self.choices
+                    .iter()
+                    .map(|c| c.label())
+                    .collect::<Vec<_>>()
+                    .join(" vs ")
+            ),
+            seeds = seeds.join(", "),
+            data = self.data_toml(),
+            d_model = s.d_model,
+            heads = s.heads,
+            layers = s.layers,
+            ffn = s.ffn,
+            max_len = RANDOM_POSITIONS,
+            kind = self.kind_toml(),
+            steps = s.steps,
+            batch = s.batch,
+            eval_every = s.steps / 4,
+            eval_lengths = self.eval_lengths(),
+        );
+        for c in &self.choices {
+            let random = if c.randomized {
+                format!(", \"model.random_positions\" = {RANDOM_POSITIONS}")
+            } else {
+                String::new()
+            };
+            let _ = write!(
+                text,
+                "\n[[variant]]\nname = \"{}\"\nlabel = \"{}\"\nset = {{ \"model.posenc\" = {}{random} }}\n",
+                c.name(),
+                c.label(),
+                c.encoding.posenc(self.task.encoder())
+            );
+        }
+        text
+    }
+
+    /// The study file that reproduces the comparison, claims included; checked by parsing it as
+    /// `posflow study` does.
+    pub fn study_toml(&self) -> Result<String> {
+        self.check()?;
+        let mut text = self.variants_toml();
+        let study = Study::from_toml(&text, "the comparison")?;
+        let train_units = self.task.bin_units(self.train_len);
+        let bins: Vec<&String> = study.variants[0]
+            .bins
+            .iter()
+            .filter(|b| crate::study::bin_start(b) > train_units)
+            .collect();
+        if bins.is_empty() {
+            return Err(Error::Input(format!(
+                "no length bin starts past the training length ({} {}): choose test lengths further \
+                 out",
+                self.train_len,
+                self.task.unit()
+            )));
+        }
+        let metric = self.task.metric();
+        for (i, a) in self.choices.iter().enumerate() {
+            for b in &self.choices[i + 1..] {
+                for bin in &bins {
+                    for (first, second) in [(a, b), (b, a)] {
+                        let _ = write!(
+                            text,
+                            "\n[[claim]]\nname = \"{f}_beats_{s}_{tag}\"\ntext = \"{fl} > {sl} in {metric} at {bin}\"\n\
+                             kind = \"order\"\nmetric = \"{metric}\"\nbin = \"{bin}\"\norder = [\"{f}\", \"{s}\"]\n",
+                            f = first.name(),
+                            s = second.name(),
+                            fl = first.label(),
+                            sl = second.label(),
+                            tag = bin.replace('-', "_"),
+                        );
+                    }
+                }
+            }
+        }
+        Ok(text)
+    }
+
+    /// The study the page trains: the file of [`CompareSettings::study_toml`], parsed.
+    pub fn study(&self) -> Result<Study> {
+        Study::from_toml(&self.study_toml()?, "the comparison")
+    }
+
+    /// The settings as a URL query: `task=…&enc=a,b_rand&seeds=3&train=10&test=11-40&preset=fast`.
+    pub fn to_query(&self) -> String {
+        let encodings: Vec<String> = self.choices.iter().map(|c| c.name()).collect();
+        format!(
+            "task={}&enc={}&seeds={}&train={}&test={}-{}&preset={}",
+            self.task.name(),
+            encodings.join(","),
+            self.seeds,
+            self.train_len,
+            self.test_from,
+            self.test_to,
+            self.preset.name()
+        )
+    }
+
+    /// Settings from a URL query (a leading `?` allowed); keys it lacks keep the defaults, an
+    /// unknown key or a bad value is refused with the reason. The result is not yet checked
+    /// ([`CompareSettings::check`]): a link may hold settings the page then refuses.
+    pub fn from_query(query: &str) -> Result<CompareSettings> {
+        let mut s = CompareSettings::default();
+        let number = |key: &str, value: &str| {
+            value
+                .parse::<usize>()
+                .map_err(|_| Error::Input(format!("the link's {key} must be a whole number, got `{value}`")))
+        };
+        for pair in query.trim_start_matches('?').split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| Error::Input(format!("the link's setting `{pair}` has no value")))?;
+            match key {
+                "task" => s.task = CompareTask::from_name(value)?,
+                "enc" => {
+                    s.choices = value
+                        .split(',')
+                        .filter(|n| !n.is_empty())
+                        .map(Choice::from_name)
+                        .collect::<Result<_>>()?
+                }
+                "seeds" => s.seeds = number(key, value)?,
+                "train" => s.train_len = number(key, value)?,
+                "test" => {
+                    let (from, to) = value.split_once('-').ok_or_else(|| {
+                        Error::Input(format!("the link's test lengths must be FROM-TO, got `{value}`"))
+                    })?;
+                    s.test_from = number(key, from)?;
+                    s.test_to = number(key, to)?;
+                }
+                "preset" => s.preset = Preset::from_name(value)?,
+                _ => {
+                    return Err(Error::Input(format!(
+                        "the link has an unknown setting `{key}`; the settings are task, enc, seeds, \
+                         train, test and preset"
+                    )));
+                }
+            }
+        }
+        Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(f: impl FnOnce(&mut CompareSettings)) -> CompareSettings {
+        let mut s = CompareSettings::default();
+        f(&mut s);
+        s
+    }
+
+    fn refusal(s: &CompareSettings) -> String {
+        s.study_toml().expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn the_default_comparison_is_a_study_with_claims_both_ways_past_the_training_length() {
+        let study = CompareSettings::default().study().unwrap();
+        assert_eq!(study.name, "compare_even_pairs");
+        assert_eq!(study.seeds, [0, 1, 2]);
+        let names: Vec<&str> = study.variants.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["sinusoidal", "sinusoidal_rand"]);
+        assert_eq!(
+            study.variants[1].run.model.random_positions,
+            Some(RANDOM_POSITIONS)
+        );
+        assert_eq!(study.variants[0].run.model.random_positions, None);
+        assert_eq!(study.variants[0].run.train.eval_lengths, [5, 10, 11, 25, 40]);
+        // Bins anchored at 10: 1-10, 11-20, 21-40; claims on the two past it, both ways.
+        assert_eq!(study.variants[0].bins, ["1-10", "11-20", "21-40"]);
+        let claims: Vec<String> = study.claims.iter().map(|c| c.name().to_string()).collect();
+        assert_eq!(
+            claims,
+            [
+                "sinusoidal_beats_sinusoidal_rand_11_20",
+                "sinusoidal_rand_beats_sinusoidal_11_20",
+                "sinusoidal_beats_sinusoidal_rand_21_40",
+                "sinusoidal_rand_beats_sinusoidal_21_40",
+            ]
+        );
+    }
+
+    #[test]
+    fn every_task_and_encoding_makes_a_valid_study() {
+        for task in CompareTask::all() {
+            let choices: Vec<Choice> = Encoding::ALL
+                .into_iter()
+                .flat_map(|encoding| {
+                    [false, true]
+                        .into_iter()
+                        .filter(move |&r| !r || (task.randomizes() && encoding != Encoding::None))
+                        .map(move |randomized| Choice { encoding, randomized })
+                })
+                .collect();
+            let s = with(|s| {
+                s.task = task;
+                s.choices = choices.clone();
+                s.train_len = 16;
+                s.test_from = 40;
+                s.test_to = 100;
+            });
+            let study = s.study().unwrap_or_else(|e| panic!("{}: {e}", task.name()));
+            assert_eq!(study.variants.len(), choices.len(), "{}", task.name());
+            assert!(!study.claims.is_empty());
+        }
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_the_reason() {
+        assert!(refusal(&with(|s| s.choices.clear())).contains("at least one encoding"));
+        assert!(refusal(&with(|s| s.seeds = 0)).contains("seeds must be 1 to 5, got 0"));
+        assert!(refusal(&with(|s| s.seeds = 6)).contains("got 6"));
+        assert!(refusal(&with(|s| s.test_from = 10)).contains("longer than the training length"));
+        assert!(refusal(&with(|s| s.test_to = 5)).contains("must not be before the start"));
+        assert!(refusal(&with(|s| s.test_to = 501)).contains("up to 500"));
+        assert!(refusal(&with(|s| s.train_len = 0)).contains("at least 1"));
+        let twice = with(|s| s.choices.push(s.choices[0]));
+        assert!(refusal(&twice).contains("sinusoidal is chosen twice"));
+        let none = with(|s| s.choices[1].encoding = Encoding::None);
+        assert!(refusal(&none).contains("nothing to randomize"));
+        let lm = with(|s| s.task = CompareTask::MobyDick);
+        assert!(refusal(&lm).contains("randomized positions are implemented for the Chomsky tasks"));
+        // Moby Dick's bins double from 1 (1-32, 33-64, ...): 40-60 after 50 starts no bin.
+        let straddles = with(|s| {
+            s.task = CompareTask::MobyDick;
+            s.choices.truncate(1);
+            s.train_len = 50;
+            s.test_from = 51;
+            s.test_to = 60;
+        });
+        assert!(refusal(&straddles).contains("no length bin starts past the training length"));
+    }
+
+    #[test]
+    fn a_query_holds_the_settings_and_bad_ones_are_refused() {
+        let s = with(|s| {
+            s.task = CompareTask::Chomsky(ChomskyTask::ReverseString);
+            s.choices.push(Choice {
+                encoding: Encoding::Floater,
+                randomized: true,
+            });
+            s.seeds = 5;
+            s.test_to = 60;
+            s.preset = Preset::Paper;
+        });
+        let query = s.to_query();
+        assert_eq!(
+            query,
+            "task=reverse_string&enc=sinusoidal,sinusoidal_rand,floater_rand&seeds=5&train=10&test=11-60&preset=paper"
+        );
+        assert_eq!(CompareSettings::from_query(&format!("?{query}")).unwrap(), s);
+        assert_eq!(
+            CompareSettings::from_query("").unwrap(),
+            CompareSettings::default()
+        );
+        let err = |q: &str| CompareSettings::from_query(q).unwrap_err().to_string();
+        assert!(err("task=sorting").contains("unknown task `sorting`"));
+        assert!(err("enc=sinusoidal,wavelets").contains("unknown encoding `wavelets`"));
+        assert!(err("seeds=three").contains("seeds must be a whole number"));
+        assert!(err("test=20").contains("FROM-TO"));
+        assert!(err("colour=red").contains("unknown setting `colour`"));
+        assert!(err("preset=huge").contains("unknown preset"));
+        // A query may hold settings that the check then refuses.
+        let zero = CompareSettings::from_query("seeds=0").unwrap();
+        assert!(zero.check().unwrap_err().to_string().contains("seeds must be"));
+    }
+}
