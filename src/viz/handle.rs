@@ -6,6 +6,7 @@ use std::rc::Rc;
 
 use eframe::egui;
 
+use super::compare::{self, CompareSettings, CompareStatus};
 use super::jobs::{Job, Spawner, run_queue};
 use super::{FineTuneStatus, LoadedCheckpoint, State, View, finetune, metrics, posenc, prompt, translate};
 use crate::error::Result;
@@ -195,6 +196,43 @@ impl ViewerHandle {
 
     pub fn fine_tune_status(&self) -> FineTuneStatus {
         self.state.borrow().fine_tune.status()
+    }
+
+    /// The Compare tab's settings as they stand.
+    pub fn compare_settings(&self) -> CompareSettings {
+        self.state.borrow().compare.settings.clone()
+    }
+
+    /// Sets the Compare tab's settings (a link's, say); they are checked when the comparison
+    /// starts and shown refused with the reason until then.
+    pub fn set_compare_settings(&self, settings: CompareSettings) {
+        self.update(|s| s.compare.settings = settings);
+    }
+
+    /// Starts the Compare tab's comparison of its settings (the frames train it); a refusal
+    /// names the reason, as the tab shows it.
+    pub fn start_compare(&self) -> Result<()> {
+        self.update(compare::start)
+    }
+
+    /// Stops the comparison after the running slice of steps; what finished stays.
+    pub fn stop_compare(&self) {
+        self.update(compare::stop);
+    }
+
+    pub fn compare_status(&self) -> CompareStatus {
+        self.state.borrow().compare.status()
+    }
+
+    /// The comparison's finished runs (kept after Stop), in the order they finished.
+    pub fn compare_results(&self) -> Vec<crate::study::RunResult> {
+        self.state.borrow().compare.finished()
+    }
+
+    /// The study file that reproduces the comparison with `posflow study` (the one started last,
+    /// or the settings' as they stand).
+    pub fn compare_study_toml(&self) -> Result<String> {
+        self.state.borrow().compare.study_toml()
     }
 
     /// The position encodings the view last computed for the checkpoint loaded `index`-th (kept

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 
-use super::{State, attention, finetune, posenc, prompt, translate, tupe};
+use super::{State, attention, compare, finetune, posenc, prompt, translate, tupe};
 use crate::error::Result;
 
 /// A job: a future that runs a model and stores what it found.
@@ -106,6 +106,7 @@ pub(crate) enum Job {
         beam: usize,
     },
     FineTuneStep(finetune::Step),
+    CompareStep(compare::Step),
 }
 
 /// Runs the queued jobs until none is left.
@@ -162,6 +163,7 @@ async fn run_job(state: Rc<RefCell<State>>, job: Job) {
             state.borrow_mut().translation.store(&(i, source, beam), result);
         }
         Job::FineTuneStep(step) => finetune::run_step(&state, step).await,
+        Job::CompareStep(step) => compare::run_step(&state, step).await,
     }
     let mut s = state.borrow_mut();
     s.pending -= 1;

@@ -36,6 +36,7 @@ use std::rc::Rc;
 
 use eframe::egui;
 
+pub use compare::CompareStatus;
 pub use finetune::FineTuneStatus;
 pub use handle::ViewerHandle;
 pub(crate) use jobs::{Computed, Job};
@@ -54,16 +55,18 @@ pub enum View {
     Metrics,
     Prompt,
     Translate,
+    Compare,
 }
 
 impl View {
-    pub const ALL: [View; 6] = [
+    pub const ALL: [View; 7] = [
         View::PositionEncodings,
         View::Attention,
         View::Tupe,
         View::Metrics,
         View::Prompt,
         View::Translate,
+        View::Compare,
     ];
 
     /// The tab's title.
@@ -75,6 +78,7 @@ impl View {
             View::Metrics => "Loss curves",
             View::Prompt => "Prompt",
             View::Translate => "Translate",
+            View::Compare => "Compare",
         }
     }
 
@@ -87,6 +91,7 @@ impl View {
             View::Metrics => "metrics",
             View::Prompt => "prompt",
             View::Translate => "translate",
+            View::Compare => "compare",
         }
     }
 }
@@ -114,6 +119,7 @@ pub(crate) struct State {
     /// By (checkpoint, source, beam).
     pub(crate) translation: Computed<(usize, String, usize), translate::Translation>,
     pub(crate) fine_tune: finetune::FineTuning,
+    pub(crate) compare: compare::Comparing,
     /// Where the prompt view drew its text field in the last frame (egui points), if it did.
     pub(crate) prompt_field: Option<egui::Rect>,
     /// Jobs queued or running, not finished.
@@ -153,6 +159,7 @@ impl Viewer {
             translate: translate::Settings::default(),
             translation: Computed::default(),
             fine_tune: finetune::FineTuning::default(),
+            compare: compare::Comparing::default(),
             prompt_field: None,
             pending: 0,
             queue: VecDeque::new(),
@@ -191,6 +198,7 @@ impl Viewer {
             let view = s.view;
             egui::CentralPanel::default().show(ui, |ui| view_contents(ui, &mut s, view, &mut jobs));
             jobs.extend(finetune::next_step(&mut s));
+            jobs.extend(compare::next_step(&mut s));
             jobs
         };
         self.handle.spawn_all(jobs);
@@ -208,6 +216,7 @@ impl Viewer {
                 view_contents(ui, &mut s, view, &mut jobs);
             });
             jobs.extend(finetune::next_step(&mut s));
+            jobs.extend(compare::next_step(&mut s));
             jobs
         };
         self.handle.spawn_all(jobs);
@@ -236,6 +245,7 @@ fn view_contents(ui: &mut egui::Ui, s: &mut State, view: View, jobs: &mut Vec<Jo
             View::Metrics => metrics::show(ui, s),
             View::Prompt => prompt::show(ui, s, jobs),
             View::Translate => translate::show(ui, s, jobs),
+            View::Compare => compare::show(ui, s),
         });
 }
 

@@ -1,6 +1,11 @@
 //! The Compare tab: a visitor compares position encodings on a length split, trained live in
 //! this process (the page's, in a browser) by the same study rule as `posflow study`.
 
+mod run;
 pub mod settings;
+mod tab;
 
+pub use run::CompareStatus;
+pub(crate) use run::{Comparing, Step, next_step, run_step, start, stop};
 pub use settings::{Choice, CompareSettings, CompareTask, Encoding, Preset};
+pub(crate) use tab::show;

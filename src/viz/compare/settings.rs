@@ -228,6 +228,9 @@ impl Choice {
 /// How big the models are and how long they train.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Preset {
+    /// A smoke test (1 layer, d 16, 24 steps): checks the page end to end in seconds; its
+    /// verdicts mean little.
+    Tiny,
     /// A small model for a laptop's CPU: two encodings × three seeds in about two minutes.
     Fast,
     /// The Chomsky studies' model (5 layers, d 64) and steps: for a GPU.
@@ -244,10 +247,11 @@ struct Sizes {
 }
 
 impl Preset {
-    pub const ALL: [Preset; 2] = [Preset::Fast, Preset::Paper];
+    pub const ALL: [Preset; 3] = [Preset::Tiny, Preset::Fast, Preset::Paper];
 
     pub fn name(self) -> &'static str {
         match self {
+            Preset::Tiny => "tiny",
             Preset::Fast => "fast",
             Preset::Paper => "paper",
         }
@@ -255,20 +259,30 @@ impl Preset {
 
     pub fn label(self) -> &'static str {
         match self {
+            Preset::Tiny => "tiny (1 layer, d 16, 24 steps: a smoke test)",
             Preset::Fast => "fast (2 layers, d 32, 400 steps: a laptop's CPU)",
             Preset::Paper => "paper (5 layers, d 64, 1,500 steps: a GPU)",
         }
     }
 
     fn from_name(name: &str) -> Result<Preset> {
-        Self::ALL
-            .into_iter()
-            .find(|p| p.name() == name)
-            .ok_or_else(|| Error::Input(format!("unknown preset `{name}`; the presets are fast and paper")))
+        Self::ALL.into_iter().find(|p| p.name() == name).ok_or_else(|| {
+            Error::Input(format!(
+                "unknown preset `{name}`; the presets are tiny, fast and paper"
+            ))
+        })
     }
 
     fn sizes(self) -> Sizes {
         match self {
+            Preset::Tiny => Sizes {
+                d_model: 16,
+                heads: 2,
+                layers: 1,
+                ffn: 32,
+                steps: 24,
+                batch: 8,
+            },
             Preset::Fast => Sizes {
                 d_model: 32,
                 heads: 4,

@@ -1,0 +1,227 @@
+//! Training a comparison live: the settings' study as a [`LiveStudy`], stepped by jobs that the
+//! frames spawn one after another (natively within a frame, on the web beside the frames), so the
+//! viewer stays responsive. A job owns the study while it steps, for about [`SLICE_SECONDS`], and
+//! leaves a snapshot of what the tab draws: the finished runs, the run in training, the summary
+//! and, at the end, the verdicts. Stop keeps what finished.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use super::settings::CompareSettings;
+use crate::backend::Backend;
+use crate::error::Result;
+use crate::study::{ClaimReport, LiveStudy, RunResult, StudySummary, judge_claims};
+use crate::viz::{Job, State};
+
+/// A job steps for about this long before handing the study back to the frames.
+const SLICE_SECONDS: f64 = 0.05;
+
+/// Where a comparison stands, for the tab and the page (`window.posflow`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CompareStatus {
+    /// Training steps taken and planned, over every run.
+    pub steps_done: usize,
+    pub steps_total: usize,
+    pub runs_done: usize,
+    pub runs_total: usize,
+    /// Started, and neither stopped, failed nor done.
+    pub running: bool,
+    /// Every run finished, so the verdicts are in.
+    pub done: bool,
+    /// Seconds spent training so far.
+    pub seconds: f64,
+    /// Each claim's name and verdict ("holds" or "not shown"), once done.
+    pub verdicts: Vec<(String, String)>,
+    /// Why the last start or step failed.
+    pub error: Option<String>,
+}
+
+/// The tab's settings and its comparison.
+#[derive(Default)]
+pub(crate) struct Comparing {
+    pub settings: CompareSettings,
+    pub(super) run: Option<Run>,
+    pub(super) error: Option<String>,
+}
+
+/// A comparison started from the settings: the study file and what its runs gave so far.
+pub(super) struct Run {
+    /// The study file it trains (what "Download study" writes).
+    pub study_toml: String,
+    /// `None` while a step's job holds it.
+    live: Option<Box<LiveStudy>>,
+    pub running: bool,
+    pub snapshot: Snapshot,
+}
+
+/// What the tab draws, refreshed after every job.
+#[derive(Clone)]
+pub(super) struct Snapshot {
+    pub variants: Vec<(String, String)>,
+    pub finished: Vec<RunResult>,
+    pub partial: Option<RunResult>,
+    pub summary: StudySummary,
+    pub steps_done: usize,
+    pub steps_total: usize,
+    pub runs_total: usize,
+    pub seconds: f64,
+    /// Judged once every run finished.
+    pub verdicts: Option<Vec<ClaimReport>>,
+    pub metric: crate::study::Metric,
+}
+
+impl Snapshot {
+    fn of(live: &LiveStudy) -> Self {
+        let study = live.study();
+        let verdicts = live.is_done().then(|| judge_claims(study, live.finished(), None));
+        let metric = study
+            .claims
+            .first()
+            .map_or(crate::study::Metric::Accuracy, |c| c.metric());
+        Self {
+            variants: study
+                .variants
+                .iter()
+                .map(|v| (v.name.clone(), v.label().to_string()))
+                .collect(),
+            finished: live.finished().to_vec(),
+            partial: live.partial(),
+            summary: live.summary(),
+            steps_done: live.steps_done(),
+            steps_total: live.total_steps(),
+            runs_total: live.runs().len(),
+            seconds: live.seconds(),
+            verdicts,
+            metric,
+        }
+    }
+}
+
+impl Comparing {
+    fn running(&self) -> bool {
+        self.run.as_ref().is_some_and(|r| r.running)
+    }
+
+    /// A step's job holds the study.
+    fn stepping(&self) -> bool {
+        self.run.as_ref().is_some_and(|r| r.live.is_none())
+    }
+
+    pub fn status(&self) -> CompareStatus {
+        let Some(run) = &self.run else {
+            return CompareStatus {
+                error: self.error.clone(),
+                ..CompareStatus::default()
+            };
+        };
+        let snap = &run.snapshot;
+        let verdicts = snap.verdicts.as_ref().map_or_else(Vec::new, |claims| {
+            claims
+                .iter()
+                .map(|c| (c.claim.name().to_string(), c.verdict.word().to_string()))
+                .collect()
+        });
+        CompareStatus {
+            steps_done: snap.steps_done,
+            steps_total: snap.steps_total,
+            runs_done: snap.finished.len(),
+            runs_total: snap.runs_total,
+            running: self.running(),
+            done: snap.verdicts.is_some(),
+            seconds: snap.seconds,
+            verdicts,
+            error: self.error.clone(),
+        }
+    }
+
+    /// The finished runs of the comparison started last.
+    pub fn finished(&self) -> Vec<RunResult> {
+        self.run
+            .as_ref()
+            .map_or_else(Vec::new, |r| r.snapshot.finished.clone())
+    }
+
+    /// The study file of the comparison started last, or of the settings as they are.
+    pub fn study_toml(&self) -> Result<String> {
+        match &self.run {
+            Some(run) => Ok(run.study_toml.clone()),
+            None => self.settings.study_toml(),
+        }
+    }
+}
+
+/// Starts a comparison of the settings (replacing the last); the frames run its steps. A
+/// refusal is also shown in the tab.
+pub(crate) fn start(s: &mut State) -> Result<()> {
+    let result = new_run(s).map(|run| s.compare.run = Some(run));
+    s.compare.error = result.as_ref().err().map(ToString::to_string);
+    if let Some(ctx) = &s.ctx {
+        ctx.request_repaint();
+    }
+    result
+}
+
+fn new_run(s: &State) -> Result<Run> {
+    if s.compare.stepping() {
+        return Err(crate::error::Error::Input(
+            "the last comparison's step is still running: start again when it is done".into(),
+        ));
+    }
+    let study_toml = s.compare.settings.study_toml()?;
+    let study = crate::study::Study::from_toml(&study_toml, "the comparison")?;
+    let start = web_time::Instant::now();
+    let live = LiveStudy::new(study, Box::new(move || start.elapsed().as_secs_f64()))?;
+    Ok(Run {
+        study_toml,
+        snapshot: Snapshot::of(&live),
+        live: Some(Box::new(live)),
+        running: true,
+    })
+}
+
+/// Stops the comparison after the slice that is running; what finished stays.
+pub(crate) fn stop(s: &mut State) {
+    if let Some(run) = &mut s.compare.run {
+        run.running = false;
+    }
+}
+
+/// One slice of steps, as a job.
+pub(crate) struct Step {
+    live: Box<LiveStudy>,
+}
+
+/// The next slice's job, when the comparison goes on and no slice is running.
+pub(crate) fn next_step(s: &mut State) -> Option<Job> {
+    let run = s.compare.run.as_mut().filter(|r| r.running)?;
+    let live = run.live.take()?;
+    Some(Job::CompareStep(Step { live }))
+}
+
+/// Steps until the slice's time is up, an evaluation was made or the study ended, then hands the
+/// study back with a fresh snapshot.
+pub(crate) async fn run_step(state: &Rc<RefCell<State>>, mut step: Step) {
+    let backend: Rc<dyn Backend> = state.borrow().backend.clone();
+    let start = web_time::Instant::now();
+    let result = loop {
+        match step.live.advance(&backend).await {
+            Ok(Some(advanced)) if !advanced.evaluated && start.elapsed().as_secs_f64() < SLICE_SECONDS => {}
+            Ok(_) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+    };
+    let mut s = state.borrow_mut();
+    let compare = &mut s.compare;
+    let Some(run) = compare.run.as_mut() else {
+        return;
+    };
+    run.snapshot = Snapshot::of(&step.live);
+    if let Err(e) = result {
+        run.running = false;
+        compare.error = Some(e.to_string());
+    }
+    if step.live.is_done() {
+        run.running = false;
+    }
+    run.live = Some(step.live);
+}
