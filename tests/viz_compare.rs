@@ -12,6 +12,7 @@ use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use posflow::backend::Backend;
 use posflow::backend::cpu::CpuBackend;
+use posflow::checkpoint::Checkpoint;
 use posflow::study::{Study, StudyProgress, plan_runs, run_study};
 use posflow::viz::compare::{Choice, CompareSettings, Encoding, Preset};
 use posflow::viz::{Spawner, View, Viewer, ViewerHandle};
@@ -96,6 +97,38 @@ fn a_tiny_comparison_trains_to_verdicts_that_posflow_study_gives_too() {
     harness.get_by_label_contains("96 of 96 steps, 4 of 4 runs");
     harness.get_by_label_contains("Verdicts");
     harness.get_by_label("RoPE > RoPE, randomized in accuracy at 11-20");
+
+    // Take it home: the study file, and any run's checkpoint, which also opens in the viewer.
+    harness.get_by_label("Download study").click();
+    harness.step();
+    let downloads = handle.take_downloads();
+    assert_eq!(downloads.len(), 1);
+    assert_eq!(downloads[0].name, "compare_even_pairs.toml");
+    assert_eq!(
+        String::from_utf8(downloads[0].bytes.clone()).unwrap(),
+        handle.compare_study_toml().unwrap()
+    );
+    harness.get_by_label_contains("Finished runs").click();
+    harness.step();
+    harness
+        .get_all_by_label("Download checkpoint")
+        .next()
+        .unwrap()
+        .click();
+    harness.step();
+    harness
+        .get_all_by_label("Show in the viewer")
+        .nth(1)
+        .unwrap()
+        .click();
+    harness.step();
+    let downloads = handle.take_downloads();
+    assert_eq!(downloads.len(), 1);
+    assert_eq!(downloads[0].name, "rope_seed0.safetensors");
+    let checkpoint = Checkpoint::from_bytes(&downloads[0].bytes, "rope_seed0").unwrap();
+    assert_eq!(checkpoint.metadata().training.step, 24);
+    assert_eq!(handle.compare_status().error, None);
+    assert_eq!(handle.checkpoints(), ["rope_seed1"]);
 
     // The study file the tab writes, run natively, gives the page's numbers bit for bit.
     let toml = handle.compare_study_toml().unwrap();

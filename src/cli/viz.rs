@@ -7,7 +7,8 @@ use std::rc::Rc;
 use clap::Args;
 use eframe::egui;
 use posflow::backend::Backend;
-use posflow::viz::{Spawner, Viewer, ViewerHandle, export::export_views};
+use posflow::viz::compare::CompareSettings;
+use posflow::viz::{Download, Spawner, View, Viewer, ViewerHandle, export::export_views};
 use posflow::{Error, Result};
 
 #[derive(Args)]
@@ -30,6 +31,10 @@ pub struct VizArgs {
     /// The source the translate view decodes (a seq2seq checkpoint's).
     #[arg(long)]
     source: Option<String>,
+    /// Open the Compare tab with these settings (a page link's query, e.g.
+    /// "task=reverse_string&enc=rope,rope_rand&seeds=3&train=10&test=11-40&preset=fast").
+    #[arg(long, value_name = "QUERY")]
+    compare: Option<String>,
     /// Close the window after N frames and print how many rendered (a smoke test under Xvfb).
     #[arg(long, hide = true)]
     frames: Option<u64>,
@@ -64,6 +69,10 @@ pub fn viz(backend: Rc<dyn Backend>, args: VizArgs) -> Result<()> {
         let (_, beam) = handle.source();
         handle.set_source(source, beam);
     }
+    if let Some(query) = &args.compare {
+        handle.set_compare_settings(CompareSettings::from_query(query)?);
+        handle.select_view(View::Compare);
+    }
     match &args.export {
         Some(dir) => {
             for path in export_views(&viewer, dir)? {
@@ -83,14 +92,11 @@ fn window(viewer: Viewer, handle: ViewerHandle, frames: Option<u64>) -> Result<(
         ..Default::default()
     };
     let rendered = Rc::new(Cell::new(0));
-    let app: Box<dyn eframe::App> = match frames {
-        Some(limit) => Box::new(FrameLimit {
-            viewer,
-            rendered: rendered.clone(),
-            limit,
-        }),
-        None => Box::new(viewer),
-    };
+    let app = Box::new(Window {
+        viewer,
+        handle: handle.clone(),
+        limit: frames.map(|limit| (rendered.clone(), limit)),
+    });
     eframe::run_native("posflow viz", options, Box::new(|_| Ok(app)))
         .map_err(|e| Error::Device(format!("the viewer's window: {e}")))?;
     if frames.is_some() {
@@ -99,25 +105,47 @@ fn window(viewer: Viewer, handle: ViewerHandle, frames: Option<u64>) -> Result<(
     Ok(())
 }
 
-/// The viewer, closed after `limit` frames.
-struct FrameLimit {
+/// The viewer in a window: what its views offer to download is saved in the current directory;
+/// with a limit, the window closes after that many frames.
+struct Window {
     viewer: Viewer,
-    rendered: Rc<Cell<u64>>,
-    limit: u64,
+    handle: ViewerHandle,
+    limit: Option<(Rc<Cell<u64>>, u64)>,
 }
 
-impl eframe::App for FrameLimit {
+impl eframe::App for Window {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         self.viewer.show(ui);
-        // The frame that handles the close command still draws; it is not one of the N.
-        if self.rendered.get() < self.limit {
-            self.rendered.set(self.rendered.get() + 1);
+        for download in self.handle.take_downloads() {
+            save(&download);
         }
-        if self.rendered.get() >= self.limit {
+        let Some((rendered, limit)) = &self.limit else {
+            return;
+        };
+        // The frame that handles the close command still draws; it is not one of the N.
+        if rendered.get() < *limit {
+            rendered.set(rendered.get() + 1);
+        }
+        if rendered.get() >= *limit {
             ui.ctx().send_viewport_cmd(egui::ViewportCommand::Close);
         } else {
             ui.ctx().request_repaint();
         }
+    }
+}
+
+/// Saves a download in the current directory under its name (posflow's making, a file name
+/// alone; anything else is refused), written whole or not at all.
+fn save(download: &Download) {
+    let name = Path::new(&download.name);
+    let plain = name.components().count() == 1 && name.file_name().is_some_and(|n| n == name.as_os_str());
+    if !plain {
+        eprintln!("error: not saved: `{}` is not a plain file name", download.name);
+        return;
+    }
+    match posflow::checkpoint::write_atomically(name, &download.bytes) {
+        Ok(()) => println!("saved {}", name.display()),
+        Err(e) => eprintln!("error: {} was not saved: {e}", name.display()),
     }
 }
 

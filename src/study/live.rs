@@ -53,6 +53,9 @@ pub struct LiveStudy {
     next: usize,
     current: Option<Current>,
     finished: Vec<RunResult>,
+    /// Each finished run's checkpoint (safetensors bytes, without the optimizer's state), in
+    /// the order of `finished`: for the viewer's tabs and "Download checkpoint".
+    checkpoints: Vec<Vec<u8>>,
     clock: Clock,
 }
 
@@ -84,6 +87,7 @@ impl LiveStudy {
             next: 0,
             current: None,
             finished: Vec::new(),
+            checkpoints: Vec::new(),
             clock,
         })
     }
@@ -100,6 +104,12 @@ impl LiveStudy {
     /// The finished runs' results, in the order they finished.
     pub fn finished(&self) -> &[RunResult] {
         &self.finished
+    }
+
+    /// The checkpoint of the `i`-th finished run: safetensors bytes that `posflow eval`, the
+    /// viewer and the browser demo open.
+    pub fn checkpoint_bytes(&self, i: usize) -> Option<&[u8]> {
+        self.checkpoints.get(i).map(Vec::as_slice)
     }
 
     /// Every run has finished.
@@ -159,6 +169,10 @@ impl LiveStudy {
         let current = self.current.as_ref().expect("a run is going after a step");
         let finished = current.trainer.is_done();
         if finished {
+            let bytes = async { current.trainer.checkpoint().await?.without_optimizer().to_bytes() }
+                .await
+                .map_err(|e| Error::Training(format!("{}: its checkpoint: {e}", name(&self.runs[index]))))?;
+            self.checkpoints.push(bytes);
             let current = self.current.take().expect("checked above");
             let run = &self.runs[index];
             self.finished.push(RunResult::from_log(

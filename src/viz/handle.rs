@@ -38,12 +38,7 @@ impl ViewerHandle {
         let backend = self.state.borrow().backend.clone();
         match LoadedCheckpoint::from_bytes(backend, name, bytes) {
             Ok(loaded) => {
-                self.update(|s| {
-                    s.checkpoints.push(Rc::new(loaded));
-                    s.compared.push(true);
-                    s.active = s.checkpoints.len() - 1;
-                    s.posenc.length = s.posenc.length.max(s.checkpoints[s.active].default_length());
-                });
+                self.update(|s| s.add_checkpoint(loaded));
                 Ok(())
             }
             Err(e) => {
@@ -224,6 +219,12 @@ impl ViewerHandle {
         self.state.borrow().compare.status()
     }
 
+    /// The files the views offered to save since the last call (the Compare tab's "Download"
+    /// buttons), for the page or the window to save.
+    pub fn take_downloads(&self) -> Vec<super::Download> {
+        std::mem::take(&mut self.state.borrow_mut().downloads)
+    }
+
     /// The comparison's finished runs (kept after Stop), in the order they finished.
     pub fn compare_results(&self) -> Vec<crate::study::RunResult> {
         self.state.borrow().compare.finished()
@@ -282,7 +283,7 @@ impl ViewerHandle {
 
 impl LoadedCheckpoint {
     /// Where the length slider starts: the training length, else the table's length.
-    fn default_length(&self) -> usize {
+    pub(super) fn default_length(&self) -> usize {
         self.train_len.unwrap_or(self.saved.model.config().max_len)
     }
 }

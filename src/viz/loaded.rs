@@ -46,7 +46,9 @@ impl LoadedCheckpoint {
         } else {
             None
         };
-        let generator = if is_encoder || is_seq2seq {
+        // Only a causal LM generates; an encoder, a token classifier (the Chomsky tasks', from the
+        // Compare tab) and a seq2seq model are shown without one.
+        let generator = if !matches!(config.kind, ModelKind::CausalLm { .. }) {
             None
         } else {
             let generator = saved.generator()?;

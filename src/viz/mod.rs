@@ -106,6 +106,9 @@ pub(crate) struct State {
     pub(crate) active: usize,
     pub(crate) logs: Vec<(String, Vec<Record>)>,
     pub(crate) errors: Vec<String>,
+    /// Files the views offer (the Compare tab's study and checkpoints), for the page or the
+    /// window to save: viz itself writes no files.
+    pub(crate) downloads: Vec<Download>,
     pub(crate) view: View,
     pub(crate) posenc: posenc::Settings,
     /// By checkpoint, for (length, parameter version).
@@ -132,6 +135,26 @@ pub(crate) struct State {
     ctx: Option<egui::Context>,
 }
 
+/// A file a view offers to save: a name of posflow's making (no path) and its bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Download {
+    pub name: String,
+    pub bytes: Vec<u8>,
+}
+
+impl State {
+    /// Adds a loaded checkpoint and makes it the active one, shown side by side with the others.
+    pub(crate) fn add_checkpoint(&mut self, loaded: LoadedCheckpoint) {
+        self.checkpoints.push(Rc::new(loaded));
+        self.compared.push(true);
+        self.active = self.checkpoints.len() - 1;
+        self.posenc.length = self
+            .posenc
+            .length
+            .max(self.checkpoints[self.active].default_length());
+    }
+}
+
 /// The visualizer as an eframe app: checkpoints and logs in a side panel, one tab per view.
 pub struct Viewer {
     handle: ViewerHandle,
@@ -148,6 +171,7 @@ impl Viewer {
             active: 0,
             logs: Vec::new(),
             errors: Vec::new(),
+            downloads: Vec::new(),
             view: View::PositionEncodings,
             posenc: posenc::Settings::default(),
             encodings: HashMap::new(),

@@ -52,6 +52,8 @@ pub(super) struct Run {
     live: Option<Box<LiveStudy>>,
     pub running: bool,
     pub snapshot: Snapshot,
+    /// Each finished run's checkpoint bytes, in the order of `snapshot.finished`.
+    pub checkpoints: Vec<Rc<[u8]>>,
 }
 
 /// What the tab draws, refreshed after every job.
@@ -141,6 +143,14 @@ impl Comparing {
             .map_or_else(Vec::new, |r| r.snapshot.finished.clone())
     }
 
+    /// The checkpoint of the comparison's `i`-th finished run, named `<variant>_seed<k>`.
+    pub fn checkpoint(&self, i: usize) -> Option<(String, Rc<[u8]>)> {
+        let run = self.run.as_ref()?;
+        let result = run.snapshot.finished.get(i)?;
+        let bytes = run.checkpoints.get(i)?.clone();
+        Some((format!("{}_seed{}", result.variant, result.seed), bytes))
+    }
+
     /// The study file of the comparison started last, or of the settings as they are.
     pub fn study_toml(&self) -> Result<String> {
         match &self.run {
@@ -176,6 +186,7 @@ fn new_run(s: &State) -> Result<Run> {
         snapshot: Snapshot::of(&live),
         live: Some(Box::new(live)),
         running: true,
+        checkpoints: Vec::new(),
     })
 }
 
@@ -216,6 +227,11 @@ pub(crate) async fn run_step(state: &Rc<RefCell<State>>, mut step: Step) {
         return;
     };
     run.snapshot = Snapshot::of(&step.live);
+    for i in run.checkpoints.len()..step.live.finished().len() {
+        if let Some(bytes) = step.live.checkpoint_bytes(i) {
+            run.checkpoints.push(Rc::from(bytes));
+        }
+    }
     if let Err(e) = result {
         run.running = false;
         compare.error = Some(e.to_string());

@@ -9,7 +9,7 @@ use egui_plot::{FilledArea, Legend, Line, LineStyle, Plot, PlotPoints, Points, V
 use super::run::{self, Run, Snapshot};
 use super::settings::{Choice, CompareSettings, CompareTask, Encoding, MAX_SEEDS, Preset};
 use crate::study::{Measured, bin_start};
-use crate::viz::State;
+use crate::viz::{Download, LoadedCheckpoint, State};
 
 /// One colour per variant, in the settings' order.
 const COLOURS: [egui::Color32; 8] = [
@@ -59,9 +59,84 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State) {
     if let Some(e) = &s.compare.error {
         ui.colored_label(ui.visuals().error_fg_color, e);
     }
+    take_home(ui, s);
     if let Some(run) = &s.compare.run {
         ui.separator();
         results(ui, run);
+    }
+    runs(ui, s);
+}
+
+/// "Download study" (the file `posflow study` runs to reproduce the comparison natively) and the
+/// settings as a link's query.
+fn take_home(ui: &mut egui::Ui, s: &mut State) {
+    ui.horizontal(|ui| {
+        let study = s.compare.study_toml();
+        let download = ui
+            .add_enabled(study.is_ok(), egui::Button::new("Download study"))
+            .on_hover_text("the study file: `posflow study FILE` trains the same runs natively");
+        if download.clicked()
+            && let Ok(text) = study
+        {
+            s.downloads.push(Download {
+                name: format!("compare_{}.toml", s.compare.settings.task.name()),
+                bytes: text.into_bytes(),
+            });
+        }
+        ui.weak("link:");
+        ui.monospace(format!("?{}", s.compare.settings.to_query()));
+    });
+}
+
+/// Every finished run, with its checkpoint: shown in the viewer's other tabs (position
+/// encodings, attention) or downloaded.
+fn runs(ui: &mut egui::Ui, s: &mut State) {
+    let Some(run) = &s.compare.run else {
+        return;
+    };
+    if run.snapshot.finished.is_empty() {
+        return;
+    }
+    let mut show = None;
+    let mut download = None;
+    egui::CollapsingHeader::new("Finished runs: look inside, or take the checkpoint home").show(ui, |ui| {
+        egui::Grid::new("posflow.compare.runs")
+            .striped(true)
+            .show(ui, |ui| {
+                for (i, r) in run.snapshot.finished.iter().enumerate() {
+                    let label = run
+                        .snapshot
+                        .variants
+                        .iter()
+                        .find(|(name, _)| *name == r.variant)
+                        .map_or(r.variant.as_str(), |(_, label)| label.as_str());
+                    ui.label(format!("{label}, seed {}", r.seed));
+                    ui.weak(format!("{:.1} s", r.seconds));
+                    if ui
+                        .button("Show in the viewer")
+                        .on_hover_text("load it, then open the position-encoding or attention tab")
+                        .clicked()
+                    {
+                        show = Some(i);
+                    }
+                    if ui.button("Download checkpoint").clicked() {
+                        download = Some(i);
+                    }
+                    ui.end_row();
+                }
+            });
+    });
+    if let Some((name, bytes)) = download.and_then(|i| s.compare.checkpoint(i)) {
+        s.downloads.push(Download {
+            name: format!("{name}.safetensors"),
+            bytes: bytes.to_vec(),
+        });
+    }
+    if let Some((name, bytes)) = show.and_then(|i| s.compare.checkpoint(i)) {
+        match LoadedCheckpoint::from_bytes(s.backend.clone(), &name, &bytes) {
+            Ok(loaded) => s.add_checkpoint(loaded),
+            Err(e) => s.compare.error = Some(format!("{name}: {e}")),
+        }
     }
 }
 
