@@ -22,6 +22,20 @@
 //                                       heatmap follows); throws on a text the model cannot learn
 //   posflow.fineTuneStatus()         → {stepsDone, stepsTotal, running, losses, error}
 //   posflow.stopFineTune(), posflow.resetFineTune() → stop; stop and restore the loaded values
+//   posflow.setCompare(query)        → the Compare tab's settings from a link's query (task, enc,
+//                                       seeds, train, test, preset), the tab opened; throws on an
+//                                       unknown key or value
+//   posflow.compareQuery()           → the Compare tab's settings as a query (kept in the URL)
+//   posflow.startCompare(), posflow.stopCompare() → Start and Stop (start throws the refusal)
+//   posflow.compareStatus()          → {stepsDone, stepsTotal, runsDone, runsTotal, running, done,
+//                                       seconds, verdicts: [{name, verdict}], error, refusal}
+//   posflow.compareStudy()           → the study file that reproduces the comparison natively
+//   posflow.compareResults()         → the finished runs, as posflow study's result.json files
+//   posflow.downloadStudy()          → hands the study file to the browser (the tab's Download study)
+//   posflow.downloads                → every file the page handed the browser: [{name, size}]
+//
+// The Compare tab's settings live in the page's URL (?task=…&enc=…&seeds=…&train=…&test=…&preset=…
+// beside ?backend=): a link opens the tab with them.
 
 import init, * as wasm from './pkg/posflow_web.js';
 
@@ -36,6 +50,9 @@ const COMPLETION_CHARS = 80;
 const BEAM = 4;
 
 const $ = (id) => document.getElementById(id);
+
+// The URL keys that belong to the Compare tab's settings.
+const COMPARE_KEYS = ['task', 'enc', 'seeds', 'train', 'test', 'preset'];
 
 const state = {
   ready: false,
@@ -142,6 +159,31 @@ const api = {
   resetFineTune() {
     wasm.resetFineTune();
   },
+  setCompare(query) {
+    wasm.setCompare(query);
+  },
+  compareQuery() {
+    return wasm.compareQuery();
+  },
+  startCompare() {
+    wasm.startCompare();
+  },
+  stopCompare() {
+    wasm.stopCompare();
+  },
+  compareStatus() {
+    return wasm.compareStatus();
+  },
+  compareStudy() {
+    return wasm.compareStudy();
+  },
+  compareResults() {
+    return wasm.compareResults();
+  },
+  downloadStudy() {
+    wasm.downloadStudy();
+  },
+  downloads: [],
 };
 window.posflow = api;
 
@@ -152,6 +194,42 @@ async function loadFile(file) {
   } catch (e) {
     showError(`Could not load ${file.name}: ${e.message ?? e}`);
   }
+}
+
+// Hands the files the viewer offers (the Compare tab's Download buttons) to the browser.
+function saveDownloads() {
+  for (const { name, bytes } of wasm.takeDownloads()) {
+    const url = URL.createObjectURL(new Blob([bytes]));
+    const link = document.createElement('a');
+    link.href = url;
+    link.download = name;
+    link.click();
+    setTimeout(() => URL.revokeObjectURL(url), 1000);
+    api.downloads.push({ name, size: bytes.length });
+  }
+}
+
+// Keeps the Compare tab's settings in the URL while that tab is open, so a link reproduces them.
+function keepCompareInUrl() {
+  if (wasm.viewerStatus().view !== 'compare') return;
+  const params = new URLSearchParams(location.search);
+  const compare = new URLSearchParams(wasm.compareQuery());
+  let changed = false;
+  for (const key of COMPARE_KEYS) {
+    if (params.get(key) !== compare.get(key)) {
+      params.set(key, compare.get(key));
+      changed = true;
+    }
+  }
+  if (changed) history.replaceState(null, '', `${location.pathname}?${params}`);
+}
+
+// The Compare tab's settings of the page's URL, if it has any.
+function compareFromUrl() {
+  const params = new URLSearchParams(location.search);
+  // Decoded values joined as they are: the query keeps its commas (`enc=a,b`).
+  const pairs = COMPARE_KEYS.filter((key) => params.has(key)).map((key) => `${key}=${params.get(key)}`);
+  return pairs.length > 0 ? pairs.join('&') : null;
 }
 
 async function boot() {
@@ -186,6 +264,19 @@ async function boot() {
   });
   await viewerCompletion();
   state.timings.firstCompletion = performance.now();
+  const compare = compareFromUrl();
+  if (compare !== null) {
+    try {
+      api.setCompare(compare);
+    } catch (e) {
+      showError(`The link's comparison settings: ${e.message ?? e}`);
+    }
+  }
+  setInterval(() => {
+    saveDownloads();
+    keepCompareInUrl();
+  }, 250);
+
   $('checkpoint-file').disabled = false;
   state.timings.ready = performance.now();
   state.ready = true;

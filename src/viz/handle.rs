@@ -225,6 +225,11 @@ impl ViewerHandle {
         std::mem::take(&mut self.state.borrow_mut().downloads)
     }
 
+    /// Offers the comparison's study file for download, as the tab's "Download study" does.
+    pub fn download_compare_study(&self) -> Result<()> {
+        self.update(compare::offer_study)
+    }
+
     /// The comparison's finished runs (kept after Stop), in the order they finished.
     pub fn compare_results(&self) -> Vec<crate::study::RunResult> {
         self.state.borrow().compare.finished()

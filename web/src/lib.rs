@@ -113,7 +113,7 @@ pub async fn load_checkpoint(bytes: Vec<u8>, name: String) -> Result<JsValue, Js
 }
 
 /// Selects the viewer's tab by its name: `position_encodings`, `attention`, `tupe`, `metrics`,
-/// `prompt` or `translate`.
+/// `prompt`, `translate` or `compare`.
 #[wasm_bindgen(js_name = selectView)]
 pub fn select_view(name: &str) -> Result<(), JsError> {
     let view = viewer::view_named(name).map_err(|e| JsError::new(&e))?;
@@ -207,4 +207,100 @@ pub async fn probabilities(prompt: String) -> Result<JsValue, JsError> {
     let model = session()?.model().map_err(js_error)?;
     let probs = model.probabilities(&prompt).await.map_err(js_error)?;
     to_js(&Value::Object(probs))
+}
+
+/// Sets the Compare tab's settings from a link's query (`task=…&enc=a,b_rand&seeds=3&train=10&
+/// test=11-40&preset=fast`; keys it lacks keep the defaults) and opens the tab. An unknown key,
+/// task, encoding or preset, or a value that is not a number, is an error; settings that parse
+/// but cannot run are shown refused in the tab (`compareStatus().refusal`).
+#[wasm_bindgen(js_name = setCompare)]
+pub fn set_compare(query: &str) -> Result<(), JsError> {
+    let settings = posflow::viz::compare::CompareSettings::from_query(query).map_err(js_error)?;
+    let handle = &viewer()?.handle;
+    handle.set_compare_settings(settings);
+    handle.select_view(posflow::viz::View::Compare);
+    Ok(())
+}
+
+/// The Compare tab's settings as a link's query (what the page keeps in its URL).
+#[wasm_bindgen(js_name = compareQuery)]
+pub fn compare_query() -> Result<String, JsError> {
+    Ok(viewer()?.handle.compare_settings().to_query())
+}
+
+/// Starts the comparison (as the tab's Start does); a refusal is an error with the reason.
+#[wasm_bindgen(js_name = startCompare)]
+pub fn start_compare() -> Result<(), JsError> {
+    viewer()?.handle.start_compare().map_err(js_error)
+}
+
+/// Stops the comparison after the running slice of steps; what finished stays.
+#[wasm_bindgen(js_name = stopCompare)]
+pub fn stop_compare() -> Result<(), JsError> {
+    viewer()?.handle.stop_compare();
+    Ok(())
+}
+
+/// `{stepsDone, stepsTotal, runsDone, runsTotal, running, done, seconds, verdicts: [{name,
+/// verdict}], error, refusal}`: where the comparison stands; `refusal` is why the settings as they
+/// stand cannot run (null when they can).
+#[wasm_bindgen(js_name = compareStatus)]
+pub fn compare_status() -> Result<JsValue, JsError> {
+    let handle = &viewer()?.handle;
+    let s = handle.compare_status();
+    let refusal = handle.compare_study_toml().err().map(|e| e.to_string());
+    let verdicts: Vec<Value> = s
+        .verdicts
+        .iter()
+        .map(|(name, verdict)| json!({"name": name, "verdict": verdict}))
+        .collect();
+    to_js(&json!({
+        "stepsDone": s.steps_done,
+        "stepsTotal": s.steps_total,
+        "runsDone": s.runs_done,
+        "runsTotal": s.runs_total,
+        "running": s.running,
+        "done": s.done,
+        "seconds": s.seconds,
+        "verdicts": verdicts,
+        "error": s.error,
+        "refusal": refusal,
+    }))
+}
+
+/// The study file that reproduces the comparison with `posflow study` natively.
+#[wasm_bindgen(js_name = compareStudy)]
+pub fn compare_study() -> Result<String, JsError> {
+    viewer()?.handle.compare_study_toml().map_err(js_error)
+}
+
+/// Offers the study file for download, as the tab's "Download study" button does (the page then
+/// hands it to the browser).
+#[wasm_bindgen(js_name = downloadStudy)]
+pub fn download_study() -> Result<(), JsError> {
+    viewer()?.handle.download_compare_study().map_err(js_error)
+}
+
+/// The comparison's finished runs as `posflow study` writes them in `result.json` (variant, seed,
+/// run config, seconds, training loss per step, evaluations).
+#[wasm_bindgen(js_name = compareResults)]
+pub fn compare_results() -> Result<JsValue, JsError> {
+    let results = viewer()?.handle.compare_results();
+    to_js(&serde_json::to_value(&results).map_err(|e| JsError::new(&e.to_string()))?)
+}
+
+/// The files the viewer offered to save since the last call (the Compare tab's Download
+/// buttons): `[{name, bytes: Uint8Array}]`, for the page to hand to the browser.
+#[wasm_bindgen(js_name = takeDownloads)]
+pub fn take_downloads() -> Result<js_sys::Array, JsError> {
+    let out = js_sys::Array::new();
+    for d in viewer()?.handle.take_downloads() {
+        let file = js_sys::Object::new();
+        let set = |key: &str, value: &JsValue| js_sys::Reflect::set(&file, &JsValue::from_str(key), value);
+        set("name", &JsValue::from_str(&d.name)).map_err(|_| JsError::new("could not build a download"))?;
+        set("bytes", &js_sys::Uint8Array::from(d.bytes.as_slice()).into())
+            .map_err(|_| JsError::new("could not build a download"))?;
+        out.push(&file);
+    }
+    Ok(out)
 }

@@ -428,6 +428,141 @@ async function checkPage({ name, flags, backend, url, expected, files }) {
   }
 }
 
+// ---- the Compare tab ----
+
+// Two encodings × two seeds of the tiny preset: seconds on the CPU.
+const COMPARE_QUERY = 'task=even_pairs&enc=rope,rope_rand&seeds=2&train=10&test=11-40&preset=tiny';
+// How far the page's numbers may be from native posflow's on the same study file. The CPU in wasm
+// sums products in another order than native gemm's AVX kernels, and WebGPU in another again.
+const COMPARE_TOLERANCE = 1e-3;
+// Settings the tab must refuse, each with (part of) its reason.
+const COMPARE_REFUSALS = [
+  ['enc=', 'choose at least one encoding'],
+  ['seeds=0', 'seeds must be 1 to 5, got 0'],
+  ['train=10&test=10-40', 'the test lengths must be longer than the training length'],
+];
+const COMPARE_BAD_LINKS = [['task=sorting', 'unknown task `sorting`']];
+
+// `posflow study` of the page's study file, natively on the CPU: every run's result.json.
+function nativeStudy(toml) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'posflow-e2e-compare-'));
+  const file = path.join(dir, 'compare.toml');
+  fs.writeFileSync(file, toml);
+  execFileSync(posflowBin, ['--device', 'cpu', 'study', file, '--out', path.join(dir, 'out')], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const runs = path.join(dir, 'out', 'runs');
+  const results = [];
+  for (const variant of fs.readdirSync(runs)) {
+    for (const seed of fs.readdirSync(path.join(runs, variant))) {
+      results.push(JSON.parse(fs.readFileSync(path.join(runs, variant, seed, 'result.json'), 'utf8')));
+    }
+  }
+  return results;
+}
+
+// The largest difference between the page's runs and native ones: training losses and every
+// evaluated loss and accuracy.
+function largestDifference(page, native) {
+  assert.equal(page.length, native.length, 'the page and posflow study ran different numbers of runs');
+  let largest = 0;
+  let identical = true;
+  for (const p of page) {
+    const n = native.find((r) => r.variant === p.variant && r.seed === p.seed);
+    assert.ok(n, `posflow study has no run ${p.variant}/seed${p.seed}`);
+    const pairs = p.train_loss.map((x, i) => [x, n.train_loss[i]]);
+    assert.equal(p.evals.length, n.evals.length, `${p.variant}/seed${p.seed}: evaluations`);
+    p.evals.forEach((e, i) => {
+      assert.equal(e.step, n.evals[i].step);
+      e.bins.forEach((b, j) => {
+        const m = n.evals[i].bins[j];
+        assert.equal(b.bin, m.bin);
+        pairs.push([b.loss, m.loss], [b.accuracy, m.accuracy]);
+      });
+    });
+    for (const [a, b] of pairs) {
+      identical &&= a === b;
+      largest = Math.max(largest, Math.abs(a - b) / Math.max(1, Math.abs(b)));
+    }
+  }
+  return { largest, identical };
+}
+
+async function checkCompare({ name, flags, url }) {
+  console.log(`\n== Compare tab (${name})`);
+  const browser = await chromium.launch({
+    executablePath: chromiumPath,
+    headless: true,
+    args: [...COMMON_FLAGS, ...flags],
+  });
+  try {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 1000 }, acceptDownloads: true });
+    page.setDefaultTimeout(TIMEOUT);
+    const sep = url.includes('?') ? '&' : '?';
+    // A link reproduces the settings, and opens the tab.
+    await page.goto(`${url}${sep}${COMPARE_QUERY}`);
+    await page.waitForFunction(() => window.posflow?.status().ready, undefined, POLL);
+    assert.equal(await page.evaluate(() => window.posflow.compareQuery()), COMPARE_QUERY);
+    assert.equal((await page.evaluate(() => window.posflow.viewerStatus())).view, 'compare');
+    const before = await page.locator('#viewer').screenshot();
+
+    // Bad settings: refused in the page, with the reason.
+    for (const [query, reason] of COMPARE_REFUSALS) {
+      await page.evaluate((q) => window.posflow.setCompare(q), `${COMPARE_QUERY}&${query}`);
+      const status = await page.evaluate(() => window.posflow.compareStatus());
+      assert.ok(status.refusal?.includes(reason), `${query}: refusal ${status.refusal}`);
+      await assert.rejects(page.evaluate(() => window.posflow.startCompare()), new RegExp(reason.replace(/[`()]/g, '.')));
+      console.log(`${query} → refused: ${status.refusal}`);
+    }
+    for (const [query, reason] of COMPARE_BAD_LINKS) {
+      await assert.rejects(page.evaluate((q) => window.posflow.setCompare(q), query), new RegExp(reason.replace(/`/g, '.')));
+      console.log(`${query} → ${reason}`);
+    }
+
+    // The tiny comparison, trained in the page.
+    await page.evaluate((q) => window.posflow.setCompare(q), COMPARE_QUERY);
+    const started = Date.now();
+    await page.evaluate(() => window.posflow.startCompare());
+    await page.waitForFunction(() => {
+      const s = window.posflow.compareStatus();
+      return s.done || s.error || !s.running;
+    }, undefined, POLL);
+    const wall = (Date.now() - started) / 1000;
+    const status = await page.evaluate(() => window.posflow.compareStatus());
+    assert.equal(status.error, null, `the comparison failed: ${status.error}`);
+    assert.ok(status.done, JSON.stringify(status));
+    assert.equal(status.runsDone, 4);
+    assert.equal(status.verdicts.length, 4, JSON.stringify(status.verdicts));
+    for (const v of status.verdicts) assert.ok(['holds', 'not shown'].includes(v.verdict), JSON.stringify(v));
+    console.log(`tiny comparison: ${status.stepsDone} steps in ${wall.toFixed(1)} s wall (${status.seconds.toFixed(1)} s training); verdicts ${JSON.stringify(status.verdicts)}`);
+
+    // The curves, the bands and the verdict table are drawn.
+    await page.waitForTimeout(500);
+    const after = await page.locator('#viewer').screenshot();
+    const drawn = canvasPixels(after);
+    const changed = pixelsChanged(before, after);
+    console.log(`canvas: ${changed} pixels changed by the comparison, ${drawn.coloured} coloured`);
+    assert.ok(changed > 20000, `the comparison drew only ${changed} pixels`);
+    assert.ok(drawn.coloured > 2000, `the curves and bands drew only ${drawn.coloured} coloured pixels`);
+
+    // Download study: the browser gets the file, and posflow study of it gives the page's numbers.
+    const [download] = await Promise.all([
+      page.waitForEvent('download'),
+      page.evaluate(() => window.posflow.downloadStudy()),
+    ]);
+    assert.equal(download.suggestedFilename(), 'compare_even_pairs.toml');
+    const toml = fs.readFileSync(await download.path(), 'utf8');
+    assert.equal(toml, await page.evaluate(() => window.posflow.compareStudy()));
+    const native = nativeStudy(toml);
+    const results = await page.evaluate(() => window.posflow.compareResults());
+    const { largest, identical } = largestDifference(results, native);
+    console.log(`posflow study of the downloaded file: ${identical ? 'bit for bit the page\'s numbers' : `largest relative difference ${largest.toExponential(2)}`}`);
+    assert.ok(largest <= COMPARE_TOLERANCE, `the page's numbers differ from posflow study's by ${largest}`);
+  } finally {
+    await browser.close();
+  }
+}
+
 // Without ?backend=, a software WebGPU adapter (SwiftShader) is passed over for the CPU backend,
 // and the page says why; an unknown ?backend= is an error on the page.
 async function checkBackendChoice(url, expected) {
@@ -496,11 +631,20 @@ async function main() {
   const server = await serve(dist);
   const url = `http://127.0.0.1:${server.address().port}/`;
   try {
+    // POSFLOW_E2E_ONLY=compare runs the Compare tab's checks alone (while working on it).
+    if (process.env.POSFLOW_E2E_ONLY === 'compare') {
+      await checkCompare({ name: 'the CPU in wasm', flags: NO_WEBGPU_FLAGS, url });
+      await checkCompare({ name: 'WebGPU on SwiftShader', flags: WEBGPU_FLAGS, url: `${url}?backend=webgpu` });
+      console.log('\nweb e2e: the Compare checks passed (POSFLOW_E2E_ONLY=compare)');
+      return;
+    }
     await checkPage({
       name: 'webgpu', flags: WEBGPU_FLAGS, backend: 'webgpu', url: `${url}?backend=webgpu`, expected, files,
     });
     await checkBackendChoice(url, expected);
     await checkPage({ name: 'cpu', flags: NO_WEBGPU_FLAGS, backend: 'cpu', url, expected, files });
+    await checkCompare({ name: 'the CPU in wasm', flags: NO_WEBGPU_FLAGS, url });
+    await checkCompare({ name: 'WebGPU on SwiftShader', flags: WEBGPU_FLAGS, url: `${url}?backend=webgpu` });
   } finally {
     server.close();
   }

@@ -6,6 +6,6 @@ pub mod settings;
 mod tab;
 
 pub use run::CompareStatus;
-pub(crate) use run::{Comparing, Step, next_step, run_step, start, stop};
+pub(crate) use run::{Comparing, Step, next_step, offer_study, run_step, start, stop};
 pub use settings::{Choice, CompareSettings, CompareTask, Encoding, Preset};
 pub(crate) use tab::show;

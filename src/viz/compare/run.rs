@@ -190,6 +190,18 @@ fn new_run(s: &State) -> Result<Run> {
     })
 }
 
+/// Offers the comparison's study file for download (the tab's "Download study"), named
+/// `compare_<task>.toml`.
+pub(crate) fn offer_study(s: &mut State) -> Result<()> {
+    let text = s.compare.study_toml()?;
+    let task = crate::study::Study::from_toml(&text, "the comparison")?.name;
+    s.downloads.push(crate::viz::Download {
+        name: format!("{task}.toml"),
+        bytes: text.into_bytes(),
+    });
+    Ok(())
+}
+
 /// Stops the comparison after the slice that is running; what finished stays.
 pub(crate) fn stop(s: &mut State) {
     if let Some(run) = &mut s.compare.run {

@@ -599,6 +599,7 @@ impl CompareSettings {
             let (key, value) = pair
                 .split_once('=')
                 .ok_or_else(|| Error::Input(format!("the link's setting `{pair}` has no value")))?;
+            let value = &percent_decoded(value);
             match key {
                 "task" => s.task = CompareTask::from_name(value)?,
                 "enc" => {
@@ -628,6 +629,28 @@ impl CompareSettings {
         }
         Ok(s)
     }
+}
+
+/// A URL's `%HH` escapes decoded (a browser writes `enc=a,b` as `enc=a%2Cb`); a `%` not followed
+/// by two hex digits stays as it is.
+fn percent_decoded(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

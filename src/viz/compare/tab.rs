@@ -71,17 +71,14 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State) {
 /// settings as a link's query.
 fn take_home(ui: &mut egui::Ui, s: &mut State) {
     ui.horizontal(|ui| {
-        let study = s.compare.study_toml();
         let download = ui
-            .add_enabled(study.is_ok(), egui::Button::new("Download study"))
+            .add_enabled(
+                s.compare.study_toml().is_ok(),
+                egui::Button::new("Download study"),
+            )
             .on_hover_text("the study file: `posflow study FILE` trains the same runs natively");
-        if download.clicked()
-            && let Ok(text) = study
-        {
-            s.downloads.push(Download {
-                name: format!("compare_{}.toml", s.compare.settings.task.name()),
-                bytes: text.into_bytes(),
-            });
+        if download.clicked() {
+            let _ = run::offer_study(s);
         }
         ui.weak("link:");
         ui.monospace(format!("?{}", s.compare.settings.to_query()));
