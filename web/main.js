@@ -28,7 +28,8 @@
 //   posflow.compareQuery()           → the Compare tab's settings as a query (kept in the URL)
 //   posflow.startCompare(), posflow.stopCompare() → Start and Stop (start throws the refusal)
 //   posflow.compareStatus()          → {stepsDone, stepsTotal, runsDone, runsTotal, running, done,
-//                                       seconds, verdicts: [{name, verdict}], error, refusal}
+//                                       seconds, wallSeconds, verdicts: [{name, verdict}], error,
+//                                       refusal}
 //   posflow.compareStudy()           → the study file that reproduces the comparison natively
 //   posflow.compareResults()         → the finished runs, as posflow study's result.json files
 //   posflow.downloadStudy()          → hands the study file to the browser (the tab's Download study)

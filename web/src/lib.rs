@@ -241,9 +241,10 @@ pub fn stop_compare() -> Result<(), JsError> {
     Ok(())
 }
 
-/// `{stepsDone, stepsTotal, runsDone, runsTotal, running, done, seconds, verdicts: [{name,
-/// verdict}], error, refusal}`: where the comparison stands; `refusal` is why the settings as they
-/// stand cannot run (null when they can).
+/// `{stepsDone, stepsTotal, runsDone, runsTotal, running, done, seconds, wallSeconds, verdicts:
+/// [{name, verdict}], error, refusal}`: where the comparison stands (`seconds` training,
+/// `wallSeconds` since Start); `refusal` is why the settings as they stand cannot run (null when
+/// they can).
 #[wasm_bindgen(js_name = compareStatus)]
 pub fn compare_status() -> Result<JsValue, JsError> {
     let handle = &viewer()?.handle;
@@ -262,6 +263,7 @@ pub fn compare_status() -> Result<JsValue, JsError> {
         "running": s.running,
         "done": s.done,
         "seconds": s.seconds,
+        "wallSeconds": s.wall_seconds,
         "verdicts": verdicts,
         "error": s.error,
         "refusal": refusal,

@@ -13,8 +13,10 @@ use crate::error::Result;
 use crate::study::{ClaimReport, LiveStudy, RunResult, StudySummary, judge_claims};
 use crate::viz::{Job, State};
 
-/// A job steps for about this long before handing the study back to the frames.
-const SLICE_SECONDS: f64 = 0.05;
+/// A job steps for about this long before handing the study back to the frames: long enough
+/// that drawing a frame (slow where the browser renders in software) does not dominate, short
+/// enough that the page answers within a tenth of a second.
+const SLICE_SECONDS: f64 = 0.1;
 
 /// Where a comparison stands, for the tab and the page (`window.posflow`).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -30,6 +32,8 @@ pub struct CompareStatus {
     pub done: bool,
     /// Seconds spent training so far.
     pub seconds: f64,
+    /// Seconds since Start, frames and pauses included (what the time left is reckoned from).
+    pub wall_seconds: f64,
     /// Each claim's name and verdict ("holds" or "not shown"), once done.
     pub verdicts: Vec<(String, String)>,
     /// Why the last start or step failed.
@@ -54,6 +58,9 @@ pub(super) struct Run {
     pub snapshot: Snapshot,
     /// Each finished run's checkpoint bytes, in the order of `snapshot.finished`.
     pub checkpoints: Vec<Rc<[u8]>>,
+    pub started: web_time::Instant,
+    /// Seconds from Start to the last slice's end.
+    pub wall_seconds: f64,
 }
 
 /// What the tab draws, refreshed after every job.
@@ -131,6 +138,7 @@ impl Comparing {
             running: self.running(),
             done: snap.verdicts.is_some(),
             seconds: snap.seconds,
+            wall_seconds: run.wall_seconds,
             verdicts,
             error: self.error.clone(),
         }
@@ -187,6 +195,8 @@ fn new_run(s: &State) -> Result<Run> {
         live: Some(Box::new(live)),
         running: true,
         checkpoints: Vec::new(),
+        started: web_time::Instant::now(),
+        wall_seconds: 0.0,
     })
 }
 
@@ -221,14 +231,14 @@ pub(crate) fn next_step(s: &mut State) -> Option<Job> {
     Some(Job::CompareStep(Step { live }))
 }
 
-/// Steps until the slice's time is up, an evaluation was made or the study ended, then hands the
+/// Steps until the slice's time is up or the study ended, then hands the
 /// study back with a fresh snapshot.
 pub(crate) async fn run_step(state: &Rc<RefCell<State>>, mut step: Step) {
     let backend: Rc<dyn Backend> = state.borrow().backend.clone();
     let start = web_time::Instant::now();
     let result = loop {
         match step.live.advance(&backend).await {
-            Ok(Some(advanced)) if !advanced.evaluated && start.elapsed().as_secs_f64() < SLICE_SECONDS => {}
+            Ok(Some(_)) if start.elapsed().as_secs_f64() < SLICE_SECONDS => {}
             Ok(_) => break Ok(()),
             Err(e) => break Err(e),
         }
@@ -239,6 +249,7 @@ pub(crate) async fn run_step(state: &Rc<RefCell<State>>, mut step: Step) {
         return;
     };
     run.snapshot = Snapshot::of(&step.live);
+    run.wall_seconds = run.started.elapsed().as_secs_f64();
     for i in run.checkpoints.len()..step.live.finished().len() {
         if let Some(bytes) = step.live.checkpoint_bytes(i) {
             run.checkpoints.push(Rc::from(bytes));

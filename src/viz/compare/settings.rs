@@ -260,7 +260,7 @@ impl Preset {
     pub fn label(self) -> &'static str {
         match self {
             Preset::Tiny => "tiny (1 layer, d 16, 24 steps: a smoke test)",
-            Preset::Fast => "fast (2 layers, d 32, 400 steps: a laptop's CPU)",
+            Preset::Fast => "fast (2 layers, d 32, 1,000 steps: a laptop's CPU)",
             Preset::Paper => "paper (5 layers, d 64, 1,500 steps: a GPU)",
         }
     }
@@ -288,7 +288,7 @@ impl Preset {
                 heads: 4,
                 layers: 2,
                 ffn: 64,
-                steps: 400,
+                steps: 1000,
                 batch: 16,
             },
             Preset::Paper => Sizes {

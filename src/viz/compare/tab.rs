@@ -254,7 +254,7 @@ fn results(ui: &mut egui::Ui, run: &Run) {
     let snap = &run.snapshot;
     let fraction = snap.steps_done as f32 / snap.steps_total.max(1) as f32;
     let left = if snap.steps_done > 0 {
-        let per_step = snap.seconds / snap.steps_done as f64;
+        let per_step = run.wall_seconds / snap.steps_done as f64;
         let seconds = per_step * (snap.steps_total - snap.steps_done) as f64;
         format!(
             ", about {}:{:02} left",
