@@ -2,6 +2,8 @@
 //! seeds) trained frame by frame to its verdicts, equal to `posflow study`'s runner on the study
 //! file the tab writes; bad settings refused with the reason in the tab; Stop keeps what finished.
 
+#[path = "common/binary.rs"]
+mod binary;
 #[path = "common/scratch.rs"]
 mod scratch_dir;
 
@@ -151,13 +153,16 @@ fn a_tiny_comparison_trains_to_verdicts_that_posflow_study_gives_too() {
     }
 }
 
+/// Makes good settings bad.
+type Spoil = fn(&mut CompareSettings);
+
 #[test]
 fn bad_settings_are_refused_in_the_tab_with_the_reason() {
     let viewer = Viewer::new(cpu(), Spawner::blocking());
     let handle = viewer.handle();
     handle.select_view(View::Compare);
     let mut harness = window(&viewer);
-    let cases: [(&str, fn(&mut CompareSettings)); 3] = [
+    let cases: [(&str, Spoil); 3] = [
         ("choose at least one encoding", |s| s.choices.clear()),
         ("seeds must be 1 to 5, got 0", |s| s.seeds = 0),
         ("the test lengths must be longer than the training length", |s| {
@@ -200,4 +205,24 @@ fn stop_keeps_the_runs_that_finished() {
     assert!(status.runs_done >= 1 && status.runs_done < 4, "{status:?}");
     assert_eq!(handle.compare_results().len(), status.runs_done);
     assert!(status.verdicts.is_empty());
+}
+
+/// `posflow viz --compare QUERY` refuses a bad link with the reason before opening anything.
+#[test]
+fn posflow_viz_refuses_a_bad_compare_link() {
+    let dir = scratch("viz_compare", "cli");
+    let o = binary::posflow_in(
+        &dir,
+        &[
+            "viz",
+            "--compare",
+            "task=even_pairs&enc=rope,wavelets",
+            "--export",
+            "out",
+        ],
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("unknown encoding `wavelets`"), "{err}");
+    assert!(!dir.join("out").exists());
 }

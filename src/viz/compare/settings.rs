@@ -442,6 +442,20 @@ impl CompareSettings {
         }
     }
 
+    /// The study's one-line description: the task, the lengths and the encodings compared.
+    fn description(&self) -> String {
+        let labels: Vec<String> = self.choices.iter().map(|c| c.label()).collect();
+        format!(
+            "{} trained on lengths up to {}, tested on {} to {} {}: {}",
+            self.task.name(),
+            self.train_len,
+            self.test_from,
+            self.test_to,
+            self.task.unit(),
+            labels.join(" vs ")
+        )
+    }
+
     /// The study without claims: the variants as they will run.
     fn variants_toml(&self) -> String {
         let s = self.preset.sizes();
@@ -480,19 +494,7 @@ impl CompareSettings {
              eval_lengths = {eval_lengths:?}\n\
              eval_batches = 1\n",
             task = self.task.name(),
-            description = format!(
-                "{} trained on lengths up to {}, tested on {} to {} {}: {}",
-                self.task.name(),
-                self.train_len,
-                self.test_from,
-                self.test_to,
-                self.task.unit(),
-                self.choices
-                    .iter()
-                    .map(|c| c.label())
-                    .collect::<Vec<_>>()
-                    .join(" vs ")
-            ),
+            description = self.description(),
             seeds = seeds.join(", "),
             data = self.data_toml(),
             d_model = s.d_model,
