@@ -81,6 +81,14 @@ function showError(error) {
   $('error').textContent = text ?? '';
 }
 
+// An encoding's name, with FLOATER's form and Δ: the paper text's additive form and the authors'
+// compatible one extrapolate differently, so the page says which a model has.
+function describePosenc(posenc) {
+  if (posenc.type !== 'floater') return posenc.type;
+  const form = posenc.form === 'additive' ? "the paper text's additive form" : "the authors' compatible form";
+  return `FLOATER (${form}, Δ ${posenc.delta})`;
+}
+
 function showStatus() {
   const m = state.model;
   const backend = state.backend === 'webgpu' ? `WebGPU (${state.device})` : 'the CPU in WebAssembly';
@@ -89,7 +97,7 @@ function showStatus() {
     : `${m?.layers} layers`;
   const model = m
     ? ` · ${m.name}: ${layers}, d_model ${m.d_model}, ${m.heads} heads, ` +
-      `${m.parameters.toLocaleString('en')} parameters, position encoding ${m.posenc.type}`
+      `${m.parameters.toLocaleString('en')} parameters, position encoding ${describePosenc(m.posenc)}`
     : '';
   $('status').textContent = `Running on ${backend}${model}`;
 }
