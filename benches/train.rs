@@ -11,7 +11,7 @@ use posflow::bench::{self, TrainBench};
 
 fn row(backend: &Rc<dyn Backend>, steps: usize) {
     println!("\n{}", backend.describe());
-    match bench::train(backend, &TrainBench::default(), steps) {
+    match pollster::block_on(bench::train(backend, &TrainBench::default(), steps)) {
         Ok(r) => println!(
             "{} parameters, {steps} steps: median {:.1} ms/step, best {:.1} ms, {:.0} tokens/s",
             r.parameters,

@@ -10,7 +10,6 @@
 //! `DESIGN.md` in the repository root says why.
 
 pub mod backend;
-#[cfg(not(target_arch = "wasm32"))]
 pub mod bench;
 pub mod checkpoint;
 pub mod data;

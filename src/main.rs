@@ -327,7 +327,7 @@ fn bench_train(
             warmup,
             ..posflow::bench::TrainBench::variant(shape, name)?
         };
-        let row = posflow::bench::train(backend, &bench, steps)?;
+        let row = pollster::block_on(posflow::bench::train(backend, &bench, steps))?;
         let reference = *first.get_or_insert(row.mean_seconds);
         println!(
             "{name:<16} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>10.0} {:>10} {:>8.2}x  {:.3} -> {:.3}",

@@ -34,6 +34,9 @@
 //   posflow.compareResults()         → the finished runs, as posflow study's result.json files
 //   posflow.downloadStudy()          → hands the study file to the browser (the tab's Download study)
 //   posflow.downloads                → every file the page handed the browser: [{name, size}]
+//   posflow.benchTrain(variant, steps, warmup) → Promise<{medianMs, meanMs, bestMs,
+//                                       tokensPerSecond, …}>: `posflow bench train`'s step timed in
+//                                       the page (web/tests/bench.mjs; the CPU one holds the page)
 //
 // The Compare tab's settings live in the page's URL (?task=…&enc=…&seeds=…&train=…&test=…&preset=…
 // beside ?backend=): a link opens the tab with them.
@@ -191,6 +194,9 @@ const api = {
   },
   downloadStudy() {
     wasm.downloadStudy();
+  },
+  benchTrain(variant = 'learned', steps = 10, warmup = 2) {
+    return serial(() => wasm.benchTrain(variant, steps, warmup));
   },
   downloads: [],
 };

@@ -1,122 +1,17 @@
-//! Benchmarks on one backend, for `cargo bench` and `posflow bench`: single ops, and one
-//! training step of a small Transformer.
+//! One training step of a small Transformer (the peers' step, or a variant of it), timed on
+//! any backend: natively for `posflow bench train`, in the page for `benchTrain`.
 
 use std::rc::Rc;
-use std::time::Instant;
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use web_time::Instant;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::exec::Executor;
-use crate::graph::Graph;
 use crate::model::{Block, EmbedScale, Model, ModelConfig, ModelKind, PosEnc};
-use crate::ops::matmul::KernelChoice;
 use crate::optim::AdamW;
-use crate::params::ParamStore;
-use crate::tensor::TensorMeta;
 use crate::train::{BatchShape, TrainingProgram};
-
-/// The time of one square product `[size, size] · [size, size]`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct MatmulRow {
-    pub size: usize,
-    /// Wall time per product.
-    pub seconds: f64,
-    /// 2·size³ floating-point operations per product, per second, in billions.
-    pub gflops: f64,
-}
-
-/// Times square matrix products on `backend`: for each size, a graph with one matmul runs once
-/// to warm up (pipelines, buffers), then `repeats` times followed by one readback, so the time
-/// includes all the GPU work queued.
-pub fn matmul(backend: &Rc<dyn Backend>, sizes: &[usize], repeats: usize) -> Result<Vec<MatmulRow>> {
-    sizes
-        .iter()
-        .map(|&size| time_product(backend, size, repeats, None))
-        .collect()
-}
-
-/// One kernel's time on one size, for [`matmul_kernels`].
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct KernelRow {
-    /// The kernel named, or `None` for the op's own choice.
-    pub kernel: Option<KernelChoice>,
-    pub row: MatmulRow,
-}
-
-/// Splits of k that [`matmul_kernels`] tries with each tile.
-const KERNEL_SPLITS: [usize; 2] = [1, 4];
-
-/// Like [`matmul`], but each size is timed with the op's own choice and then with every kernel
-/// the shader has ([`KernelChoice::every`], k unsplit or split in 4): what tunes the choice per
-/// adapter kind. `progress` sees each row as it is measured.
-pub fn matmul_kernels(
-    backend: &Rc<dyn Backend>,
-    sizes: &[usize],
-    repeats: usize,
-    mut progress: impl FnMut(&KernelRow),
-) -> Result<Vec<KernelRow>> {
-    let named = KernelChoice::every(1).flat_map(|kernel| {
-        KERNEL_SPLITS
-            .iter()
-            .map(move |&splits| Some(KernelChoice { splits, ..kernel }))
-    });
-    let kernels: Vec<Option<KernelChoice>> = std::iter::once(None).chain(named).collect();
-    let mut rows = Vec::new();
-    for &size in sizes {
-        for &kernel in &kernels {
-            let row = KernelRow {
-                kernel,
-                row: time_product(backend, size, repeats, kernel)?,
-            };
-            progress(&row);
-            rows.push(row);
-        }
-    }
-    Ok(rows)
-}
-
-fn time_product(
-    backend: &Rc<dyn Backend>,
-    size: usize,
-    repeats: usize,
-    kernel: Option<KernelChoice>,
-) -> Result<MatmulRow> {
-    let repeats = repeats.max(1);
-    let mut g = Graph::new();
-    let a = g.input("a", TensorMeta::f32(&[size, size]));
-    let b = g.input("b", TensorMeta::f32(&[size, size]));
-    let c = match kernel {
-        Some(kernel) => g.matmul_with_kernel(a, b, kernel)?,
-        None => g.matmul(a, b)?,
-    };
-    let params = ParamStore::init(backend.clone(), &g, 0)?;
-    let exec = Executor::new(&g, &[c], &params)?;
-    exec.set_f32(a, &pattern(size * size, 1))?;
-    exec.set_f32(b, &pattern(size * size, 2))?;
-    exec.run()?;
-    exec.read_blocking(c)?;
-    let start = Instant::now();
-    for _ in 0..repeats {
-        exec.run()?;
-    }
-    exec.read_blocking(c)?;
-    let seconds = start.elapsed().as_secs_f64() / repeats as f64;
-    Ok(MatmulRow {
-        size,
-        seconds,
-        gflops: 2.0 * (size as f64).powi(3) / seconds / 1e9,
-    })
-}
-
-/// Deterministic values in [-0.5, 0.5): benchmarks need no randomness, only no zeros or NaNs.
-fn pattern(n: usize, seed: usize) -> Vec<f32> {
-    (0..n)
-        .map(|i| ((i * 7919 + seed * 104_729) % 1000) as f32 / 1000.0 - 0.5)
-        .collect()
-}
 
 /// One training step to time: a model, the batch shape, the optimizer, and how many steps
 /// to run untimed first (plan compilation, pipelines, caches).
@@ -287,8 +182,9 @@ pub struct TrainBenchRow {
 
 /// Times `steps` full training steps (forward, backward, clipping, AdamW update) of
 /// `bench.model` on random token batches, after `bench.warmup` untimed ones. Each step is timed
-/// from feeding its batch to reading its loss back, so queued GPU work is counted.
-pub fn train(backend: &Rc<dyn Backend>, bench: &TrainBench, steps: usize) -> Result<TrainBenchRow> {
+/// from feeding its batch to reading its loss back, so queued GPU work is counted. Async because
+/// a page cannot block on its GPU; natively `pollster::block_on` it.
+pub async fn train(backend: &Rc<dyn Backend>, bench: &TrainBench, steps: usize) -> Result<TrainBenchRow> {
     if steps == 0 {
         return Err(Error::Input("bench train needs at least one timed step".into()));
     }
@@ -319,8 +215,8 @@ pub fn train(backend: &Rc<dyn Backend>, bench: &TrainBench, steps: usize) -> Res
         program.launch(step, bench.optimizer.lr, |graph, exec| {
             graph.as_tokens()?.feed(exec, &tokens, &targets, None)
         })?;
-        pollster::block_on(program.check())?;
-        let loss = pollster::block_on(program.loss())?;
+        program.check().await?;
+        let loss = program.loss().await?;
         if step >= bench.warmup {
             times.push(start.elapsed().as_secs_f64());
             losses.push(loss);
@@ -386,73 +282,4 @@ mod tests {
         let err = TrainShape::parse("huge").unwrap_err().to_string();
         assert!(err.contains("`huge`") && err.contains("large"), "{err}");
     }
-}
-
-/// One decoder's speed at one beam size.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct DecodeRow {
-    pub beam: usize,
-    /// Sources decoded per second, the median of the rounds.
-    pub sentences_per_second: f64,
-    /// Output tokens (EOS included) per second, in the same round.
-    pub tokens_per_second: f64,
-    /// The mean output length, EOS included.
-    pub mean_output_len: f64,
-}
-
-/// Decodes `sources`, `batch` at a time, with every decoder at every beam size, `rounds` times
-/// after one untimed round; within a round the decoders take turns, so that a change in the
-/// machine's load falls on all of them alike. Returns `rows[decoder][beam]`.
-pub fn decode(
-    decoders: &[crate::inference::Seq2SeqDecoder],
-    sources: &[Vec<i32>],
-    beams: &[usize],
-    batch: usize,
-    rounds: usize,
-) -> Result<Vec<Vec<DecodeRow>>> {
-    if sources.is_empty() || batch == 0 || rounds == 0 {
-        return Err(Error::Input(
-            "bench decode needs sources, a batch and a round of at least one".into(),
-        ));
-    }
-    // times[decoder][beam]: (seconds, output tokens) per timed round.
-    let mut times = vec![vec![Vec::with_capacity(rounds); beams.len()]; decoders.len()];
-    for round in 0..=rounds {
-        for (d, decoder) in decoders.iter().enumerate() {
-            for (b, &beam) in beams.iter().enumerate() {
-                let options = crate::inference::DecodeOptions {
-                    beam,
-                    ..Default::default()
-                };
-                let start = Instant::now();
-                let mut tokens = 0;
-                for chunk in sources.chunks(batch) {
-                    let found = pollster::block_on(decoder.decode(chunk, &options))?;
-                    tokens += found.iter().map(|h| h.tokens.len() + 1).sum::<usize>();
-                }
-                if round > 0 {
-                    times[d][b].push((start.elapsed().as_secs_f64(), tokens));
-                }
-            }
-        }
-    }
-    Ok(times
-        .into_iter()
-        .map(|per_beam| {
-            per_beam
-                .into_iter()
-                .zip(beams)
-                .map(|(mut rounds, &beam)| {
-                    rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
-                    let (seconds, tokens) = rounds[rounds.len() / 2];
-                    DecodeRow {
-                        beam,
-                        sentences_per_second: sources.len() as f64 / seconds,
-                        tokens_per_second: tokens as f64 / seconds,
-                        mean_output_len: tokens as f64 / sources.len() as f64,
-                    }
-                })
-                .collect()
-        })
-        .collect())
 }

@@ -306,3 +306,32 @@ pub fn take_downloads() -> Result<js_sys::Array, JsError> {
     }
     Ok(out)
 }
+
+/// Times the training step `posflow bench train --variants VARIANT` times (the peers' step, or
+/// one change to it) on the page's backend: `warmup` untimed steps, then `steps` timed ones, each
+/// from feeding its batch to reading its loss back. Returns `{variant, device, steps,
+/// medianMs, meanMs, bestMs, tokensPerSecond, firstLoss, lastLoss}`. On the CPU it holds the
+/// page for the whole run (one step at a time on the page's only thread).
+#[wasm_bindgen(js_name = benchTrain)]
+pub async fn bench_train(variant: String, steps: usize, warmup: usize) -> Result<JsValue, JsError> {
+    use posflow::bench::{TrainBench, TrainShape};
+    let session = session()?;
+    let bench = TrainBench {
+        warmup,
+        ..TrainBench::variant(TrainShape::Peers, &variant).map_err(js_error)?
+    };
+    let row = posflow::bench::train(&session.backend, &bench, steps)
+        .await
+        .map_err(js_error)?;
+    to_js(&json!({
+        "variant": variant,
+        "device": session.device,
+        "steps": row.steps,
+        "medianMs": row.median_seconds * 1e3,
+        "meanMs": row.mean_seconds * 1e3,
+        "bestMs": row.best_seconds * 1e3,
+        "tokensPerSecond": row.tokens_per_second,
+        "firstLoss": row.first_loss,
+        "lastLoss": row.last_loss,
+    }))
+}

@@ -21,13 +21,11 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { chromium } from 'playwright-core';
-
+import { NO_WEBGPU_FLAGS, WEBGPU_FLAGS, launch, serve } from './browser.mjs';
 import { decodePng } from './png.mjs';
 
 const web = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
@@ -38,7 +36,6 @@ const seq2seqCheckpoint = path.join(web, 'assets', 'cmudict_seq2seq.safetensors'
 const posflowBin =
   process.env.POSFLOW_BIN ??
   path.join(process.env.CARGO_TARGET_DIR ?? path.join(root, 'target'), 'debug', 'posflow');
-const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
 
 const PROMPT = 'Call me Ishmael. Some years ago';
 const CHARS = 80; // what the page's prompt box completes (main.js COMPLETION_CHARS)
@@ -64,16 +61,6 @@ const FINE_TUNE_TEXT =
   'purse, and nothing particular to interest me on shore, I thought I would sail about a little.';
 const FINE_TUNE_STEPS = 5;
 const MIN_CHANGED = 2000;
-
-const COMMON_FLAGS = [
-  '--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking',
-  '--disable-component-update', '--disable-sync',
-];
-// All four, so that the viewer's WebGPU canvas renders too.
-const WEBGPU_FLAGS = [
-  '--enable-unsafe-webgpu', '--use-vulkan=swiftshader', '--enable-features=Vulkan', '--use-angle=vulkan',
-];
-const NO_WEBGPU_FLAGS = ['--disable-features=WebGPU'];
 
 // ---- native posflow: the expected values ----
 
@@ -132,39 +119,11 @@ function pixelsChanged(a, b) {
   return changed;
 }
 
-// ---- a static file server for web/dist ----
-
-const TYPES = {
-  '.html': 'text/html; charset=utf-8',
-  '.js': 'text/javascript; charset=utf-8',
-  '.css': 'text/css; charset=utf-8',
-  '.wasm': 'application/wasm',
-  '.safetensors': 'application/octet-stream',
-};
-
-function serve(folder) {
-  const server = http.createServer((req, res) => {
-    const url = new URL(req.url, 'http://localhost');
-    const file = path.join(folder, decodeURIComponent(url.pathname === '/' ? '/index.html' : url.pathname));
-    if (!file.startsWith(folder + path.sep) || !fs.existsSync(file) || !fs.statSync(file).isFile()) {
-      res.writeHead(404).end('not found');
-      return;
-    }
-    res.writeHead(200, { 'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream' });
-    fs.createReadStream(file).pipe(res);
-  });
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
-}
-
 // ---- one browser run ----
 
 async function checkPage({ name, flags, backend, url, expected, files }) {
   console.log(`\n== ${name}: expecting backend ${backend}`);
-  const browser = await chromium.launch({
-    executablePath: chromiumPath,
-    headless: true,
-    args: [...COMMON_FLAGS, ...flags],
-  });
+  const browser = await launch(flags);
   const problems = [];
   try {
     const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
@@ -490,11 +449,7 @@ function largestDifference(page, native) {
 
 async function checkCompare({ name, flags, url }) {
   console.log(`\n== Compare tab (${name})`);
-  const browser = await chromium.launch({
-    executablePath: chromiumPath,
-    headless: true,
-    args: [...COMMON_FLAGS, ...flags],
-  });
+  const browser = await launch(flags);
   try {
     const page = await browser.newPage({ viewport: { width: 1280, height: 1000 }, acceptDownloads: true });
     page.setDefaultTimeout(TIMEOUT);
@@ -567,11 +522,7 @@ async function checkCompare({ name, flags, url }) {
 // and the page says why; an unknown ?backend= is an error on the page.
 async function checkBackendChoice(url, expected) {
   console.log('\n== auto on a software WebGPU adapter: expecting backend cpu');
-  const browser = await chromium.launch({
-    executablePath: chromiumPath,
-    headless: true,
-    args: [...COMMON_FLAGS, ...WEBGPU_FLAGS],
-  });
+  const browser = await launch(WEBGPU_FLAGS);
   try {
     const page = await browser.newPage();
     page.setDefaultTimeout(TIMEOUT);

@@ -1,0 +1,173 @@
+// The page's speed beside native posflow's on this machine (BENCHMARKS.md, "In the browser").
+//
+//   node web/tests/bench.mjs     (after web/build.sh and `cargo build --release`)
+//
+// 1. `posflow bench train`'s step (the peers' step: 4 layers, d 128, batch 16 × 128) timed in the
+//    page on the CPU in wasm (`posflow.benchTrain`), against the native CPU backend on one
+//    thread (RAYON_NUM_THREADS=1: the page has one) and on every thread, taking turns for ROUNDS
+//    rounds so that a change in the machine's load falls on all three alike.
+// 2. The same step in the page on WebGPU through SwiftShader (a few steps: it is slow).
+// 3. The Compare tab's fast preset with its default settings (even pairs, the sinusoidal table
+//    standard and randomized, 3 seeds): wall time from Start to the verdicts on the CPU in wasm,
+//    and the downloaded study's `posflow study --jobs 1` natively.
+//
+// Prints the machine (CPU, whether it has AVX-512, load before and after) and a table per part.
+// Environment: POSFLOW_BIN (default $CARGO_TARGET_DIR/release/posflow), DIST (the built site;
+// default web/dist), ROUNDS (default 3), STEPS (timed steps per turn, default 10), SKIP (parts to
+// leave out, comma-separated: swiftshader, fast), CHROMIUM.
+
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { NO_WEBGPU_FLAGS, WEBGPU_FLAGS, launch, serve } from './browser.mjs';
+
+const web = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
+const root = path.dirname(web);
+const dist = path.resolve(process.env.DIST ?? path.join(web, 'dist'));
+const posflowBin =
+  process.env.POSFLOW_BIN ??
+  path.join(process.env.CARGO_TARGET_DIR ?? path.join(root, 'target'), 'release', 'posflow');
+const ROUNDS = Number(process.env.ROUNDS ?? 3);
+const STEPS = Number(process.env.STEPS ?? 10);
+const WARMUP = 2;
+const SWIFTSHADER_STEPS = 3;
+const SKIP = new Set((process.env.SKIP ?? '').split(',').filter(Boolean));
+const TIMEOUT = 1_800_000;
+const POLL = { polling: 500 };
+
+function machine() {
+  const info = fs.readFileSync('/proc/cpuinfo', 'utf8');
+  const model = info.match(/^model name\s*:\s*(.*)$/m)?.[1] ?? os.cpus()[0]?.model ?? 'unknown CPU';
+  const avx512 = /^flags\s*:.*\bavx512f\b/m.test(info);
+  return `${model}, ${os.cpus().length} threads, ${avx512 ? 'AVX-512' : 'AVX2, no AVX-512'}`;
+}
+
+const load = () => os.loadavg()[0].toFixed(2);
+
+// The native step's median ms (`posflow bench train` prints a row per variant).
+function nativeStep(threads) {
+  const env = { ...process.env, ...(threads ? { RAYON_NUM_THREADS: String(threads) } : {}) };
+  const out = execFileSync(
+    posflowBin,
+    ['bench', 'train', '--device', 'cpu', '--steps', String(STEPS), '--warmup', String(WARMUP)],
+    { encoding: 'utf8', env },
+  );
+  const row = out.split('\n').find((l) => l.startsWith('learned '));
+  assert.ok(row, `no row in posflow bench train's output:\n${out}`);
+  // variant, parameters, mean ms, median ms, best ms, …
+  return Number(row.trim().split(/\s+/)[3]);
+}
+
+async function openPage(url, flags, backend) {
+  const browser = await launch(flags);
+  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+  page.setDefaultTimeout(TIMEOUT);
+  await page.goto(url);
+  await page.waitForFunction(() => {
+    const s = window.posflow?.status();
+    return s && (s.ready || s.error);
+  }, undefined, POLL);
+  const status = await page.evaluate(() => window.posflow.status());
+  assert.equal(status.error, null, `the page failed to start: ${status.error}`);
+  assert.equal(status.backend, backend, JSON.stringify(status));
+  return { browser, page, device: status.device };
+}
+
+const pageStep = (page, steps) =>
+  page.evaluate(([s, w]) => window.posflow.benchTrain('learned', s, w), [steps, WARMUP]);
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+async function stepInThePage(url) {
+  const { browser, page } = await openPage(url, NO_WEBGPU_FLAGS, 'cpu');
+  const rows = [];
+  try {
+    for (let round = 1; round <= ROUNDS; round++) {
+      const one = nativeStep(1);
+      const wasm = (await pageStep(page, STEPS)).medianMs;
+      const all = nativeStep(null);
+      rows.push({ round, wasm, one, all, load: load() });
+      console.log(`round ${round}: page ${wasm.toFixed(1)} ms, native 1 thread ${one.toFixed(1)} ms, native all ${all.toFixed(1)} ms (load ${load()})`);
+    }
+  } finally {
+    await browser.close();
+  }
+  console.log('\n| round | page, CPU in wasm (ms) | native, 1 thread (ms) | native, every thread (ms) | page / native 1 thread | load |');
+  console.log('|---|---|---|---|---|---|');
+  for (const r of rows) {
+    console.log(`| ${r.round} | ${r.wasm.toFixed(1)} | ${r.one.toFixed(1)} | ${r.all.toFixed(1)} | ${(r.wasm / r.one).toFixed(2)}× | ${r.load} |`);
+  }
+  const [w, o, a] = ['wasm', 'one', 'all'].map((k) => median(rows.map((r) => r[k])));
+  console.log(`| median | ${w.toFixed(1)} | ${o.toFixed(1)} | ${a.toFixed(1)} | ${(w / o).toFixed(2)}× | |`);
+}
+
+async function stepOnSwiftShader(url) {
+  const { browser, page, device } = await openPage(`${url}?backend=webgpu`, WEBGPU_FLAGS, 'webgpu');
+  try {
+    const row = await pageStep(page, SWIFTSHADER_STEPS);
+    console.log(`\nWebGPU in the page (${device}): median ${row.medianMs.toFixed(0)} ms, best ${row.bestMs.toFixed(0)} ms over ${SWIFTSHADER_STEPS} steps (loss ${row.firstLoss.toFixed(3)} → ${row.lastLoss.toFixed(3)})`);
+  } finally {
+    await browser.close();
+  }
+}
+
+async function fastPreset(url) {
+  const { browser, page } = await openPage(url, NO_WEBGPU_FLAGS, 'cpu');
+  let toml;
+  try {
+    // The tab's defaults are the fast preset's question.
+    const query = await page.evaluate(() => window.posflow.compareQuery());
+    assert.match(query, /preset=fast/);
+    const started = Date.now();
+    await page.evaluate(() => window.posflow.startCompare());
+    await page.waitForFunction(() => {
+      const s = window.posflow.compareStatus();
+      return s.done || s.error || !s.running;
+    }, undefined, POLL);
+    const wall = (Date.now() - started) / 1000;
+    const status = await page.evaluate(() => window.posflow.compareStatus());
+    assert.equal(status.error, null, status.error);
+    assert.ok(status.done, JSON.stringify(status));
+    console.log(`\nfast preset in the page (${query}): ${status.runsDone} runs, ${status.stepsDone} steps, ${wall.toFixed(1)} s wall, ${status.seconds.toFixed(1)} s of it training (load ${load()})`);
+    console.log(`verdicts: ${status.verdicts.map((v) => `${v.name}: ${v.verdict}`).join('; ')}`);
+    toml = await page.evaluate(() => window.posflow.compareStudy());
+  } finally {
+    await browser.close();
+  }
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'posflow-bench-fast-'));
+  const file = path.join(dir, 'compare.toml');
+  fs.writeFileSync(file, toml);
+  const started = Date.now();
+  execFileSync(posflowBin, ['--device', 'cpu', 'study', file, '--out', path.join(dir, 'out'), '--jobs', '1'], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  console.log(`the same study natively (posflow study --jobs 1, every thread): ${((Date.now() - started) / 1000).toFixed(1)} s wall`);
+  fs.rmSync(dir, { recursive: true });
+}
+
+async function main() {
+  assert.ok(fs.existsSync(path.join(dist, 'pkg', 'posflow_web_bg.wasm')), `${dist} has no wasm: run web/build.sh`);
+  assert.ok(fs.existsSync(posflowBin), `${posflowBin} is missing: cargo build --release (or set POSFLOW_BIN)`);
+  console.log(`machine: ${machine()}; load ${load()}`);
+  console.log(`site: ${dist} (wasm ${fs.statSync(path.join(dist, 'pkg', 'posflow_web_bg.wasm')).size} bytes); native: ${posflowBin}`);
+  console.log(`${ROUNDS} rounds of ${STEPS} timed steps after ${WARMUP} warmup steps\n`);
+  const server = await serve(dist);
+  const url = `http://127.0.0.1:${server.address().port}/`;
+  try {
+    await stepInThePage(url);
+    if (!SKIP.has('swiftshader')) await stepOnSwiftShader(url);
+    if (!SKIP.has('fast')) await fastPreset(url);
+  } finally {
+    server.close();
+  }
+  console.log(`\nload after: ${load()}`);
+}
+
+main().catch((e) => {
+  console.error(`\nweb bench FAILED: ${e.stack ?? e}`);
+  process.exit(1);
+});
