@@ -14,7 +14,8 @@
 // Prints the machine (CPU, whether it has AVX-512, load before and after) and a table per part.
 // Environment: POSFLOW_BIN (default $CARGO_TARGET_DIR/release/posflow), DIST (the built site;
 // default web/dist), ROUNDS (default 3), STEPS (timed steps per turn, default 10), SKIP (parts to
-// leave out, comma-separated: swiftshader, fast), CHROMIUM.
+// leave out, comma-separated: swiftshader, fast), SCREENSHOTS (a folder: the finished fast preset's
+// page is saved there as compare_fast.png), CHROMIUM.
 
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -134,6 +135,14 @@ async function fastPreset(url) {
     assert.ok(status.done, JSON.stringify(status));
     console.log(`\nfast preset in the page (${query}): ${status.runsDone} runs, ${status.stepsDone} steps, ${wall.toFixed(1)} s wall, ${status.seconds.toFixed(1)} s of it training (load ${load()})`);
     console.log(`verdicts: ${status.verdicts.map((v) => `${v.name}: ${v.verdict}`).join('; ')}`);
+    if (process.env.SCREENSHOTS) {
+      // The finished comparison as a visitor sees it (the README's picture).
+      await page.evaluate(() => window.posflow.selectView('compare'));
+      await page.waitForTimeout(1000);
+      const file = path.join(process.env.SCREENSHOTS, 'compare_fast.png');
+      await page.screenshot({ path: file, fullPage: true });
+      console.log(`screenshot: ${file}`);
+    }
     toml = await page.evaluate(() => window.posflow.compareStudy());
   } finally {
     await browser.close();
