@@ -24,7 +24,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { NO_WEBGPU_FLAGS, WEBGPU_FLAGS, launch, serve } from './browser.mjs';
+import { NO_WEBGPU_FLAGS, WEBGPU_FLAGS, launch, serve, startedStatus } from './browser.mjs';
 
 const web = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
 const root = path.dirname(web);
@@ -68,11 +68,7 @@ async function openPage(url, flags, backend) {
   const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
   page.setDefaultTimeout(TIMEOUT);
   await page.goto(url);
-  await page.waitForFunction(() => {
-    const s = window.posflow?.status();
-    return s && (s.ready || s.error);
-  }, undefined, POLL);
-  const status = await page.evaluate(() => window.posflow.status());
+  const status = await startedStatus(page, POLL);
   assert.equal(status.error, null, `the page failed to start: ${status.error}`);
   assert.equal(status.backend, backend, JSON.stringify(status));
   return { browser, page, device: status.device };

@@ -1,5 +1,5 @@
 // What the page's browser scripts share (e2e.mjs, bench.mjs): headless Chromium with or without
-// WebGPU, and a static server for web/dist.
+// WebGPU, a static server for web/dist, and waiting for the page to start.
 //
 // Environment: CHROMIUM (default /usr/bin/chromium).
 
@@ -49,4 +49,14 @@ export function serve(folder) {
     fs.createReadStream(file).pipe(res);
   });
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
+}
+
+/// Waits until the page's engine is ready or has failed to start (`poll`: waitForFunction's
+/// polling option); resolves with `window.posflow.status()`.
+export async function startedStatus(page, poll) {
+  await page.waitForFunction(() => {
+    const s = window.posflow?.status();
+    return s && (s.ready || s.error);
+  }, undefined, poll);
+  return page.evaluate(() => window.posflow.status());
 }

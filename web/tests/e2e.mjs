@@ -25,7 +25,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { NO_WEBGPU_FLAGS, WEBGPU_FLAGS, launch, serve } from './browser.mjs';
+import { NO_WEBGPU_FLAGS, WEBGPU_FLAGS, launch, serve, startedStatus } from './browser.mjs';
 import { decodePng } from './png.mjs';
 
 const web = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
@@ -135,11 +135,7 @@ async function checkPage({ name, flags, backend, url, expected, files }) {
 
     const started = Date.now();
     await page.goto(url);
-    await page.waitForFunction(() => {
-      const s = window.posflow?.status();
-      return s && (s.ready || s.error);
-    }, undefined, POLL);
-    const status = await page.evaluate(() => window.posflow.status());
+    const status = await startedStatus(page, POLL);
     assert.equal(status.error, null, `the page reported an error while starting: ${status.error}`);
     assert.equal(status.ready, true);
     assert.equal(status.backend, backend, `backend: ${JSON.stringify(status)}`);
@@ -527,11 +523,7 @@ async function checkBackendChoice(url, expected) {
     const page = await browser.newPage();
     page.setDefaultTimeout(TIMEOUT);
     await page.goto(url);
-    await page.waitForFunction(() => {
-      const s = window.posflow?.status();
-      return s && (s.ready || s.error);
-    }, undefined, POLL);
-    const status = await page.evaluate(() => window.posflow.status());
+    const status = await startedStatus(page, POLL);
     assert.equal(status.error, null, `the page reported an error: ${status.error}`);
     assert.equal(status.backend, 'cpu', `auto took ${status.backend} on a software adapter`);
     const warning = await page.locator('#backend-warning').textContent();
