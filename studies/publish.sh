@@ -3,7 +3,8 @@
 # runs/studies/<name>/ into docs/studies/<name>/, where the README links them, with every run's
 # result.json (its config and numbers, not its checkpoint) under docs/studies/<name>/runs/, so
 # that a later session can restore them (studies/restore.sh) and resume or replicate the study
-# without training those runs again.
+# without training those runs again. A study still running (no study.md yet) has only its finished
+# runs' results kept, so that a session cut off mid-study loses none of them.
 #   bash studies/publish.sh [RUNS_DIR] [NAME...]     (default: runs/studies, every study there)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,12 +16,12 @@ if [ ${#names[@]} -eq 0 ]; then
 fi
 for name in "${names[@]}"; do
     src="$runs/$name"
-    if [ ! -f "$src/study.md" ]; then
-        echo "skip $name: no $src/study.md (run: posflow study studies/$name.toml)" >&2
-        continue
+    finished=false
+    if [ -f "$src/study.md" ]; then
+        finished=true
+        mkdir -p "docs/studies/$name"
+        cp "$src/study.md" "$src/study.json" "$src"/*.svg "docs/studies/$name/"
     fi
-    mkdir -p "docs/studies/$name"
-    cp "$src/study.md" "$src/study.json" "$src"/*.svg "docs/studies/$name/"
     results=0
     if [ -d "$src/runs" ]; then
         while IFS= read -r result; do
@@ -30,5 +31,11 @@ for name in "${names[@]}"; do
             results=$((results + 1))
         done < <(find "$src/runs" -name result.json | sort)
     fi
-    echo "published $name ($results run results)"
+    if $finished; then
+        echo "published $name ($results run results)"
+    elif [ "$results" -gt 0 ]; then
+        echo "kept $name's $results finished run results (no report yet: the study has not finished)"
+    else
+        echo "skip $name: no report and no finished run in $src (run: posflow study studies/$name.toml)" >&2
+    fi
 done

@@ -4,6 +4,7 @@
 use rayon::prelude::*;
 
 use super::cpu::{BackwardScratch, Problem, backward_head};
+use super::tiles::GROUP;
 use super::{Arg, Attention, BiasKind, Dims, Dispatch, GpuKernels, In, Kernels, Op, Out, grid};
 use crate::error::{Result, shape_err};
 use crate::kernel::AdapterKind;
@@ -107,11 +108,15 @@ impl Op for AttentionBackward {
                         let bh = b * heads + h;
                         pr.transposed(pr.k, bh, &mut s.k_t);
                         pr.transposed(pr.v, bh, &mut s.v_t);
-                        for i in 0..lq {
+                        for first in (0..lq).step_by(GROUP) {
+                            let rows = GROUP.min(lq - first);
                             let (p, ds, dp) = (&mut s.p, &mut s.ds, &mut s.dp);
-                            pr.p_and_ds(bh * lq + i, (&s.k_t, &s.v_t), saved, p, ds, dp);
-                            for (d, s) in db[i * lk..][..lk].iter_mut().zip(ds.iter()) {
-                                *d += s;
+                            pr.p_and_ds((bh * lq + first, rows), (&s.k_t, &s.v_t), saved, p, ds, dp);
+                            let db = db[first * lk..].chunks_exact_mut(lk);
+                            for (db, ds) in db.zip(ds.chunks_exact(lk)).take(rows) {
+                                for (d, s) in db.iter_mut().zip(ds) {
+                                    *d += s;
+                                }
                             }
                         }
                     }

@@ -2,9 +2,13 @@
 //! (batch entry, head).
 
 use super::{Attention, Dims, In};
+use std::ops::Range;
+
 use crate::ops::dropout::DropMask;
 use crate::ops::unary::exp;
 use crate::ops::vector::vectorised_fn;
+
+use super::tiles::{self, GROUP};
 
 /// The bias as the CPU reads it.
 #[derive(Clone, Copy)]
@@ -95,6 +99,18 @@ impl<'a> Problem<'a> {
         &x[row * self.d.dh..][..self.d.dh]
     }
 
+    /// The `[len, Dh]` part of (b, h) `bh` in a `[B, H, len, Dh]` tensor.
+    pub fn head<'x>(&self, x: &'x [f32], bh: usize, len: usize) -> &'x [f32] {
+        &x[bh * len * self.d.dh..][..len * self.d.dh]
+    }
+
+    /// Rows `first .. first + rows` of a tensor ([`Problem::at`]), `rows ≤ GROUP`; the entries
+    /// past them repeat the last.
+    #[inline(always)]
+    fn group_rows<'x>(&self, x: &'x [f32], first: usize, rows: usize) -> [&'x [f32]; GROUP] {
+        std::array::from_fn(|r| self.at(x, first + r.min(rows - 1)))
+    }
+
     /// Key rows `bh·Lk ..` of a `[.., Lk, Dh]` tensor (k or v) transposed into `t`
     /// (`[Dh, Lk]`), so that the dot products of one row with every key are vectorised over the
     /// keys.
@@ -128,28 +144,15 @@ impl<'a> Problem<'a> {
         }
     }
 
-    /// `dots[j] = x · keys_t[.., j]` for the keys `j < dots.len()`, summed over the head
-    /// dimension in order; `keys_t` is one (b, h)'s `[Dh, Lk]` transpose.
+    /// Turns the dot products in `s[..key_end]` of query row `row` into its scores: scaled, the
+    /// bias added, −∞ where hidden (and for every key from `key_end` on).
     #[inline(always)]
-    fn dots(&self, x: &[f32], keys_t: &[f32], dots: &mut [f32]) {
-        let (lk, n) = (self.d.lk, dots.len());
-        dots.fill(0.0);
-        for (d, &xd) in x.iter().enumerate() {
-            axpy(dots, xd, &keys_t[d * lk..][..n]);
-        }
-    }
-
-    /// The scores of query row `row` against every key of its (b, h); −∞ where hidden. `k_t`
-    /// is the (b, h)'s keys transposed ([`Problem::transposed`]).
-    #[inline(always)]
-    fn scores(&self, row: usize, k_t: &[f32], s: &mut [f32]) {
+    fn finish_scores(&self, row: usize, s: &mut [f32]) {
         let Dims { h: heads, lq, .. } = self.d;
         let (bh, i) = (row / lq, row % lq);
         let (b, h) = (bh / heads, bh % heads);
-        let end = self.key_end(i);
-        let (seen, hidden) = s.split_at_mut(end);
+        let (seen, hidden) = s.split_at_mut(self.key_end(i));
         hidden.fill(f32::NEG_INFINITY);
-        self.dots(self.at(self.q, row), k_t, seen);
         let scale = self.op.scale;
         if matches!(self.bias, Bias::None) && self.mask.is_none() {
             // Every key before `end` is visible.
@@ -167,11 +170,24 @@ impl<'a> Problem<'a> {
         }
     }
 
-    /// Row `row`'s probabilities into `p` (0 where hidden); returns its lse. A row with no
-    /// visible key gets all zeros and lse = −∞.
+    /// The scores of `rows` consecutive query rows of one (b, h) from `first` on, row r in
+    /// `s[r·Lk..][..Lk]`; −∞ where hidden. `k_t` is the (b, h)'s keys transposed
+    /// ([`Problem::transposed`]).
     #[inline(always)]
-    pub fn probs(&self, row: usize, k_t: &[f32], p: &mut [f32]) -> f32 {
-        self.scores(row, k_t, p);
+    fn scores(&self, first: usize, rows: usize, k_t: &[f32], s: &mut [f32]) {
+        let Dims { lq, lk, .. } = self.d;
+        let xs = self.group_rows(self.q, first, rows);
+        let end = self.key_end((first + rows - 1) % lq);
+        tiles::dots(&xs[..rows], k_t, lk, end, s, lk);
+        for (r, s) in s.chunks_exact_mut(lk).take(rows).enumerate() {
+            self.finish_scores(first + r, s);
+        }
+    }
+
+    /// Row `row`'s scores in `p` turned into its probabilities (0 where hidden); returns its
+    /// lse. A row with no visible key gets all zeros and lse = −∞.
+    #[inline(always)]
+    fn softmax(&self, row: usize, p: &mut [f32]) -> f32 {
         // Keys from `end` on are hidden: their probabilities are 0 and add nothing to the sum.
         let (p, hidden) = p.split_at_mut(self.key_end(row % self.d.lq));
         hidden.fill(0.0);
@@ -190,37 +206,61 @@ impl<'a> Problem<'a> {
         max + total.ln()
     }
 
-    /// Row `row`'s probabilities recomputed from its lse, times the dropout mask Z (what dv
-    /// reads), and dS = P ∘ (Z ∘ dout·vᵀ − D) with D = dout · out of the row. `k_t` and `v_t` are the (b, h)'s keys and values transposed;
-    /// `dp` is scratch of length Lk.
+    /// Row `row`'s probabilities into `p` (0 where hidden); returns its lse.
+    #[inline(always)]
+    pub fn probs(&self, row: usize, k_t: &[f32], p: &mut [f32]) -> f32 {
+        self.scores(row, 1, k_t, p);
+        self.softmax(row, p)
+    }
+
+    /// For `rows` consecutive query rows of one (b, h) from `first` on (row r's part of each
+    /// buffer at `r·Lk`): the probabilities recomputed from the lse, times the dropout mask Z
+    /// (what dv reads), into `p`, and dS = P ∘ (Z ∘ dout·vᵀ − D) with D = dout · out of the row
+    /// into `ds`. `k_t` and `v_t` are the (b, h)'s keys and values transposed; `dp` is scratch.
     #[inline(always)]
     pub fn p_and_ds(
         &self,
-        row: usize,
+        (first, rows): (usize, usize),
         (k_t, v_t): (&[f32], &[f32]),
         (lse, out, dout): (&[f32], &[f32], &[f32]),
         p: &mut [f32],
         ds: &mut [f32],
         dp: &mut [f32],
     ) {
-        let end = self.key_end(row % self.d.lq);
-        self.scores(row, k_t, p);
-        let go = self.at(dout, row);
-        let delta: f32 = go.iter().zip(self.at(out, row)).map(|(a, b)| a * b).sum();
-        self.dots(go, v_t, &mut dp[..end]);
-        let lse = lse[row];
-        let (p, hidden_p) = p.split_at_mut(end);
-        let (ds, hidden_ds) = ds.split_at_mut(end);
-        hidden_p.fill(0.0);
-        hidden_ds.fill(0.0);
-        for (j, ((p, ds), &dp)) in p.iter_mut().zip(ds.iter_mut()).zip(&dp[..end]).enumerate() {
-            // Hidden keys have score −∞; select them explicitly so that lse = −∞ gives no NaN
-            // (a select, not a branch, so that the loop is vectorised).
-            let hidden = *p == f32::NEG_INFINITY;
-            let prob = exp(*p - lse);
-            let z = self.kept(row, j);
-            *p = if hidden { 0.0 } else { prob * z };
-            *ds = if hidden { 0.0 } else { prob * (z * dp - delta) };
+        let Dims { lq, lk, .. } = self.d;
+        self.scores(first, rows, k_t, p);
+        let gos = self.group_rows(dout, first, rows);
+        tiles::dots(
+            &gos[..rows],
+            v_t,
+            lk,
+            self.key_end((first + rows - 1) % lq),
+            dp,
+            lk,
+        );
+        let rows_of = p
+            .chunks_exact_mut(lk)
+            .zip(ds.chunks_exact_mut(lk))
+            .zip(dp.chunks_exact(lk));
+        for (r, ((p, ds), dp)) in rows_of.take(rows).enumerate() {
+            let row = first + r;
+            let end = self.key_end(row % lq);
+            let go = gos[r];
+            let delta: f32 = go.iter().zip(self.at(out, row)).map(|(a, b)| a * b).sum();
+            let lse = lse[row];
+            let (p, hidden_p) = p.split_at_mut(end);
+            let (ds, hidden_ds) = ds.split_at_mut(end);
+            hidden_p.fill(0.0);
+            hidden_ds.fill(0.0);
+            for (j, ((p, ds), &dp)) in p.iter_mut().zip(ds.iter_mut()).zip(&dp[..end]).enumerate() {
+                // Hidden keys have score −∞; select them explicitly so that lse = −∞ gives no
+                // NaN (a select, not a branch, so that the loop is vectorised).
+                let hidden = *p == f32::NEG_INFINITY;
+                let prob = exp(*p - lse);
+                let z = self.kept(row, j);
+                *p = if hidden { 0.0 } else { prob * z };
+                *ds = if hidden { 0.0 } else { prob * (z * dp - delta) };
+            }
         }
     }
 
@@ -241,20 +281,31 @@ impl<'a> Problem<'a> {
 
 vectorised_fn! {
     /// The forward of one (b, h): `out` and `lse` are its `[Lq, Dh]` and `[Lq]` parts; `k_t`
-    /// (Lk·Dh) and `p` (Lk) are scratch.
+    /// (Lk·Dh) and `p` (GROUP·Lk) are scratch. Query rows [`GROUP`] at a time.
     pub fn forward_head(pr: &Problem<'_>, bh: usize, k_t: &mut [f32], p: &mut [f32], out: &mut [f32], lse: &mut [f32]) {
         let Dims { lq, lk, dh, .. } = pr.d;
         pr.transposed(pr.k, bh, k_t);
-        for (i, (o, lse)) in out.chunks_exact_mut(dh).zip(lse).enumerate() {
-            let row = bh * lq + i;
-            *lse = pr.probs(row, k_t, p);
-            weighted_sum(o, 0..pr.key_end(i), |j| Some(p[j] * pr.kept(row, j)), |j| pr.at(pr.v, bh * lk + j));
+        for (g, (out, lse)) in out.chunks_mut(GROUP * dh).zip(lse.chunks_mut(GROUP)).enumerate() {
+            let (first, rows) = (bh * lq + g * GROUP, lse.len());
+            pr.scores(first, rows, k_t, p);
+            let mut ranges = <[Range<usize>; GROUP]>::default();
+            for (r, (p, lse)) in p.chunks_exact_mut(lk).zip(lse.iter_mut()).enumerate() {
+                let row = first + r;
+                *lse = pr.softmax(row, p);
+                let end = pr.key_end(row % lq);
+                // What multiplies v: P ∘ Z (Z = 1 without dropout).
+                for (j, p) in p[..end].iter_mut().enumerate() {
+                    *p *= pr.kept(row, j);
+                }
+                ranges[r] = 0..end;
+            }
+            tiles::weighted_sums(out, &ranges[..rows], p, lk, pr.head(pr.v, bh, lk));
         }
     }
 }
 
-/// Scratch of one backward task: keys and values transposed (`[Dh, Lk]`), one query row's P,
-/// dS and dP (Lk each), and P and dS transposed (`[Lk, Lq]`, key-major).
+/// Scratch of one backward task: keys and values transposed (`[Dh, Lk]`), a group of query
+/// rows' P, dS and dP (GROUP·Lk each), and P and dS·scale transposed (`[Lk, Lq]`, key-major).
 pub(super) struct BackwardScratch {
     pub k_t: Vec<f32>,
     pub v_t: Vec<f32>,
@@ -267,13 +318,17 @@ pub(super) struct BackwardScratch {
 
 impl BackwardScratch {
     pub fn new(d: Dims) -> Self {
-        let (row, square, t) = (vec![0.0; d.lk], vec![0.0; d.lq * d.lk], vec![0.0; d.lk * d.dh]);
+        let (rows, square, t) = (
+            vec![0.0; GROUP * d.lk],
+            vec![0.0; d.lq * d.lk],
+            vec![0.0; d.lk * d.dh],
+        );
         Self {
             k_t: t.clone(),
             v_t: t,
-            p: row.clone(),
-            ds: row.clone(),
-            dp: row,
+            p: rows.clone(),
+            ds: rows.clone(),
+            dp: rows,
             p_t: square.clone(),
             ds_t: square,
         }
@@ -284,8 +339,9 @@ vectorised_fn! {
     /// dq, dk, dv of one (b, h), whose `[Lq, Dh]`, `[Lk, Dh]` and `[Lk, Dh]` parts are `grads`;
     /// `saved` is (lse, out, dout).
     /// Each gradient row is one weighted sum, added up in the order of the query loop that
-    /// defines it (dq over keys, dk and dv over queries, ascending). With a relative bias,
-    /// `by_bucket` is the (b, h)'s `[Lq, buckets]` part of the per-row table gradient.
+    /// defines it (dq over keys, dk and dv over queries, ascending), [`GROUP`] rows at a time.
+    /// With a relative bias, `by_bucket` is the (b, h)'s `[Lq, buckets]` part of the per-row
+    /// table gradient.
     pub fn backward_head(
         pr: &Problem<'_>,
         bh: usize,
@@ -300,71 +356,42 @@ vectorised_fn! {
         let scale = pr.op.scale;
         pr.transposed(pr.k, bh, &mut s.k_t);
         pr.transposed(pr.v, bh, &mut s.v_t);
-        for (i, dq) in dq.chunks_exact_mut(dh).enumerate() {
-            let row = bh * lq + i;
-            pr.p_and_ds(row, (&s.k_t, &s.v_t), saved, &mut s.p, &mut s.ds, &mut s.dp);
-            let (p, ds) = (&s.p, &s.ds);
-            // Hidden keys (and underflowed ones) add nothing.
-            let seen = |j: usize| !(p[j] == 0.0 && ds[j] == 0.0);
-            let end = pr.key_end(i);
-            weighted_sum(dq, 0..end, |j| seen(j).then(|| ds[j] * scale), |j| pr.at(pr.k, bh * lk + j));
-            if let Some(sums) = &mut by_bucket {
-                pr.sum_by_bucket(i, ds, &mut sums[i * pr.d.buckets..][..pr.d.buckets]);
+        for (g, dq) in dq.chunks_mut(GROUP * dh).enumerate() {
+            let (first_i, rows) = (g * GROUP, dq.len() / dh);
+            let first = bh * lq + first_i;
+            pr.p_and_ds((first, rows), (&s.k_t, &s.v_t), saved, &mut s.p, &mut s.ds, &mut s.dp);
+            let mut ranges = <[Range<usize>; GROUP]>::default();
+            for (r, range) in ranges.iter_mut().take(rows).enumerate() {
+                *range = 0..pr.key_end(first_i + r);
             }
-            for j in 0..end {
-                s.p_t[j * lq + i] = p[j];
-                s.ds_t[j * lq + i] = ds[j];
+            // dq's weights dS·scale, in dP's place (no longer needed).
+            for ((w, ds), keys) in s.dp.chunks_exact_mut(lk).zip(s.ds.chunks_exact(lk)).zip(&ranges[..rows]) {
+                for (w, &ds) in w[keys.clone()].iter_mut().zip(&ds[keys.clone()]) {
+                    *w = ds * scale;
+                }
             }
-        }
-        let (p_t, ds_t) = (&s.p_t, &s.ds_t);
-        for (j, (dk, dv)) in dk.chunks_exact_mut(dh).zip(dv.chunks_exact_mut(dh)).enumerate() {
-            // The queries that may see key j.
-            let queries = pr.query_start(j)..lq;
-            let (p, ds) = (&p_t[j * lq..][..lq], &ds_t[j * lq..][..lq]);
-            let seen = |i: usize| !(p[i] == 0.0 && ds[i] == 0.0);
-            weighted_sum(dk, queries.clone(), |i| seen(i).then(|| ds[i] * scale), |i| pr.at(pr.q, bh * lq + i));
-            weighted_sum(dv, queries, |i| seen(i).then_some(p[i]), |i| pr.at(saved.2, bh * lq + i));
-        }
-    }
-}
-
-/// out = Σ weight(t) · row(t) over `terms` in order, skipping terms whose weight is `None`;
-/// sixteen columns at a time, so that the partial sums stay in registers.
-#[inline(always)]
-fn weighted_sum<'r>(
-    out: &mut [f32],
-    terms: std::ops::Range<usize>,
-    weight: impl Fn(usize) -> Option<f32>,
-    row: impl Fn(usize) -> &'r [f32],
-) {
-    const LANES: usize = 16;
-    let first = out.len() / LANES * LANES;
-    let mut blocks = out.chunks_exact_mut(LANES);
-    for (c, o) in (&mut blocks).enumerate() {
-        let mut acc = [0.0f32; LANES];
-        for t in terms.clone() {
-            if let Some(w) = weight(t) {
-                let r: &[f32; LANES] = row(t)[c * LANES..][..LANES].try_into().expect("16 columns");
-                for (a, &x) in acc.iter_mut().zip(r) {
-                    *a += w * x;
+            tiles::weighted_sums(dq, &ranges[..rows], &s.dp, lk, pr.head(pr.k, bh, lk));
+            for (r, keys) in ranges[..rows].iter().enumerate() {
+                let i = first_i + r;
+                if let Some(sums) = &mut by_bucket {
+                    pr.sum_by_bucket(i, &s.ds[r * lk..][..lk], &mut sums[i * pr.d.buckets..][..pr.d.buckets]);
+                }
+                for j in keys.clone() {
+                    s.p_t[j * lq + i] = s.p[r * lk + j];
+                    s.ds_t[j * lq + i] = s.dp[r * lk + j];
                 }
             }
         }
-        o.copy_from_slice(&acc);
-    }
-    let rest = blocks.into_remainder();
-    rest.fill(0.0);
-    for t in terms {
-        if let Some(w) = weight(t) {
-            axpy(rest, w, &row(t)[first..]);
+        for (g, (dk, dv)) in dk.chunks_mut(GROUP * dh).zip(dv.chunks_mut(GROUP * dh)).enumerate() {
+            let (first, rows) = (g * GROUP, dk.len() / dh);
+            // The queries that may see each key.
+            let mut ranges = <[Range<usize>; GROUP]>::default();
+            for (r, range) in ranges.iter_mut().take(rows).enumerate() {
+                *range = pr.query_start(first + r)..lq;
+            }
+            let (p_t, ds_t) = (&s.p_t[first * lq..], &s.ds_t[first * lq..]);
+            tiles::weighted_sums(dk, &ranges[..rows], ds_t, lq, pr.head(pr.q, bh, lq));
+            tiles::weighted_sums(dv, &ranges[..rows], p_t, lq, pr.head(saved.2, bh, lq));
         }
-    }
-}
-
-/// x += w · y over a row.
-#[inline(always)]
-fn axpy(x: &mut [f32], w: f32, y: &[f32]) {
-    for (x, y) in x.iter_mut().zip(y) {
-        *x += w * y;
     }
 }

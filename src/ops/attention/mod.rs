@@ -25,7 +25,8 @@
 //!
 //! On the GPU the forward is one FlashAttention-2 kernel with an online softmax, and the backward
 //! is four deterministic passes; see `shaders/attention.wgsl`. Here: the op and its shape rule;
-//! `cpu.rs` the CPU reference; `backward.rs` the gradient op; `probs.rs` the probabilities;
+//! `cpu.rs` the CPU reference, its products in register tiles from `tiles.rs`; `backward.rs` the
+//! gradient op; `probs.rs` the probabilities;
 //! `relative.rs` T5's relative bias and its gradient.
 
 mod backward;
@@ -34,6 +35,7 @@ mod probs;
 mod relative;
 #[cfg(test)]
 mod tests;
+mod tiles;
 
 pub use backward::AttentionBackward;
 pub use probs::AttentionProbs;
@@ -470,7 +472,7 @@ impl Op for Attention {
             .zip(lse.data.par_chunks_mut(lq))
             .enumerate()
             .for_each_init(
-                || (vec![0.0; lk * dh], vec![0.0; lk]),
+                || (vec![0.0; lk * dh], vec![0.0; tiles::GROUP * lk]),
                 |(k_t, p), (bh, (out, lse))| forward_head(&pr, bh, k_t, p, out, lse),
             );
     }

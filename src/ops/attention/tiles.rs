@@ -1,0 +1,281 @@
+//! Register tiles for the CPU attention: a group of rows at a time (query rows in the forward
+//! and for dq, key rows for dk and dv), so that each row of K, V, Q or dO loaded from memory
+//! serves every row of the group, and the group's sums run as independent chains instead of one
+//! chain waiting on each add.
+//!
+//! Every output element is still summed term by term in the order of the one-row loop (a score
+//! over the head dimension ascending, a weighted sum over keys or queries ascending, starting
+//! from 0), so the results are the same bits as one row at a time: only independent sums share
+//! a vector or run side by side.
+
+use std::ops::Range;
+
+/// Rows handled together.
+pub(super) const GROUP: usize = 4;
+/// Keys per tile of scores: with [`GROUP`] rows, 8 AVX-512 registers of sums.
+const KEYS: usize = 32;
+
+/// `out[r·stride + j] = xs[r] · keys_t[.., j]` for each row r of the group and at least the keys
+/// `j < n` (whole tiles of keys may go further, up to `lk`), summed over the head dimension in
+/// order; `keys_t` is one (b, h)'s keys transposed, `[Dh, lk]`.
+#[inline(always)]
+pub(super) fn dots(xs: &[&[f32]], keys_t: &[f32], lk: usize, n: usize, out: &mut [f32], stride: usize) {
+    let mut tiled = 0;
+    if let [x0, x1, x2, x3] = *xs {
+        while tiled < n && tiled + KEYS <= lk {
+            // Four named rows of sums, so that they stay in registers.
+            let (mut a0, mut a1, mut a2, mut a3) =
+                ([0.0f32; KEYS], [0.0f32; KEYS], [0.0f32; KEYS], [0.0f32; KEYS]);
+            for d in 0..x0.len() {
+                let keys: &[f32; KEYS] = keys_t[d * lk + tiled..][..KEYS]
+                    .try_into()
+                    .expect("a tile of keys");
+                let (v0, v1, v2, v3) = (x0[d], x1[d], x2[d], x3[d]);
+                for (l, &k) in keys.iter().enumerate() {
+                    a0[l] += v0 * k;
+                    a1[l] += v1 * k;
+                    a2[l] += v2 * k;
+                    a3[l] += v3 * k;
+                }
+            }
+            for (r, a) in [a0, a1, a2, a3].iter().enumerate() {
+                out[r * stride + tiled..][..KEYS].copy_from_slice(a);
+            }
+            tiled += KEYS;
+        }
+    }
+    if tiled >= n {
+        return;
+    }
+    // The keys past the last tile (all of them for a group of fewer rows), one row at a time.
+    for (r, x) in xs.iter().enumerate() {
+        let o = &mut out[r * stride + tiled..r * stride + n];
+        o.fill(0.0);
+        for (d, &xd) in x.iter().enumerate() {
+            axpy(o, xd, &keys_t[d * lk + tiled..][..n - tiled]);
+        }
+    }
+}
+
+/// `outs[r] = Σ weights[r·stride + t] · rows[t]` over `t ∈ ranges[r]` ascending, for each row r
+/// of the group (`outs` holds them one after another, `rows` is `[.., Dh]`).
+///
+/// The one-row loops this replaced skipped the terms of hidden keys, whose weight is ±0; here
+/// they add w·x = ±0 (x finite), which leaves a sum that starts from +0 unchanged, since such a
+/// sum is never −0.
+#[inline(always)]
+pub(super) fn weighted_sums(
+    outs: &mut [f32],
+    ranges: &[Range<usize>],
+    weights: &[f32],
+    stride: usize,
+    rows: &[f32],
+) {
+    let dh = outs.len() / ranges.len();
+    let shared =
+        ranges.iter().map(|r| r.start).max().unwrap_or(0)..ranges.iter().map(|r| r.end).min().unwrap_or(0);
+    let mut tiled = 0;
+    if let ([r0, r1, r2, r3], false) = (ranges, shared.is_empty()) {
+        let tile = Tile {
+            ranges: [r0.clone(), r1.clone(), r2.clone(), r3.clone()],
+            shared,
+            weights,
+            stride,
+            rows,
+            dh,
+        };
+        while tiled + 32 <= dh {
+            tile.columns::<32>(outs, tiled);
+            tiled += 32;
+        }
+        if tiled + 16 <= dh {
+            tile.columns::<16>(outs, tiled);
+            tiled += 16;
+        }
+        if tiled + 8 <= dh {
+            tile.columns::<8>(outs, tiled);
+            tiled += 8;
+        }
+    }
+    if tiled == dh {
+        return;
+    }
+    // The columns past the last tile (all of them when the group shares no terms), row by row.
+    for (r, (out, terms)) in outs.chunks_exact_mut(dh).zip(ranges).enumerate() {
+        let rest = &mut out[tiled..];
+        rest.fill(0.0);
+        for t in terms.clone() {
+            axpy(
+                rest,
+                weights[r * stride + t],
+                &rows[t * dh + tiled..][..dh - tiled],
+            );
+        }
+    }
+}
+
+/// The weighted sums of a full group of rows whose terms overlap in `shared`.
+struct Tile<'a> {
+    ranges: [Range<usize>; GROUP],
+    shared: Range<usize>,
+    weights: &'a [f32],
+    stride: usize,
+    rows: &'a [f32],
+    dh: usize,
+}
+
+impl Tile<'_> {
+    /// Columns `c .. c + W` of the four sums: each row's terms before the shared range, then the
+    /// shared range for all four (each row of `rows` loaded once), then each row's terms after
+    /// it, so that every sum keeps its own order.
+    #[inline(always)]
+    fn columns<const W: usize>(&self, outs: &mut [f32], c: usize) {
+        let Self {
+            ref ranges,
+            ref shared,
+            weights,
+            stride,
+            rows,
+            dh,
+        } = *self;
+        let (mut a0, mut a1, mut a2, mut a3) = ([0.0f32; W], [0.0f32; W], [0.0f32; W], [0.0f32; W]);
+        let (w0, w1, w2, w3) = (
+            weights,
+            &weights[stride..],
+            &weights[2 * stride..],
+            &weights[3 * stride..],
+        );
+        let columns = (rows, dh, c);
+        add_terms(&mut a0, ranges[0].start..shared.start, w0, columns);
+        add_terms(&mut a1, ranges[1].start..shared.start, w1, columns);
+        add_terms(&mut a2, ranges[2].start..shared.start, w2, columns);
+        add_terms(&mut a3, ranges[3].start..shared.start, w3, columns);
+        for t in shared.clone() {
+            let (v0, v1, v2, v3) = (w0[t], w1[t], w2[t], w3[t]);
+            let x: &[f32; W] = rows[t * dh + c..][..W].try_into().expect("a tile of columns");
+            for (l, &x) in x.iter().enumerate() {
+                a0[l] += v0 * x;
+                a1[l] += v1 * x;
+                a2[l] += v2 * x;
+                a3[l] += v3 * x;
+            }
+        }
+        add_terms(&mut a0, shared.end..ranges[0].end, w0, columns);
+        add_terms(&mut a1, shared.end..ranges[1].end, w1, columns);
+        add_terms(&mut a2, shared.end..ranges[2].end, w2, columns);
+        add_terms(&mut a3, shared.end..ranges[3].end, w3, columns);
+        for (r, a) in [a0, a1, a2, a3].iter().enumerate() {
+            outs[r * dh + c..][..W].copy_from_slice(a);
+        }
+    }
+}
+
+/// acc += weights[t] · rows[t][c .. c + W] over `terms` in order (no closure: one that is not
+/// inlined would keep the sums out of registers).
+#[inline(always)]
+fn add_terms<const W: usize>(
+    acc: &mut [f32; W],
+    terms: Range<usize>,
+    weights: &[f32],
+    (rows, dh, c): (&[f32], usize, usize),
+) {
+    for t in terms {
+        let w = weights[t];
+        let x: &[f32; W] = rows[t * dh + c..][..W].try_into().expect("a tile of columns");
+        for (a, &x) in acc.iter_mut().zip(x) {
+            *a += w * x;
+        }
+    }
+}
+
+/// x += w · y over a row.
+#[inline(always)]
+fn axpy(x: &mut [f32], w: f32, y: &[f32]) {
+    for (x, y) in x.iter_mut().zip(y) {
+        *x += w * y;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{GROUP, dots, weighted_sums};
+
+    /// A value that makes every rounding visible: no two products alike.
+    fn value(i: usize) -> f32 {
+        ((i * 7919 % 1009) as f32 - 504.0) / 97.0
+    }
+
+    #[test]
+    fn grouped_scores_are_the_bits_of_one_row_at_a_time() {
+        for (dh, lk, n) in [(5, 77, 71), (8, 64, 33), (32, 40, 40)] {
+            let keys_t: Vec<f32> = (0..dh * lk).map(value).collect();
+            let rows: Vec<Vec<f32>> = (0..GROUP)
+                .map(|r| (0..dh).map(|d| value(1000 + r * dh + d)).collect())
+                .collect();
+            let xs: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
+            let mut grouped = vec![f32::NAN; GROUP * lk];
+            dots(&xs, &keys_t, lk, n, &mut grouped, lk);
+            for (r, x) in xs.iter().enumerate() {
+                let mut alone = vec![f32::NAN; lk];
+                dots(&[x], &keys_t, lk, n, &mut alone, lk);
+                for j in 0..n {
+                    let by_hand = x
+                        .iter()
+                        .enumerate()
+                        .fold(0.0f32, |s, (d, &xd)| s + xd * keys_t[d * lk + j]);
+                    assert_eq!(
+                        grouped[r * lk + j].to_bits(),
+                        by_hand.to_bits(),
+                        "dh {dh}: row {r}, key {j}"
+                    );
+                    assert_eq!(
+                        alone[j].to_bits(),
+                        by_hand.to_bits(),
+                        "dh {dh}: row {r} alone, key {j}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn grouped_sums_are_the_bits_of_skipping_zero_weights_row_by_row() {
+        // Ranges that start and end apart or share nothing, head widths with every kind of tile
+        // and a rest, and zero weights of both signs (the hidden keys the one-row loop skipped).
+        let terms = 60;
+        let weights: Vec<f32> = (0..GROUP * terms)
+            .map(|i| match i % 5 {
+                0 => 0.0,
+                1 if i % 2 == 0 => -0.0,
+                _ => value(3000 + i),
+            })
+            .collect();
+        for dh in [5, 8, 16, 32, 37, 61] {
+            let table: Vec<f32> = (0..terms * dh).map(value).collect();
+            for ranges in [
+                vec![0..57, 0..58, 0..59, 0..60],
+                vec![3..60, 4..60, 5..60, 6..60],
+                vec![0..10, 20..30, 0..60, 5..6],
+                vec![0..60, 1..59],
+            ] {
+                let mut grouped = vec![f32::NAN; ranges.len() * dh];
+                weighted_sums(&mut grouped, &ranges, &weights, terms, &table);
+                for (r, range) in ranges.iter().enumerate() {
+                    for c in 0..dh {
+                        let by_hand = range
+                            .clone()
+                            .map(|t| weights[r * terms + t])
+                            .zip(range.clone())
+                            .filter(|&(w, _)| w != 0.0)
+                            .fold(0.0f32, |s, (w, t)| s + w * table[t * dh + c]);
+                        assert_eq!(
+                            grouped[r * dh + c].to_bits(),
+                            by_hand.to_bits(),
+                            "dh {dh}, {ranges:?}: row {r}, column {c}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
