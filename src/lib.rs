@@ -35,6 +35,7 @@ pub(crate) mod testing;
 pub mod train;
 #[cfg(test)]
 mod uniform_reflection;
+mod vector;
 #[cfg(feature = "viz")]
 pub mod viz;
 

@@ -7,7 +7,7 @@ use crate::error::Result;
 
 use super::dynamics::Dynamics;
 use super::field::AdjointField;
-use super::integrate::integrate;
+use super::integrate::{Scratch, Solve, integrate_into};
 use super::{Gradients, Method, Progress};
 
 /// Gradients of Σ upstream · trajectory, from the trajectory at `times` ([positions, n]).
@@ -27,18 +27,24 @@ pub(crate) fn adjoint<D: Dynamics>(
         state_len: n,
     };
     let last = times.len() - 1;
+    let (mut scratch, mut ends) = (Scratch::default(), Vec::new());
     let mut z = vec![0.0f32; 2 * n + theta.len()];
     z[..n].copy_from_slice(&trajectory[last * n..]);
     z[n..2 * n].copy_from_slice(&upstream[last * n..]);
     for i in (1..times.len()).rev() {
         progress.position = i;
-        let ends = integrate(
+        let solve = Solve {
+            tape: None,
+            attempts: &mut progress.attempts,
+            scratch: &mut scratch,
+        };
+        integrate_into(
             &mut field,
             method,
             &[times[i], times[i - 1]],
             &z,
-            None,
-            &mut progress.attempts,
+            solve,
+            &mut ends,
         )?;
         let len = z.len();
         z.copy_from_slice(&ends[len..]);

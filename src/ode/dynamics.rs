@@ -2,6 +2,8 @@
 
 use std::ops::Range;
 
+use crate::vector::vectorised_fn;
+
 /// A vector field h(t, p; θ) applied to a batch of rows at once (one row per block).
 ///
 /// θ is a flat f32 slice of [`Dynamics::param_len`] values; its layout belongs to the implementor.
@@ -32,6 +34,7 @@ pub enum Activation {
 }
 
 impl Activation {
+    #[inline(always)]
     fn apply(self, z: f32) -> f32 {
         match self {
             Activation::Relu => z.max(0.0),
@@ -40,6 +43,7 @@ impl Activation {
     }
 
     /// The derivative at z, given y = apply(z).
+    #[inline(always)]
     fn derivative(self, z: f32, y: f32) -> f32 {
         match self {
             Activation::Relu => {
@@ -57,6 +61,7 @@ impl Activation {
 /// Σ aᵢ·bᵢ in eight interleaved partial sums (lane i % 8, added pairwise at the end): a fixed
 /// order, so every run gives the same bits, that the compiler can keep in one SIMD register. A
 /// plain `.sum()` adds one product at a time and ran the CPU solve ~5× slower.
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     const LANES: usize = 8;
     let mut partial = [0.0f32; LANES];
@@ -72,8 +77,62 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
             partial[lane] += x[lane] * y[lane];
         }
     }
-    let [p0, p1, p2, p3, p4, p5, p6, p7] = partial;
+    // Seen through, the pairwise sum below made the compiler keep the partial sums shuffled in
+    // narrow registers (4× slower); behind the barrier the loop keeps them in one.
+    let [p0, p1, p2, p3, p4, p5, p6, p7] = std::hint::black_box(partial);
     ((p0 + p4) + (p1 + p5)) + ((p2 + p6) + (p3 + p7)) + tail
+}
+
+/// [`dot`] of four rows with one vector, each summed in `dot`'s order: the rows share each load
+/// of `b`, and their partial sums are four independent chains.
+#[inline(always)]
+fn dot4(a: [&[f32]; 4], b: &[f32]) -> [f32; 4] {
+    const LANES: usize = 8;
+    let full = b.len() / LANES * LANES;
+    let (mut p0, mut p1, mut p2, mut p3) =
+        ([0.0f32; LANES], [0.0f32; LANES], [0.0f32; LANES], [0.0f32; LANES]);
+    for c in (0..full).step_by(LANES) {
+        let y: &[f32; LANES] = b[c..c + LANES].try_into().expect("8 lanes");
+        let row = |r: &[f32]| -> [f32; LANES] { r[c..c + LANES].try_into().expect("8 lanes") };
+        let (x0, x1, x2, x3) = (row(a[0]), row(a[1]), row(a[2]), row(a[3]));
+        for lane in 0..LANES {
+            p0[lane] += x0[lane] * y[lane];
+            p1[lane] += x1[lane] * y[lane];
+            p2[lane] += x2[lane] * y[lane];
+            p3[lane] += x3[lane] * y[lane];
+        }
+    }
+    let partials = std::hint::black_box([p0, p1, p2, p3]);
+    std::array::from_fn(|r| {
+        let tail: f32 = a[r][full..b.len()]
+            .iter()
+            .zip(&b[full..])
+            .map(|(x, y)| x * y)
+            .sum();
+        let [q0, q1, q2, q3, q4, q5, q6, q7] = partials[r];
+        ((q0 + q4) + (q1 + q5)) + ((q2 + q6) + (q3 + q7)) + tail
+    })
+}
+
+/// out[i] = w_i[..n] · x + w_i[n]·t + bias[i] for the rows w_i of `w` (n + 1 columns each, n =
+/// x.len(): a linear layer with t appended to its input), four rows at a time.
+#[inline(always)]
+fn affine(w: &[f32], x: &[f32], t: f32, bias: &[f32], out: &mut [f32]) {
+    let n = x.len();
+    let row = |i: usize| &w[i * (n + 1)..(i + 1) * (n + 1)];
+    let grouped = out.len() / 4 * 4;
+    for i in (0..grouped).step_by(4) {
+        let dots = dot4(
+            [&row(i)[..n], &row(i + 1)[..n], &row(i + 2)[..n], &row(i + 3)[..n]],
+            x,
+        );
+        for (r, dot) in dots.into_iter().enumerate() {
+            out[i + r] = dot + row(i + r)[n] * t + bias[i + r];
+        }
+    }
+    for i in grouped..out.len() {
+        out[i] = dot(&row(i)[..n], x) + row(i)[n] * t + bias[i];
+    }
 }
 
 /// FLOATER's flow network in the reference code's `flow_func_linear` form: time is appended to the
@@ -119,13 +178,11 @@ impl FloaterDynamics {
     }
 
     /// The first layer for one row: z = W₁ [p; t] + b₁ and y = σ(z).
+    #[inline(always)]
     fn hidden_layer(&self, theta: &[f32], t: f32, p: &[f32], z: &mut [f32], y: &mut [f32]) {
-        let (w1, b1) = (&theta[self.w1()], &theta[self.b1()]);
-        let cols = self.dim + 1;
-        for j in 0..self.hidden {
-            let w = &w1[j * cols..(j + 1) * cols];
-            z[j] = dot(&w[..self.dim], p) + w[self.dim] * t + b1[j];
-            y[j] = self.activation.apply(z[j]);
+        affine(&theta[self.w1()], p, t, &theta[self.b1()], z);
+        for (y, &z) in y.iter_mut().zip(z.iter()) {
+            *y = self.activation.apply(z);
         }
     }
 }
@@ -144,23 +201,36 @@ impl Dynamics for FloaterDynamics {
     }
 
     fn eval(&self, theta: &[f32], t: f32, p: &[f32], out: &mut [f32]) {
-        let (w2, b2) = (&theta[self.w2()], &theta[self.b2()]);
-        let (d, k) = (self.dim, self.hidden);
-        let mut z = vec![0.0; k];
-        let mut y = vec![0.0; k];
-        for (p, out) in p.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
-            self.hidden_layer(theta, t, p, &mut z, &mut y);
-            for (i, out) in out.iter_mut().enumerate() {
-                let w = &w2[i * (k + 1)..(i + 1) * (k + 1)];
-                *out = dot(&w[..k], &y) + w[k] * t + b2[i];
-            }
-        }
+        floater_eval(self, theta, t, p, out);
     }
 
     fn vjp(&self, theta: &[f32], t: f32, p: &[f32], a: &[f32], out_dp: &mut [f32], dtheta: &mut [f32]) {
-        let (d, k) = (self.dim, self.hidden);
-        let (w1, w2) = (&theta[self.w1()], &theta[self.w2()]);
-        let (r_w1, r_b1, r_w2, r_b2) = (self.w1(), self.b1(), self.w2(), self.b2());
+        floater_vjp(self, theta, t, p, a, out_dp, dtheta);
+    }
+}
+
+// The solve's hot loops, compiled for the widest vector unit (same bits at every width: the dot
+// products keep their eight partial sums, and the other loops combine independent elements).
+vectorised_fn! {
+    /// [`Dynamics::eval`] of [`FloaterDynamics`].
+    fn floater_eval(dy: &FloaterDynamics, theta: &[f32], t: f32, p: &[f32], out: &mut [f32]) {
+        let (w2, b2) = (&theta[dy.w2()], &theta[dy.b2()]);
+        let (d, k) = (dy.dim, dy.hidden);
+        let mut z = vec![0.0; k];
+        let mut y = vec![0.0; k];
+        for (p, out) in p.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+            dy.hidden_layer(theta, t, p, &mut z, &mut y);
+            affine(w2, &y, t, b2, out);
+        }
+    }
+}
+
+vectorised_fn! {
+    /// [`Dynamics::vjp`] of [`FloaterDynamics`].
+    fn floater_vjp(dy: &FloaterDynamics, theta: &[f32], t: f32, p: &[f32], a: &[f32], out_dp: &mut [f32], dtheta: &mut [f32]) {
+        let (d, k) = (dy.dim, dy.hidden);
+        let (w1, w2) = (&theta[dy.w1()], &theta[dy.w2()]);
+        let (r_w1, r_b1, r_w2, r_b2) = (dy.w1(), dy.b1(), dy.w2(), dy.b2());
         let mut z = vec![0.0; k];
         let mut y = vec![0.0; k];
         let mut dz = vec![0.0; k];
@@ -169,7 +239,7 @@ impl Dynamics for FloaterDynamics {
             .zip(a.chunks_exact(d))
             .zip(out_dp.chunks_exact_mut(d));
         for ((p, a), dp) in rows {
-            self.hidden_layer(theta, t, p, &mut z, &mut y);
+            dy.hidden_layer(theta, t, p, &mut z, &mut y);
             // Second layer: d/dW₂ = a ⊗ [y; t], d/db₂ = a, and the hidden gradient W₂[:, :k]ᵀ a.
             dz.fill(0.0);
             for (i, &ai) in a.iter().enumerate() {
@@ -185,7 +255,7 @@ impl Dynamics for FloaterDynamics {
                 dtheta[r_b2.start + i] += ai;
             }
             for j in 0..k {
-                dz[j] *= self.activation.derivative(z[j], y[j]);
+                dz[j] *= dy.activation.derivative(z[j], y[j]);
             }
             // First layer: d/dW₁ = dz ⊗ [p; t], d/db₁ = dz, dp = W₁[:, :d]ᵀ dz.
             dp.fill(0.0);

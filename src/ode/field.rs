@@ -11,6 +11,12 @@ pub(crate) trait Field {
 
     fn eval(&mut self, t: f64, z: &[f32], dz: &mut [f32]);
 
+    /// The leading part of z that `eval` reads (all of it unless said otherwise): a stage's
+    /// input needs forming only there.
+    fn driving_len(&self) -> usize {
+        self.len()
+    }
+
     /// The parts of z whose RMS norms dopri5 combines by their maximum (torchdiffeq's tuple norm).
     fn norm_groups(&self) -> Vec<Range<usize>>;
 
@@ -68,6 +74,11 @@ impl<D: Dynamics> Field for AdjointField<'_, D> {
         dg.fill(0.0);
         self.dynamics.vjp(self.theta, t, p, a, da, dg);
         da.iter_mut().chain(dg.iter_mut()).for_each(|v| *v = -*v);
+    }
+
+    /// p and a: the parameter adjoint g only accumulates.
+    fn driving_len(&self) -> usize {
+        2 * self.state_len
     }
 
     fn norm_groups(&self) -> Vec<Range<usize>> {

@@ -2,6 +2,7 @@
 //! decreasing for the adjoint): fixed grids and dopri5 with torchdiffeq's step-size controller.
 
 use crate::error::Result;
+use crate::vector::vectorised_fn;
 
 use super::field::Field;
 use super::tableau::{DOPRI5, DOPRI5_ERROR, Tableau, dopri5_dense_weights};
@@ -27,13 +28,31 @@ pub(crate) struct TapeOutput {
     pub weights: Vec<f64>,
 }
 
-/// out = z₀ + Σᵢ (dt·wᵢ) kᵢ, in f32 like the state (zero weights skipped).
-pub(crate) fn combine(z0: &[f32], dt: f64, weights: &[f64], k: &[Vec<f32>], out: &mut [f32]) {
-    out.copy_from_slice(z0);
-    for (w, k) in weights.iter().zip(k) {
-        if *w != 0.0 {
-            let coef = (dt * w) as f32;
-            out.iter_mut().zip(k).for_each(|(o, k)| *o += coef * k);
+/// out = z₀ + Σᵢ (dt·wᵢ) kᵢ, in f32 like the state (zero weights skipped), each element's terms
+/// added in order.
+pub(crate) fn combine<K: AsRef<[f32]>>(z0: &[f32], dt: f64, weights: &[f64], k: &[K], out: &mut [f32]) {
+    let terms: Vec<(f32, &[f32])> = weights
+        .iter()
+        .zip(k)
+        .filter(|(w, _)| **w != 0.0)
+        .map(|(w, k)| ((dt * w) as f32, k.as_ref()))
+        .collect();
+    combine_terms(z0, &terms, out);
+}
+
+vectorised_fn! {
+    /// out = z0 + Σ coef·k over `terms` in order, a block of elements at a time: one pass over
+    /// memory instead of one per term (the state is large in the adjoint, which carries the
+    /// parameter gradient).
+    fn combine_terms(z0: &[f32], terms: &[(f32, &[f32])], out: &mut [f32]) {
+        const BLOCK: usize = 256;
+        for (b, out) in out.chunks_mut(BLOCK).enumerate() {
+            let start = b * BLOCK;
+            out.copy_from_slice(&z0[start..start + out.len()]);
+            for &(coef, k) in terms {
+                let k = &k[start..start + out.len()];
+                out.iter_mut().zip(k).for_each(|(o, k)| *o += coef * k);
+            }
         }
     }
 }
@@ -53,16 +72,60 @@ impl Stages {
     }
 
     /// Evaluates stages 1.. of the step from (t0, z0) of length dt; `k[0]` must already hold
-    /// f(t0, z0) (dopri5 carries it over from the previous step).
+    /// f(t0, z0) (dopri5 carries it over from the previous step). A stage's input is formed only
+    /// over the part of the state the field reads ([`Field::driving_len`]).
     pub fn eval_after_first(&mut self, field: &mut impl Field, tab: &Tableau, t0: f64, dt: f64, z0: &[f32]) {
+        let driving = field.driving_len();
         for i in 1..tab.stages() {
-            combine(z0, dt, tab.a[i], &self.k[..i], &mut self.inputs[i]);
+            let k: Vec<&[f32]> = self.k[..i].iter().map(|k| &k[..driving]).collect();
+            combine(&z0[..driving], dt, tab.a[i], &k, &mut self.inputs[i][..driving]);
             field.eval(t0 + tab.c[i] * dt, &self.inputs[i], &mut self.k[i]);
         }
+    }
+
+    fn fits(&self, tab: &Tableau, n: usize) -> bool {
+        self.k.len() == tab.stages() && self.k.first().is_some_and(|k| k.len() == n)
+    }
+}
+
+/// The buffers of a solve, kept between solves: the adjoint solves once per output interval, and
+/// at its size (the parameter gradient rides in its state) each fresh allocation is fresh pages
+/// from the kernel, zeroed on first touch.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    stages: Option<Stages>,
+    z: Vec<f32>,
+    z1: Vec<f32>,
+}
+
+impl Scratch {
+    /// The stages of `tab` for a state of `n`, and the current and next state (z a copy of `z0`).
+    fn parts(&mut self, tab: &Tableau, z0: &[f32]) -> (&mut Stages, &mut Vec<f32>, &mut Vec<f32>) {
+        let n = z0.len();
+        if !self.stages.as_ref().is_some_and(|s| s.fits(tab, n)) {
+            self.stages = Some(Stages::new(tab, n));
+        }
+        self.z.clear();
+        self.z.extend_from_slice(z0);
+        self.z1.resize(n, 0.0);
+        let stages = self.stages.as_mut().expect("made above");
+        (stages, &mut self.z, &mut self.z1)
+    }
+}
+
+vectorised_fn! {
+    /// Whether every value is finite: an OR over all of them (no early exit), so that it is
+    /// vectorised; the slow search for the first bad one runs only when there is one.
+    fn all_finite(z: &[f32]) -> bool {
+        const EXPONENT: u32 = 0x7f80_0000;
+        !z.iter().fold(false, |bad, v| bad | (v.to_bits() & EXPONENT == EXPONENT))
     }
 }
 
 fn check_finite(field: &impl Field, z: &[f32], t: f64, method: &str) -> Result<()> {
+    if all_finite(z) {
+        return Ok(());
+    }
     match z.iter().position(|v| !v.is_finite()) {
         None => Ok(()),
         Some(i) => Err(diverged(format!(
@@ -82,31 +145,71 @@ pub(crate) fn integrate(
     tape: Option<&mut Tape>,
     attempts: &mut usize,
 ) -> Result<Vec<f32>> {
+    let mut out = Vec::new();
+    let solve = Solve {
+        tape,
+        attempts,
+        scratch: &mut Scratch::default(),
+    };
+    integrate_into(field, method, times, z0, solve, &mut out)?;
+    Ok(out)
+}
+
+/// What a solve records and reuses besides its states.
+pub(crate) struct Solve<'a> {
+    pub tape: Option<&'a mut Tape>,
+    pub attempts: &'a mut usize,
+    pub scratch: &'a mut Scratch,
+}
+
+/// [`integrate`] into `out` (cleared first), with the buffers of `solve.scratch`.
+pub(crate) fn integrate_into(
+    field: &mut impl Field,
+    method: &Method,
+    times: &[f64],
+    z0: &[f32],
+    solve: Solve<'_>,
+    out: &mut Vec<f32>,
+) -> Result<()> {
     check_finite(field, z0, times[0], method.name())?;
+    out.clear();
+    let Solve {
+        tape,
+        attempts,
+        scratch,
+    } = solve;
     match method {
         Method::Fixed { substeps, .. } => {
-            fixed_grid(field, method.tableau(), method.name(), *substeps, times, z0, tape)
+            let grid = FixedGrid {
+                tab: method.tableau(),
+                name: method.name(),
+                substeps: *substeps,
+            };
+            fixed_grid(field, grid, times, z0, (tape, scratch), out)
         }
-        Method::Dopri5(tol) => dopri5(field, tol, times, z0, tape, attempts),
+        Method::Dopri5(tol) => dopri5(field, tol, times, z0, (tape, attempts, scratch), out),
     }
+}
+
+/// A fixed-step method: its tableau, name and steps per output interval.
+struct FixedGrid<'a> {
+    tab: &'a Tableau,
+    name: &'a str,
+    substeps: usize,
 }
 
 /// `substeps` equal steps inside each output interval; the outputs are grid points. The grid is
 /// tᵢ + k·(tᵢ₊₁ − tᵢ)/substeps, the one the reference script gives torchdiffeq.
 fn fixed_grid(
     field: &mut impl Field,
-    tab: &Tableau,
-    name: &str,
-    substeps: usize,
+    FixedGrid { tab, name, substeps }: FixedGrid<'_>,
     times: &[f64],
     z0: &[f32],
-    mut tape: Option<&mut Tape>,
-) -> Result<Vec<f32>> {
-    let n = field.len();
-    let mut stages = Stages::new(tab, n);
-    let mut z = z0.to_vec();
-    let mut z1 = vec![0.0; n];
-    let mut out = Vec::with_capacity(times.len() * n);
+    (mut tape, scratch): (Option<&mut Tape>, &mut Scratch),
+    out: &mut Vec<f32>,
+) -> Result<()> {
+    let (stages, z, z1) = scratch.parts(tab, z0);
+    out.reserve(times.len() * z0.len());
     out.extend_from_slice(z0);
     for span in times.windows(2) {
         let grid = |s: usize| match s {
@@ -116,10 +219,10 @@ fn fixed_grid(
         for s in 0..substeps {
             let (t0, t1) = (grid(s), grid(s + 1));
             let dt = t1 - t0;
-            field.eval(t0, &z, &mut stages.k[0]);
-            stages.eval_after_first(field, tab, t0, dt, &z);
-            combine(&z, dt, tab.b, &stages.k, &mut z1);
-            check_finite(field, &z1, t1, name)?;
+            field.eval(t0, z, &mut stages.k[0]);
+            stages.eval_after_first(field, tab, t0, dt, z);
+            combine(z, dt, tab.b, &stages.k, z1);
+            check_finite(field, z1, t1, name)?;
             if let Some(tape) = tape.as_deref_mut() {
                 tape.steps.push(TapeStep {
                     t0,
@@ -127,7 +230,7 @@ fn fixed_grid(
                     z0: z.clone(),
                 });
             }
-            std::mem::swap(&mut z, &mut z1);
+            std::mem::swap(z, z1);
         }
         if let Some(tape) = tape.as_deref_mut() {
             let step = tape.steps.len() - 1;
@@ -136,9 +239,9 @@ fn fixed_grid(
                 weights: tab.b.to_vec(),
             });
         }
-        out.extend_from_slice(&z);
+        out.extend_from_slice(z);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// max over groups of the RMS of `v(i)`, and the index of the largest |v(i)|.
@@ -205,20 +308,18 @@ fn dopri5(
     tol: &Tolerance,
     times: &[f64],
     z0: &[f32],
-    mut tape: Option<&mut Tape>,
-    attempts: &mut usize,
-) -> Result<Vec<f32>> {
+    (mut tape, attempts, scratch): (Option<&mut Tape>, &mut usize, &mut Scratch),
+    out: &mut Vec<f32>,
+) -> Result<()> {
     let n = field.len();
     let groups = field.norm_groups();
     let dir = (times[times.len() - 1] - times[0]).signum();
-    let mut stages = Stages::new(&DOPRI5, n);
-    let mut z = z0.to_vec();
-    let mut z1 = vec![0.0; n];
-    let mut out = Vec::with_capacity(times.len() * n);
+    let (stages, z, z1) = scratch.parts(&DOPRI5, z0);
+    out.reserve(times.len() * n);
     out.extend_from_slice(z0);
     let mut t = times[0];
-    field.eval(t, &z, &mut stages.k[0]);
-    let mut h = initial_step(field, tol, t, dir, &z, &stages.k[0]);
+    field.eval(t, z, &mut stages.k[0]);
+    let mut h = initial_step(field, tol, t, dir, z, &stages.k[0]);
     let mut next_out = 1;
     let mut worst = None;
     while next_out < times.len() {
@@ -241,9 +342,9 @@ fn dopri5(
         if t1 == t {
             return Err(diverged(format!("dopri5 step size underflow ({h:e}) at t = {t}")));
         }
-        stages.eval_after_first(field, &DOPRI5, t, dt, &z);
-        combine(&z, dt, DOPRI5.b, &stages.k, &mut z1);
-        check_finite(field, &z1, t1, "dopri5")?;
+        stages.eval_after_first(field, &DOPRI5, t, dt, z);
+        combine(z, dt, DOPRI5.b, &stages.k, z1);
+        check_finite(field, z1, t1, "dopri5")?;
         let err = |i: usize| {
             dt * DOPRI5_ERROR
                 .iter()
@@ -259,7 +360,7 @@ fn dopri5(
                 let weights = dopri5_dense_weights((times[next_out] - t) / (t1 - t));
                 let start = out.len();
                 out.resize(start + n, 0.0);
-                combine(&z, dt, &weights, &stages.k, &mut out[start..]);
+                combine(z, dt, &weights, &stages.k, &mut out[start..]);
                 if let Some(tape) = tape.as_deref_mut() {
                     let step = tape.steps.len();
                     tape.outputs.push(TapeOutput {
@@ -276,11 +377,11 @@ fn dopri5(
                     z0: z.clone(),
                 });
             }
-            std::mem::swap(&mut z, &mut z1);
+            std::mem::swap(z, z1);
             stages.k.swap(0, 6);
             t = t1;
         }
         h = next_step(h, ratio);
     }
-    Ok(out)
+    Ok(())
 }

@@ -4,12 +4,12 @@ use rayon::prelude::*;
 
 use super::par::PAR_CHUNK;
 use super::strided::par_strided_rows;
-use super::vector::vectorised_fn;
 use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::{eight_words, uniform};
 use crate::tensor::{DType, MAX_RANK, TensorMeta, broadcast_shapes, broadcast_strides};
+use crate::vector::vectorised_fn;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BinaryKind {

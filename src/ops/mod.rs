@@ -26,4 +26,3 @@ pub mod shape;
 pub mod softmax;
 mod strided;
 pub mod unary;
-mod vector;

@@ -3,7 +3,7 @@
 
 use rayon::prelude::*;
 
-use super::vector::vectorised_fn;
+use crate::vector::vectorised_fn;
 
 /// Work below this many elements is not worth splitting across threads.
 pub(crate) const PAR_CHUNK: usize = 1 << 14;

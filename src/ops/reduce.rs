@@ -5,12 +5,12 @@ use rayon::prelude::*;
 use super::par::par_fill;
 use super::shape::strided_gather;
 use super::strided::par_gather;
-use super::vector::vectorised_fn;
 use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
 use crate::tensor::{DType, MAX_RANK, TensorMeta, broadcast_shapes, broadcast_strides, split_at_axis};
+use crate::vector::vectorised_fn;
 
 uniform! {
     pub struct AxisUniform = REDUCE "Axis" { outer: u32, len: u32, inner: u32, n_out: u32 }

@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use crate::ops::dropout::DropMask;
 use crate::ops::unary::exp;
-use crate::ops::vector::vectorised_fn;
+use crate::vector::vectorised_fn;
 
 use super::tiles::{self, GROUP};
 

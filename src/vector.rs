@@ -3,23 +3,23 @@
 //! with sixteen or eight. Results are bitwise the same at every width: Rust neither reorders
 //! float sums nor fuses multiply-adds, so only independent elements share a vector.
 
-/// `vectorised_fn! { fn name(arg: Type, ..) { body } }` defines `name`, which runs
+/// `vectorised_fn! { fn name(arg: Type, ..) [-> Type] { body } }` defines `name`, which runs
 /// `body` compiled for AVX-512 or AVX2 when the CPU has them (checked at run time, cached by
 /// std) and for the baseline otherwise. Helpers the body calls must be `#[inline(always)]` to be
 /// compiled at the body's width.
 macro_rules! vectorised_fn {
     (
         $(#[$meta:meta])*
-        $vis:vis fn $name:ident ($($arg:ident: $ty:ty),* $(,)?) $body:block
+        $vis:vis fn $name:ident ($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block
     ) => {
         $(#[$meta])*
-        $vis fn $name ($($arg: $ty),*) {
+        $vis fn $name ($($arg: $ty),*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512f")]
-                unsafe fn avx512 ($($arg: $ty),*) $body
+                unsafe fn avx512 ($($arg: $ty),*) $(-> $ret)? $body
                 #[target_feature(enable = "avx2")]
-                unsafe fn avx2 ($($arg: $ty),*) $body
+                unsafe fn avx2 ($($arg: $ty),*) $(-> $ret)? $body
                 if std::arch::is_x86_feature_detected!("avx512f") {
                     // SAFETY: the CPU has AVX-512F, the only feature `avx512` is compiled for.
                     return unsafe { avx512($($arg),*) };
