@@ -77,9 +77,14 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
             partial[lane] += x[lane] * y[lane];
         }
     }
-    // Seen through, the pairwise sum below made the compiler keep the partial sums shuffled in
-    // narrow registers (4× slower); behind the barrier the loop keeps them in one.
-    let [p0, p1, p2, p3, p4, p5, p6, p7] = std::hint::black_box(partial);
+    // Seen through, the pairwise sum made the compiler keep the partial sums shuffled in narrow
+    // registers (4× slower); behind the barrier the loop keeps them in one.
+    sum_lanes(std::hint::black_box(partial), tail)
+}
+
+/// The eight partial sums of [`dot`] added pairwise, then the tail.
+#[inline(always)]
+fn sum_lanes([p0, p1, p2, p3, p4, p5, p6, p7]: [f32; 8], tail: f32) -> f32 {
     ((p0 + p4) + (p1 + p5)) + ((p2 + p6) + (p3 + p7)) + tail
 }
 
@@ -109,8 +114,7 @@ fn dot4(a: [&[f32]; 4], b: &[f32]) -> [f32; 4] {
             .zip(&b[full..])
             .map(|(x, y)| x * y)
             .sum();
-        let [q0, q1, q2, q3, q4, q5, q6, q7] = partials[r];
-        ((q0 + q4) + (q1 + q5)) + ((q2 + q6) + (q3 + q7)) + tail
+        sum_lanes(partials[r], tail)
     })
 }
 

@@ -29,7 +29,7 @@ pub(crate) struct TapeOutput {
 }
 
 /// out = z₀ + Σᵢ (dt·wᵢ) kᵢ, in f32 like the state (zero weights skipped), each element's terms
-/// added in order.
+/// added in order; over the first `out.len()` elements of `z0` and each kᵢ.
 pub(crate) fn combine<K: AsRef<[f32]>>(z0: &[f32], dt: f64, weights: &[f64], k: &[K], out: &mut [f32]) {
     let terms: Vec<(f32, &[f32])> = weights
         .iter()
@@ -49,6 +49,7 @@ vectorised_fn! {
         for (b, out) in out.chunks_mut(BLOCK).enumerate() {
             let start = b * BLOCK;
             out.copy_from_slice(&z0[start..start + out.len()]);
+            // kᵢ may be longer than `out` (a stage input formed over the driving part only).
             for &(coef, k) in terms {
                 let k = &k[start..start + out.len()];
                 out.iter_mut().zip(k).for_each(|(o, k)| *o += coef * k);
@@ -77,8 +78,13 @@ impl Stages {
     pub fn eval_after_first(&mut self, field: &mut impl Field, tab: &Tableau, t0: f64, dt: f64, z0: &[f32]) {
         let driving = field.driving_len();
         for i in 1..tab.stages() {
-            let k: Vec<&[f32]> = self.k[..i].iter().map(|k| &k[..driving]).collect();
-            combine(&z0[..driving], dt, tab.a[i], &k, &mut self.inputs[i][..driving]);
+            combine(
+                &z0[..driving],
+                dt,
+                tab.a[i],
+                &self.k[..i],
+                &mut self.inputs[i][..driving],
+            );
             field.eval(t0 + tab.c[i] * dt, &self.inputs[i], &mut self.k[i]);
         }
     }
