@@ -345,6 +345,76 @@ metrics = "randomized.jsonl"
     assert!(!out.contains("not evaluated"), "{out}");
 }
 
+/// A causal LM at randomized positions (FLOATER as its authors ran it): trains, is scored per
+/// length bin past its training windows, and samples the same text twice at temperature 0 (the
+/// context at a fixed draw for its own length).
+#[test]
+fn a_randomized_language_model_trains_evaluates_and_samples() {
+    let dir = scratch("cli", "randomized_lm");
+    let run = TINY_RUN
+        .replace("max_len = 32", "max_len = 128\nrandom_positions = 128")
+        .replace(
+            r#"posenc = { type = "learned" }"#,
+            r#"posenc = { type = "floater", form = "bias", delta = 0.01 }"#,
+        )
+        .replace("steps = 6", "steps = 3")
+        .replace("eval_lengths = [32]", "eval_lengths = [32, 64]")
+        .replace("tiny.", "rlm.");
+    let out = stdout(&train_run(&dir, "rlm", &run, "3"));
+    assert!(
+        out.contains(
+            "randomized positions: each batch's tokens at a sorted sample of distinct positions of 0..128"
+        ),
+        "{out}"
+    );
+    let o = posflow_in(
+        &dir,
+        &[
+            "eval",
+            "--checkpoint",
+            "rlm.safetensors",
+            "--lengths",
+            "32,64",
+            "--device",
+            "cpu",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("1-32") && out.contains("33-64") && !out.contains("not evaluated"),
+        "{out}"
+    );
+    let sample = || {
+        let o = posflow_in(
+            &dir,
+            &[
+                "sample",
+                "--checkpoint",
+                "rlm.safetensors",
+                "--prompt",
+                "Call me",
+                "--chars",
+                "8",
+                "--temperature",
+                "0",
+                "--device",
+                "cpu",
+            ],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    let first = sample();
+    assert!(
+        first
+            .lines()
+            .any(|l| l.starts_with("Call me") && l.chars().count() > 7),
+        "{first}"
+    );
+    assert_eq!(first, sample());
+}
+
 /// `--warm-start` starts a new run from the parameters a checkpoint shares with the model and
 /// says which are new.
 #[test]

@@ -12,6 +12,7 @@ use models::*;
 use posflow::backend::{Backend, gpu_for_tests};
 use posflow::data::IGNORE_INDEX;
 use posflow::exec::Executor;
+use posflow::inference::{Generator, INFERENCE_POSITIONS_SEED};
 use posflow::model::{
     GraphOptions, Learned, Model, ModelConfig, ModelGraph, ModelKind, NoEncoding, PosEnc, Sinusoidal, Tokens,
 };
@@ -30,11 +31,28 @@ fn randomizable() -> Vec<PosEnc> {
 
 /// A token classifier of `posenc` (with randomized positions from 0..`range`, if any).
 fn tagger(posenc: PosEnc, range: Option<usize>) -> ModelConfig {
+    of_kind(TAGGER, posenc, range)
+}
+
+/// A model of `kind` and `posenc` (with randomized positions from 0..`range`, if any).
+fn of_kind(kind: ModelKind, posenc: PosEnc, range: Option<usize>) -> ModelConfig {
     ModelConfig {
         random_positions: range,
         max_len: 64,
-        ..tiny(TAGGER, posenc)
+        ..tiny(kind, posenc)
     }
+}
+
+/// The model kinds that take randomized positions: the Chomsky tasks' token classifier and the
+/// causal LM (the Compare tab's copy, reverse and Moby Dick).
+const KINDS: [ModelKind; 2] = [TAGGER, LM];
+
+/// Every randomizable encoding on every kind that takes randomized positions.
+fn cases() -> Vec<(ModelKind, PosEnc)> {
+    KINDS
+        .into_iter()
+        .flat_map(|kind| randomizable().into_iter().map(move |posenc| (kind, posenc)))
+        .collect()
 }
 
 /// A forward-and-backward graph of a config, bound on a backend.
@@ -106,16 +124,16 @@ impl Harness {
 #[test]
 fn randomized_positions_over_their_whole_range_are_the_standard_model() {
     let (batch, len) = (2, 9);
-    for posenc in randomizable() {
-        let standard = harness(tagger(posenc, None), batch, len, cpu());
-        let randomized = harness(tagger(posenc, Some(len)), batch, len, cpu());
+    for (kind, posenc) in cases() {
+        let standard = harness(of_kind(kind, posenc, None), batch, len, cpu());
+        let randomized = harness(of_kind(kind, posenc, Some(len)), batch, len, cpu());
         let (want, none) = standard.run(0);
         let (got, positions) = randomized.run(3);
         assert!(none.is_empty(), "a standard graph draws nothing");
         assert_eq!(positions, (0..len as i32).collect::<Vec<_>>(), "{posenc:?}");
-        assert_eq!(got.len(), want.len(), "{posenc:?}");
+        assert_eq!(got.len(), want.len(), "{kind:?} {posenc:?}");
         for ((name, got), (_, want)) in got.iter().zip(&want) {
-            assert_eq!(got, want, "{posenc:?}: {name}");
+            assert_eq!(got, want, "{kind:?} {posenc:?}: {name}");
         }
     }
 }
@@ -128,9 +146,9 @@ fn randomized_positions_gpu_matches_cpu() {
         return;
     };
     let (batch, len) = (2, 11);
-    for posenc in randomizable() {
+    for (kind, posenc) in cases() {
         // FLOATER's flow through 200 positions at its Δ stays within its solver's budget.
-        let config = tagger(posenc, Some(200));
+        let config = of_kind(kind, posenc, Some(200));
         let config = ModelConfig {
             max_len: 200,
             ..config
@@ -141,7 +159,10 @@ fn randomized_positions_gpu_matches_cpu() {
         for ((name, c), (_, g)) in cpu_out.iter().zip(&gpu_out) {
             let scale = c.iter().fold(1.0f32, |m, x| m.max(x.abs()));
             let worst = c.iter().zip(g).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
-            assert!(worst <= 1e-4 * scale, "{posenc:?} {name}: |gpu - cpu| = {worst}");
+            assert!(
+                worst <= 1e-4 * scale,
+                "{kind:?} {posenc:?} {name}: |gpu - cpu| = {worst}"
+            );
         }
         let (standard, _) = harness(
             ModelConfig {
@@ -155,7 +176,7 @@ fn randomized_positions_gpu_matches_cpu() {
         .run(0);
         assert_ne!(
             standard[0].1, cpu_out[0].1,
-            "{posenc:?}: the positions change the logits"
+            "{kind:?} {posenc:?}: the positions change the logits"
         );
     }
 }
@@ -226,12 +247,14 @@ fn the_config_refuses_what_randomized_positions_cannot_do() {
         tagger(ROPE, Some(0)),
         "random_positions must be in 1..=65536, got 0",
     );
+    let seq2seq = ModelKind::Seq2Seq {
+        tied_head: true,
+        decoder_layers: 1,
+        decoder_block: Default::default(),
+    };
     refused(
-        ModelConfig {
-            random_positions: Some(64),
-            ..tiny(LM, ROPE)
-        },
-        "random_positions is for the token classifier",
+        of_kind(seq2seq, ROPE, Some(64)),
+        "a seq2seq model cannot have it yet",
     );
 }
 
@@ -268,5 +291,45 @@ fn floater_s_flow_solved_once_serves_every_draw() {
             exec.read_blocking(built.logits).unwrap()
         };
         assert_eq!(logits(true), logits(false), "{posenc:?}");
+    }
+}
+
+/// A randomized causal LM generates from its context's n tokens at the inference draw of n
+/// positions (Ruoss et al. test at a draw for the sequence's own length): the generator's window
+/// and its padding change nothing, for an encoding reading a table (learned), a rotation (RoPE),
+/// pair offsets (T5) and FLOATER's flow through the whole range.
+#[test]
+fn generation_reads_a_context_at_the_draw_for_its_own_length() {
+    let tokenizer = posflow::data::CharTokenizer::from_text("abcdefghijklmnopqrstuvwxyz ");
+    for posenc in [PosEnc::Learned(Learned {}), ROPE, T5, FLOATER_COMPATIBLE] {
+        let config = ModelConfig {
+            vocab: tokenizer.vocab_size(),
+            ..of_kind(LM, posenc, Some(64))
+        };
+        let model = Model::new(config).unwrap();
+        let params = ParamStore::init(cpu(), &model.declare_params().unwrap(), 7).unwrap();
+        let generator = Generator::new(&model, &params, tokenizer.clone(), 16).unwrap();
+        let n = 5;
+        let context = tokens(1, n, tokenizer.vocab_size(), 3);
+        let probs = pollster::block_on(generator.next_probabilities(&context)).unwrap();
+        let mut g = Graph::new();
+        let built = model
+            .build(&mut g, Tokens { batch: 1, len: n }, GraphOptions::default())
+            .unwrap();
+        let exec = Executor::new(&g, &[built.logits], &params).unwrap();
+        let positions = built.draw_positions(&exec, INFERENCE_POSITIONS_SEED).unwrap();
+        assert!(positions.windows(2).all(|w| w[0] < w[1]) && positions.iter().any(|&p| p >= n as i32));
+        built.feed(&exec, &context, &[IGNORE_INDEX; 5], None).unwrap();
+        exec.run().unwrap();
+        let vocab = tokenizer.vocab_size();
+        let last = &exec.read_blocking(built.logits).unwrap()[(n - 1) * vocab..n * vocab];
+        let max = last.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let total: f32 = last.iter().map(|l| (l - max).exp()).sum();
+        for (p, l) in probs.iter().zip(last) {
+            assert!(
+                (p - (l - max).exp() / total).abs() < 1e-6,
+                "{posenc:?}: {p} vs {l}"
+            );
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Filling the `<mask>`s of a text with a masked LM: its pretraining task, run as inference. Every
 //! mask is predicted at once from the whole text around it (BERT's way, not left to right).
 
+use super::INFERENCE_POSITIONS_SEED;
 use super::generate::softmax;
 use crate::data::{BOS, CharTokenizer, IGNORE_INDEX, MASK};
 use crate::error::{Error, Result};
@@ -60,6 +61,7 @@ impl<'a> MaskFiller<'a> {
             .model
             .build(&mut g, Tokens { batch: 1, len }, GraphOptions::default())?;
         let exec = Executor::new(&g, &[graph.logits], self.params)?;
+        graph.draw_positions(&exec, INFERENCE_POSITIONS_SEED)?;
         graph.feed(&exec, &tokens, &vec![IGNORE_INDEX; len], None)?;
         exec.run()?;
         exec.check().await?;

@@ -5,13 +5,14 @@
 
 use rand::{Rng, RngExt};
 
-use super::EncodingCache;
+use super::{EncodingCache, INFERENCE_POSITIONS_SEED};
 use crate::data::{BOS, CharTokenizer, EOS, IGNORE_INDEX, PAD};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::Graph;
 use crate::model::GraphOptions;
 use crate::model::Tokens;
+use crate::model::posenc::sample_positions;
 use crate::model::{Model, ModelGraph, ModelKind};
 use crate::params::ParamStore;
 
@@ -53,7 +54,8 @@ impl Generator {
             vocab: model.config().vocab,
             graph,
             exec,
-            encodings: EncodingCache::new(model, params, window)?,
+            // At randomized positions the window reads the flow anywhere in their range.
+            encodings: EncodingCache::new(model, params, model.config().random_positions.unwrap_or(window))?,
         })
     }
 
@@ -83,6 +85,14 @@ impl Generator {
         let last = last.min(window - 1);
         let mut tokens = context.to_vec();
         tokens.resize(window, PAD);
+        if let Some(range) = self.graph.random_range() {
+            // As Ruoss et al. test: the context's n tokens at a sorted sample of n positions; the
+            // padding after them, which a causal model cannot see, at the last of them.
+            let mut positions = sample_positions(INFERENCE_POSITIONS_SEED, context.len(), range);
+            let last_position = positions[positions.len() - 1];
+            positions.resize(window, last_position);
+            self.graph.set_positions(&self.exec, &positions)?;
+        }
         self.graph
             .feed(&self.exec, &tokens, &vec![IGNORE_INDEX; window], None)?;
         if let Some(cache) = &self.encodings {

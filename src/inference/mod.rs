@@ -14,3 +14,8 @@ pub use encodings::EncodingCache;
 pub use fill::{Filled, MaskFiller};
 pub use generate::Generator;
 pub use saved::SavedModel;
+
+/// The seed of the randomized positions (`random_positions`) that generation and mask filling
+/// read: a text of n tokens sits at one fixed sorted sample of n positions, as Ruoss et al. test
+/// (a draw for the sequence's own length), fixed so that the same prompt gives the same answer.
+pub const INFERENCE_POSITIONS_SEED: u64 = 0;

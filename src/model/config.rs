@@ -117,7 +117,8 @@ pub struct ModelConfig {
     /// Ruoss et al.'s randomized positions: each batch's T tokens sit at a sorted sample of T
     /// distinct positions of 0..random_positions (their L, 2048), drawn once per batch in training
     /// and in evaluation, for every encoding that reads positions (`model::posenc::Positions`).
-    /// Unset: the tokens sit at 0..T. The token classifier only, so far.
+    /// Unset: the tokens sit at 0..T. Not for a seq2seq model, so far. Generation and mask
+    /// filling read the tokens at one fixed draw (`inference::INFERENCE_POSITIONS_SEED`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub random_positions: Option<usize>,
 }
@@ -585,10 +586,12 @@ impl ModelConfig {
                 "random_positions must be in 1..={MAX_RANDOM_POSITIONS}, got {range}"
             ));
         }
-        if !matches!(self.kind, ModelKind::TokenClassifier { .. }) {
+        // A seq2seq model reads positions in its encoder, its decoder and every decoding step's
+        // cache: three places a draw would have to agree, which nobody has asked for yet.
+        if matches!(self.kind, ModelKind::Seq2Seq { .. }) {
             return config_err(
-                "random_positions is for the token classifier (the Chomsky tasks) so far; this model \
-                 kind cannot have it yet"
+                "random_positions is for models of one token sequence (causal LM, masked LM, \
+                 encoder, token classifier); a seq2seq model cannot have it yet"
                     .into(),
             );
         }

@@ -400,14 +400,42 @@ impl ModelGraph {
             return Ok(Vec::new());
         };
         let positions = sample_positions(seed, self.len, random.range);
+        self.set_positions(exec, &positions)?;
+        Ok(positions)
+    }
+
+    /// The range randomized positions are drawn from; `None` for tokens at 0..T.
+    pub fn random_range(&self) -> Option<usize> {
+        self.random.as_ref().map(|r| r.range)
+    }
+
+    /// Randomized positions given rather than drawn: the graph's length of them, each in
+    /// 0..random_positions (generation draws for the context's length and pads the rest,
+    /// [`crate::inference::Generator`]). An error for a graph without randomized positions.
+    pub fn set_positions(&self, exec: &Executor, positions: &[i32]) -> Result<()> {
+        let Some(random) = &self.random else {
+            return Err(Error::Input(
+                "this model's tokens sit at 0..T: it has no randomized positions to set".into(),
+            ));
+        };
+        if positions.len() != self.len || positions.iter().any(|&p| !(0..random.range as i32).contains(&p)) {
+            return Err(Error::Input(format!(
+                "a graph of {} tokens takes {} positions in 0..{}, got {} ({:?}…)",
+                self.len,
+                self.len,
+                random.range,
+                positions.len(),
+                &positions[..positions.len().min(8)]
+            )));
+        }
         if let Some(input) = random.input {
-            exec.set_i32(input, &positions)?;
+            exec.set_i32(input, positions)?;
         }
         for pairs in &random.pair_offsets {
-            exec.set_i32(pairs.input, &pairs.values(&positions))?;
+            exec.set_i32(pairs.input, &pairs.values(positions))?;
         }
         random.drawn.set(true);
-        Ok(positions)
+        Ok(())
     }
 
     /// Writes FLOATER's encodings (of [`crate::model::encodings_shape`]) into a graph built with

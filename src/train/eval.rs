@@ -114,8 +114,14 @@ impl Evaluator {
         }
     }
 
-    /// A classifier's logits `[B, n_classes]` for `batch`, on the padded graph of its shape.
-    pub(super) async fn logits_of(&mut self, params: &ParamStore, batch: &ClassBatch) -> Result<Vec<f32>> {
+    /// A classifier's logits `[B, n_classes]` for `batch` (the `index`th of its length), on the
+    /// padded graph of its shape.
+    pub(super) async fn logits_of(
+        &mut self,
+        params: &ParamStore,
+        batch: &ClassBatch,
+        index: usize,
+    ) -> Result<Vec<f32>> {
         let [rows, len] = batch.batch.shape();
         let model = &self.model;
         let graph = self
@@ -123,6 +129,7 @@ impl Evaluator {
             .entry([rows, len])
             .or_insert_with(|| forward_graph(model, params, rows, len, false).map_err(|e| e.to_string()));
         let (graph, exec) = graph.as_ref().map_err(|e| Error::Input(e.clone()))?;
+        graph.draw_positions(exec, eval_positions_seed(len, index))?;
         graph.feed(exec, batch.batch.tokens(), &batch.classes, batch.batch.mask())?;
         exec.run()?;
         exec.check().await?;

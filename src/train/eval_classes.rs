@@ -38,9 +38,9 @@ impl Evaluator {
             // [CLS] and the bin's longest text: one graph per bin.
             let len = bin.lengths.end() + 1;
             let result: Result<()> = async {
-                for rows in bin.examples.chunks(rows.max(1)).take(max_batches) {
+                for (index, rows) in bin.examples.chunks(rows.max(1)).take(max_batches).enumerate() {
                     let batch = ClassBatch::padded_to(rows, len)?;
-                    let logits = self.logits_of(params, &batch).await?;
+                    let logits = self.logits_of(params, &batch, index).await?;
                     for (row, &truth) in batch.classes.iter().enumerate() {
                         let logits = &logits[row * classes..(row + 1) * classes];
                         scored.loss_sum += cross_entropy(logits, truth as usize);

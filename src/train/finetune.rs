@@ -7,6 +7,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::program::{BatchShape, TrainingProgram};
+use super::trainer::positions_seed;
 use crate::data::{CharTokenizer, LanguageModelData};
 use crate::error::{Error, Result};
 use crate::model::Model;
@@ -106,8 +107,11 @@ impl FineTune {
         let batch = self
             .data
             .sample_batch(&mut rng, self.settings.batch, self.settings.seq_len)?;
+        let positions_seed = positions_seed(self.settings.seed, self.step);
         self.program.launch(self.step, self.settings.lr, |graph, exec| {
-            graph.as_tokens()?.feed_batch(exec, &batch)
+            let graph = graph.as_tokens()?;
+            graph.draw_positions(exec, positions_seed)?;
+            graph.feed_batch(exec, &batch)
         })?;
         self.program.check().await.map_err(|e| {
             Error::Training(format!(

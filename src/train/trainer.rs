@@ -230,8 +230,7 @@ impl Trainer {
         let lr = self.run.schedule().lr(step);
         // A new mask every step, the same on resume: a function of the seed and the step alone.
         let dropout_seed = (t.seed as u32) ^ (step as u32).wrapping_mul(0x9E37_79B9);
-        // Randomized positions are drawn the same way (and so once per batch).
-        let positions_seed = t.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ step as u64;
+        let positions_seed = positions_seed(t.seed, step);
         self.program
             .launch(step, lr, |graph, exec| match (graph, &batch) {
                 (TrainGraph::Tokens(graph), TrainBatch::Tokens(batch)) => {
@@ -392,4 +391,10 @@ fn check_warm_start(checkpoint: &Checkpoint, run: &RunConfig) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The seed of step `step`'s randomized positions in a run seeded `seed`: like the dropout mask, a
+/// function of the seed and the step alone (so once per batch, and the same on resume).
+pub(super) fn positions_seed(seed: u64, step: usize) -> u64 {
+    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ step as u64
 }

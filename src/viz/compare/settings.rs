@@ -68,11 +68,6 @@ impl CompareTask {
         matches!(self, CompareTask::Chomsky(_))
     }
 
-    /// Randomized positions exist for the token classifier so far.
-    pub fn randomizes(self) -> bool {
-        self.encoder()
-    }
-
     /// What the length counts.
     pub fn unit(self) -> &'static str {
         match self {
@@ -357,14 +352,6 @@ impl CompareSettings {
                 return refuse(
                     "no position encoding reads no positions: there is nothing to randomize".into(),
                 );
-            }
-            if c.randomized && !self.task.randomizes() {
-                return refuse(format!(
-                    "{}: randomized positions are implemented for the Chomsky tasks (a token \
-                     classifier) so far, not for {}",
-                    c.label(),
-                    self.task.name()
-                ));
             }
         }
         if self.seeds == 0 || self.seeds > MAX_SEEDS {
@@ -704,7 +691,7 @@ mod tests {
                 .flat_map(|encoding| {
                     [false, true]
                         .into_iter()
-                        .filter(move |&r| !r || (task.randomizes() && encoding != Encoding::None))
+                        .filter(move |&r| !r || encoding != Encoding::None)
                         .map(move |randomized| Choice { encoding, randomized })
                 })
                 .collect();
@@ -734,8 +721,6 @@ mod tests {
         assert!(refusal(&twice).contains("sinusoidal is chosen twice"));
         let none = with(|s| s.choices[1].encoding = Encoding::None);
         assert!(refusal(&none).contains("nothing to randomize"));
-        let lm = with(|s| s.task = CompareTask::MobyDick);
-        assert!(refusal(&lm).contains("randomized positions are implemented for the Chomsky tasks"));
         // Moby Dick's bins double from 1 (1-32, 33-64, ...): 40-60 after 50 starts no bin.
         let straddles = with(|s| {
             s.task = CompareTask::MobyDick;

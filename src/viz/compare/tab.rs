@@ -232,7 +232,7 @@ fn encodings(ui: &mut egui::Ui, settings: &mut CompareSettings) {
             for randomized in [false, true] {
                 let choice = Choice { encoding, randomized };
                 let mut on = settings.choices.contains(&choice);
-                let offered = !randomized || (settings.task.randomizes() && encoding != Encoding::None);
+                let offered = !randomized || encoding != Encoding::None;
                 let response = ui.add_enabled(offered || on, egui::Checkbox::without_text(&mut on));
                 response.widget_info(|| {
                     egui::WidgetInfo::selected(egui::Role::CheckBox, offered || on, on, choice.label())
