@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use posflow::backend::{Backend, DeviceChoice, gpu::list_adapters, select_backend};
 use posflow::mlp::{MlpConfig, train_mlp};
 
+use cli::forward::{ForwardArgs, forward};
 use cli::inspect::{EvalArgs, ExportArgs, SampleArgs, eval, export, sample};
 use cli::study::{StudyArgs, study};
 use cli::train::{TrainArgs, train};
@@ -56,6 +57,9 @@ enum Command {
     Translate(TranslateArgs),
     /// Copy a checkpoint without its optimizer state (a third of the size), for inference.
     Export(ExportArgs),
+    /// A checkpoint's logits, loss and gradients on one batch, to a safetensors file: what a port
+    /// of the model to another framework is checked against.
+    Forward(ForwardArgs),
     /// Train a two-layer MLP on an XOR-like regression task: the engine in miniature.
     Mlp(MlpArgs),
     /// Measure the engine's speed.
@@ -155,6 +159,7 @@ fn run(cli: Cli) -> posflow::Result<()> {
         // Its stdout is the translations alone, one per source, for pipes.
         Command::Translate(args) => translate(backend_noted_on_stderr(choice)?, args),
         Command::Export(args) => export(args),
+        Command::Forward(args) => forward(backend(choice)?, args),
         Command::Devices => devices(),
         #[cfg(feature = "viz")]
         Command::Viz(args) => viz(backend(choice)?, args),

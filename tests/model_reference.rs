@@ -19,16 +19,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use posflow::Graph;
 use posflow::backend::{Backend, CpuBackend, gpu_for_tests};
 use posflow::checkpoint::Checkpoint;
-use posflow::data::{EOS, IGNORE_INDEX, Pair, PairBatch};
-use posflow::exec::Executor;
-use posflow::model::{GraphOptions, Model, ModelConfig, ModelKind};
-use posflow::model::{Pairs, Tokens};
+use posflow::data::IGNORE_INDEX;
+use posflow::model::{GraphOptions, Model, ModelConfig, ModelKind, Tokens};
 use posflow::params::ParamStore;
-use posflow::{Graph, TensorId};
+use posflow::train::{ValueBatch, checkpoint_values};
 use safetensors::SafeTensors;
-use serde::Deserialize;
 
 /// The committed checkpoints, one per model variant.
 const CASES: [&str; 28] = [
@@ -122,58 +120,6 @@ fn checkpoint_path(case: &str) -> PathBuf {
         .join(format!("{case}.safetensors"))
 }
 
-/// The batch a reference checkpoint carries in its training state.
-#[derive(Deserialize)]
-struct ReferenceBatch {
-    batch: usize,
-    len: usize,
-    tokens: Vec<i32>,
-    targets: Vec<i32>,
-    mask: Option<Vec<f32>>,
-}
-
-/// A seq2seq checkpoint's batch: a [`PairBatch`]'s arrays.
-#[derive(Deserialize)]
-struct PairReferenceBatch {
-    batch: usize,
-    source_len: usize,
-    target_len: usize,
-    source: Vec<i32>,
-    source_mask: Vec<f32>,
-    target_in: Vec<i32>,
-    targets: Vec<i32>,
-}
-
-impl PairReferenceBatch {
-    /// The pairs behind the stored arrays, batched again: the arrays must come back unchanged,
-    /// so that posflow is fed exactly what PyTorch read.
-    fn pair_batch(&self) -> PairBatch {
-        let pairs: Vec<Pair> = (0..self.batch)
-            .map(|row| {
-                let source = &self.source[row * self.source_len..][..self.source_len];
-                let mask = &self.source_mask[row * self.source_len..][..self.source_len];
-                let targets = &self.targets[row * self.target_len..][..self.target_len];
-                let end = targets
-                    .iter()
-                    .position(|&t| t == EOS)
-                    .expect("every row ends in EOS");
-                Pair {
-                    source: source[..mask.iter().filter(|&&m| m > 0.5).count()].to_vec(),
-                    target: targets[..end].to_vec(),
-                }
-            })
-            .collect();
-        let batch = PairBatch::new(&pairs, self.source_len, self.target_len).unwrap();
-        assert_eq!(batch.source(), self.source);
-        assert_eq!(batch.source_mask(), self.source_mask);
-        assert_eq!(batch.target_in(), self.target_in);
-        assert_eq!(batch.target_out(), self.targets);
-        let padded = self.targets.contains(&IGNORE_INDEX) && self.source_mask.contains(&0.0);
-        assert!(padded, "the batch should pad both sources and targets");
-        batch
-    }
-}
-
 /// Logits, loss and the gradient of every parameter by name.
 struct Values {
     logits: Vec<f32>,
@@ -181,81 +127,23 @@ struct Values {
     grads: BTreeMap<String, Vec<f32>>,
 }
 
-/// What writes a graph's batch into an executor of it.
-type Feed = Box<dyn Fn(&Executor)>;
-
-/// posflow's values for the checkpoint of `case`, on `backend`.
+/// posflow's values for the checkpoint of `case`, on `backend`, on the batch it stores (what
+/// `posflow forward` writes).
 fn posflow_values(case: &str, backend: Rc<dyn Backend>) -> Values {
-    let path = checkpoint_path(case);
-    let metadata = Checkpoint::read_metadata(&path).unwrap();
-    let model = Model::new(ModelConfig::from_json(&metadata.config).unwrap()).unwrap();
-    let stored = metadata.training.extra["reference_batch"].clone();
-    let mut g = Graph::new();
-    let (logits, loss, feed): (TensorId, TensorId, Feed) =
-        if let ModelKind::Seq2Seq { .. } = model.config().kind {
-            let batch = serde_json::from_value::<PairReferenceBatch>(stored)
-                .unwrap()
-                .pair_batch();
-            let built = model
-                .build(
-                    &mut g,
-                    Pairs {
-                        batch: batch.rows(),
-                        source_len: batch.source_len(),
-                        target_len: batch.target_len(),
-                    },
-                    GraphOptions::default(),
-                )
-                .unwrap();
-            let (logits, loss) = (built.logits, built.loss);
-            (
-                logits,
-                loss,
-                Box::new(move |exec| built.feed(exec, &batch).unwrap()),
-            )
-        } else {
-            let batch: ReferenceBatch = serde_json::from_value(stored).unwrap();
-            let options = match batch.mask {
-                Some(_) => GraphOptions::default().padded(),
-                None => GraphOptions::default(),
-            };
-            let built = model
-                .build(
-                    &mut g,
-                    Tokens {
-                        batch: batch.batch,
-                        len: batch.len,
-                    },
-                    options,
-                )
-                .unwrap();
-            let (logits, loss) = (built.logits, built.loss);
-            let feed = move |exec: &Executor| {
-                built
-                    .feed(exec, &batch.tokens, &batch.targets, batch.mask.as_deref())
-                    .unwrap()
-            };
-            (logits, loss, Box::new(feed))
-        };
-    let grads: Vec<(String, TensorId)> = g
-        .backward(loss)
-        .unwrap()
-        .iter()
-        .map(|(p, grad)| (g.info(p).name.clone(), grad))
-        .collect();
-    let params = ParamStore::init(backend, &g, 0).unwrap();
-    Checkpoint::load(&path).unwrap().restore(&params, None).unwrap();
-    let mut outputs = vec![logits, loss];
-    outputs.extend(grads.iter().map(|(_, grad)| *grad));
-    let exec = Executor::new(&g, &outputs, &params).unwrap();
-    feed(&exec);
-    exec.run().unwrap();
+    let checkpoint = Checkpoint::load(checkpoint_path(case)).unwrap();
+    let batch = ValueBatch::from_reference(checkpoint.metadata()).unwrap();
+    if let ValueBatch::Pairs(pairs) = &batch {
+        let padded = pairs.target_out().contains(&IGNORE_INDEX) && pairs.source_mask().contains(&0.0);
+        assert!(padded, "{case}: the batch should pad both sources and targets");
+    }
+    let values = pollster::block_on(checkpoint_values(backend, &checkpoint, &batch)).unwrap();
     Values {
-        logits: exec.read_blocking(logits).unwrap(),
-        loss: exec.read_blocking(loss).unwrap()[0],
-        grads: grads
+        logits: values.logits.values,
+        loss: values.loss,
+        grads: values
+            .grads
             .into_iter()
-            .map(|(name, grad)| (name, exec.read_blocking(grad).unwrap()))
+            .map(|(name, grad)| (name, grad.values))
             .collect(),
     }
 }

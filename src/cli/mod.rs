@@ -2,6 +2,7 @@
 //! and the checks their flags share: every number a flag takes is range-checked by the parser, so
 //! a flag at 0 (or NaN, or 10¹²) is a usage error, never a panic deep inside.
 
+pub mod forward;
 pub mod inspect;
 pub mod study;
 pub mod train;

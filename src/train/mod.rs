@@ -18,6 +18,7 @@ mod saved;
 mod schedule;
 mod task;
 mod trainer;
+mod values;
 
 pub use class_report::{ClassBinScores, ClassReport};
 pub use config::{
@@ -38,3 +39,4 @@ pub use saved::{RUN_KEY, check_same_tokenizer, saved_run};
 pub use schedule::{Decay, Schedule};
 pub use task::{EvalBins, EvalSet, Task, TrainBatch};
 pub use trainer::{StepStats, Trainer, WarmStart};
+pub use values::{Read, ValueBatch, Values, checkpoint_values};
