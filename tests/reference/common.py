@@ -13,8 +13,15 @@ The Rust tests (`crate::testing::check_reference`) load the file, feed the same 
 op built in posflow, and compare.
 """
 
+import pathlib
+import sys
+
 import torch
 from safetensors.torch import save_file
+
+# posflow_torch (python/ in this checkout) holds the transcriptions the model shares with these
+# references: T5's buckets, fairseq's sinusoid, the ODE solvers' grid.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python"))
 
 torch.manual_seed(0)
 

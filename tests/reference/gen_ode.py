@@ -28,6 +28,7 @@ from torchdiffeq import odeint, odeint_adjoint
 from torchdiffeq._impl.misc import _rms_norm, _select_initial_step
 
 from common import rand, save
+from posflow_torch.encodings import substep_grid as grid
 
 DIM, HIDDEN, BLOCKS, POSITIONS, DELTA = 6, 6, 2, 9, 0.1
 
@@ -51,15 +52,6 @@ class Floater(nn.Module):
 
     def flat_grad(self):
         return torch.cat([p.grad.reshape(-1) for p in (self.w1, self.b1, self.w2, self.b2)])
-
-
-def grid(substeps):
-    def construct(func, y0, t):
-        # Works for decreasing t too: odeint_adjoint calls it on each interval backward.
-        points = [t[j] + k * (t[j + 1] - t[j]) / substeps for j in range(len(t) - 1) for k in range(substeps)]
-        return torch.stack(points + [t[-1]])
-
-    return construct
 
 
 def case(store, name, method, act, substeps=1, rtol=None, atol=None):
