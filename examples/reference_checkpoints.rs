@@ -8,7 +8,8 @@
 //! ±0.1, so that unit gains, zero biases and near-zero tables cannot hide a transposed or
 //! misplaced tensor, and TUPE's [CLS] values θ1, θ2 (0 at init) are not zero. The batch is in
 //! the metadata's training state, under `reference_batch`:
-//! `{ "batch": B, "len": L, "tokens": [B·L], "targets": [B·L] or [B], "mask": [B·L] or null }`,
+//! `{ "batch": B, "len": L, "tokens": [B·L], "targets": [B·L] or [B], "mask": [B·L] or null }`
+//! (and `"positions": [L]` for randomized positions),
 //! or for a seq2seq model the arrays of its [`PairBatch`]: `{ "batch": B, "source_len": S,
 //! "target_len": T, "source": [B·S], "source_mask": [B·S], "target_in": [B·T], "targets": [B·T] }`.
 
@@ -18,6 +19,7 @@ use std::rc::Rc;
 use posflow::backend::CpuBackend;
 use posflow::checkpoint::{Checkpoint, Metadata, TrainingState};
 use posflow::data::{BOS, CharTokenizer, IGNORE_INDEX, MASK, PAD, Pair, PairBatch, PairTokenizer};
+use posflow::model::posenc::sample_positions;
 use posflow::model::{
     Activation, Block, Coefficients, EmbedScale, History, InitScheme, Model, ModelConfig, ModelKind, Norm,
     PosEnc, RkStage, TupeForm, WordScale,
@@ -38,6 +40,8 @@ const NUDGE: f32 = 0.1;
 const PAIR_LENGTHS: [(usize, usize); BATCH] = [(7, 5), (4, 2), (2, 3)];
 const SOURCE_LEN: usize = 7;
 const TARGET_LEN: usize = 6;
+/// Randomized positions are drawn from 0..RANDOM_RANGE.
+const RANDOM_RANGE: usize = 40;
 
 /// A model variant and the real length of each row (shorter rows are padded and masked).
 struct Case {
@@ -436,6 +440,109 @@ fn fairseq_cases() -> Vec<(&'static str, ModelConfig)> {
     )]
 }
 
+/// The forms the PyTorch package (`python/posflow_torch`) is checked on beyond the ones above:
+/// RoPE, ALiBi (causal; an encoder's with the left offset; six heads, whose slopes are not one
+/// geometric run), the token classifier, the masked LM with TUPE's paper form, the gated and the
+/// learned RK2 in the paper's form, projections without biases, and randomized positions for
+/// every encoding that reads them (a range of 40, the positions in the stored batch).
+fn port_cases() -> Vec<Case> {
+    let tied = ModelKind::CausalLm { tied_head: true };
+    let tagger = ModelKind::TokenClassifier { n_classes: 3 };
+    let posenc = |value: serde_json::Value| -> PosEnc { serde_json::from_value(value).expect("a posenc") };
+    let full = [LEN; BATCH];
+    let padded = [LEN, 6, 3];
+    let randomized = |name, kind, encoding: serde_json::Value| Case {
+        name,
+        config: ModelConfig {
+            random_positions: Some(RANDOM_RANGE),
+            max_len: RANDOM_RANGE,
+            ..config(kind, posenc(encoding))
+        },
+        lengths: padded,
+    };
+    vec![
+        Case {
+            name: "lm_rope",
+            config: config(tied, posenc(json!({"type": "rope"}))),
+            lengths: full,
+        },
+        Case {
+            name: "lm_alibi_6_heads",
+            config: ModelConfig {
+                d_model: 24,
+                heads: 6,
+                ..config(tied, posenc(json!({"type": "alibi"})))
+            },
+            lengths: full,
+        },
+        Case {
+            name: "encoder_alibi_left_offset_padded",
+            config: config(
+                ModelKind::Encoder { n_classes: 3 },
+                posenc(json!({"type": "alibi", "left_offset": 0.5})),
+            ),
+            lengths: padded,
+        },
+        Case {
+            name: "tagger_rk2_gated_no_attention_biases_padded",
+            config: ModelConfig {
+                block: Block::Rk2Gated,
+                attention_biases: Some(false),
+                activation: Activation::Relu,
+                ..config(tagger, posenc(json!({"type": "sinusoidal"})))
+            },
+            lengths: padded,
+        },
+        Case {
+            name: "lm_rk2_learned_channel",
+            config: ModelConfig {
+                block: Block::Rk2Learned {
+                    gamma: [1.0, 1.0],
+                    coefficients: Coefficients::Channel,
+                },
+                ..config(tied, posenc(json!({"type": "learned"})))
+            },
+            lengths: full,
+        },
+        Case {
+            name: "mlm_tupe_a_untie_cls",
+            config: config(
+                ModelKind::MaskedLm {},
+                posenc(json!({"type": "tupe_a", "untie_cls": true})),
+            ),
+            lengths: full,
+        },
+        randomized("tagger_random_sinusoidal", tagger, json!({"type": "sinusoidal"})),
+        randomized("tagger_random_learned", tagger, json!({"type": "learned"})),
+        randomized(
+            "tagger_random_relative",
+            tagger,
+            json!({"type": "relative", "buckets": 8, "max_distance": 20}),
+        ),
+        randomized("tagger_random_rope", tagger, json!({"type": "rope"})),
+        randomized(
+            "tagger_random_alibi",
+            tagger,
+            json!({"type": "alibi", "left_offset": 0.5}),
+        ),
+        randomized(
+            "tagger_random_tupe_r",
+            tagger,
+            json!({"type": "tupe_r", "untie_cls": false, "buckets": 8, "max_distance": 20}),
+        ),
+        randomized(
+            "tagger_random_floater_compatible",
+            tagger,
+            json!({"type": "floater", "delta": 0.1, "method": "midpoint", "substeps": 2}),
+        ),
+        randomized(
+            "lm_random_floater_additive",
+            tied,
+            json!({"type": "floater", "form": "additive", "delta": 0.1, "method": "rk4", "substeps": 1}),
+        ),
+    ]
+}
+
 fn floater(settings: &str) -> PosEnc {
     PosEnc::Floater(serde_json::from_str(settings).expect("FLOATER settings"))
 }
@@ -478,13 +585,26 @@ fn batch(config: &ModelConfig, lengths: [usize; BATCH], rng: &mut ChaCha8Rng) ->
             .map(|_| rng.random_range(0..n_classes as i32))
             .collect();
     }
-    json!({
+    if let ModelKind::TokenClassifier { n_classes } = config.kind {
+        // A class at every real position but the first (a Chomsky task scores its answer's).
+        targets = (0..BATCH * LEN)
+            .map(|k| match (k % LEN, mask[k]) {
+                (p, 1) if p > 0 => rng.random_range(0..n_classes as i32),
+                _ => IGNORE_INDEX,
+            })
+            .collect();
+    }
+    let mut stored = json!({
         "batch": BATCH,
         "len": LEN,
         "tokens": tokens,
         "targets": targets,
         "mask": padded.then_some(mask),
-    })
+    });
+    if let Some(range) = config.random_positions {
+        stored["positions"] = json!(sample_positions(rng.random(), LEN, range));
+    }
+    stored
 }
 
 /// Random pairs of [`PAIR_LENGTHS`], as the model is fed them.
@@ -520,8 +640,8 @@ fn main() -> posflow::Result<()> {
     let tokenizer = serde_json::to_string(&chars).expect("tokenizer JSON");
     let pair_tokenizer = PairTokenizer::Chars(chars).to_json();
     // Decoder-only cases with their row lengths, then the seq2seq ones, then the ODE
-    // Transformer's code form, then TUPE's, then fairseq's backbone (seeds continue, so that
-    // adding a group leaves the others' files).
+    // Transformer's code form, then TUPE's, then fairseq's backbone, then the PyTorch package's
+    // (seeds continue, so that adding a group leaves the others' files).
     let decoder_only = cases()
         .into_iter()
         .map(|case| (case.name, case.config, Some(case.lengths)));
@@ -535,8 +655,11 @@ fn main() -> posflow::Result<()> {
     let fairseq = fairseq_cases()
         .into_iter()
         .map(|(name, config)| (name, config, None));
-    for (seed, (name, config, lengths)) in decoder_only.chain(seq2seq).chain(code).chain(fairseq).enumerate()
-    {
+    let port = port_cases()
+        .into_iter()
+        .map(|case| (case.name, case.config, Some(case.lengths)));
+    let all = decoder_only.chain(seq2seq).chain(code).chain(fairseq).chain(port);
+    for (seed, (name, config, lengths)) in all.enumerate() {
         let seed = seed as u64;
         let g = Model::new(config.clone())?.declare_params()?;
         let params = ParamStore::init(Rc::new(CpuBackend::new()), &g, seed)?;

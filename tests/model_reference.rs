@@ -29,7 +29,7 @@ use posflow::train::{ValueBatch, checkpoint_values};
 use safetensors::SafeTensors;
 
 /// The committed checkpoints, one per model variant.
-const CASES: [&str; 28] = [
+const CASES: [&str; 42] = [
     "lm_tied_sinusoidal_sqrt_d",
     "lm_untied_learned_4_heads",
     "lm_sinusoidal_every_block",
@@ -58,6 +58,20 @@ const CASES: [&str; 28] = [
     "mlm_code_tupe_a_pre",
     "lm_bert_r_word_scale_tupe_padded",
     "seq2seq_floater_fairseq_post",
+    "lm_rope",
+    "lm_alibi_6_heads",
+    "encoder_alibi_left_offset_padded",
+    "tagger_rk2_gated_no_attention_biases_padded",
+    "lm_rk2_learned_channel",
+    "mlm_tupe_a_untie_cls",
+    "tagger_random_sinusoidal",
+    "tagger_random_learned",
+    "tagger_random_relative",
+    "tagger_random_rope",
+    "tagger_random_alibi",
+    "tagger_random_tupe_r",
+    "tagger_random_floater_compatible",
+    "lm_random_floater_additive",
 ];
 
 /// The largest |posflow − PyTorch| allowed for any logit, the loss or any gradient element.
@@ -93,6 +107,20 @@ const CASES: [&str; 28] = [
 /// | mlm_code_tupe_a_pre                      | 2.4e-7  | 3.6e-7  |
 /// | lm_bert_r_word_scale_tupe_padded         | 1.5e-7  | 2.4e-7  |
 /// | seq2seq_floater_fairseq_post             | 7.8e-7  | 7.2e-7  |
+/// | lm_rope                                  | 1.3e-7  | 4.8e-7  |
+/// | lm_alibi_6_heads                         | 2.4e-7  | 3.0e-7  |
+/// | encoder_alibi_left_offset_padded         | 1.5e-7  | 2.1e-7  |
+/// | tagger_rk2_gated_no_attention_biases_... | 8.9e-8  | 1.2e-7  |
+/// | lm_rk2_learned_channel                   | 1.8e-7  | 4.8e-7  |
+/// | mlm_tupe_a_untie_cls                     | 2.2e-7  | 2.4e-7  |
+/// | tagger_random_sinusoidal                 | 8.9e-8  | 8.9e-8  |
+/// | tagger_random_learned                    | 8.9e-8  | 1.2e-7  |
+/// | tagger_random_relative                   | 8.9e-8  | 1.2e-7  |
+/// | tagger_random_rope                       | 8.9e-8  | 7.5e-8  |
+/// | tagger_random_alibi                      | 1.2e-7  | 1.3e-7  |
+/// | tagger_random_tupe_r                     | 1.8e-7  | 1.2e-7  |
+/// | tagger_random_floater_compatible         | 1.2e-7  | 1.2e-7  |
+/// | lm_random_floater_additive               | 9.7e-8  | 2.4e-7  |
 ///
 /// The FLOATER cases' reference solves the ODE with torchdiffeq (`odeint` differentiated through
 /// for backprop, `odeint_adjoint` for the adjoint), so they pin the whole model, dynamics and
@@ -103,6 +131,10 @@ const CASES: [&str; 28] = [
 /// decoder's cross-attention between self-attention and FFN, no embedding layer norm, no final
 /// norms, ReLU, fairseq's sinusoid). Every seq2seq batch pads both sources (the key mask of the encoder and of the
 /// cross-attention) and targets (`IGNORE_INDEX`).
+/// The last fourteen are the forms `python/posflow_torch` is checked on beyond these (its
+/// tests compare it with `posflow forward` on every case here): RoPE, ALiBi, the token
+/// classifier, gated and learned RK2, projections without biases, and randomized positions
+/// (drawn from 0..40, stored with the batch) for every encoding that reads them.
 const TOLERANCE: f32 = 1e-4;
 
 /// And each tensor's worst error at most this fraction of its largest value (at least

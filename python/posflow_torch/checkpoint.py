@@ -110,7 +110,8 @@ def save_checkpoint(checkpoint: Checkpoint, path):
 
 def reference_batch(checkpoint: Checkpoint):
     """(the model's inputs, targets) stored in the checkpoint's training state by
-    examples/reference_checkpoints.rs: inputs (tokens [B, L], key mask or None), or a seq2seq
+    examples/reference_checkpoints.rs: inputs (tokens [B, L], key mask or None, and a randomized
+    model's positions [L]), or a seq2seq
     model's (source [B, S], source mask, target_in [B, T])."""
     batch = checkpoint.training.get("reference_batch")
     if batch is None:
@@ -122,6 +123,8 @@ def reference_batch(checkpoint: Checkpoint):
         return (ids("source", rows, source), ids("source_mask", rows, source), ids("target_in", rows, target)), targets
     shape = (batch["batch"], batch["len"])
     mask = None if batch["mask"] is None else ids("mask", *shape)
+    if batch.get("positions") is not None:
+        return (ids("tokens", *shape), mask, ids("positions", batch["len"])), targets
     return (ids("tokens", *shape), mask), targets
 
 

@@ -21,11 +21,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .checkpoint import IGNORE_INDEX, Checkpoint, load_checkpoint, save_checkpoint
-from .encodings import POSENCS, decoder_terms, layer_norm, position_terms
+from .encodings import POSENCS, Positions, decoder_terms, layer_norm, position_terms, rotate
 
 SEQ2SEQ = "seq2seq"
-KINDS = ("causal_lm", "encoder", SEQ2SEQ)
-BLOCKS = ("residual", "rk2", "rk4")
+KINDS = ("causal_lm", "masked_lm", "encoder", "token_classifier", SEQ2SEQ)
+BLOCKS = ("residual", "rk2", "rk2_gated", "rk4")
 
 
 class Unsupported(ValueError):
@@ -34,26 +34,19 @@ class Unsupported(ValueError):
 
 def check_supported(cfg):
     """Raises Unsupported naming the first setting of `cfg` (a posflow model config) this package
-    cannot compute exactly as posflow does."""
+    cannot compute as posflow does."""
     kind = cfg["kind"]["type"]
     if kind not in KINDS:
         raise Unsupported(f"model kind {kind!r}: posflow_torch has {', '.join(KINDS)} so far")
     enc = cfg["posenc"]
     if enc["type"] not in POSENCS:
         raise Unsupported(f"position encoding {enc['type']!r}: posflow_torch has {', '.join(sorted(POSENCS))} so far")
-    if enc.get("form") == "code":
-        raise Unsupported(f"{enc['type']} in the authors' code form (form = \"code\"): not in posflow_torch yet")
     blocks = [cfg.get("block", {"type": "residual"})]
     if kind == SEQ2SEQ:
         blocks.append(cfg["kind"].get("decoder_block", {"type": "residual"}))
     for block in blocks:
-        if block["type"] not in BLOCKS or block.get("learned"):
-            raise Unsupported(f"block {block}: posflow_torch has {', '.join(BLOCKS)} with fixed weights so far")
-    for key, plain in (("rk_stage", "sub_block"), ("history", "none")):
-        if cfg.get(key, plain) != plain:
-            raise Unsupported(f"{key} = {cfg[key]!r} (the ODE Transformer authors' code form): not in posflow_torch yet")
-    if cfg.get("random_positions") is not None:
-        raise Unsupported("randomized positions (random_positions): not in posflow_torch yet")
+        if block["type"] not in BLOCKS:
+            raise Unsupported(f"block {block}: posflow_torch has {', '.join(BLOCKS)} so far")
 
 
 # ---- the Transformer ----------------------------------------------------------------------------
@@ -104,6 +97,8 @@ def self_attention(cfg, p, prefix, x, terms, causal, key_mask, qkv_bias=None):
     if qkv_bias is not None:
         qkv = qkv + qkv_bias
     q, k, v = (heads(t, h) for t in qkv.split(d, dim=-1))
+    if terms.rope is not None:
+        q, k = rotate(q, terms.rope), rotate(k, terms.rope)
     scale = 1 / math.sqrt(d // h) if terms.attention_scale is None else terms.attention_scale
     allowed = allowed_keys(b, length, length, causal, key_mask, x.device)
     return linear(p, f"{prefix}.out", attend(q, k, v, scale, terms.attention_bias, allowed), bias=static)
@@ -174,25 +169,70 @@ def final_norm(cfg, p, x):
     return x if post_norm(cfg) else layer_norm(p, "ln_f", x)
 
 
-def step(block, f, y):
-    """One block's output from its input y and its sub-block f (the ODE Transformer's steps)."""
+def rk_param(cfg, p, i, name):
+    """A Runge-Kutta block's own parameter: block i's `blocks.{i}.{name}` in the paper's form; with
+    `rk_stage = "layer"` (the authors' code) the stack's one `rk.{name}`, shared by its blocks."""
+    return p[f"rk.{name}"] if whole_layer_stages(cfg) else p[f"blocks.{i}.{name}"]
+
+
+def whole_layer_stages(cfg):
+    return cfg.get("rk_stage", "sub_block") == "layer"
+
+
+def step(cfg, p, i, block, f, y):
+    """Block i's output from its input y and its stage f (the ODE Transformer's steps, src/model/block.rs)."""
     kind = block["type"]
     if kind == "residual":
         return y + f(y)
-    if kind == "rk2":
-        g1, g2 = block["gamma"]
+    if kind == "rk4":
         f1 = f(y)
-        return y + g1 * f1 + g2 * f(y + f1)
+        f2 = f(y + f1 / 2)
+        f3 = f(y + f2 / 2)
+        f4 = f(y + f3)
+        return y + (f1 + 2 * f2 + 2 * f3 + f4) / 6
     f1 = f(y)
-    f2 = f(y + f1 / 2)
-    f3 = f(y + f2 / 2)
-    f4 = f(y + f3)
-    return y + (f1 + 2 * f2 + 2 * f3 + f4) / 6
+    f2 = f(y + f1)
+    if kind == "rk2_gated":
+        gate = torch.sigmoid(torch.cat([f1, f2], dim=-1) @ rk_param(cfg, p, i, "gate.weight") + rk_param(cfg, p, i, "gate.bias"))
+        return y + gate * f1 + (1 - gate) * f2
+    if block.get("learned"):
+        return y + rk_param(cfg, p, i, "alpha1") * f1 + rk_param(cfg, p, i, "alpha2") * f2
+    g1, g2 = block.get("gamma", [0.5, 0.5])
+    return y + g1 * f1 + g2 * f2
+
+
+class LayerHistory:
+    """The ODE Transformer authors' layer history (src/model/history.rs): block i reads the mean
+    (`dense`) or a learned mix (`learnable_dense`, `history.mix.{i}`) of the embeddings and every
+    earlier block's output through its own layer norm `history.ln.{j}`; without one, the last
+    output."""
+
+    def __init__(self, cfg, p, embeddings):
+        self.kind, self.p = cfg.get("history", "none"), p
+        self.entries = [embeddings]
+
+    def add(self, output):
+        if self.kind == "none":
+            self.entries = [output]
+        else:
+            self.entries.append(layer_norm(self.p, f"history.ln.{len(self.entries) - 1}", output))
+
+    def pop(self):
+        n = len(self.entries)
+        if self.kind == "none":
+            return self.entries[0]
+        if self.kind == "dense":
+            return sum(self.entries[1:], self.entries[0]) * (1 / n)
+        mix = self.p[f"history.mix.{n - 1}"]
+        return sum((self.entries[j] * mix[j] for j in range(1, n)), self.entries[0] * mix[0])
 
 
 def stack(cfg, p, x, terms, block, causal, key_mask, cross=None):
-    """cfg["layers"] blocks, each stepped as `block`, with the position terms at their inputs."""
+    """cfg["layers"] blocks, each stepped as `block`, with the position terms at their inputs,
+    through the layer history where the model has one."""
+    history = LayerHistory(cfg, p, x)
     for i in range(cfg["layers"]):
+        x = history.pop()
         if terms.at_every_block is not None:
             x = x + terms.at_every_block
         if terms.at_block is not None:
@@ -200,8 +240,15 @@ def stack(cfg, p, x, terms, block, causal, key_mask, cross=None):
         if post_norm(cfg):
             x = post_block(cfg, p, i, x, terms, causal, key_mask, cross)
         else:
-            x = step(block, lambda y, i=i: sub_block(cfg, p, i, y, terms, causal, key_mask, cross), x)
-    return x
+            def f(y, i=i):
+                value = sub_block(cfg, p, i, y, terms, causal, key_mask, cross)
+                # The authors' code: each Runge-Kutta stage is the whole layer y + F(y) (a
+                # residual block is y + F(y) either way).
+                return y + value if whole_layer_stages(cfg) and block["type"] != "residual" else value
+
+            x = step(cfg, p, i, block, f, x)
+        history.add(x)
+    return history.pop()
 
 
 def embed(cfg, p, tokens, terms, side_params=None):
@@ -229,16 +276,41 @@ def lm_head(p, x, tied):
     return x @ (p["tok_emb.weight"].T if tied else p["lm_head.weight"])
 
 
-def forward_decoder_only(cfg, p, tokens, key_mask=None):
-    """Logits: [B, L, vocab] for a causal LM, [B, n_classes] for an encoder."""
+def token_positions(cfg, length, positions, device):
+    """Where the tokens sit: 0..L, or for a randomized model (`random_positions`) the positions
+    given, as posflow drew them (`posflow forward` writes them out)."""
+    range_ = cfg.get("random_positions")
+    if range_ is None:
+        if positions is not None:
+            raise ValueError("this model's tokens sit at 0..L: it takes no positions")
+        return Positions.contiguous(length, device)
+    if positions is None:
+        raise ValueError(f"this model's tokens sit at randomized positions of 0..{range_}: give them (positions [L])")
+    at = Positions.randomized(torch.as_tensor(positions, device=device), range_)
+    if len(at.index) != length:
+        raise ValueError(f"{len(at.index)} positions for {length} tokens")
+    return at
+
+
+def forward_decoder_only(cfg, p, tokens, key_mask=None, positions=None):
+    """Logits: [B, L, vocab] for a causal or masked LM, [B, L, n_classes] for a token classifier,
+    [B, n_classes] for an encoder."""
     kind = cfg["kind"]
     causal = kind["type"] == "causal_lm"
-    cfg = side(cfg, cfg["layers"], bidirectional=kind["type"] == "encoder")
-    terms = position_terms(cfg, p, tokens.shape[1])
+    cfg = side(cfg, cfg["layers"], bidirectional=not causal)
+    terms = position_terms(cfg, p, token_positions(cfg, tokens.shape[1], positions, tokens.device))
     block = cfg.get("block", {"type": "residual"})
     x = stack(cfg, p, embed(cfg, p, tokens, terms), terms, block, causal, key_mask)
     if causal:
-        return lm_head(p, final_norm(cfg, p, x), kind.get("tied_head", True))
+        # The authors' LM with a layer history has no final layer norm.
+        x = x if cfg.get("history", "none") != "none" else final_norm(cfg, p, x)
+        return lm_head(p, x, kind.get("tied_head", True))
+    if kind["type"] == "masked_lm":
+        # BERT's head: a transform, then the token table (unscaled) and a bias per token.
+        x = F.gelu(linear(p, "mlm_head.dense", final_norm(cfg, p, x)))
+        return layer_norm(p, "mlm_head.ln", x) @ p["tok_emb.weight"].T + p["mlm_head.bias"]
+    if kind["type"] == "token_classifier":
+        return linear(p, "token_head", final_norm(cfg, p, x))
     return linear(p, "cls_head", final_norm(cfg, p, x[:, 0]))
 
 
@@ -248,7 +320,7 @@ def forward_seq2seq(cfg, p, source, source_mask, target_in):
     encoder, decoder = p.prefixed("encoder."), p.prefixed("decoder.")
     block = cfg.get("block", {"type": "residual"})
     enc_cfg = side(cfg, cfg["layers"], bidirectional=True)
-    terms = position_terms(enc_cfg, encoder, source.shape[1])
+    terms = position_terms(enc_cfg, encoder, Positions.contiguous(source.shape[1], source.device))
     x = stack(enc_cfg, encoder, embed(cfg, p, source, terms, encoder), terms, block, False, source_mask)
     cross = Cross(final_norm(cfg, encoder, x), source_mask)
     dec_cfg = side(cfg, kind["decoder_layers"], bidirectional=False)
@@ -259,8 +331,9 @@ def forward_seq2seq(cfg, p, source, source_mask, target_in):
 
 
 def forward(cfg, params, inputs):
-    """The model's logits on `inputs`: (tokens [B, L], key mask [B, L] or None), or a seq2seq
-    model's (source [B, S], source mask [B, S], target_in [B, T]). Every parameter must be used and
+    """The model's logits on `inputs`: (tokens [B, L], key mask [B, L] or None, and a randomized
+    model's positions [L]), or a seq2seq model's (source [B, S], source mask [B, S], target_in
+    [B, T]). Every parameter must be used and
     none may be missing (a KeyError names it)."""
     used = set()
     p = UsedParams(params, used)

@@ -1,5 +1,6 @@
 """posflow_torch against posflow itself: for every committed reference checkpoint
-(tests/reference/models/, one per model form), the torch model's logits, loss and every gradient
+(tests/reference/models/, one per model form: every encoding, kind and block, both forms of TUPE
+and the ODE Transformer, randomized positions), the torch model's logits, loss and every gradient
 equal what `posflow forward` computes on posflow's CPU backend from the same checkpoint and batch,
 to 1e-5 of each tensor's largest value; a form the package does not have is refused, naming it."""
 
@@ -58,18 +59,14 @@ def torch_values(case):
     return values
 
 
-def supported(case):
-    try:
-        PosflowModel(load_checkpoint(MODELS / f"{case}.safetensors").config, {})
-        return True
-    except Unsupported:
-        return False
-
-
-@pytest.mark.parametrize("case", [c for c in CASES if supported(c)])
+@pytest.mark.parametrize("case", CASES)
 def test_logits_loss_and_gradients_equal_posflow(case, tmp_path):
     ours = torch_values(case)
     theirs = posflow_values(case, tmp_path)
+    positions = theirs.pop("positions", None)
+    if positions is not None:
+        # posflow read the positions stored with the batch, as the torch model did.
+        assert positions.tolist() == model_positions(case), case
     assert set(ours) == set(theirs), set(ours) ^ set(theirs)
     for name, want in theirs.items():
         got = ours[name].to(torch.float64)
@@ -80,14 +77,40 @@ def test_logits_loss_and_gradients_equal_posflow(case, tmp_path):
         assert worst <= RELATIVE * scale, f"{case} {name}: |torch - posflow| = {worst:.3g}, scale {scale:.3g}"
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if not supported(c)])
-def test_a_form_not_here_is_refused_with_the_reason(case):
-    with pytest.raises(Unsupported, match="not in posflow_torch yet|so far"):
-        PosflowModel.from_checkpoint(MODELS / f"{case}.safetensors")
+def model_positions(case):
+    inputs, _ = reference_batch(load_checkpoint(MODELS / f"{case}.safetensors"))
+    return inputs[2].tolist()
 
 
-def test_the_supported_forms_are_the_ones_expected():
-    """Which reference forms the package has, so that losing one fails here."""
-    missing = sorted(c for c in CASES if not supported(c))
-    assert all("_code_" in c for c in missing), missing
-    assert len(CASES) - len(missing) >= 15
+def test_every_form_posflow_has_is_among_the_cases():
+    """Each encoding, model kind and block posflow has appears in some reference case, so that a
+    form missing here fails rather than passes unchecked."""
+    configs = [load_checkpoint(MODELS / f"{case}.safetensors").config for case in CASES]
+    encodings = {c["posenc"]["type"] for c in configs}
+    kinds = {c["kind"]["type"] for c in configs}
+    blocks = {c.get("block", {"type": "residual"})["type"] for c in configs}
+    assert encodings == {"none", "sinusoidal", "learned", "relative", "tupe_a", "tupe_r", "floater", "rope", "alibi"}
+    assert kinds == {"causal_lm", "masked_lm", "encoder", "token_classifier", "seq2seq"}
+    assert blocks == {"residual", "rk2", "rk2_gated", "rk4"}
+    assert any(c.get("random_positions") for c in configs)
+    assert any(c.get("history", "none") != "none" for c in configs)
+    assert any(c["posenc"].get("form") == "code" for c in configs)
+
+
+def test_a_form_it_does_not_have_is_refused_by_name():
+    config = load_checkpoint(MODELS / "lm_rope.safetensors").config
+    with pytest.raises(Unsupported, match="position encoding 'xpos'"):
+        PosflowModel(dict(config, posenc={"type": "xpos"}), {})
+    with pytest.raises(Unsupported, match="model kind 'vision'"):
+        PosflowModel(dict(config, kind={"type": "vision"}), {})
+
+
+def test_a_randomized_model_needs_its_positions():
+    model = PosflowModel.from_checkpoint(MODELS / "tagger_random_rope.safetensors")
+    (tokens, mask, positions), _ = reference_batch(model.checkpoint)
+    with pytest.raises(ValueError, match="randomized positions of 0..40: give them"):
+        model(tokens, mask)
+    with pytest.raises(ValueError, match="sorted row of distinct positions"):
+        model(tokens, mask, positions.flip(0))
+    with pytest.raises(ValueError, match="must lie in 0..40"):
+        model(tokens, mask, positions + 40)

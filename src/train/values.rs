@@ -193,6 +193,8 @@ struct StoredTokens {
     tokens: Vec<i32>,
     targets: Vec<i32>,
     mask: Option<Vec<f32>>,
+    #[serde(default)]
+    positions: Option<Vec<i32>>,
 }
 
 /// A seq2seq checkpoint's stored batch: a [`PairBatch`]'s arrays.
@@ -236,7 +238,7 @@ impl ValueBatch {
             tokens: s.tokens,
             targets: s.targets,
             mask: s.mask,
-            positions: None,
+            positions: s.positions,
         })
     }
 

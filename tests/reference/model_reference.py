@@ -74,7 +74,8 @@ def reference_batch(cfg, metadata):
 
 
 def position_terms(cfg, p, length):
-    return encodings.position_terms(cfg, model.UsedParams(p, set()), length)
+    """The terms of the config's encoding for tokens at 0..length."""
+    return encodings.position_terms(cfg, model.UsedParams(p, set()), encodings.Positions.contiguous(length))
 
 
 def allowed_keys(b, queries, keys, causal, key_mask):
