@@ -13,6 +13,7 @@ use posflow::mlp::{MlpConfig, train_mlp};
 
 use cli::forward::{ForwardArgs, forward};
 use cli::inspect::{EvalArgs, ExportArgs, SampleArgs, eval, export, sample};
+use cli::prepare::{PrepareArgs, prepare};
 use cli::study::{StudyArgs, study};
 use cli::train::{TrainArgs, train};
 use cli::translate::{BenchDecodeArgs, TranslateArgs, bench_decode, translate};
@@ -60,6 +61,9 @@ enum Command {
     /// A checkpoint's logits, loss and gradients on one batch, to a safetensors file: what a port
     /// of the model to another framework is checked against.
     Forward(ForwardArgs),
+    /// A run's initial checkpoint and its training batches, as posflow's trainer draws them: what
+    /// another trainer (python -m posflow_torch.train) needs to train the run as posflow would.
+    Prepare(PrepareArgs),
     /// Train a two-layer MLP on an XOR-like regression task: the engine in miniature.
     Mlp(MlpArgs),
     /// Measure the engine's speed.
@@ -160,6 +164,7 @@ fn run(cli: Cli) -> posflow::Result<()> {
         Command::Translate(args) => translate(backend_noted_on_stderr(choice)?, args),
         Command::Export(args) => export(args),
         Command::Forward(args) => forward(backend(choice)?, args),
+        Command::Prepare(args) => prepare(args),
         Command::Devices => devices(),
         #[cfg(feature = "viz")]
         Command::Viz(args) => viz(backend(choice)?, args),

@@ -24,6 +24,9 @@ from .checkpoint import IGNORE_INDEX, Checkpoint, load_checkpoint, save_checkpoi
 from .encodings import POSENCS, Positions, decoder_terms, layer_norm, position_terms, rotate
 
 SEQ2SEQ = "seq2seq"
+# The key under which the config handed through the model says whether dropout is on (no posflow
+# config key begins with an underscore).
+TRAINING = "_training"
 KINDS = ("causal_lm", "masked_lm", "encoder", "token_classifier", SEQ2SEQ)
 BLOCKS = ("residual", "rk2", "rk2_gated", "rk4")
 
@@ -63,13 +66,23 @@ def heads(x, h):
     return x.view(b, length, h, d // h).transpose(1, 2)
 
 
-def attend(q, k, v, scale, bias, allowed):
+def drop(cfg, x, site):
+    """`x` through dropout of the config's probability at `site` (`dropout`: the embeddings and
+    every sub-block's outputs; `activation_dropout`: the FFN's activations; `attention_dropout`:
+    the attention probabilities), in training only. The sites are posflow's; its masks come from
+    its own hash of the step's seed, so a model trained here matches posflow's in distribution,
+    not mask for mask."""
+    p = cfg.get(site, 0.0)
+    return F.dropout(x, p, training=True) if cfg.get(TRAINING) and p > 0 else x
+
+
+def attend(cfg, q, k, v, scale, bias, allowed):
     """softmax(q·k·scale + bias, where allowed) · v, heads merged back to [B, Lq, D]."""
     scores = q @ k.transpose(-1, -2) * scale
     if bias is not None:
         scores = scores + bias
     scores = scores.masked_fill(~allowed, float("-inf"))
-    out = torch.softmax(scores, dim=-1) @ v
+    out = drop(cfg, torch.softmax(scores, dim=-1), "attention_dropout") @ v
     b, h, length, dh = out.shape
     return out.transpose(1, 2).reshape(b, length, h * dh)
 
@@ -101,7 +114,7 @@ def self_attention(cfg, p, prefix, x, terms, causal, key_mask, qkv_bias=None):
         q, k = rotate(q, terms.rope), rotate(k, terms.rope)
     scale = 1 / math.sqrt(d // h) if terms.attention_scale is None else terms.attention_scale
     allowed = allowed_keys(b, length, length, causal, key_mask, x.device)
-    return linear(p, f"{prefix}.out", attend(q, k, v, scale, terms.attention_bias, allowed), bias=static)
+    return linear(p, f"{prefix}.out", attend(cfg, q, k, v, scale, terms.attention_bias, allowed), bias=static)
 
 
 class Cross:
@@ -124,12 +137,13 @@ def cross_attention(cfg, p, prefix, x, cross, q_bias, kv_bias):
         kv = cross.memory @ p[f"{prefix}.kv.weight"] + kv_bias
     q, k, v = heads(q, h), heads(kv[..., :d], h), heads(kv[..., d:], h)
     allowed = allowed_keys(b, length, cross.memory.shape[1], False, cross.source_mask, x.device)
-    return linear(p, f"{prefix}.out", attend(q, k, v, 1 / math.sqrt(d // h), None, allowed), static)
+    return linear(p, f"{prefix}.out", attend(cfg, q, k, v, 1 / math.sqrt(d // h), None, allowed), static)
 
 
 def feed_forward(cfg, p, prefix, x):
     act = {"gelu": F.gelu, "relu": F.relu}[cfg.get("activation", "gelu")]
-    return linear(p, f"{prefix}.ffn.down", act(linear(p, f"{prefix}.ffn.up", x)))
+    hidden = drop(cfg, act(linear(p, f"{prefix}.ffn.up", x)), "activation_dropout")
+    return drop(cfg, linear(p, f"{prefix}.ffn.down", hidden), "dropout")
 
 
 def sub_block(cfg, p, i, y, terms, causal, key_mask, cross):
@@ -137,12 +151,13 @@ def sub_block(cfg, p, i, y, terms, causal, key_mask, cross):
     s its self-attention)."""
     prefix = f"blocks.{i}"
     qkv_bias = None if terms.qkv_bias is None else terms.qkv_bias[i]
-    a = self_attention(cfg, p, f"{prefix}.attn", layer_norm(p, f"{prefix}.ln1", y), terms, causal, key_mask, qkv_bias)
+    normed = layer_norm(p, f"{prefix}.ln1", y)
+    a = drop(cfg, self_attention(cfg, p, f"{prefix}.attn", normed, terms, causal, key_mask, qkv_bias), "dropout")
     if cross is not None:
         q_bias = None if terms.cross_q_bias is None else terms.cross_q_bias[i]
         kv_bias = None if terms.cross_kv_bias is None else terms.cross_kv_bias[i]
         normed = layer_norm(p, f"{prefix}.ln_cross", y + a)
-        a = a + cross_attention(cfg, p, f"{prefix}.cross", normed, cross, q_bias, kv_bias)
+        a = a + drop(cfg, cross_attention(cfg, p, f"{prefix}.cross", normed, cross, q_bias, kv_bias), "dropout")
     return a + feed_forward(cfg, p, prefix, layer_norm(p, f"{prefix}.ln2", y + a))
 
 
@@ -151,12 +166,13 @@ def post_block(cfg, p, i, y, terms, causal, key_mask, cross):
     m = LN1(y + Attn(y)), a decoder's m = LN_cross(m + Cross(m)), out = LN2(m + FFN(m))."""
     prefix = f"blocks.{i}"
     qkv_bias = None if terms.qkv_bias is None else terms.qkv_bias[i]
-    a = self_attention(cfg, p, f"{prefix}.attn", y, terms, causal, key_mask, qkv_bias)
+    a = drop(cfg, self_attention(cfg, p, f"{prefix}.attn", y, terms, causal, key_mask, qkv_bias), "dropout")
     m = layer_norm(p, f"{prefix}.ln1", y + a)
     if cross is not None:
         q_bias = None if terms.cross_q_bias is None else terms.cross_q_bias[i]
         kv_bias = None if terms.cross_kv_bias is None else terms.cross_kv_bias[i]
-        m = layer_norm(p, f"{prefix}.ln_cross", m + cross_attention(cfg, p, f"{prefix}.cross", m, cross, q_bias, kv_bias))
+        c = drop(cfg, cross_attention(cfg, p, f"{prefix}.cross", m, cross, q_bias, kv_bias), "dropout")
+        m = layer_norm(p, f"{prefix}.ln_cross", m + c)
     return layer_norm(p, f"{prefix}.ln2", m + feed_forward(cfg, p, prefix, m))
 
 
@@ -262,7 +278,7 @@ def embed(cfg, p, tokens, terms, side_params=None):
         x = x + terms.at_input
     if cfg.get("embedding_norm", post_norm(cfg)):
         x = layer_norm(p if side_params is None else side_params, "emb_ln", x)
-    return x
+    return drop(cfg, x, "dropout")
 
 
 def side(cfg, layers, bidirectional):
@@ -407,8 +423,8 @@ class PosflowModel(nn.Module):
         return model
 
     def forward(self, *inputs):
-        """Logits for `inputs` (see `forward` above)."""
-        return forward(self.config, dict(self.named_parameters()), inputs)
+        """Logits for `inputs` (see `forward` above), with dropout in training mode."""
+        return forward(dict(self.config, **{TRAINING: self.training}), dict(self.named_parameters()), inputs)
 
     def save(self, path, training=None):
         """Writes the model as a posflow checkpoint (float32), keeping the loaded checkpoint's

@@ -4,9 +4,7 @@ and the ODE Transformer, randomized positions), the torch model's logits, loss a
 equal what `posflow forward` computes on posflow's CPU backend from the same checkpoint and batch,
 to 1e-5 of each tensor's largest value; a form the package does not have is refused, naming it."""
 
-import os
 import pathlib
-import shutil
 import subprocess
 
 import pytest
@@ -26,30 +24,15 @@ RELATIVE = 1e-5
 FLOOR = 1e-3
 
 
-def posflow_binary():
-    """The posflow binary: POSFLOW_BIN, or cargo's build of this checkout."""
-    if "POSFLOW_BIN" in os.environ:
-        return os.environ["POSFLOW_BIN"]
-    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    for profile in ("debug", "release"):
-        candidate = target / profile / "posflow"
-        if candidate.exists():
-            return str(candidate)
-    found = shutil.which("posflow")
-    if found is None:
-        pytest.fail("no posflow binary: build it (cargo build) or set POSFLOW_BIN")
-    return found
-
-
-def posflow_values(case, tmp_path):
+def posflow_values(posflow, case, tmp_path):
     out = tmp_path / f"{case}.values.safetensors"
-    command = [posflow_binary(), "forward", "--checkpoint", str(MODELS / f"{case}.safetensors"), "--out", str(out), "--device", "cpu"]
+    command = [posflow, "forward", "--checkpoint", str(MODELS / f"{case}.safetensors"), "--out", str(out), "--device", "cpu"]
     subprocess.run(command, check=True, capture_output=True)
     return load_file(str(out))
 
 
 def torch_values(case):
-    model = PosflowModel.from_checkpoint(MODELS / f"{case}.safetensors", dtype=torch.float64)
+    model = PosflowModel.from_checkpoint(MODELS / f"{case}.safetensors", dtype=torch.float64).eval()
     inputs, targets = reference_batch(model.checkpoint)
     logits = model(*inputs)
     loss = loss_of(logits, targets)
@@ -60,9 +43,9 @@ def torch_values(case):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_logits_loss_and_gradients_equal_posflow(case, tmp_path):
+def test_logits_loss_and_gradients_equal_posflow(posflow, case, tmp_path):
     ours = torch_values(case)
-    theirs = posflow_values(case, tmp_path)
+    theirs = posflow_values(posflow, case, tmp_path)
     positions = theirs.pop("positions", None)
     if positions is not None:
         # posflow read the positions stored with the batch, as the torch model did.

@@ -4,6 +4,7 @@
 
 pub mod forward;
 pub mod inspect;
+pub mod prepare;
 pub mod study;
 pub mod train;
 pub mod translate;

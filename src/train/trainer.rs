@@ -395,6 +395,6 @@ fn check_warm_start(checkpoint: &Checkpoint, run: &RunConfig) -> Result<()> {
 
 /// The seed of step `step`'s randomized positions in a run seeded `seed`: like the dropout mask, a
 /// function of the seed and the step alone (so once per batch, and the same on resume).
-pub(super) fn positions_seed(seed: u64, step: usize) -> u64 {
+pub fn positions_seed(seed: u64, step: usize) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ step as u64
 }

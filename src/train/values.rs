@@ -16,9 +16,10 @@ use std::rc::Rc;
 use safetensors::tensor::{Dtype, TensorView};
 use serde::Deserialize;
 
+use super::task::TrainBatch;
 use crate::backend::Backend;
 use crate::checkpoint::{Checkpoint, Metadata};
-use crate::data::{EOS, Pair, PairBatch};
+use crate::data::{Batch, EOS, Pair, PairBatch};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Graph, TensorId};
@@ -378,6 +379,99 @@ fn pairs_from_arrays(
         ));
     }
     Ok(batch)
+}
+
+impl ValueBatch {
+    /// A training batch as posflow feeds it, with a randomized model's positions.
+    pub fn from_train_batch(batch: &TrainBatch, positions: Option<Vec<i32>>) -> Self {
+        let tokens = |rows: &Batch, targets: Vec<i32>| {
+            let [batch, len] = rows.shape();
+            ValueBatch::Tokens {
+                batch,
+                len,
+                tokens: rows.tokens().to_vec(),
+                targets,
+                mask: rows.mask().map(<[f32]>::to_vec),
+                positions: positions.clone(),
+            }
+        };
+        match batch {
+            TrainBatch::Tokens(rows) => tokens(rows, rows.targets().to_vec()),
+            TrainBatch::Classes(classes) => tokens(&classes.batch, classes.classes.clone()),
+            TrainBatch::Pairs(pairs) => ValueBatch::Pairs(pairs.clone()),
+        }
+    }
+
+    /// The batch as named i32 tensors under `prefix` (the names [`ValueBatch::from_safetensors`]
+    /// reads): name, shape, values.
+    pub fn tensors(&self, prefix: &str) -> Vec<(String, Vec<usize>, Vec<i32>)> {
+        let as_ints = |mask: &[f32]| mask.iter().map(|&m| i32::from(m > 0.5)).collect::<Vec<i32>>();
+        let named =
+            |name: &str, shape: Vec<usize>, values: Vec<i32>| (format!("{prefix}{name}"), shape, values);
+        match self {
+            ValueBatch::Tokens {
+                batch,
+                len,
+                tokens,
+                targets,
+                mask,
+                positions,
+            } => {
+                let mut out = vec![
+                    named("tokens", vec![*batch, *len], tokens.clone()),
+                    named(
+                        "targets",
+                        targets_shape(targets.len(), *batch, *len),
+                        targets.clone(),
+                    ),
+                ];
+                if let Some(mask) = mask {
+                    out.push(named("mask", vec![*batch, *len], as_ints(mask)));
+                }
+                if let Some(positions) = positions {
+                    out.push(named("positions", vec![*len], positions.clone()));
+                }
+                out
+            }
+            ValueBatch::Pairs(pairs) => {
+                let source = vec![pairs.rows(), pairs.source_len()];
+                let target = vec![pairs.rows(), pairs.target_len()];
+                vec![
+                    named("source", source.clone(), pairs.source().to_vec()),
+                    named("source_mask", source, as_ints(pairs.source_mask())),
+                    named("target_in", target.clone(), pairs.target_in().to_vec()),
+                    named("targets", target, pairs.target_out().to_vec()),
+                ]
+            }
+        }
+    }
+}
+
+/// `[B, L]` for targets per token, `[B]` for a class per row.
+fn targets_shape(count: usize, batch: usize, len: usize) -> Vec<usize> {
+    if count == batch * len {
+        vec![batch, len]
+    } else {
+        vec![count]
+    }
+}
+
+/// A safetensors file of i32 tensors (name, shape, values).
+pub fn i32_safetensors(tensors: &[(String, Vec<usize>, Vec<i32>)]) -> Result<Vec<u8>> {
+    let bytes: Vec<Vec<u8>> = tensors
+        .iter()
+        .map(|(_, _, values)| values.iter().flat_map(|v| v.to_le_bytes()).collect())
+        .collect();
+    let views = tensors
+        .iter()
+        .zip(&bytes)
+        .map(|((name, shape, _), b)| {
+            TensorView::new(Dtype::I32, shape.clone(), b)
+                .map(|view| (name.as_str(), view))
+                .map_err(|e| Error::Input(format!("tensor {name}: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    safetensors::serialize(views, None).map_err(|e| Error::Input(format!("writing the batches: {e}")))
 }
 
 impl Values {
