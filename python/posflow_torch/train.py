@@ -179,6 +179,8 @@ def train(args):
         raise RunError(f"the run is at step {start}; nothing to train up to step {total}")
     work = out.with_name(out.name + ".prepared")
     if rank == 0:
+        for path in (out, metrics):
+            path.parent.mkdir(parents=True, exist_ok=True)
         prepare(args.config, work, start, total - start, args.data)
     if world > 1:
         dist.barrier()

@@ -97,3 +97,16 @@ def test_a_randomized_model_needs_its_positions():
         model(tokens, mask, positions.flip(0))
     with pytest.raises(ValueError, match="must lie in 0..40"):
         model(tokens, mask, positions + 40)
+
+
+def test_dropout_acts_in_training_only():
+    """Dropout at posflow's sites: a model in training mode draws new masks at every call; in
+    evaluation mode it is the model without dropout."""
+    checkpoint = load_checkpoint(MODELS / "mlm_tupe_a_untie_cls.safetensors")
+    (tokens, mask), _ = reference_batch(checkpoint)
+    plain = PosflowModel(checkpoint.config, checkpoint.params).eval()(tokens, mask)
+    for site in ("dropout", "activation_dropout", "attention_dropout"):
+        model = PosflowModel(dict(checkpoint.config, **{site: 0.3}), checkpoint.params)
+        first, second = model.train()(tokens, mask), model(tokens, mask)
+        assert not torch.equal(first, second) and not torch.equal(first, plain), site
+        assert torch.equal(model.eval()(tokens, mask), plain), site
