@@ -527,3 +527,118 @@ fn export_writes_the_model_without_its_optimizer_state() {
     assert!(stderr(&o).contains("junk.safetensors"), "{}", stderr(&o));
     assert!(!dir.join("out.safetensors").exists());
 }
+
+/// `posflow prepare` writes what another trainer needs, as posflow's trainer draws it: the
+/// initial checkpoint and each step's batch, on which `posflow forward` gives the loss `posflow
+/// train` logged at that step. `posflow eval --as-in-training --metrics` appends the run's own
+/// evaluation to a metrics log, at the checkpoint's step.
+#[test]
+fn prepare_writes_the_batches_training_reads_and_eval_logs_as_training_does() {
+    let dir = scratch("cli", "prepare");
+    let run = TINY_RUN
+        .replace("steps = 6", "steps = 2")
+        .replace("eval_lengths = [32]", "eval_lengths = [16, 32]")
+        .replace("tiny.", "prep.");
+    train_run(&dir, "prep", &run, "2");
+    let o = posflow_in(
+        &dir,
+        &[
+            "prepare",
+            "--config",
+            "prep.toml",
+            "--steps",
+            "2",
+            "--out",
+            "prepared",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bytes = std::fs::read(dir.join("prepared/batches.safetensors")).unwrap();
+    let batches = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut names = batches.names();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "0/mask",
+            "0/targets",
+            "0/tokens",
+            "1/mask",
+            "1/targets",
+            "1/tokens"
+        ]
+    );
+    // Step 0's batch, under the names `posflow forward --batch` reads.
+    let step0: Vec<(String, safetensors::tensor::TensorView)> = ["tokens", "targets", "mask"]
+        .iter()
+        .map(|name| (name.to_string(), batches.tensor(&format!("0/{name}")).unwrap()))
+        .collect();
+    std::fs::write(
+        dir.join("step0.safetensors"),
+        safetensors::serialize(step0, None).unwrap(),
+    )
+    .unwrap();
+    let o = posflow_in(
+        &dir,
+        &[
+            "forward",
+            "--checkpoint",
+            "prepared/init.safetensors",
+            "--batch",
+            "step0.safetensors",
+            "--out",
+            "values.safetensors",
+            "--device",
+            "cpu",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let values = std::fs::read(dir.join("values.safetensors")).unwrap();
+    let values = safetensors::SafeTensors::deserialize(&values).unwrap();
+    let loss: Vec<f32> = bytemuck::pod_collect_to_vec(values.tensor("loss").unwrap().data());
+    let log = std::fs::read_to_string(dir.join("prep.jsonl")).unwrap();
+    let first: serde_json::Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+    assert_eq!(first["kind"], "train");
+    assert!(
+        (f64::from(loss[0]) - first["loss"].as_f64().unwrap()).abs() < 1e-6,
+        "forward {} vs train {}",
+        loss[0],
+        first["loss"]
+    );
+
+    let o = posflow_in(
+        &dir,
+        &[
+            "eval",
+            "--checkpoint",
+            "prep.safetensors",
+            "--as-in-training",
+            "--metrics",
+            "eval.jsonl",
+            "--device",
+            "cpu",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("eval.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let bins: Vec<(&str, u64)> = records
+        .iter()
+        .map(|r| (r["bin"].as_str().unwrap(), r["step"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(bins, [("1-32", 2)]);
+    // The same bins and losses as training's own last evaluation.
+    let trained: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["kind"] == "eval" && r["step"] == 2)
+        .collect();
+    assert_eq!(trained.len(), 1);
+    for (ours, theirs) in records.iter().zip(&trained) {
+        assert_eq!(ours["bin"], theirs["bin"]);
+        assert_eq!(ours["loss"], theirs["loss"]);
+    }
+}

@@ -62,6 +62,25 @@ def prepare(config, out, start, steps, data=None):
         raise RunError(f"posflow prepare failed: {done.stderr.strip()}")
 
 
+def evaluate(checkpoint, metrics, data=None):
+    """`posflow eval` of `checkpoint` as the run's training evaluates (its eval lengths and
+    batches), appended to the metrics log as posflow train writes it."""
+    command = [posflow_binary(), "eval", "--checkpoint", str(checkpoint), "--as-in-training", "--metrics", str(metrics)]
+    if data is not None:
+        command += ["--data", str(data)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RunError(f"posflow eval failed: {done.stderr.strip()}")
+    print(done.stdout, end="")
+
+
+def evaluation_due(train, completed):
+    """After `completed` steps, whether posflow's trainer evaluates and saves: every `eval_every`
+    steps and after the last."""
+    every = train["eval_every"]
+    return completed > 0 and ((every > 0 and completed % every == 0) or completed == train["steps"])
+
+
 def learning_rate(train, step):
     """posflow's schedule (src/train/schedule.rs): linear warmup to `lr`, then constant, linear or
     cosine decay to `final_lr_fraction` of it at the last step."""
@@ -228,8 +247,14 @@ def train(args):
             log.flush()
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             raise RunError(f"the loss is {loss} at step {step} (gradient norm {grad_norm}); the update was skipped")
+        if rank == 0 and evaluation_due(train_settings, step + 1):
+            # As posflow's trainer: save at every evaluation and at the end, then evaluate.
+            if log is not None:
+                log.close()
+            save_run(out, model, optimizer, checkpoint, step + 1, train_settings)
+            evaluate(out, metrics, args.data)
+            log = open(metrics, "a")
     if rank == 0:
-        save_run(out, model, optimizer, checkpoint, total, train_settings)
         print(f"trained steps {start}..{total} on {world} process(es), {device}: loss {loss:.4f}; saved {out}")
     if world > 1:
         dist.destroy_process_group()

@@ -13,7 +13,8 @@ use posflow::inference::{MaskFiller, SavedModel};
 use posflow::model::{Model, ModelKind};
 use posflow::params::ParamStore;
 use posflow::train::{
-    DataTask, EvalBins, Evaluator, RunConfig, Task, check_eval_lengths, check_same_tokenizer, saved_run,
+    DataTask, EvalBins, Evaluator, MetricsLog, Record, RunConfig, Task, check_eval_lengths,
+    check_same_tokenizer, saved_run,
 };
 
 use super::{at_least_one, non_negative, sequence_length};
@@ -38,6 +39,14 @@ pub struct EvalArgs {
     /// be the checkpoint's.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Evaluate as the run's training does: its [train] eval_lengths and eval_batches (nothing
+    /// when it evaluates nothing), in place of --lengths and --batches.
+    #[arg(long, conflicts_with_all = ["lengths", "batches"])]
+    as_in_training: bool,
+    /// Append the evaluation to this metrics log as posflow train writes it (one line per bin,
+    /// at the checkpoint's step): what another trainer (python -m posflow_torch.train) calls.
+    #[arg(long)]
+    metrics: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -110,6 +119,18 @@ pub fn eval(backend: Rc<dyn Backend>, args: EvalArgs) -> posflow::Result<()> {
     let task = DataTask::load(&run)?;
     check_same_tokenizer(&saved.metadata, &task.tokenizer())?;
     let batches = args.batches.unwrap_or(run.train.eval_batches);
+    let lengths = match args.as_in_training {
+        true => run.train.eval_lengths.clone(),
+        false => args.lengths.clone(),
+    };
+    let scored_otherwise = task.pair_data().is_some() || task.class_data().is_some();
+    if lengths.is_empty() && !scored_otherwise {
+        println!(
+            "{}: the run evaluates nothing ([train] eval_lengths is empty)",
+            args.checkpoint.display()
+        );
+        return Ok(());
+    }
     let mut evaluator = Evaluator::new(saved.model.clone());
     let report = match (task.pair_data(), task.class_data()) {
         // A seq2seq model is scored by decoding every source-length bin of its pair data.
@@ -121,7 +142,7 @@ pub fn eval(backend: Rc<dyn Backend>, args: EvalArgs) -> posflow::Result<()> {
             pollster::block_on(evaluator.evaluate_classes(&saved.params, classes, run.train.batch, batches))
         }
         (None, None) => {
-            let sets = task.eval_sets(&args.lengths, run.train.batch, batches);
+            let sets = task.eval_sets(&lengths, run.train.batch, batches);
             pollster::block_on(evaluator.evaluate(&saved.params, sets, task.eval_bins(), task.train_len()))
         }
     };
@@ -129,11 +150,17 @@ pub fn eval(backend: Rc<dyn Backend>, args: EvalArgs) -> posflow::Result<()> {
         EvalBins::SetLength { train_max_len } => format!("inputs of up to {train_max_len}"),
         EvalBins::RowLength => format!("sequences of {}", task.train_len()),
     };
+    let step = saved.metadata.training.step as usize;
     println!(
-        "{} at step {} (trained on {trained}):\n{report}",
+        "{} at step {step} (trained on {trained}):\n{report}",
         args.checkpoint.display(),
-        saved.metadata.training.step,
     );
+    if let Some(path) = &args.metrics {
+        let mut log = MetricsLog::append(path)?;
+        for record in Record::evaluation(step, &report) {
+            log.write(&record)?;
+        }
+    }
     Ok(())
 }
 

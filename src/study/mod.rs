@@ -11,6 +11,8 @@
 //! description = "What the study asks; which paper figure it mirrors."
 //! seeds = [0, 1, 2, 3, 4]            # optional: 0-4 by default
 //! level = 0.95                       # optional: the claims' tests' confidence level
+//! trainer = "posflow"                # optional: or "torchrun" (python/posflow_torch, each run
+//! processes = 2                      #   a DDP job of `processes`; needs POSFLOW_PYTHON with it)
 //!
 //! [base]                             # a complete run config (the schema of `RunConfig`)
 //! data = { task = "copy", min_len = 1, max_len = 16 }
@@ -168,6 +170,8 @@ mod spread;
 mod summary;
 #[cfg(test)]
 mod test_runs;
+#[cfg(not(target_arch = "wasm32"))]
+mod torchrun;
 mod verdicts;
 
 pub use claims::{
@@ -183,7 +187,7 @@ pub use results::{BinValue, EvalPoint, RunResult};
 #[cfg(not(target_arch = "wasm32"))]
 pub use runner::{BackendFactory, RunPlan, StudyProgress, plan_runs, run_study};
 pub use significance::{DEFAULT_LEVEL, OneSided, mean_below, welch};
-pub use spec::{Study, Variant};
+pub use spec::{Study, StudyTrainer, Variant};
 pub use spread::Spread;
 pub use summary::{BinSummary, StudySummary, VariantSummary, bin_start, summarize};
 pub use verdicts::{ClaimReport, Replication, judge_claims};

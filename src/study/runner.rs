@@ -14,7 +14,8 @@ use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 use super::results::RunResult;
-use super::spec::Study;
+use super::spec::{Study, StudyTrainer};
+use super::torchrun::run_torch;
 use crate::backend::Backend;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
@@ -33,6 +34,8 @@ pub struct RunPlan {
     pub done: Option<RunResult>,
     /// A result exists but was made with another config; it will be replaced.
     pub stale: bool,
+    /// Who trains it: posflow here, or posflow_torch under torchrun.
+    pub trainer: StudyTrainer,
 }
 
 impl RunPlan {
@@ -79,6 +82,7 @@ pub fn plan_runs(study: &Study, seeds: &[u64], out: &Path) -> Vec<RunPlan> {
                 warm_start,
                 done,
                 stale,
+                trainer: study.trainer,
             });
         }
     }
@@ -86,7 +90,7 @@ pub fn plan_runs(study: &Study, seeds: &[u64], out: &Path) -> Vec<RunPlan> {
 }
 
 /// Whether two runs are the same but for where they write.
-fn same_run(a: &RunConfig, b: &RunConfig) -> bool {
+pub(super) fn same_run(a: &RunConfig, b: &RunConfig) -> bool {
     let strip = |r: &RunConfig| {
         let mut r = r.clone();
         r.train.checkpoint = None;
@@ -227,6 +231,9 @@ impl Progress for Forward<'_> {
 fn run_one(plan: &RunPlan, backend: Rc<dyn Backend>, progress: &dyn StudyProgress) -> Result<RunResult> {
     std::fs::create_dir_all(&plan.dir)
         .map_err(|e| Error::Input(format!("cannot create {}: {e}", plan.dir.display())))?;
+    if let StudyTrainer::Torchrun { processes } = plan.trainer {
+        return run_torch(plan, processes, progress);
+    }
     let resumable = Checkpoint::load(plan.checkpoint()).ok().filter(|c| {
         saved_run(c.metadata()).is_ok_and(|saved| same_run(&saved, &plan.run))
             && c.metadata().training.step as usize <= plan.steps()

@@ -33,6 +33,48 @@ struct Header {
     /// The confidence level of the claims' one-sided tests.
     #[serde(default = "default_level")]
     level: f64,
+    /// `posflow` (the default) or `torchrun`.
+    #[serde(default)]
+    trainer: TrainerName,
+    /// Processes per run under `trainer = "torchrun"`.
+    processes: Option<usize>,
+}
+
+/// A study file's `trainer`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum TrainerName {
+    #[default]
+    Posflow,
+    Torchrun,
+}
+
+/// Who trains a study's runs. The report and the verdicts are posflow's either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StudyTrainer {
+    /// posflow, in this process (`--jobs` runs at a time).
+    #[default]
+    Posflow,
+    /// PyTorch through `torchrun` (`python/posflow_torch`): each run a job of `processes`
+    /// processes under DistributedDataParallel, on the batches posflow draws, evaluated by
+    /// posflow at every evaluation step. The same file runs on a laptop or a cluster.
+    Torchrun { processes: usize },
+}
+
+impl StudyTrainer {
+    /// The file's `trainer` and `processes`, checked together.
+    fn from_header(trainer: TrainerName, processes: Option<usize>) -> std::result::Result<Self, String> {
+        match (trainer, processes) {
+            (TrainerName::Posflow, None) => Ok(StudyTrainer::Posflow),
+            (TrainerName::Posflow, Some(_)) => {
+                Err("[study] processes is a setting of trainer = \"torchrun\"; remove it".into())
+            }
+            (TrainerName::Torchrun, Some(0)) => Err("[study] processes must be at least 1".into()),
+            (TrainerName::Torchrun, processes) => Ok(StudyTrainer::Torchrun {
+                processes: processes.unwrap_or(1),
+            }),
+        }
+    }
 }
 
 /// Five seeds unless the file lists its own: fewer leave a t-test little power.
@@ -105,6 +147,7 @@ pub struct Study {
     pub seeds: Vec<u64>,
     /// The confidence level of every claim's test, in (0.5, 1).
     pub level: f64,
+    pub trainer: StudyTrainer,
     pub base: RunConfig,
     /// In an order that runs every warm start's source before it.
     pub variants: Vec<Variant>,
@@ -125,6 +168,7 @@ impl Study {
         let err = |msg: String| Error::Input(format!("{origin}: {msg}"));
         let header = file.study;
         check_identifier(&header.name).map_err(|why| err(format!("[study] name: {why}")))?;
+        let trainer = StudyTrainer::from_header(header.trainer, header.processes).map_err(err)?;
         if header.seeds.is_empty() {
             return Err(err(
                 "[study] seeds is empty; give at least one, e.g. seeds = [0, 1, 2]".into(),
@@ -182,6 +226,15 @@ impl Study {
             });
         }
         let variants = dependency_order(variants).map_err(err)?;
+        if let (StudyTrainer::Torchrun { .. }, Some(v)) =
+            (trainer, variants.iter().find(|v| v.warm_start.is_some()))
+        {
+            return Err(err(format!(
+                "variant `{}` warm-starts, which trainer = \"torchrun\" cannot (posflow_torch starts from \
+                 posflow's initial parameters); train it with posflow",
+                v.name
+            )));
+        }
         for claim in &file.claims {
             check_claim(claim, &variants).map_err(|why| err(format!("claim `{}`: {why}", claim.name())))?;
         }
@@ -190,6 +243,7 @@ impl Study {
             description: header.description,
             seeds: header.seeds,
             level: header.level,
+            trainer,
             base,
             variants,
             claims: file.claims,

@@ -279,3 +279,35 @@ fn seeds_and_level_default_to_five_and_95_percent_and_fresh_seeds_follow_the_lar
         );
     }
 }
+
+#[test]
+fn a_study_trains_with_posflow_unless_it_asks_for_torchrun() {
+    use super::StudyTrainer;
+    let with = |header: &str| study(TWO).replace("seeds = [0, 1]", &format!("seeds = [0, 1]\n{header}"));
+    let trainer = |header: &str| Study::from_toml(&with(header), "tiny.toml").map(|s| s.trainer);
+    assert_eq!(trainer("").unwrap(), StudyTrainer::Posflow);
+    assert_eq!(
+        trainer("trainer = \"torchrun\"").unwrap(),
+        StudyTrainer::Torchrun { processes: 1 }
+    );
+    assert_eq!(
+        trainer("trainer = \"torchrun\"\nprocesses = 4").unwrap(),
+        StudyTrainer::Torchrun { processes: 4 }
+    );
+    let refused = |header: &str| trainer(header).unwrap_err().to_string();
+    assert!(refused("processes = 2").contains("processes is a setting of trainer = \"torchrun\""));
+    assert!(refused("trainer = \"torchrun\"\nprocesses = 0").contains("processes must be at least 1"));
+    assert!(refused("trainer = \"slurm\"").contains("unknown variant `slurm`"));
+    let warm = study(
+        r#"
+[[variant]]
+name = "first"
+[[variant]]
+name = "second"
+warm_start = "first"
+"#,
+    )
+    .replace("seeds = [0, 1]", "seeds = [0, 1]\ntrainer = \"torchrun\"");
+    let err = Study::from_toml(&warm, "tiny.toml").unwrap_err().to_string();
+    assert!(err.contains("variant `second` warm-starts"), "{err}");
+}
