@@ -81,6 +81,22 @@ def evaluation_due(train, completed):
     return completed > 0 and ((every > 0 and completed % every == 0) or completed == train["steps"])
 
 
+def keep_log_until(metrics, step):
+    """A resumed run's log as posflow's `--resume` leaves it: the lines an interrupted run wrote
+    after its checkpoint at `step` dropped (train records of steps before it, evaluations up to
+    it), rewritten through a temporary file, so the log reads as one run."""
+    if not metrics.exists():
+        return
+    kept = []
+    for line in metrics.read_text().splitlines():
+        record = json.loads(line)
+        if (record["kind"] == "train" and record["step"] < step) or (record["kind"] == "eval" and record["step"] <= step):
+            kept.append(line + "\n")
+    tmp = metrics.with_name(metrics.name + ".tmp")
+    tmp.write_text("".join(kept))
+    os.replace(tmp, metrics)
+
+
 def learning_rate(train, step):
     """posflow's schedule (src/train/schedule.rs): linear warmup to `lr`, then constant, linear or
     cosine decay to `final_lr_fraction` of it at the last step."""
@@ -200,6 +216,8 @@ def train(args):
     if rank == 0:
         for path in (out, metrics):
             path.parent.mkdir(parents=True, exist_ok=True)
+        if resumed:
+            keep_log_until(metrics, start)
         prepare(args.config, work, start, total - start, args.data)
     if world > 1:
         dist.barrier()
@@ -248,11 +266,14 @@ def train(args):
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             raise RunError(f"the loss is {loss} at step {step} (gradient norm {grad_norm}); the update was skipped")
         if rank == 0 and evaluation_due(train_settings, step + 1):
-            # As posflow's trainer: save at every evaluation and at the end, then evaluate.
-            if log is not None:
-                log.close()
-            save_run(out, model, optimizer, checkpoint, step + 1, train_settings)
-            evaluate(out, metrics, args.data)
+            # As posflow's trainer: evaluate and save at every evaluation and at the end. The
+            # checkpoint takes its place only after its evaluation is logged, so a run killed in
+            # between resumes from the previous one and evaluates again: nothing is lost.
+            log.close()
+            pending = out.with_name(out.name + ".next")
+            save_run(pending, model, optimizer, checkpoint, step + 1, train_settings)
+            evaluate(pending, metrics, args.data)
+            os.replace(pending, out)
             log = open(metrics, "a")
     if rank == 0:
         print(f"trained steps {start}..{total} on {world} process(es), {device}: loss {loss:.4f}; saved {out}")

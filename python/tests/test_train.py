@@ -6,8 +6,10 @@ exactly, in the package or in posflow, and posflow evaluates what it wrote."""
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from safetensors.torch import load_file
@@ -116,3 +118,55 @@ def test_what_cannot_train_is_refused_with_the_reason(posflow, run_dir):
     (run_dir / "run.toml").write_text(RUN.replace('{ type = "floater" }', '{ type = "floater", resolve_every = 2 }'))
     done = torch_train(posflow, run_dir, "--out", "cached.safetensors")
     assert done.returncode != 0 and "resolve_every > 1" in done.stderr
+
+
+def test_a_rank_killed_mid_run_resumes_from_the_last_checkpoint_with_nothing_lost(posflow, run_dir):
+    """Two ranks, a checkpoint every 10 steps; one rank is killed after the first; the run resumed
+    from that checkpoint ends where the uninterrupted run does, and its log reads as one run."""
+    (run_dir / "run.toml").write_text(RUN.replace("steps = 5", "steps = 40\neval_every = 10\neval_lengths = [32]"))
+    done = torch_train(posflow, run_dir, "--out", "straight.safetensors", "--metrics", "straight.jsonl", processes=2)
+    assert done.returncode == 0, done.stderr
+    env = dict(os.environ, POSFLOW_BIN=posflow, PYTHONPATH=str(PYTHON_DIR), OMP_NUM_THREADS="1")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "posflow_torch.train",
+               "--config", "run.toml", "--out", "killed.safetensors", "--metrics", "killed.jsonl"]
+    job = subprocess.Popen(command, cwd=run_dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (run_dir / "killed.safetensors").exists() and job.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    ranks = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
+    assert job.poll() is None and len(ranks) == 2, "the job ended before its first checkpoint"
+    os.kill(int(ranks[1]), signal.SIGKILL)
+    assert job.wait(timeout=120) != 0
+    saved = json.loads(safe_open_metadata(run_dir / "killed.safetensors")["training"])["step"]
+    assert 10 <= saved < 40
+    done = torch_train(posflow, run_dir, "--resume", "killed.safetensors", "--out", "killed.safetensors",
+                       "--metrics", "killed.jsonl", processes=2)
+    assert done.returncode == 0, done.stderr
+    assert worst(run_dir / "straight.safetensors", run_dir / "killed.safetensors") == 0.0
+    steps = lambda path: [(r["kind"], r["step"]) for r in map(json.loads, open(path))]
+    assert steps(run_dir / "killed.jsonl") == steps(run_dir / "straight.jsonl")
+    assert losses(run_dir / "killed.jsonl") == losses(run_dir / "straight.jsonl")
+
+
+def safe_open_metadata(path):
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return f.metadata()
+
+
+def test_torchrun_trains_the_shipped_floater_config_and_posflow_evaluates_it(posflow, tmp_path):
+    """The README's command: configs/moby_floater.toml (FLOATER as its authors ran it, d 128, 4
+    layers) for 2 steps on 2 gloo processes; posflow evaluates what it wrote."""
+    config = PYTHON_DIR.parent / "configs" / "moby_floater.toml"
+    env = dict(os.environ, POSFLOW_BIN=posflow, PYTHONPATH=str(PYTHON_DIR), OMP_NUM_THREADS="1")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "posflow_torch.train",
+               "--config", str(config), "--steps", "2", "--out", "floater.safetensors", "--metrics", "floater.jsonl"]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in open(tmp_path / "floater.jsonl")]
+    assert [r["step"] for r in records if r["kind"] == "train"] == [0, 1]
+    assert {r["bin"] for r in records if r["kind"] == "eval"} == {"33-64", "65-128", "129-256", "257-512"}
+    done = posflow_run(posflow, tmp_path, "eval", "--checkpoint", "floater.safetensors", "--lengths", "64",
+                       "--batches", "1")
+    assert done.returncode == 0 and "at step 2" in done.stdout, done.stderr
