@@ -26,6 +26,12 @@ cargo build --release --bin posflow
 strip -o .gpu/bench/posflow target/release/posflow
 xz -9 -T0 .gpu/bench/posflow
 cp "$peers/torch_train.py" .gpu/bench/
+# posflow_torch and the one wheel it needs that a CUDA machine's PyTorch may lack (safetensors;
+# torchdiffeq, for FLOATER only, needs SciPy: too large to carry, so the card runs T5's model).
+mkdir -p .gpu/bench/python .gpu/bench/wheels
+cp -r python/posflow_torch .gpu/bench/python/
+rm -rf .gpu/bench/python/posflow_torch/__pycache__
+python3 -m pip download --no-deps -q -d .gpu/bench/wheels safetensors
 
 # The test binaries (unit and integration) as `cargo test` runs them, and the CLI binary the
 # CLI tests run. Tests find committed files and that binary by paths baked in at build time:

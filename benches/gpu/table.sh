@@ -82,6 +82,26 @@ if [ "$what" = bench ]; then
     # Every kernel the shader has at the sizes where the 40% target is (prefetching ones included).
     say "matmul, every kernel: posflow"
     $posflow --device gpu bench matmul --kernels --sizes "$big" --repeats 5
+    # posflow_torch on the card (issue 44): the NCCL path (torchrun, one process) against
+    # posflow's own GPU training of the same run, 20 steps each, tokens/s from their metrics logs.
+    say "posflow_torch (NCCL) against posflow train, configs/moby_dick.toml, 20 steps"
+    "$py" -c 'import safetensors' 2>/dev/null || "$py" -m pip install -q --no-index --no-deps .gpu/bench/wheels/*.whl
+    rm -rf /tmp/torch-path && mkdir -p /tmp/torch-path
+    sed -e 's/^eval_every = .*/eval_every = 0/' -e 's/^eval_lengths = .*/eval_lengths = []/' \
+        configs/moby_dick.toml >/tmp/torch-path/run.toml
+    $posflow --device gpu train --config /tmp/torch-path/run.toml --steps 20 --sample-chars 0 \
+        --out /tmp/torch-path/posflow.safetensors --metrics /tmp/torch-path/posflow.jsonl | tail -1
+    POSFLOW_BIN=$posflow PYTHONPATH=.gpu/bench/python "$py" -m torch.distributed.run --standalone \
+        --nproc_per_node=1 -m posflow_torch.train --config /tmp/torch-path/run.toml --steps 20 \
+        --out /tmp/torch-path/torch.safetensors --metrics /tmp/torch-path/torch.jsonl | tail -1
+    "$py" - <<'PY'
+import json, statistics
+for name in ("posflow", "torch"):
+    rows = [json.loads(l) for l in open(f"/tmp/torch-path/{name}.jsonl")]
+    speeds = [r["tokens_per_s"] for r in rows if r["kind"] == "train"][3:]
+    last = [r["loss"] for r in rows if r["kind"] == "train"][-1]
+    print(f"{name}: median {statistics.median(speeds):.0f} tokens/s over steps 3-19, last loss {last:.4f}")
+PY
     say "done"
     exit 0
 fi

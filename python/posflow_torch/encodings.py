@@ -6,7 +6,6 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torchdiffeq import odeint, odeint_adjoint
 
 
 class PositionTerms:
@@ -315,6 +314,9 @@ def floater_solve(enc, p, prefix, p0, length):
     solved by torchdiffeq at t_i = i·Δ: `odeint` through its autograd for `gradient = "backprop"`,
     `odeint_adjoint` (the authors' call) for `"adjoint"`; fixed-step methods take `substeps` steps
     per interval."""
+    # Imported here: only FLOATER needs torchdiffeq (and through it SciPy).
+    from torchdiffeq import odeint, odeint_adjoint
+
     act = {"relu": F.relu, "tanh": torch.tanh}[enc.get("activation", "relu")]
     w1, b1 = p[f"{prefix}.w1"], p[f"{prefix}.b1"]
     w2, b2 = p[f"{prefix}.w2"], p[f"{prefix}.b2"]

@@ -197,12 +197,17 @@ def batch_inputs(batches, step, rank, world, device):
 
 
 def train(args):
+    # Under torchrun (which sets RANK) the run is distributed even in one process, so that one
+    # GPU runs the NCCL path too.
+    distributed = "RANK" in os.environ
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     cuda = torch.cuda.is_available() and args.device != "cpu"
-    if world > 1:
+    if distributed:
         dist.init_process_group("nccl" if cuda else "gloo")
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(device)
     # Only the output paths come from the TOML; every setting from the run posflow settled.
     paths = tomllib.loads(pathlib.Path(args.config).read_text()).get("train", {})
     out = pathlib.Path(args.out or paths.get("checkpoint") or "runs/torch.safetensors")
@@ -219,7 +224,7 @@ def train(args):
         if resumed:
             keep_log_until(metrics, start)
         prepare(args.config, work, start, total - start, args.data)
-    if world > 1:
+    if distributed:
         dist.barrier()
     checkpoint = resumed or load_checkpoint(work / "init.safetensors")
     # As `posflow train --steps N`: the schedule runs over the steps asked for, and a short run
@@ -232,7 +237,7 @@ def train(args):
     optimizer = optimizer_for(model, train_settings)
     if resumed:
         restore_optimizer(optimizer, model, resumed)
-    net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    net = torch.nn.parallel.DistributedDataParallel(model) if distributed else model
     batches = load_file(str(work / "batches.safetensors"))
     settings = adamw_settings(train_settings)
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -255,7 +260,7 @@ def train(args):
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         loss = summed.detach()
-        if world > 1:
+        if distributed:
             dist.all_reduce(loss)
         loss = float(loss) / counted
         if log is not None:
@@ -277,7 +282,7 @@ def train(args):
             log = open(metrics, "a")
     if rank == 0:
         print(f"trained steps {start}..{total} on {world} process(es), {device}: loss {loss:.4f}; saved {out}")
-    if world > 1:
+    if distributed:
         dist.destroy_process_group()
 
 
