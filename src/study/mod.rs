@@ -156,6 +156,8 @@ mod figure;
 mod live;
 mod overrides;
 #[cfg(not(target_arch = "wasm32"))]
+mod plan;
+#[cfg(not(target_arch = "wasm32"))]
 mod plot;
 #[cfg(not(target_arch = "wasm32"))]
 mod plot_steps;
@@ -180,12 +182,14 @@ pub use claims::{
 };
 pub use live::{Advanced, Clock, LiveRun, LiveStudy};
 #[cfg(not(target_arch = "wasm32"))]
+pub use plan::{RunPlan, StudyProgress, plan_runs};
+#[cfg(not(target_arch = "wasm32"))]
 pub use plot::write_pictures;
 #[cfg(not(target_arch = "wasm32"))]
 pub use report::{Report, inline_toml, write_reports};
 pub use results::{BinValue, EvalPoint, RunResult};
 #[cfg(not(target_arch = "wasm32"))]
-pub use runner::{BackendFactory, RunPlan, StudyProgress, plan_runs, run_study};
+pub use runner::{BackendFactory, run_study};
 pub use significance::{DEFAULT_LEVEL, OneSided, mean_below, welch};
 pub use spec::{Study, StudyTrainer, Variant};
 pub use spread::Spread;

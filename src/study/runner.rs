@@ -1,113 +1,24 @@
-//! Running a study's runs: which are already done, in what order the rest go (a warm start after
-//! its source), how many at once, and how an interrupted run continues.
+//! Running a study's planned runs (`plan.rs`): in what order the ones not done go (a warm start
+//! after its source), how many at once, and how an interrupted run continues.
 //!
-//! A run is done when its `result.json` exists, parses, and was made with the run config planned
-//! now (outputs aside); it is then not run again. A run killed halfway continues from its last
+//! A run killed halfway continues from its last
 //! checkpoint (saved at every evaluation) with [`Trainer::resume`], which on the CPU backend
 //! reproduces the uninterrupted run exactly; a checkpoint made with another config is ignored and
 //! the run starts over. The first run that fails stops the study: runs already going finish, no
 //! new one starts, and the error names the run.
 
-use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
+use super::plan::{RunPlan, StudyProgress, same_run};
 use super::results::RunResult;
-use super::spec::{Study, StudyTrainer};
+use super::spec::StudyTrainer;
 use super::torchrun::run_torch;
 use crate::backend::Backend;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
-use crate::train::{MetricsLog, Progress, RunConfig, StepStats, Trainer, fit, saved_run};
-
-/// One variant × seed, where it writes, and whether it is already done.
-#[derive(Clone, Debug)]
-pub struct RunPlan {
-    pub variant: String,
-    pub seed: u64,
-    pub dir: PathBuf,
-    pub run: RunConfig,
-    /// The checkpoint to warm-start from: the source variant's run with the same seed.
-    pub warm_start: Option<PathBuf>,
-    /// Its finished result, when one with this plan's config exists.
-    pub done: Option<RunResult>,
-    /// A result exists but was made with another config; it will be replaced.
-    pub stale: bool,
-    /// Who trains it: posflow here, or posflow_torch under torchrun.
-    pub trainer: StudyTrainer,
-}
-
-impl RunPlan {
-    pub fn result_path(&self) -> PathBuf {
-        self.dir.join("result.json")
-    }
-
-    pub fn steps(&self) -> usize {
-        self.run.train.steps
-    }
-
-    /// Where the run's last checkpoint is.
-    pub fn checkpoint(&self) -> &Path {
-        self.run
-            .train
-            .checkpoint
-            .as_deref()
-            .expect("a study run has a checkpoint")
-    }
-}
-
-/// Every run of `study` with `seeds` (the file's, and a replication's after them) with outputs
-/// under `out`: variants in dependency order, seeds in the given order, each marked done when its
-/// result is there.
-pub fn plan_runs(study: &Study, seeds: &[u64], out: &Path) -> Vec<RunPlan> {
-    let dir = |variant: &str, seed: u64| out.join("runs").join(variant).join(format!("seed{seed}"));
-    let mut plans = Vec::new();
-    for v in &study.variants {
-        for &seed in seeds {
-            let run_dir = dir(&v.name, seed);
-            let run = v.run_for(seed, &run_dir);
-            let warm_start = v
-                .warm_start
-                .as_ref()
-                .map(|source| dir(source, seed).join("model.safetensors"));
-            let existing = RunResult::read(&run_dir.join("result.json"));
-            let stale = existing.as_ref().is_some_and(|r| !same_run(&r.run, &run));
-            let done = existing.filter(|r| same_run(&r.run, &run) && r.variant == v.name);
-            plans.push(RunPlan {
-                variant: v.name.clone(),
-                seed,
-                dir: run_dir,
-                run,
-                warm_start,
-                done,
-                stale,
-                trainer: study.trainer,
-            });
-        }
-    }
-    plans
-}
-
-/// Whether two runs are the same but for where they write.
-pub(super) fn same_run(a: &RunConfig, b: &RunConfig) -> bool {
-    let strip = |r: &RunConfig| {
-        let mut r = r.clone();
-        r.train.checkpoint = None;
-        r.train.metrics = None;
-        r.data = r.data.without_file();
-        r
-    };
-    strip(a) == strip(b)
-}
-
-/// Hears about the study as it goes, from every worker thread.
-pub trait StudyProgress: Sync {
-    /// A run begins, at `step` (above 0 when resumed from its checkpoint).
-    fn started(&self, _plan: &RunPlan, _step: usize) {}
-    fn step(&self, _plan: &RunPlan, _stats: &StepStats) {}
-    fn finished(&self, _plan: &RunPlan, _result: &RunResult) {}
-}
+use crate::train::{MetricsLog, Progress, StepStats, Trainer, fit, saved_run};
 
 /// Makes a backend for one worker thread (a backend is `Rc`, so each thread needs its own).
 pub type BackendFactory<'a> = dyn Fn() -> Result<Rc<dyn Backend>> + Sync + 'a;

@@ -9,9 +9,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
+use super::plan::{RunPlan, StudyProgress, same_run};
 use super::report::inline_toml;
 use super::results::RunResult;
-use super::runner::{RunPlan, StudyProgress};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::train::{MetricsLog, RunConfig, VOCAB_FROM_DATA, saved_run};
@@ -113,7 +113,7 @@ fn run_toml(run: &RunConfig) -> Result<String> {
 fn resumable_step(plan: &RunPlan, checkpoint: &Path) -> Option<usize> {
     let saved = Checkpoint::load(checkpoint).ok()?;
     let step = saved.metadata().training.step as usize;
-    let ours = saved_run(saved.metadata()).is_ok_and(|run| super::runner::same_run(&run, &plan.run));
+    let ours = saved_run(saved.metadata()).is_ok_and(|run| same_run(&run, &plan.run));
     (ours && step > 0 && step < plan.steps()).then_some(step)
 }
 
