@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use super::results::RunResult;
 use super::spec::{Study, StudyTrainer};
-use crate::train::{RunConfig, StepStats};
+use crate::error::Result;
+use crate::train::{MetricsLog, RunConfig, StepStats};
 
 /// One variant × seed, where it writes, and whether it is already done.
 #[derive(Clone, Debug)]
@@ -41,6 +42,29 @@ impl RunPlan {
             .checkpoint
             .as_deref()
             .expect("a study run has a checkpoint")
+    }
+
+    /// Where the run's metrics log is.
+    pub fn metrics(&self) -> &Path {
+        self.run
+            .train
+            .metrics
+            .as_deref()
+            .expect("a study run has a metrics log")
+    }
+
+    /// The finished run's result, from its metrics log, written beside it and told to `progress`.
+    pub fn finish(
+        &self,
+        seconds: f64,
+        resumed_at: Option<usize>,
+        progress: &dyn StudyProgress,
+    ) -> Result<RunResult> {
+        let records = MetricsLog::read(self.metrics())?;
+        let result = RunResult::from_log(&self.variant, self.run.clone(), &records, seconds, resumed_at);
+        result.write(&self.result_path())?;
+        progress.finished(self, &result);
+        Ok(result)
     }
 }
 

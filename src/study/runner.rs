@@ -18,7 +18,7 @@ use super::torchrun::run_torch;
 use crate::backend::Backend;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
-use crate::train::{MetricsLog, Progress, StepStats, Trainer, fit, saved_run};
+use crate::train::{Progress, StepStats, Trainer, fit, saved_run};
 
 /// Makes a backend for one worker thread (a backend is `Rc`, so each thread needs its own).
 pub type BackendFactory<'a> = dyn Fn() -> Result<Rc<dyn Backend>> + Sync + 'a;
@@ -158,16 +158,5 @@ fn run_one(plan: &RunPlan, backend: Rc<dyn Backend>, progress: &dyn StudyProgres
     progress.started(plan, trainer.step());
     let start = Instant::now();
     fit(&mut trainer, &mut Forward { plan, progress })?;
-    let seconds = start.elapsed().as_secs_f64();
-    let metrics = plan
-        .run
-        .train
-        .metrics
-        .as_deref()
-        .expect("a study run has a metrics log");
-    let records = MetricsLog::read(metrics)?;
-    let result = RunResult::from_log(&plan.variant, plan.run.clone(), &records, seconds, resumed_at);
-    result.write(&plan.result_path())?;
-    progress.finished(plan, &result);
-    Ok(result)
+    plan.finish(start.elapsed().as_secs_f64(), resumed_at, progress)
 }

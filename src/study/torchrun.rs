@@ -24,12 +24,7 @@ fn python() -> String {
 /// Trains `plan` with posflow_torch in `processes` processes and writes its result.
 pub(super) fn run_torch(plan: &RunPlan, processes: usize, progress: &dyn StudyProgress) -> Result<RunResult> {
     let checkpoint = plan.checkpoint();
-    let metrics = plan
-        .run
-        .train
-        .metrics
-        .as_deref()
-        .expect("a study run has a metrics log");
+    let metrics = plan.metrics();
     let config = plan.dir.join("run.toml");
     std::fs::write(&config, run_toml(&plan.run)?)
         .map_err(|e| Error::Input(format!("writing {}: {e}", config.display())))?;
@@ -73,11 +68,7 @@ pub(super) fn run_torch(plan: &RunPlan, processes: usize, progress: &dyn StudyPr
             last.into_iter().rev().collect::<Vec<_>>().join(" / ")
         )));
     }
-    let records = MetricsLog::read(metrics)?;
-    let result = RunResult::from_log(&plan.variant, plan.run.clone(), &records, seconds, resumed_at);
-    result.write(&plan.result_path())?;
-    progress.finished(plan, &result);
-    Ok(result)
+    plan.finish(seconds, resumed_at, progress)
 }
 
 /// A run config as a TOML document: each section a table of inline values.
