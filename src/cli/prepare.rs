@@ -53,7 +53,7 @@ pub fn prepare(args: PrepareArgs) -> posflow::Result<()> {
     let mut tensors = Vec::new();
     for step in args.from..args.from + steps {
         let batch = trainer.task().train_batch(seed, step, rows)?;
-        let mut values = ValueBatch::from_train_batch(&batch, None);
+        let mut values = ValueBatch::from_train_batch(&batch);
         if let (Some(range), ValueBatch::Tokens { len, positions, .. }) =
             (run.model.random_positions, &mut values)
         {

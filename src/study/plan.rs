@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 
 use super::results::RunResult;
 use super::spec::{Study, StudyTrainer};
+use crate::checkpoint::Checkpoint;
 use crate::error::Result;
-use crate::train::{MetricsLog, RunConfig, StepStats};
+use crate::train::{MetricsLog, RunConfig, StepStats, saved_run};
 
 /// One variant × seed, where it writes, and whether it is already done.
 #[derive(Clone, Debug)]
@@ -51,6 +52,15 @@ impl RunPlan {
             .metrics
             .as_deref()
             .expect("a study run has a metrics log")
+    }
+
+    /// The run's own last checkpoint, when there is one made with this run's config and not past
+    /// its steps: what an interrupted run continues from.
+    pub fn resumable(&self) -> Option<Checkpoint> {
+        Checkpoint::load(self.checkpoint()).ok().filter(|c| {
+            saved_run(c.metadata()).is_ok_and(|saved| same_run(&saved, &self.run))
+                && c.metadata().training.step as usize <= self.steps()
+        })
     }
 
     /// The finished run's result, from its metrics log, written beside it and told to `progress`.
@@ -101,7 +111,7 @@ pub fn plan_runs(study: &Study, seeds: &[u64], out: &Path) -> Vec<RunPlan> {
 }
 
 /// Whether two runs are the same but for where they write.
-pub(super) fn same_run(a: &RunConfig, b: &RunConfig) -> bool {
+fn same_run(a: &RunConfig, b: &RunConfig) -> bool {
     let strip = |r: &RunConfig| {
         let mut r = r.clone();
         r.train.checkpoint = None;

@@ -11,14 +11,14 @@ use std::rc::Rc;
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
-use super::plan::{RunPlan, StudyProgress, same_run};
+use super::plan::{RunPlan, StudyProgress};
 use super::results::RunResult;
 use super::spec::StudyTrainer;
 use super::torchrun::run_torch;
 use crate::backend::Backend;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
-use crate::train::{Progress, StepStats, Trainer, fit, saved_run};
+use crate::train::{Progress, StepStats, Trainer, fit};
 
 /// Makes a backend for one worker thread (a backend is `Rc`, so each thread needs its own).
 pub type BackendFactory<'a> = dyn Fn() -> Result<Rc<dyn Backend>> + Sync + 'a;
@@ -145,11 +145,7 @@ fn run_one(plan: &RunPlan, backend: Rc<dyn Backend>, progress: &dyn StudyProgres
     if let StudyTrainer::Torchrun { processes } = plan.trainer {
         return run_torch(plan, processes, progress);
     }
-    let resumable = Checkpoint::load(plan.checkpoint()).ok().filter(|c| {
-        saved_run(c.metadata()).is_ok_and(|saved| same_run(&saved, &plan.run))
-            && c.metadata().training.step as usize <= plan.steps()
-    });
-    let mut trainer = match (resumable, &plan.warm_start) {
+    let mut trainer = match (plan.resumable(), &plan.warm_start) {
         (Some(checkpoint), _) => Trainer::resume(backend, plan.run.clone(), &checkpoint)?,
         (None, Some(source)) => Trainer::warm_start(backend, plan.run.clone(), &Checkpoint::load(source)?)?.0,
         (None, None) => Trainer::new(backend, plan.run.clone())?,

@@ -50,10 +50,9 @@ enum TrainerName {
 }
 
 /// Who trains a study's runs. The report and the verdicts are posflow's either way.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StudyTrainer {
     /// posflow, in this process (`--jobs` runs at a time).
-    #[default]
     Posflow,
     /// PyTorch through `torchrun` (`python/posflow_torch`): each run a job of `processes`
     /// processes under DistributedDataParallel, on the batches posflow draws, evaluated by

@@ -9,12 +9,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use super::plan::{RunPlan, StudyProgress, same_run};
+use super::plan::{RunPlan, StudyProgress};
 use super::report::inline_toml;
 use super::results::RunResult;
-use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
-use crate::train::{MetricsLog, RunConfig, VOCAB_FROM_DATA, saved_run};
+use crate::train::{MetricsLog, RunConfig, VOCAB_FROM_DATA};
 
 /// The Python that runs posflow_torch: POSFLOW_PYTHON, else `python3`.
 fn python() -> String {
@@ -28,7 +27,7 @@ pub(super) fn run_torch(plan: &RunPlan, processes: usize, progress: &dyn StudyPr
     let config = plan.dir.join("run.toml");
     std::fs::write(&config, run_toml(&plan.run)?)
         .map_err(|e| Error::Input(format!("writing {}: {e}", config.display())))?;
-    let resumed_at = resumable_step(plan, checkpoint);
+    let resumed_at = resumable_step(plan);
     match resumed_at {
         // Lines written after the checkpoint are dropped, as posflow's own resume does.
         Some(step) => drop(MetricsLog::resume(metrics, step)?),
@@ -100,12 +99,10 @@ fn run_toml(run: &RunConfig) -> Result<String> {
     Ok(text)
 }
 
-/// The step of the run's own checkpoint, when it is this run's and not yet at its end.
-fn resumable_step(plan: &RunPlan, checkpoint: &Path) -> Option<usize> {
-    let saved = Checkpoint::load(checkpoint).ok()?;
-    let step = saved.metadata().training.step as usize;
-    let ours = saved_run(saved.metadata()).is_ok_and(|run| same_run(&run, &plan.run));
-    (ours && step > 0 && step < plan.steps()).then_some(step)
+/// The step of the run's own checkpoint, when it is not yet at the run's end.
+fn resumable_step(plan: &RunPlan) -> Option<usize> {
+    let step = plan.resumable()?.metadata().training.step as usize;
+    (step > 0 && step < plan.steps()).then_some(step)
 }
 
 fn remove_if_there(path: &Path) -> Result<()> {

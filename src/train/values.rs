@@ -258,11 +258,8 @@ impl ValueBatch {
                     view.dtype()
                 )));
             }
-            let values = view
-                .data()
-                .chunks_exact(4)
-                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
+            // Read as le_bytes writes (any alignment).
+            let values = bytemuck::pod_collect_to_vec(view.data());
             Ok(Some((view.shape().to_vec(), values)))
         };
         let need = |name: &str| {
@@ -382,8 +379,9 @@ fn pairs_from_arrays(
 }
 
 impl ValueBatch {
-    /// A training batch as posflow feeds it, with a randomized model's positions.
-    pub fn from_train_batch(batch: &TrainBatch, positions: Option<Vec<i32>>) -> Self {
+    /// A training batch as posflow feeds it (a randomized model's positions are the caller's
+    /// to set: they come from the step, not the data).
+    pub fn from_train_batch(batch: &TrainBatch) -> Self {
         let tokens = |rows: &Batch, targets: Vec<i32>| {
             let [batch, len] = rows.shape();
             ValueBatch::Tokens {
@@ -392,7 +390,7 @@ impl ValueBatch {
                 tokens: rows.tokens().to_vec(),
                 targets,
                 mask: rows.mask().map(<[f32]>::to_vec),
-                positions: positions.clone(),
+                positions: None,
             }
         };
         match batch {
@@ -458,57 +456,51 @@ fn targets_shape(count: usize, batch: usize, len: usize) -> Vec<usize> {
 
 /// A safetensors file of i32 tensors (name, shape, values).
 pub fn i32_safetensors(tensors: &[(String, Vec<usize>, Vec<i32>)]) -> Result<Vec<u8>> {
-    let bytes: Vec<Vec<u8>> = tensors
+    let bytes = tensors
         .iter()
-        .map(|(_, _, values)| values.iter().flat_map(|v| v.to_le_bytes()).collect())
-        .collect();
+        .map(|(name, shape, values)| (name.clone(), Dtype::I32, shape.clone(), le_bytes(values)))
+        .collect::<Vec<_>>();
+    serialize(&bytes, "the batches")
+}
+
+/// Values as the bytes a safetensors file holds: little-endian on every target posflow builds
+/// for, as checkpoint.rs writes them.
+fn le_bytes<T: bytemuck::Pod>(values: &[T]) -> Vec<u8> {
+    bytemuck::cast_slice(values).to_vec()
+}
+
+/// A safetensors file of tensors given as (name, dtype, shape, bytes); `what` names it in errors.
+fn serialize(tensors: &[(String, Dtype, Vec<usize>, Vec<u8>)], what: &str) -> Result<Vec<u8>> {
     let views = tensors
         .iter()
-        .zip(&bytes)
-        .map(|((name, shape, _), b)| {
-            TensorView::new(Dtype::I32, shape.clone(), b)
+        .map(|(name, dtype, shape, bytes)| {
+            TensorView::new(*dtype, shape.clone(), bytes)
                 .map(|view| (name.as_str(), view))
                 .map_err(|e| Error::Input(format!("tensor {name}: {e}")))
         })
         .collect::<Result<Vec<_>>>()?;
-    safetensors::serialize(views, None).map_err(|e| Error::Input(format!("writing the batches: {e}")))
+    safetensors::serialize(views, None).map_err(|e| Error::Input(format!("writing {what}: {e}")))
 }
 
 impl Values {
     /// A safetensors file: `logits`, `loss` `[1]`, `grad/<param>` (f32) and, for a randomized
     /// model, `positions` (i32).
     pub fn to_safetensors(&self) -> Result<Vec<u8>> {
-        let as_bytes = |values: &[f32]| values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
-        let mut owned: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = vec![
-            (
-                "logits".into(),
-                Dtype::F32,
-                self.logits.shape.clone(),
-                as_bytes(&self.logits.values),
-            ),
-            ("loss".into(), Dtype::F32, vec![1], as_bytes(&[self.loss])),
+        let f32s = |name: String, read: &Read| (name, Dtype::F32, read.shape.clone(), le_bytes(&read.values));
+        let mut tensors = vec![
+            f32s("logits".into(), &self.logits),
+            ("loss".into(), Dtype::F32, vec![1], le_bytes(&[self.loss])),
         ];
-        for (name, grad) in &self.grads {
-            owned.push((
-                format!("grad/{name}"),
-                Dtype::F32,
-                grad.shape.clone(),
-                as_bytes(&grad.values),
-            ));
-        }
+        tensors.extend(
+            self.grads
+                .iter()
+                .map(|(name, grad)| f32s(format!("grad/{name}"), grad)),
+        );
         if !self.positions.is_empty() {
-            let bytes = self.positions.iter().flat_map(|p| p.to_le_bytes()).collect();
-            owned.push(("positions".into(), Dtype::I32, vec![self.positions.len()], bytes));
+            let shape = vec![self.positions.len()];
+            tensors.push(("positions".into(), Dtype::I32, shape, le_bytes(&self.positions)));
         }
-        let views = owned
-            .iter()
-            .map(|(name, dtype, shape, bytes)| {
-                TensorView::new(*dtype, shape.clone(), bytes)
-                    .map(|view| (name.as_str(), view))
-                    .map_err(|e| Error::Input(format!("tensor {name}: {e}")))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        safetensors::serialize(views, None).map_err(|e| Error::Input(format!("writing the values: {e}")))
+        serialize(&tensors, "the values")
     }
 }
 
@@ -518,19 +510,18 @@ mod tests {
 
     /// A safetensors file of the given i32 tensors (or, for `f32_name`, that one as f32).
     fn batch_file(tensors: &[(&str, Vec<usize>, Vec<i32>)], f32_name: Option<&str>) -> Vec<u8> {
-        let bytes: Vec<Vec<u8>> = tensors
+        let tensors: Vec<_> = tensors
             .iter()
-            .map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()).collect())
+            .map(|(name, shape, values)| {
+                let dtype = if Some(*name) == f32_name {
+                    Dtype::F32
+                } else {
+                    Dtype::I32
+                };
+                (name.to_string(), dtype, shape.clone(), le_bytes(values))
+            })
             .collect();
-        let views = tensors.iter().zip(&bytes).map(|((name, shape, _), b)| {
-            let dtype = if Some(*name) == f32_name {
-                Dtype::F32
-            } else {
-                Dtype::I32
-            };
-            (*name, TensorView::new(dtype, shape.clone(), b).unwrap())
-        });
-        safetensors::serialize(views, None).unwrap()
+        serialize(&tensors, "the test batch").unwrap()
     }
 
     #[test]
