@@ -21,7 +21,7 @@ pub(crate) fn backprop<D: Dynamics>(
     let mut stages = Stages::new(tab, n);
     let mut k_bar = vec![vec![0.0f32; n]; tab.stages()];
     let mut input_bar = vec![0.0f32; n];
-    let mut theta_bar = vec![0.0f32; theta.len()];
+    let mut theta_bar = vec![0.0f32; dynamics.param_len()];
     // The adjoint of the state at the end of the step being processed.
     let mut z_bar = vec![0.0f32; n];
     let mut outputs = tape.outputs.iter().enumerate().rev().peekable();

@@ -18,11 +18,37 @@ pub trait Dynamics {
     /// its own (torchdiffeq does so per parameter tensor).
     fn param_groups(&self) -> Vec<Range<usize>>;
 
+    /// θ followed by what the dynamics derives from it for its hot loops (a weight's
+    /// transpose): every other method takes θ in this form, computed once per solve.
+    fn prepare(&self, theta: &[f32]) -> Vec<f32> {
+        theta.to_vec()
+    }
+
     /// out = h(t, p) for every row; `p` and `out` are [rows, dim].
     fn eval(&self, theta: &[f32], t: f32, p: &[f32], out: &mut [f32]);
 
     /// For every row, writes out_dp = aᵀ ∂h/∂p and adds aᵀ ∂h/∂θ, summed over rows, to `dtheta`.
     fn vjp(&self, theta: &[f32], t: f32, p: &[f32], a: &[f32], out_dp: &mut [f32], dtheta: &mut [f32]);
+
+    /// Values per row that [`Dynamics::eval_vjp`] records for [`Dynamics::add_param_vjp`].
+    fn factor_len(&self) -> usize;
+
+    /// One stage of the adjoint with its parameter part left for later: for every row of
+    /// `state` = (p, a), `outs` = (h(t, p), aᵀ ∂h/∂p) as [`Dynamics::eval`] and
+    /// [`Dynamics::vjp`] give them, and [`Dynamics::factor_len`] values appended to `factors`
+    /// from which [`Dynamics::add_param_vjp`] forms the row's aᵀ ∂h/∂θ.
+    fn eval_vjp(
+        &self,
+        theta: &[f32],
+        t: f32,
+        state: (&[f32], &[f32]),
+        outs: (&mut [f32], &mut [f32]),
+        factors: &mut Vec<f32>,
+    );
+
+    /// dtheta += Σᵣ weights[r] · aᵣᵀ ∂h/∂θ over the rows recorded in `factors` ([rows,
+    /// factor_len]): many rows in one product, where [`Dynamics::vjp`] adds each row in turn.
+    fn add_param_vjp(&self, factors: &[f32], weights: &[f32], dtheta: &mut [f32]);
 }
 
 /// The nonlinearity between FLOATER's two layers. The reference code uses ReLU (its derivative at 0
@@ -58,84 +84,50 @@ impl Activation {
     }
 }
 
-/// Σ aᵢ·bᵢ in eight interleaved partial sums (lane i % 8, added pairwise at the end): a fixed
-/// order, so every run gives the same bits, that the compiler can keep in one SIMD register. A
-/// plain `.sum()` adds one product at a time and ran the CPU solve ~5× slower.
+/// For every row x of `xs` ([rows, n]) and its row of `out` ([rows, m]): out = W [x; t] + bias
+/// for a linear layer with t appended to its input, from its transpose `wt` ([n + 1, m]): each
+/// out[i] = (Σ_c wt[c][i]·x[c] over c < n in order from 0 + wt[n][i]·t) + bias[i].
 #[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    const LANES: usize = 8;
-    let mut partial = [0.0f32; LANES];
-    let (a_chunks, b_chunks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let tail: f32 = a_chunks
-        .remainder()
-        .iter()
-        .zip(b_chunks.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in a_chunks.zip(b_chunks) {
-        for lane in 0..LANES {
-            partial[lane] += x[lane] * y[lane];
+fn affine(wt: &[f32], (xs, n): (&[f32], usize), t: f32, bias: &[f32], out: &mut [f32]) {
+    let m = bias.len();
+    transposed_product(wt, m, (xs, n), out, m);
+    let time = &wt[n * m..(n + 1) * m];
+    for out in out.chunks_exact_mut(m) {
+        for ((o, &w), &b) in out.iter_mut().zip(time).zip(bias) {
+            *o = *o + w * t + b;
         }
     }
-    // Seen through, the pairwise sum made the compiler keep the partial sums shuffled in narrow
-    // registers (4× slower); behind the barrier the loop keeps them in one.
-    sum_lanes(std::hint::black_box(partial), tail)
 }
 
-/// The eight partial sums of [`dot`] added pairwise, then the tail.
+/// For every row a of `a_rows` ([rows, n]) and its row of `out` ([rows, m]): out[j] =
+/// Σᵢ w[i·stride + j]·a[i], the sum over i < n in order from 0 (the product with a layer's
+/// transpose). A block of columns at a time, its sums in registers while every row of `w`
+/// passes (rather than each row's update read and written back through memory), each block
+/// passed over every row of `a_rows` while it is in cache.
 #[inline(always)]
-fn sum_lanes([p0, p1, p2, p3, p4, p5, p6, p7]: [f32; 8], tail: f32) -> f32 {
-    ((p0 + p4) + (p1 + p5)) + ((p2 + p6) + (p3 + p7)) + tail
-}
-
-/// [`dot`] of four rows with one vector, each summed in `dot`'s order: the rows share each load
-/// of `b`, and their partial sums are four independent chains.
-#[inline(always)]
-fn dot4(a: [&[f32]; 4], b: &[f32]) -> [f32; 4] {
-    const LANES: usize = 8;
-    let full = b.len() / LANES * LANES;
-    let (mut p0, mut p1, mut p2, mut p3) =
-        ([0.0f32; LANES], [0.0f32; LANES], [0.0f32; LANES], [0.0f32; LANES]);
-    for c in (0..full).step_by(LANES) {
-        let y: &[f32; LANES] = b[c..c + LANES].try_into().expect("8 lanes");
-        let row = |r: &[f32]| -> [f32; LANES] { r[c..c + LANES].try_into().expect("8 lanes") };
-        let (x0, x1, x2, x3) = (row(a[0]), row(a[1]), row(a[2]), row(a[3]));
-        for lane in 0..LANES {
-            p0[lane] += x0[lane] * y[lane];
-            p1[lane] += x1[lane] * y[lane];
-            p2[lane] += x2[lane] * y[lane];
-            p3[lane] += x3[lane] * y[lane];
+fn transposed_product(w: &[f32], stride: usize, (a_rows, n): (&[f32], usize), out: &mut [f32], m: usize) {
+    const BLOCK: usize = 64;
+    for start in (0..m).step_by(BLOCK) {
+        let width = BLOCK.min(m - start);
+        for (a, out) in a_rows.chunks_exact(n).zip(out.chunks_exact_mut(m)) {
+            let out = &mut out[start..start + width];
+            if let Ok(out) = <&mut [f32; BLOCK]>::try_from(&mut *out) {
+                let mut sums = [0.0f32; BLOCK];
+                for (i, &ai) in a.iter().enumerate() {
+                    let row: &[f32; BLOCK] = w[i * stride + start..][..BLOCK].try_into().expect("a block");
+                    for j in 0..BLOCK {
+                        sums[j] += row[j] * ai;
+                    }
+                }
+                *out = sums;
+            } else {
+                out.fill(0.0);
+                for (i, &ai) in a.iter().enumerate() {
+                    let row = &w[i * stride + start..][..width];
+                    out.iter_mut().zip(row).for_each(|(o, &w)| *o += w * ai);
+                }
+            }
         }
-    }
-    let partials = std::hint::black_box([p0, p1, p2, p3]);
-    std::array::from_fn(|r| {
-        let tail: f32 = a[r][full..b.len()]
-            .iter()
-            .zip(&b[full..])
-            .map(|(x, y)| x * y)
-            .sum();
-        sum_lanes(partials[r], tail)
-    })
-}
-
-/// out[i] = w_i[..n] · x + w_i[n]·t + bias[i] for the rows w_i of `w` (n + 1 columns each, n =
-/// x.len(): a linear layer with t appended to its input), four rows at a time.
-#[inline(always)]
-fn affine(w: &[f32], x: &[f32], t: f32, bias: &[f32], out: &mut [f32]) {
-    let n = x.len();
-    let row = |i: usize| &w[i * (n + 1)..(i + 1) * (n + 1)];
-    let grouped = out.len() / 4 * 4;
-    for i in (0..grouped).step_by(4) {
-        let dots = dot4(
-            [&row(i)[..n], &row(i + 1)[..n], &row(i + 2)[..n], &row(i + 3)[..n]],
-            x,
-        );
-        for (r, dot) in dots.into_iter().enumerate() {
-            out[i + r] = dot + row(i + r)[n] * t + bias[i + r];
-        }
-    }
-    for i in grouped..out.len() {
-        out[i] = dot(&row(i)[..n], x) + row(i)[n] * t + bias[i];
     }
 }
 
@@ -181,10 +173,22 @@ impl FloaterDynamics {
         start..start + self.dim
     }
 
-    /// The first layer for one row: z = W₁ [p; t] + b₁ and y = σ(z).
+    /// W₁ᵀ ([d + 1, k]) in the prepared θ ([`Dynamics::prepare`]).
+    fn w1t(&self) -> Range<usize> {
+        let start = self.param_len();
+        start..start + self.hidden * (self.dim + 1)
+    }
+
+    /// W₂ᵀ ([k + 1, d]) in the prepared θ.
+    fn w2t(&self) -> Range<usize> {
+        let start = self.w1t().end;
+        start..start + self.dim * (self.hidden + 1)
+    }
+
+    /// The first layer for every row of p ([rows, d]): z = W₁ [p; t] + b₁ and y = σ(z), [rows, k].
     #[inline(always)]
     fn hidden_layer(&self, theta: &[f32], t: f32, p: &[f32], z: &mut [f32], y: &mut [f32]) {
-        affine(&theta[self.w1()], p, t, &theta[self.b1()], z);
+        affine(&theta[self.w1t()], (p, self.dim), t, &theta[self.b1()], z);
         for (y, &z) in y.iter_mut().zip(z.iter()) {
             *y = self.activation.apply(z);
         }
@@ -204,12 +208,131 @@ impl Dynamics for FloaterDynamics {
         vec![self.w1(), self.b1(), self.w2(), self.b2()]
     }
 
+    /// θ, W₁ᵀ and W₂ᵀ: the layers' products read their weights a column at a time
+    /// ([`transposed_product`]), the fast order for one vector.
+    fn prepare(&self, theta: &[f32]) -> Vec<f32> {
+        let mut prepared = theta.to_vec();
+        for (w, rows, cols) in [
+            (self.w1(), self.hidden, self.dim + 1),
+            (self.w2(), self.dim, self.hidden + 1),
+        ] {
+            let w = &theta[w];
+            prepared.extend((0..rows * cols).map(|i| w[(i % rows) * cols + i / rows]));
+        }
+        prepared
+    }
+
     fn eval(&self, theta: &[f32], t: f32, p: &[f32], out: &mut [f32]) {
         floater_eval(self, theta, t, p, out);
     }
 
     fn vjp(&self, theta: &[f32], t: f32, p: &[f32], a: &[f32], out_dp: &mut [f32], dtheta: &mut [f32]) {
         floater_vjp(self, theta, t, p, a, out_dp, dtheta);
+    }
+
+    /// t, a, y = σ(z), the hidden gradient dz and p: W₂'s gradient is a ⊗ [y; t], W₁'s dz ⊗ [p; t].
+    fn factor_len(&self) -> usize {
+        1 + 2 * self.dim + 2 * self.hidden
+    }
+
+    fn eval_vjp(
+        &self,
+        theta: &[f32],
+        t: f32,
+        state: (&[f32], &[f32]),
+        outs: (&mut [f32], &mut [f32]),
+        factors: &mut Vec<f32>,
+    ) {
+        let start = factors.len();
+        factors.resize(start + state.0.len() / self.dim * self.factor_len(), 0.0);
+        floater_eval_vjp(self, theta, t, state, outs, &mut factors[start..]);
+    }
+
+    fn add_param_vjp(&self, factors: &[f32], weights: &[f32], dtheta: &mut [f32]) {
+        let (d, k, f) = (self.dim, self.hidden, self.factor_len());
+        let rows = weights.len();
+        assert_eq!(factors.len(), rows * f, "factors of {rows} rows");
+        if rows == 0 {
+            return;
+        }
+        // W₂ and b₂ from a ⊗ [y; t; 1], W₁ and b₁ from dz ⊗ [p; t; 1], the weights on the right.
+        let second = OuterSum {
+            lhs: 1,
+            rhs: 1 + d,
+            len: k,
+            rows: d,
+        };
+        let first = OuterSum {
+            lhs: 1 + d + k,
+            rhs: 1 + d + 2 * k,
+            len: d,
+            rows: k,
+        };
+        let (w1, b1, w2, b2) = (self.w1(), self.b1(), self.w2(), self.b2());
+        for (sum, w, b) in [(second, w2, b2), (first, w1, b1)] {
+            let product = sum.product(factors, f, weights);
+            let n = sum.len + 2;
+            for (i, row) in product.chunks_exact(n).enumerate() {
+                let weight_row = &mut dtheta[w.start + i * (n - 1)..w.start + (i + 1) * (n - 1)];
+                weight_row.iter_mut().zip(row).for_each(|(g, v)| *g += v);
+                dtheta[b.start + i] += row[n - 1];
+            }
+        }
+    }
+}
+
+/// Σᵣ weightᵣ · uᵣ ⊗ [vᵣ; tᵣ; 1] over rows of recorded factors, u at column `lhs` (`rows` values)
+/// and v at `rhs` (`len` values), t at column 0: a layer's weight gradient with its bias gradient
+/// in the last column, [rows, len + 2].
+struct OuterSum {
+    lhs: usize,
+    rhs: usize,
+    len: usize,
+    rows: usize,
+}
+
+impl OuterSum {
+    fn product(&self, factors: &[f32], f: usize, weights: &[f32]) -> Vec<f32> {
+        let n = self.len + 2;
+        let mut right = Vec::with_capacity(weights.len() * n);
+        for (factor, &w) in factors.chunks_exact(f).zip(weights) {
+            right.extend(factor[self.rhs..self.rhs + self.len].iter().map(|v| w * v));
+            right.extend([w * factor[0], w]);
+        }
+        let mut out = vec![0.0f32; self.rows * n];
+        let lhs = &factors[self.lhs..];
+        assert!(
+            (weights.len() - 1) * f + self.rows <= lhs.len(),
+            "the left factor's rows lie inside `factors`"
+        );
+        // SAFETY: out holds rows × n values (row stride n); the left operand (i, r) =
+        // lhs[r·f + i] with i < rows and r < weights.len() lies inside `lhs` (asserted above); the
+        // right operand (r, j) = right[r·n + j] inside `right` (weights.len() × n values); gemm
+        // does not read `out` (read_dst false).
+        unsafe {
+            gemm::gemm(
+                self.rows,
+                n,
+                weights.len(),
+                out.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                lhs.as_ptr(),
+                f as isize,
+                1,
+                right.as_ptr(),
+                1,
+                n as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+        out
     }
 }
 
@@ -218,13 +341,44 @@ impl Dynamics for FloaterDynamics {
 vectorised_fn! {
     /// [`Dynamics::eval`] of [`FloaterDynamics`].
     fn floater_eval(dy: &FloaterDynamics, theta: &[f32], t: f32, p: &[f32], out: &mut [f32]) {
-        let (w2, b2) = (&theta[dy.w2()], &theta[dy.b2()]);
+        let (w2t, b2) = (&theta[dy.w2t()], &theta[dy.b2()]);
+        let rows = p.len() / dy.dim;
+        let mut z = vec![0.0; rows * dy.hidden];
+        let mut y = vec![0.0; rows * dy.hidden];
+        dy.hidden_layer(theta, t, p, &mut z, &mut y);
+        affine(w2t, (&y, dy.hidden), t, b2, out);
+    }
+}
+
+vectorised_fn! {
+    /// [`Dynamics::eval_vjp`] of [`FloaterDynamics`]: the hidden layer once for both, and the same
+    /// sums in the same order as [`floater_eval`] and [`floater_vjp`] give, a layer at a time
+    /// over every row.
+    fn floater_eval_vjp(dy: &FloaterDynamics, theta: &[f32], t: f32, state: (&[f32], &[f32]), outs: (&mut [f32], &mut [f32]), factors: &mut [f32]) {
+        let ((p, a), (out, out_dp)) = (state, outs);
         let (d, k) = (dy.dim, dy.hidden);
-        let mut z = vec![0.0; k];
-        let mut y = vec![0.0; k];
-        for (p, out) in p.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
-            dy.hidden_layer(theta, t, p, &mut z, &mut y);
-            affine(w2, &y, t, b2, out);
+        let (w1, w2, w2t, b2) = (&theta[dy.w1()], &theta[dy.w2()], &theta[dy.w2t()], &theta[dy.b2()]);
+        let rows = p.len() / d;
+        let (mut z, mut y, mut dz) = (vec![0.0; rows * k], vec![0.0; rows * k], vec![0.0; rows * k]);
+        dy.hidden_layer(theta, t, p, &mut z, &mut y);
+        affine(w2t, (&y, k), t, b2, out);
+        transposed_product(w2, k + 1, (a, d), &mut dz, k);
+        for j in 0..rows * k {
+            dz[j] *= dy.activation.derivative(z[j], y[j]);
+        }
+        transposed_product(w1, d + 1, (&dz, k), out_dp, d);
+        let rows = factors
+            .chunks_exact_mut(dy.factor_len())
+            .zip(a.chunks_exact(d).zip(p.chunks_exact(d)))
+            .zip(y.chunks_exact(k).zip(dz.chunks_exact(k)));
+        for ((factor, (a, p)), (y, dz)) in rows {
+            factor[0] = t;
+            let mut rest = &mut factor[1..];
+            for values in [a, y, dz, p] {
+                let (part, tail) = rest.split_at_mut(values.len());
+                part.copy_from_slice(values);
+                rest = tail;
+            }
         }
     }
 }

@@ -228,6 +228,7 @@ fn fixed_grid(
             field.eval(t0, z, &mut stages.k[0]);
             stages.eval_after_first(field, tab, t0, dt, z);
             combine(z, dt, tab.b, &stages.k, z1);
+            field.step_taken(dt, tab.b);
             check_finite(field, z1, t1, name)?;
             if let Some(tape) = tape.as_deref_mut() {
                 tape.steps.push(TapeStep {

@@ -174,8 +174,9 @@ impl<D: Dynamics> Flow<'_, D> {
     /// [`Flow::solve`], counting its attempts in `progress`.
     pub fn solve_tracked(&self, p0: &[f32], progress: &mut Progress) -> Result<Vec<f32>> {
         self.check(p0)?;
+        let theta = self.dynamics.prepare(self.theta);
         integrate(
-            &mut self.field(p0.len()),
+            &mut self.field(&theta, p0.len()),
             &self.method,
             &self.grid.times(),
             p0,
@@ -194,8 +195,9 @@ impl<D: Dynamics> Flow<'_, D> {
         self.check(p0)?;
         let mut tape = Tape::default();
         let times = self.grid.times();
+        let theta = self.dynamics.prepare(self.theta);
         let trajectory = integrate(
-            &mut self.field(p0.len()),
+            &mut self.field(&theta, p0.len()),
             &self.method,
             &times,
             p0,
@@ -209,8 +211,9 @@ impl<D: Dynamics> Flow<'_, D> {
     pub fn backprop(&self, recording: &Recording, upstream: &[f32]) -> Result<Gradients> {
         self.check_upstream(&recording.trajectory, upstream)?;
         let n = recording.trajectory.len() / self.grid.positions;
+        let theta = self.dynamics.prepare(self.theta);
         Ok(backprop::backprop(
-            &mut self.field(n),
+            &mut self.field(&theta, n),
             self.method.tableau(),
             &recording.tape,
             upstream,
@@ -233,7 +236,7 @@ impl<D: Dynamics> Flow<'_, D> {
         self.check_upstream(trajectory, upstream)?;
         adjoint::adjoint(
             self.dynamics,
-            self.theta,
+            &self.dynamics.prepare(self.theta),
             &self.method,
             &self.grid.times(),
             trajectory,
@@ -242,10 +245,11 @@ impl<D: Dynamics> Flow<'_, D> {
         )
     }
 
-    fn field(&self, len: usize) -> StateField<'_, D> {
+    /// The forward field, with θ as [`Dynamics::prepare`] gives it.
+    fn field<'a>(&'a self, theta: &'a [f32], len: usize) -> StateField<'a, D> {
         StateField {
             dynamics: self.dynamics,
-            theta: self.theta,
+            theta,
             len,
         }
     }

@@ -279,6 +279,44 @@ fn one_position_is_the_initial_value() {
 }
 
 /// The largest |a − b| / max(1, |b|).
+/// The adjoint's fused stage (one hidden layer for h and its vector-Jacobian product) gives h and
+/// aᵀ ∂h/∂p bit for bit as `eval` and `vjp` do, and its recorded factors give Σ wᵣ aᵣᵀ ∂h/∂θ as
+/// `vjp` adds it row by row. Sizes past one column block (64) and with a remainder, three rows.
+#[test]
+fn fused_adjoint_stage_matches_eval_and_vjp() {
+    let (d, k, rows, t) = (70, 67, 3, 0.37);
+    for activation in [Activation::Relu, Activation::Tanh] {
+        let dynamics = FloaterDynamics {
+            dim: d,
+            hidden: k,
+            activation,
+        };
+        let raw: Vec<f32> = random_vec(dynamics.param_len(), 7).iter().map(|v| 0.2 * v).collect();
+        let theta = dynamics.prepare(&raw);
+        let (p, a) = (random_vec(rows * d, 8), random_vec(rows * d, 9));
+        let (mut h, mut dp, mut factors) = (vec![0.0; rows * d], vec![0.0; rows * d], Vec::new());
+        dynamics.eval_vjp(&theta, t, (&p, &a), (&mut h, &mut dp), &mut factors);
+        let (mut want_h, mut want_dp) = (vec![0.0; rows * d], vec![0.0; rows * d]);
+        dynamics.eval(&theta, t, &p, &mut want_h);
+        let weights = [0.5f32, -1.25, 2.0];
+        let mut want_theta = vec![0.0f32; dynamics.param_len()];
+        for r in 0..rows {
+            let row = r * d..(r + 1) * d;
+            let scaled: Vec<f32> = a[row.clone()].iter().map(|v| weights[r] * v).collect();
+            let mut ignored = vec![0.0; d];
+            dynamics.vjp(&theta, t, &p[row.clone()], &a[row.clone()], &mut want_dp[row.clone()], &mut vec![0.0; raw.len()]);
+            dynamics.vjp(&theta, t, &p[row], &scaled, &mut ignored, &mut want_theta);
+        }
+        assert_eq!(h, want_h, "{activation:?}: h");
+        assert_eq!(dp, want_dp, "{activation:?}: aᵀ ∂h/∂p");
+        assert_eq!(factors.len(), rows * dynamics.factor_len());
+        let mut got_theta = vec![0.0f32; dynamics.param_len()];
+        dynamics.add_param_vjp(&factors, &weights, &mut got_theta);
+        let gap = max_rel_diff(&got_theta, &want_theta);
+        assert!(gap < 1e-5, "{activation:?}: Σ wᵣ aᵣᵀ ∂h/∂θ differs by {gap}");
+    }
+}
+
 fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter()
         .zip(b)
@@ -349,6 +387,24 @@ impl Dynamics for Square {
             .zip(p.iter().zip(a))
             .for_each(|(o, (p, a))| *o = 2.0 * p * a);
     }
+
+    fn factor_len(&self) -> usize {
+        0
+    }
+
+    fn eval_vjp(
+        &self,
+        theta: &[f32],
+        t: f32,
+        (p, a): (&[f32], &[f32]),
+        (out, out_dp): (&mut [f32], &mut [f32]),
+        _: &mut Vec<f32>,
+    ) {
+        self.eval(theta, t, p, out);
+        self.vjp(theta, t, p, a, out_dp, &mut []);
+    }
+
+    fn add_param_vjp(&self, _: &[f32], _: &[f32], _: &mut [f32]) {}
 }
 
 fn error_text(result: Result<impl std::fmt::Debug>) -> String {

@@ -33,6 +33,8 @@ pub(crate) use fixed::FlowUniform;
 #[cfg(test)]
 mod tests;
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use super::{GpuKernels, In, Op, Out, VjpArgs};
@@ -55,6 +57,10 @@ const WORKGROUP: usize = 64;
 /// are split into dispatches of this much work (one step of the largest size, d = hidden = 256
 /// with rk4's backprop, is about 29k).
 const ITERATIONS_PER_DISPATCH: usize = 32_768;
+
+/// Blocks whose adjoints one thread solves together on a fixed grid: a fixed number, so that the
+/// gradient's sums do not depend on the number of threads.
+const BACKWARD_GROUP: usize = 2;
 
 /// Status codes (element 0 of the status output); see the module doc.
 pub const STATUS_OK: f32 = 0.0;
@@ -383,27 +389,31 @@ impl Op for OdeFlowBackward {
         let n = positions * blocks * d;
         let (traj, upstream) = (&inputs[1].data[..n], &inputs[2].data[..n]);
         let dynamics = flow.dynamics();
-        // Fixed grids: block by block in parallel (see OdeFlow::cpu); dopri5: all blocks at once.
-        let width = match flow.method {
-            Method::Fixed { .. } => d,
-            Method::Dopri5(_) => blocks * d,
+        // Fixed grids: the blocks in groups, in parallel (a group's rows share each pass over θ;
+        // the rows do not interact, see OdeFlow::cpu); dopri5: all blocks at once.
+        let per_group = match flow.method {
+            Method::Fixed { .. } => BACKWARD_GROUP,
+            Method::Dopri5(_) => blocks,
         };
-        let problems = blocks * d / width;
-        let column = |data: &[f32], b: usize| -> Vec<f32> {
+        let groups: Vec<Range<usize>> = (0..blocks)
+            .step_by(per_group)
+            .map(|start| start..(start + per_group).min(blocks))
+            .collect();
+        let column = |data: &[f32], group: &Range<usize>| -> Vec<f32> {
             (0..positions)
-                .flat_map(|i| &data[(i * problems + b) * width..(i * problems + b + 1) * width])
+                .flat_map(|i| &data[(i * blocks + group.start) * d..(i * blocks + group.end) * d])
                 .copied()
                 .collect()
         };
-        let grads: Vec<(Option<Gradients>, Progress)> = (0..problems)
-            .into_par_iter()
-            .map(|b| {
+        let grads: Vec<(Option<Gradients>, Progress)> = groups
+            .par_iter()
+            .map(|group| {
                 let mut progress = Progress::default();
                 let g = flow.gradients(
                     &dynamics,
                     theta,
-                    &column(traj, b),
-                    &column(upstream, b),
+                    &column(traj, group),
+                    &column(upstream, group),
                     &mut progress,
                 );
                 (g, progress)
@@ -430,7 +440,8 @@ impl Op for OdeFlowBackward {
         let dtheta = &mut dtheta.data[..theta.len()];
         let dp0 = &mut dp0.data[..blocks * d];
         dtheta.fill(0.0);
-        for ((g, _), dp0) in grads.iter().zip(dp0.chunks_mut(width)) {
+        for ((g, _), group) in grads.iter().zip(&groups) {
+            let dp0 = &mut dp0[group.start * d..group.end * d];
             match g {
                 Some(g) => {
                     dtheta.iter_mut().zip(&g.theta).for_each(|(s, v)| *s += v);
