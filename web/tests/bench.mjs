@@ -13,7 +13,8 @@
 //
 // Prints the machine (CPU, whether it has AVX-512, load before and after) and a table per part.
 // Environment: POSFLOW_BIN (default $CARGO_TARGET_DIR/release/posflow), DIST (the built site;
-// default web/dist), ROUNDS (default 3), STEPS (timed steps per turn, default 10), SKIP (parts to
+// default web/dist), ROUNDS (default 3), STEPS (timed steps per turn, default 10), VARIANT (the
+// step's `bench train` variant, default learned: the peers' step), SKIP (parts to
 // leave out, comma-separated: step, swiftshader, fast), SCREENSHOTS (a folder: the finished fast preset's
 // page is saved there as compare_fast.png), CHROMIUM.
 
@@ -36,6 +37,7 @@ const ROUNDS = Number(process.env.ROUNDS ?? 3);
 const STEPS = Number(process.env.STEPS ?? 10);
 const WARMUP = 2;
 const SWIFTSHADER_STEPS = 3;
+const VARIANT = process.env.VARIANT ?? 'learned';
 const SKIP = new Set((process.env.SKIP ?? '').split(',').filter(Boolean));
 const TIMEOUT = 1_800_000;
 const POLL = { polling: 500 };
@@ -54,10 +56,10 @@ function nativeStep(threads) {
   const env = { ...process.env, ...(threads ? { RAYON_NUM_THREADS: String(threads) } : {}) };
   const out = execFileSync(
     posflowBin,
-    ['bench', 'train', '--device', 'cpu', '--steps', String(STEPS), '--warmup', String(WARMUP)],
+    ['bench', 'train', '--device', 'cpu', '--variants', VARIANT, '--steps', String(STEPS), '--warmup', String(WARMUP)],
     { encoding: 'utf8', env },
   );
-  const row = out.split('\n').find((l) => l.startsWith('learned '));
+  const row = out.split('\n').find((l) => l.startsWith(`${VARIANT} `));
   assert.ok(row, `no row in posflow bench train's output:\n${out}`);
   // variant, parameters, mean ms, median ms, best ms, …
   return Number(row.trim().split(/\s+/)[3]);
@@ -75,7 +77,7 @@ async function openPage(url, flags, backend) {
 }
 
 const pageStep = (page, steps) =>
-  page.evaluate(([s, w]) => window.posflow.benchTrain('learned', s, w), [steps, WARMUP]);
+  page.evaluate(([v, s, w]) => window.posflow.benchTrain(v, s, w), [VARIANT, steps, WARMUP]);
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
@@ -165,7 +167,7 @@ async function main() {
   assert.ok(fs.existsSync(posflowBin), `${posflowBin} is missing: cargo build --release (or set POSFLOW_BIN)`);
   console.log(`machine: ${machine()}; load ${load()}`);
   console.log(`site: ${dist} (wasm ${fs.statSync(path.join(dist, 'pkg', 'posflow_web_bg.wasm')).size} bytes); native: ${posflowBin}`);
-  console.log(`${ROUNDS} rounds of ${STEPS} timed steps after ${WARMUP} warmup steps\n`);
+  console.log(`${ROUNDS} rounds of ${STEPS} timed steps of \`${VARIANT}\` after ${WARMUP} warmup steps\n`);
   const server = await serve(dist);
   const url = `http://127.0.0.1:${server.address().port}/`;
   try {
