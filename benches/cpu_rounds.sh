@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The CPU step against PyTorch's, and against posflow's own step before a change, taking turns:
+#
+#   benches/cpu_rounds.sh [AFTER [BEFORE]]
+#
+# Each of ROUNDS rounds (default 3) runs, in turn: `AFTER bench train --device cpu` (the peers'
+# step; default $CARGO_TARGET_DIR/release/posflow), BEFORE's (when given), PyTorch's
+# (../shared/peers/torch_train.py, PYTHON with torch, the same model and step), then
+# `bench train --variants sinusoidal,floater` with each binary; so a change in the machine's load
+# falls on all alike (BENCHMARKS.md quotes ratios within a round and medians over rounds). STEPS
+# timed steps after 3 warmups (default 10; FLOATER's 5); THREADS (default 2) for every engine.
+# Prints the CPU, whether it has AVX-512 and the load before and after.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+after=${1:-${CARGO_TARGET_DIR:-target}/release/posflow}
+before=${2:-}
+rounds=${ROUNDS:-3}
+steps=${STEPS:-10}
+threads=${THREADS:-2}
+py=${PYTHON:-python3}
+peers=${PEERS:-../shared/peers}
+for bin in "$after" $before; do
+    [ -x "$bin" ] || { echo "no posflow binary at $bin (cargo build --release)" >&2; exit 1; }
+done
+[ -f "$peers/torch_train.py" ] || { echo "no $peers/torch_train.py (set PEERS)" >&2; exit 1; }
+
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
+avx512=$(grep -q avx512f /proc/cpuinfo && echo "AVX-512" || echo "AVX2, no AVX-512")
+echo "machine: $cpu, $(nproc) threads, $avx512; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$rounds rounds, $steps timed steps after 3 warmups, $threads threads"
+
+step() { # binary, extra args: the median ms of each row
+    RAYON_NUM_THREADS=$threads "$1" bench train --device cpu --steps "${3:-$steps}" --warmup 3 $2 |
+        awk '$1 ~ /^(learned|sinusoidal|floater)$/ { printf "%s %s ms  ", $1, $4 }'
+}
+
+for round in $(seq "$rounds"); do
+    echo "round $round (load $(cut -d' ' -f1 /proc/loadavg))"
+    echo "  posflow after:  $(step "$after" "")"
+    [ -n "$before" ] && echo "  posflow before: $(step "$before" "")"
+    torch=$("$py" "$peers/torch_train.py" --threads "$threads" --warmup 3 --steps "$steps" 2>&1 |
+        tail -n 1 | grep -o 'ms_step=[0-9.]* ms_min=[0-9.]*')
+    echo "  pytorch:        $torch"
+    echo "  FLOATER after:  $(step "$after" "--variants sinusoidal,floater" 5)"
+    [ -n "$before" ] && echo "  FLOATER before: $(step "$before" "--variants sinusoidal,floater" 5)"
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
