@@ -291,7 +291,10 @@ fn fused_adjoint_stage_matches_eval_and_vjp() {
             hidden: k,
             activation,
         };
-        let raw: Vec<f32> = random_vec(dynamics.param_len(), 7).iter().map(|v| 0.2 * v).collect();
+        let raw: Vec<f32> = random_vec(dynamics.param_len(), 7)
+            .iter()
+            .map(|v| 0.2 * v)
+            .collect();
         let theta = dynamics.prepare(&raw);
         let (p, a) = (random_vec(rows * d, 8), random_vec(rows * d, 9));
         let (mut h, mut dp, mut factors) = (vec![0.0; rows * d], vec![0.0; rows * d], Vec::new());
@@ -300,11 +303,18 @@ fn fused_adjoint_stage_matches_eval_and_vjp() {
         dynamics.eval(&theta, t, &p, &mut want_h);
         let weights = [0.5f32, -1.25, 2.0];
         let mut want_theta = vec![0.0f32; dynamics.param_len()];
-        for r in 0..rows {
+        for (r, weight) in weights.iter().enumerate() {
             let row = r * d..(r + 1) * d;
-            let scaled: Vec<f32> = a[row.clone()].iter().map(|v| weights[r] * v).collect();
+            let scaled: Vec<f32> = a[row.clone()].iter().map(|v| weight * v).collect();
             let mut ignored = vec![0.0; d];
-            dynamics.vjp(&theta, t, &p[row.clone()], &a[row.clone()], &mut want_dp[row.clone()], &mut vec![0.0; raw.len()]);
+            dynamics.vjp(
+                &theta,
+                t,
+                &p[row.clone()],
+                &a[row.clone()],
+                &mut want_dp[row.clone()],
+                &mut vec![0.0; raw.len()],
+            );
             dynamics.vjp(&theta, t, &p[row], &scaled, &mut ignored, &mut want_theta);
         }
         assert_eq!(h, want_h, "{activation:?}: h");
