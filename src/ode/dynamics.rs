@@ -336,8 +336,8 @@ impl OuterSum {
     }
 }
 
-// The solve's hot loops, compiled for the widest vector unit (same bits at every width: the dot
-// products keep their eight partial sums, and the other loops combine independent elements).
+// The solve's hot loops, compiled for the widest vector unit (same bits at every width: each sum
+// runs over its inputs in order, and a vector only ever holds independent outputs).
 vectorised_fn! {
     /// [`Dynamics::eval`] of [`FloaterDynamics`].
     fn floater_eval(dy: &FloaterDynamics, theta: &[f32], t: f32, p: &[f32], out: &mut [f32]) {
