@@ -8,7 +8,8 @@
 # (../shared/peers/torch_train.py, PYTHON with torch, the same model and step), then
 # `bench train --variants sinusoidal,floater` with each binary; so a change in the machine's load
 # falls on all alike (BENCHMARKS.md quotes ratios within a round and medians over rounds). STEPS
-# timed steps after 3 warmups (default 10; FLOATER's 5); THREADS (default 2) for every engine.
+# timed steps after 3 warmups (default 10; FLOATER's 5); THREADS (default 2) for every engine;
+# FLOATER=0 leaves the FLOATER rows out.
 # Prints the CPU, whether it has AVX-512 and the load before and after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,7 @@ steps=${STEPS:-10}
 threads=${THREADS:-2}
 py=${PYTHON:-python3}
 peers=${PEERS:-../shared/peers}
+floater=${FLOATER:-1}
 for bin in "$after" $before; do
     [ -x "$bin" ] || { echo "no posflow binary at $bin (cargo build --release)" >&2; exit 1; }
 done
@@ -41,6 +43,7 @@ for round in $(seq "$rounds"); do
     torch=$("$py" "$peers/torch_train.py" --threads "$threads" --warmup 3 --steps "$steps" 2>&1 |
         tail -n 1 | grep -o 'ms_step=[0-9.]* ms_min=[0-9.]*')
     echo "  pytorch:        $torch"
+    [ "$floater" = 0 ] && continue
     echo "  FLOATER after:  $(step "$after" "--variants sinusoidal,floater" 5)"
     [ -n "$before" ] && echo "  FLOATER before: $(step "$before" "--variants sinusoidal,floater" 5)"
 done

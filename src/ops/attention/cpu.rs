@@ -191,7 +191,7 @@ impl<'a> Problem<'a> {
         // Keys from `end` on are hidden: their probabilities are 0 and add nothing to the sum.
         let (p, hidden) = p.split_at_mut(self.key_end(row % self.d.lq));
         hidden.fill(0.0);
-        let max = p.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let max = max_of(p);
         if max == f32::NEG_INFINITY {
             p.fill(0.0);
             return f32::NEG_INFINITY;
@@ -277,6 +277,27 @@ impl<'a> Problem<'a> {
             sums[bucket as usize] += ds;
         }
     }
+}
+
+/// The largest of `x` (−∞ for none; NaNs passed over, as `f32::max` does), in sixteen running maxima side by
+/// side rather than one chain that waits on every compare: a maximum is the same whatever the
+/// order.
+#[inline(always)]
+fn max_of(x: &[f32]) -> f32 {
+    const LANES: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (m, &v) in lanes.iter_mut().zip(chunk) {
+            *m = m.max(v);
+        }
+    }
+    let rest = chunks
+        .remainder()
+        .iter()
+        .copied()
+        .fold(f32::NEG_INFINITY, f32::max);
+    lanes.into_iter().fold(rest, f32::max)
 }
 
 vectorised_fn! {
@@ -371,14 +392,19 @@ vectorised_fn! {
                 }
             }
             tiles::weighted_sums(dq, &ranges[..rows], &s.dp, lk, pr.head(pr.k, bh, lk));
-            for (r, keys) in ranges[..rows].iter().enumerate() {
-                let i = first_i + r;
-                if let Some(sums) = &mut by_bucket {
+            if let Some(sums) = &mut by_bucket {
+                for r in 0..rows {
+                    let i = first_i + r;
                     pr.sum_by_bucket(i, &s.ds[r * lk..][..lk], &mut sums[i * pr.d.buckets..][..pr.d.buckets]);
                 }
-                for j in keys.clone() {
-                    s.p_t[j * lq + i] = s.p[r * lk + j];
-                    s.ds_t[j * lq + i] = s.dp[r * lk + j];
+            }
+            // Key-major copies for dk and dv, the group's rows side by side in each key's row
+            // (what a key's sums read: queries from `query_start` on, never a key a row hides).
+            let keys = ranges[rows - 1].end;
+            for (j, (p_t, ds_t)) in s.p_t.chunks_exact_mut(lq).zip(s.ds_t.chunks_exact_mut(lq)).take(keys).enumerate() {
+                for r in 0..rows {
+                    p_t[first_i + r] = s.p[r * lk + j];
+                    ds_t[first_i + r] = s.dp[r * lk + j];
                 }
             }
         }

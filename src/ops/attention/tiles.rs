@@ -62,7 +62,9 @@ pub(super) fn dots(xs: &[&[f32]], keys_t: &[f32], lk: usize, n: usize, out: &mut
 ///
 /// The one-row loops this replaced skipped the terms of hidden keys, whose weight is ±0; here
 /// they add w·x = ±0 (x finite), which leaves a sum that starts from +0 unchanged, since such a
-/// sum is never −0.
+/// sum is never −0. A full group runs over the union of its ranges, each row adding 0·x for the
+/// terms outside its own range (a select: what `weights` holds there is not read), so every
+/// sum is still its range's terms in order.
 #[inline(always)]
 pub(super) fn weighted_sums(
     outs: &mut [f32],
@@ -78,7 +80,8 @@ pub(super) fn weighted_sums(
     if let ([r0, r1, r2, r3], false) = (ranges, shared.is_empty()) {
         let tile = Tile {
             ranges: [r0.clone(), r1.clone(), r2.clone(), r3.clone()],
-            shared,
+            span: ranges.iter().map(|r| r.start).min().unwrap_or(0)
+                ..ranges.iter().map(|r| r.end).max().unwrap_or(0),
             weights,
             stride,
             rows,
@@ -114,10 +117,11 @@ pub(super) fn weighted_sums(
     }
 }
 
-/// The weighted sums of a full group of rows whose terms overlap in `shared`.
+/// The weighted sums of a full group of rows whose ranges overlap.
 struct Tile<'a> {
     ranges: [Range<usize>; GROUP],
-    shared: Range<usize>,
+    /// The union of the ranges.
+    span: Range<usize>,
     weights: &'a [f32],
     stride: usize,
     rows: &'a [f32],
@@ -125,33 +129,28 @@ struct Tile<'a> {
 }
 
 impl Tile<'_> {
-    /// Columns `c .. c + W` of the four sums: each row's terms before the shared range, then the
-    /// shared range for all four (each row of `rows` loaded once), then each row's terms after
-    /// it, so that every sum keeps its own order.
+    /// Columns `c .. c + W` of the four sums over the span, each row of `rows` loaded once for
+    /// all four. The sums are locals that nothing else borrows, so that they stay in registers.
     #[inline(always)]
     fn columns<const W: usize>(&self, outs: &mut [f32], c: usize) {
         let Self {
             ref ranges,
-            ref shared,
+            ref span,
             weights,
             stride,
             rows,
             dh,
         } = *self;
         let (mut a0, mut a1, mut a2, mut a3) = ([0.0f32; W], [0.0f32; W], [0.0f32; W], [0.0f32; W]);
-        let (w0, w1, w2, w3) = (
-            weights,
-            &weights[stride..],
-            &weights[2 * stride..],
-            &weights[3 * stride..],
-        );
-        let columns = (rows, dh, c);
-        add_terms(&mut a0, ranges[0].start..shared.start, w0, columns);
-        add_terms(&mut a1, ranges[1].start..shared.start, w1, columns);
-        add_terms(&mut a2, ranges[2].start..shared.start, w2, columns);
-        add_terms(&mut a3, ranges[3].start..shared.start, w3, columns);
-        for t in shared.clone() {
-            let (v0, v1, v2, v3) = (w0[t], w1[t], w2[t], w3[t]);
+        let weight = |r: usize, t: usize| {
+            if ranges[r].contains(&t) {
+                weights[r * stride + t]
+            } else {
+                0.0
+            }
+        };
+        for t in span.clone() {
+            let (v0, v1, v2, v3) = (weight(0, t), weight(1, t), weight(2, t), weight(3, t));
             let x: &[f32; W] = rows[t * dh + c..][..W].try_into().expect("a tile of columns");
             for (l, &x) in x.iter().enumerate() {
                 a0[l] += v0 * x;
@@ -160,30 +159,8 @@ impl Tile<'_> {
                 a3[l] += v3 * x;
             }
         }
-        add_terms(&mut a0, shared.end..ranges[0].end, w0, columns);
-        add_terms(&mut a1, shared.end..ranges[1].end, w1, columns);
-        add_terms(&mut a2, shared.end..ranges[2].end, w2, columns);
-        add_terms(&mut a3, shared.end..ranges[3].end, w3, columns);
         for (r, a) in [a0, a1, a2, a3].iter().enumerate() {
             outs[r * dh + c..][..W].copy_from_slice(a);
-        }
-    }
-}
-
-/// acc += weights[t] · rows[t][c .. c + W] over `terms` in order (no closure: one that is not
-/// inlined would keep the sums out of registers).
-#[inline(always)]
-fn add_terms<const W: usize>(
-    acc: &mut [f32; W],
-    terms: Range<usize>,
-    weights: &[f32],
-    (rows, dh, c): (&[f32], usize, usize),
-) {
-    for t in terms {
-        let w = weights[t];
-        let x: &[f32; W] = rows[t * dh + c..][..W].try_into().expect("a tile of columns");
-        for (a, &x) in acc.iter_mut().zip(x) {
-            *a += w * x;
         }
     }
 }
