@@ -184,33 +184,61 @@ impl<'a> Problem<'a> {
         }
     }
 
-    /// Row `row`'s scores in `p` turned into its probabilities (0 where hidden); returns its
-    /// lse. A row with no visible key gets all zeros and lse = −∞.
+    /// The scores of `rows` consecutive query rows from `first` on (row r in `p[r·Lk..][..Lk]`)
+    /// turned into their probabilities (0 where hidden), each row's lse into `lse`. A row with
+    /// no visible key gets all zeros and lse = −∞. Each row's total is summed over its keys in
+    /// order; a full group's four totals run side by side.
     #[inline(always)]
-    fn softmax(&self, row: usize, p: &mut [f32]) -> f32 {
-        // Keys from `end` on are hidden: their probabilities are 0 and add nothing to the sum.
-        let (p, hidden) = p.split_at_mut(self.key_end(row % self.d.lq));
-        hidden.fill(0.0);
-        let max = max_of(p);
-        if max == f32::NEG_INFINITY {
-            p.fill(0.0);
-            return f32::NEG_INFINITY;
+    fn softmax_rows(&self, first: usize, p: &mut [f32], lse: &mut [f32]) {
+        let (lk, rows) = (self.d.lk, lse.len());
+        let mut ends = [0; GROUP];
+        let mut maxima = [f32::NEG_INFINITY; GROUP];
+        for (r, p) in p.chunks_exact_mut(lk).take(rows).enumerate() {
+            // Keys from `end` on are hidden: their probabilities are 0 and add nothing to the sum.
+            let end = self.key_end((first + r) % self.d.lq);
+            let (p, hidden) = p.split_at_mut(end);
+            hidden.fill(0.0);
+            maxima[r] = max_of(p);
+            if maxima[r] == f32::NEG_INFINITY {
+                p.fill(0.0);
+            } else {
+                for s in p.iter_mut() {
+                    *s = exp(*s - maxima[r]);
+                }
+                ends[r] = end;
+            }
         }
-        for s in p.iter_mut() {
-            *s = exp(*s - max);
+        let mut totals = [0.0f32; GROUP];
+        let mut summed = 0;
+        if rows == GROUP {
+            summed = ends.iter().copied().min().unwrap_or(0);
+            for j in 0..summed {
+                for (r, total) in totals.iter_mut().enumerate() {
+                    *total += p[r * lk + j];
+                }
+            }
         }
-        let total: f32 = p.iter().sum();
-        for s in p.iter_mut() {
-            *s /= total;
+        for (r, (p, lse)) in p.chunks_exact_mut(lk).zip(lse.iter_mut()).enumerate() {
+            if maxima[r] == f32::NEG_INFINITY {
+                *lse = f32::NEG_INFINITY;
+                continue;
+            }
+            let p = &mut p[..ends[r]];
+            let total = p[summed..].iter().fold(totals[r], |t, &v| t + v);
+            for s in p.iter_mut() {
+                *s /= total;
+            }
+            *lse = maxima[r] + total.ln();
         }
-        max + total.ln()
     }
 
     /// Row `row`'s probabilities into `p` (0 where hidden); returns its lse.
     #[inline(always)]
     pub fn probs(&self, row: usize, k_t: &[f32], p: &mut [f32]) -> f32 {
         self.scores(row, 1, k_t, p);
-        self.softmax(row, p)
+        let mut lse = [0.0];
+        self.softmax_rows(row, p, &mut lse);
+        lse[0]
     }
 
     /// For `rows` consecutive query rows of one (b, h) from `first` on (row r's part of each
@@ -309,10 +337,10 @@ vectorised_fn! {
         for (g, (out, lse)) in out.chunks_mut(GROUP * dh).zip(lse.chunks_mut(GROUP)).enumerate() {
             let (first, rows) = (bh * lq + g * GROUP, lse.len());
             pr.scores(first, rows, k_t, p);
+            pr.softmax_rows(first, p, lse);
             let mut ranges = <[Range<usize>; GROUP]>::default();
-            for (r, (p, lse)) in p.chunks_exact_mut(lk).zip(lse.iter_mut()).enumerate() {
+            for (r, p) in p.chunks_exact_mut(lk).take(rows).enumerate() {
                 let row = first + r;
-                *lse = pr.softmax(row, p);
                 let end = pr.key_end(row % lq);
                 // What multiplies v: P ∘ Z (Z = 1 without dropout).
                 for (j, p) in p[..end].iter_mut().enumerate() {
