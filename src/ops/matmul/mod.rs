@@ -6,13 +6,14 @@
 
 use rayon::prelude::*;
 
-use super::elementwise::par_map;
+use super::par::PAR_CHUNK;
 use super::unary::{Activation, UnaryBackward, UnaryKind};
 use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
 use crate::tensor::{DType, TensorMeta};
+use crate::vector::vectorised_fn;
 
 mod kernels;
 
@@ -276,6 +277,38 @@ fn sum_batch(g: &mut Graph, x: TensorId) -> Result<TensorId> {
     g.reshape(summed, &[r, c])
 }
 
+/// Adds `bias` to every row of `out` and, with `activated`, writes f of each sum there: the
+/// product's epilogue in one pass over its rows while they are in cache.
+fn add_bias(out: &mut [f32], bias: &[f32], activated: Option<&mut [f32]>, f: impl Fn(f32) -> f32 + Sync) {
+    let chunk = (PAR_CHUNK / bias.len()).max(1) * bias.len();
+    match activated {
+        Some(activated) => out
+            .par_chunks_mut(chunk)
+            .zip(activated.par_chunks_mut(chunk))
+            .for_each(|(out, activated)| bias_rows(out, bias, activated, &f)),
+        None => out
+            .par_chunks_mut(chunk)
+            .for_each(|out| bias_rows(out, bias, &mut [], &f)),
+    }
+}
+
+vectorised_fn! {
+    /// [`add_bias`] of whole rows; `activated` is empty or as long as `out`.
+    fn bias_rows(out: &mut [f32], bias: &[f32], activated: &mut [f32], f: &impl Fn(f32) -> f32) {
+        let n = bias.len();
+        for (r, row) in out.chunks_exact_mut(n).enumerate() {
+            for (o, b) in row.iter_mut().zip(bias) {
+                *o += b;
+            }
+            if let Some(activated) = activated.get_mut(r * n..(r + 1) * n) {
+                for (a, &o) in activated.iter_mut().zip(row.iter()) {
+                    *a = f(o);
+                }
+            }
+        }
+    }
+}
+
 impl Op for MatMul {
     fn name(&self) -> &'static str {
         "matmul"
@@ -323,21 +356,20 @@ impl Op for MatMul {
                 self.gemm(&l, a, b, i, dst, THREADED);
             }
         }
-        if self.bias {
-            let bias = inputs[2].data;
-            out.par_chunks_mut(l.n).for_each(|row| {
-                for (o, b) in row.iter_mut().zip(bias) {
-                    *o += b;
-                }
-            });
+        if !self.bias {
+            return;
         }
+        let bias = inputs[2].data;
         // One loop per activation, each with its function known: a kind chosen per element
         // kept GELU's loop from vectorising (the CPU step was 1.2–1.5× slower).
-        if let ([out, activated], Some(activation)) = (outputs, self.activation) {
-            match activation {
-                Activation::Gelu => par_map(activated.data, out.data, |x| UnaryKind::Gelu.apply(x)),
-                Activation::Relu => par_map(activated.data, out.data, |x| UnaryKind::Relu.apply(x)),
+        match (outputs, self.activation) {
+            ([out, activated], Some(Activation::Gelu)) => {
+                add_bias(out.data, bias, Some(activated.data), |x| UnaryKind::Gelu.apply(x))
             }
+            ([out, activated], Some(Activation::Relu)) => {
+                add_bias(out.data, bias, Some(activated.data), |x| UnaryKind::Relu.apply(x))
+            }
+            (outputs, _) => add_bias(outputs[0].data, bias, None, |x| x),
         }
     }
 
