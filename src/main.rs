@@ -140,13 +140,9 @@ enum Bench {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // This thread joins rayon's pool as one of its workers: every op's parallel loop then runs
-    // here and on the other workers directly, instead of being handed to the pool while this
-    // thread sleeps on a lock and is woken again (two context switches per op, ~8% of a CPU
-    // step). Building the pool can only fail if something built it already; then it stays.
-    let _ = rayon::ThreadPoolBuilder::new()
-        .use_current_thread()
-        .build_global();
+    // The ops this thread runs start their parallel loops here (a study's workers join pools
+    // of their own).
+    let _pool = posflow::backend::CpuBackend::join_thread_pool(0);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

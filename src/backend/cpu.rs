@@ -20,6 +20,25 @@ impl CpuBackend {
     pub fn new() -> Self {
         Self
     }
+
+    /// Makes the calling thread worker 0 of a new rayon pool of `threads` threads (0: rayon's
+    /// default, `RAYON_NUM_THREADS` or every core), for a thread that runs ops for as long as
+    /// the returned pool is kept: each op's parallel loop then starts on this thread and is
+    /// shared with the pool's others, where from a thread outside any pool rayon hands the whole
+    /// loop to its global pool and sleeps on a lock until it is done (two wake-ups per op, 8% of
+    /// a CPU training step; and with several such threads their ops queue for the same workers).
+    /// `None`, and the ops run as before, if this thread is in a pool already or none can be
+    /// built. Rayon keeps a little of the pool's state for the thread when it is dropped.
+    pub fn join_thread_pool(threads: usize) -> Option<rayon::ThreadPool> {
+        if rayon::current_thread_index().is_some() {
+            return None;
+        }
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .use_current_thread()
+            .build()
+            .ok()
+    }
 }
 
 fn cpu_buffer(buffer: &Buffer) -> &Arc<RwLock<Vec<f32>>> {

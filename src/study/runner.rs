@@ -15,7 +15,7 @@ use super::plan::{RunPlan, StudyProgress};
 use super::results::RunResult;
 use super::spec::StudyTrainer;
 use super::torchrun::run_torch;
-use crate::backend::Backend;
+use crate::backend::{Backend, CpuBackend};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::train::{Progress, StepStats, Trainer, fit};
@@ -46,9 +46,14 @@ pub fn run_study(
     });
     let wake = Condvar::new();
     let workers = jobs.clamp(1, plans.len().max(1));
+    // Each worker runs its ops in a pool of its own, the threads shared out among them.
+    let threads = (rayon::current_num_threads() / workers).max(1);
     std::thread::scope(|scope| {
         for _ in 0..workers {
-            scope.spawn(|| work(plans, backend, progress, &queue, &wake));
+            scope.spawn(|| {
+                let _pool = CpuBackend::join_thread_pool(threads);
+                work(plans, backend, progress, &queue, &wake)
+            });
         }
     });
     let queue = queue.into_inner().expect("no worker panicked");
