@@ -180,3 +180,34 @@ impl Compiled for CpuProgram {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rayon::prelude::*;
+
+    use super::CpuBackend;
+
+    #[test]
+    fn a_thread_that_joins_a_pool_runs_its_loops_there() {
+        // Two threads at once, as a study's workers: each in a pool of one thread, itself.
+        std::thread::scope(|scope| {
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    let pool = CpuBackend::join_thread_pool(1).expect("a new thread joins a pool");
+                    assert_eq!(rayon::current_thread_index(), Some(0));
+                    assert_eq!(rayon::current_num_threads(), 1);
+                    assert!(CpuBackend::join_thread_pool(1).is_none(), "it is in one already");
+                    // A loop of many chunks runs on this thread, none handed to another.
+                    let here = std::thread::current().id();
+                    let mut xs = vec![0u32; 1 << 16];
+                    xs.par_chunks_mut(64).enumerate().for_each(|(i, chunk)| {
+                        assert_eq!(std::thread::current().id(), here);
+                        chunk.fill(i as u32);
+                    });
+                    assert!(xs.iter().enumerate().all(|(j, &x)| x as usize == j / 64));
+                    drop(pool);
+                });
+            }
+        });
+    }
+}
