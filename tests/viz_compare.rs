@@ -202,7 +202,8 @@ fn stop_keeps_the_runs_that_finished() {
     harness.run_steps(3);
     let status = handle.compare_status();
     assert!(!status.running && !status.done);
-    assert!(status.runs_done >= 1 && status.runs_done < 4, "{status:?}");
+    // A slice ends when a run finishes, so Stop came right after the first.
+    assert_eq!(status.runs_done, 1, "{status:?}");
     assert_eq!(handle.compare_results().len(), status.runs_done);
     assert!(status.verdicts.is_empty());
 }

@@ -1,8 +1,8 @@
 //! Training a comparison live: the settings' study as a [`LiveStudy`], stepped by jobs that the
 //! frames spawn one after another (natively within a frame, on the web beside the frames), so the
-//! viewer stays responsive. A job owns the study while it steps, for about [`SLICE_SECONDS`], and
-//! leaves a snapshot of what the tab draws: the finished runs, the run in training, the summary
-//! and, at the end, the verdicts. Stop keeps what finished.
+//! viewer stays responsive. A job owns the study while it steps, for about [`SLICE_SECONDS`] or
+//! until a run finishes, and leaves a snapshot of what the tab draws: the finished runs, the run
+//! in training, the summary and, at the end, the verdicts. Stop keeps what finished.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -231,14 +231,18 @@ pub(crate) fn next_step(s: &mut State) -> Option<Job> {
     Some(Job::CompareStep(Step { live }))
 }
 
-/// Steps until the slice's time is up or the study ended, then hands the
-/// study back with a fresh snapshot.
+/// Steps until the slice's time is up, a run finished or the study ended, then hands the
+/// study back with a fresh snapshot. Ending at a finished run shows its results at once, and a
+/// Stop then keeps the runs finished when it was pressed, however fast they run.
 pub(crate) async fn run_step(state: &Rc<RefCell<State>>, mut step: Step) {
     let backend: Rc<dyn Backend> = state.borrow().backend.clone();
     let start = web_time::Instant::now();
+    let finished = step.live.finished().len();
     let result = loop {
         match step.live.advance(&backend).await {
-            Ok(Some(_)) if start.elapsed().as_secs_f64() < SLICE_SECONDS => {}
+            Ok(Some(_))
+                if start.elapsed().as_secs_f64() < SLICE_SECONDS
+                    && step.live.finished().len() == finished => {}
             Ok(_) => break Ok(()),
             Err(e) => break Err(e),
         }
