@@ -20,7 +20,8 @@ pub struct StudyArgs {
     /// Where the runs, the report and the pictures go; defaults to runs/studies/<name>.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Runs trained at once, each on its own thread with its own backend.
+    /// Runs trained at once, each on its own thread with its own backend and an equal share of
+    /// the CPU threads (RAYON_NUM_THREADS, or every core, divided by the jobs; at least one).
     #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     jobs: usize,
     /// Check the study and print its runs, training nothing.
