@@ -12,37 +12,45 @@ use std::ops::Range;
 
 /// Rows handled together.
 pub(super) const GROUP: usize = 4;
-/// Keys per tile of scores: with [`GROUP`] rows, 8 AVX-512 registers of sums.
-const KEYS: usize = 32;
+/// Whether the vector unit has 32 registers of 16 floats (AVX-512): tiles of 32 keys or columns
+/// then keep a group's sums in 8 of them. Elsewhere (AVX2's 16 registers of 8, NEON, SIMD128)
+/// such tiles need 16 registers or more and spill; tiles of 16 need 8 (or 16 of NEON's 32).
+#[inline(always)]
+fn wide_registers() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
 
 /// `out[r·stride + j] = xs[r] · keys_t[.., j]` for each row r of the group and at least the keys
 /// `j < n` (whole tiles of keys may go further, up to `lk`), summed over the head dimension in
 /// order; `keys_t` is one (b, h)'s keys transposed, `[Dh, lk]`.
 #[inline(always)]
 pub(super) fn dots(xs: &[&[f32]], keys_t: &[f32], lk: usize, n: usize, out: &mut [f32], stride: usize) {
+    if wide_registers() {
+        dots_in_tiles::<32>(xs, keys_t, (lk, n), out, stride);
+    } else {
+        dots_in_tiles::<16>(xs, keys_t, (lk, n), out, stride);
+    }
+}
+
+/// [`dots`] with a full group's keys in tiles of `KEYS`.
+#[inline(always)]
+fn dots_in_tiles<const KEYS: usize>(
+    xs: &[&[f32]],
+    keys_t: &[f32],
+    (lk, n): (usize, usize),
+    out: &mut [f32],
+    stride: usize,
+) {
     let mut tiled = 0;
     if let [x0, x1, x2, x3] = *xs {
-        while tiled < n && tiled + KEYS <= lk {
-            // Four named rows of sums, so that they stay in registers.
-            let (mut a0, mut a1, mut a2, mut a3) =
-                ([0.0f32; KEYS], [0.0f32; KEYS], [0.0f32; KEYS], [0.0f32; KEYS]);
-            for d in 0..x0.len() {
-                let keys: &[f32; KEYS] = keys_t[d * lk + tiled..][..KEYS]
-                    .try_into()
-                    .expect("a tile of keys");
-                let (v0, v1, v2, v3) = (x0[d], x1[d], x2[d], x3[d]);
-                for (l, &k) in keys.iter().enumerate() {
-                    a0[l] += v0 * k;
-                    a1[l] += v1 * k;
-                    a2[l] += v2 * k;
-                    a3[l] += v3 * k;
-                }
-            }
-            for (r, a) in [a0, a1, a2, a3].iter().enumerate() {
-                out[r * stride + tiled..][..KEYS].copy_from_slice(a);
-            }
-            tiled += KEYS;
-        }
+        key_tiles::<KEYS>([x0, x1, x2, x3], keys_t, (lk, n), out, stride, &mut tiled);
     }
     if tiled >= n {
         return;
@@ -54,6 +62,40 @@ pub(super) fn dots(xs: &[&[f32]], keys_t: &[f32], lk: usize, n: usize, out: &mut
         for (d, &xd) in x.iter().enumerate() {
             axpy(o, xd, &keys_t[d * lk + tiled..][..n - tiled]);
         }
+    }
+}
+
+/// [`dots`] for a full group in tiles of `KEYS` keys from `tiled` on, while they stay within
+/// `lk` and start below `n`; `tiled` ends past the last tile.
+#[inline(always)]
+fn key_tiles<const KEYS: usize>(
+    [x0, x1, x2, x3]: [&[f32]; GROUP],
+    keys_t: &[f32],
+    (lk, n): (usize, usize),
+    out: &mut [f32],
+    stride: usize,
+    tiled: &mut usize,
+) {
+    while *tiled < n && *tiled + KEYS <= lk {
+        // Four named rows of sums, so that they stay in registers.
+        let (mut a0, mut a1, mut a2, mut a3) =
+            ([0.0f32; KEYS], [0.0f32; KEYS], [0.0f32; KEYS], [0.0f32; KEYS]);
+        for d in 0..x0.len() {
+            let keys: &[f32; KEYS] = keys_t[d * lk + *tiled..][..KEYS]
+                .try_into()
+                .expect("a tile of keys");
+            let (v0, v1, v2, v3) = (x0[d], x1[d], x2[d], x3[d]);
+            for (l, &k) in keys.iter().enumerate() {
+                a0[l] += v0 * k;
+                a1[l] += v1 * k;
+                a2[l] += v2 * k;
+                a3[l] += v3 * k;
+            }
+        }
+        for (r, a) in [a0, a1, a2, a3].iter().enumerate() {
+            out[r * stride + *tiled..][..KEYS].copy_from_slice(a);
+        }
+        *tiled += KEYS;
     }
 }
 
@@ -87,11 +129,13 @@ pub(super) fn weighted_sums(
             rows,
             dh,
         };
-        while tiled + 32 <= dh {
-            tile.columns::<32>(outs, tiled);
-            tiled += 32;
+        if wide_registers() {
+            while tiled + 32 <= dh {
+                tile.columns::<32>(outs, tiled);
+                tiled += 32;
+            }
         }
-        if tiled + 16 <= dh {
+        while tiled + 16 <= dh {
             tile.columns::<16>(outs, tiled);
             tiled += 16;
         }
@@ -175,7 +219,7 @@ fn axpy(x: &mut [f32], w: f32, y: &[f32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{GROUP, dots, weighted_sums};
+    use super::{GROUP, dots, dots_in_tiles, weighted_sums};
 
     /// A value that makes every rounding visible: no two products alike.
     fn value(i: usize) -> f32 {
@@ -190,6 +234,26 @@ mod tests {
                 .map(|r| (0..dh).map(|d| value(1000 + r * dh + d)).collect())
                 .collect();
             let xs: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
+            // Both tile widths, whichever this CPU's `dots` takes.
+            type Dots = fn(&[&[f32]], &[f32], (usize, usize), &mut [f32], usize);
+            let widths: [(usize, Dots); 2] = [(16, dots_in_tiles::<16>), (32, dots_in_tiles::<32>)];
+            for (width, tiled) in widths {
+                let mut grouped = vec![f32::NAN; GROUP * lk];
+                tiled(&xs, &keys_t, (lk, n), &mut grouped, lk);
+                for (r, x) in xs.iter().enumerate() {
+                    for j in 0..n {
+                        let by_hand = x
+                            .iter()
+                            .enumerate()
+                            .fold(0.0f32, |s, (d, &xd)| s + xd * keys_t[d * lk + j]);
+                        assert_eq!(
+                            grouped[r * lk + j].to_bits(),
+                            by_hand.to_bits(),
+                            "tiles of {width}, dh {dh}: row {r}, key {j}"
+                        );
+                    }
+                }
+            }
             let mut grouped = vec![f32::NAN; GROUP * lk];
             dots(&xs, &keys_t, lk, n, &mut grouped, lk);
             for (r, x) in xs.iter().enumerate() {
