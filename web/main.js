@@ -34,9 +34,10 @@
 //   posflow.compareResults()         → the finished runs, as posflow study's result.json files
 //   posflow.downloadStudy()          → hands the study file to the browser (the tab's Download study)
 //   posflow.downloads                → every file the page handed the browser: [{name, size}]
-//   posflow.benchTrain(variant, steps, warmup) → Promise<{medianMs, meanMs, bestMs,
-//                                       tokensPerSecond, …}>: `posflow bench train`'s step timed in
-//                                       the page (web/tests/bench.mjs; the CPU one holds the page)
+//   posflow.benchTrain(variant, steps, warmup, profile) → Promise<{medianMs, meanMs, bestMs,
+//                                       tokensPerSecond, …, profile}>: `posflow bench train`'s step
+//                                       timed in the page (web/tests/bench.mjs; the CPU one holds
+//                                       the page); with profile, its time per op kind on the CPU
 //
 // The Compare tab's settings live in the page's URL (?task=…&enc=…&seeds=…&train=…&test=…&preset=…
 // beside ?backend=): a link opens the tab with them.
@@ -195,8 +196,8 @@ const api = {
   downloadStudy() {
     wasm.downloadStudy();
   },
-  benchTrain(variant = 'learned', steps = 10, warmup = 2) {
-    return serial(() => wasm.benchTrain(variant, steps, warmup));
+  benchTrain(variant = 'learned', steps = 10, warmup = 2, profile = false) {
+    return serial(() => wasm.benchTrain(variant, steps, warmup, profile));
   },
   downloads: [],
 };

@@ -6,12 +6,12 @@
 
 use std::cell::RefCell;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
-use std::time::Instant;
 
 use super::profile::{self, Clock, Profile};
 use super::{Backend, BackendKind, Buffer, Compiled, Program, ReadFuture};
 use crate::error::{Error, Result};
 use crate::kernel::{In, Out};
+use web_time::Instant;
 
 #[derive(Debug, Default)]
 pub struct CpuBackend;

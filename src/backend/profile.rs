@@ -6,10 +6,21 @@
 //! training step takes twice as long as the next), and caches are cold.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Whether `POSFLOW_PROFILE=1` is set: programs compiled then are profiled.
+/// Set by [`request`].
+static REQUESTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether `POSFLOW_PROFILE=1` is set or [`request`] was called: programs compiled then are
+/// profiled.
 pub fn requested() -> bool {
-    std::env::var("POSFLOW_PROFILE").is_ok_and(|v| v == "1")
+    REQUESTED.load(Ordering::Relaxed) || std::env::var("POSFLOW_PROFILE").is_ok_and(|v| v == "1")
+}
+
+/// Profiles the programs compiled from now on (or no longer, unless `POSFLOW_PROFILE=1`): for
+/// the page, which has no environment.
+pub fn request(on: bool) {
+    REQUESTED.store(on, Ordering::Relaxed);
 }
 
 /// How the times were taken.
@@ -34,7 +45,7 @@ pub struct OpTime {
 }
 
 /// The time per op kind over every run of one program.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Profile {
     pub clock: Clock,
     /// Runs counted: every run but the first.

@@ -8,6 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use web_time::Instant;
 
 use crate::backend::Backend;
+use crate::backend::profile::Profile;
 use crate::error::{Error, Result};
 use crate::model::{Block, EmbedScale, Model, ModelConfig, ModelKind, PosEnc};
 use crate::optim::AdamW;
@@ -178,6 +179,8 @@ pub struct TrainBenchRow {
     pub last_loss: f32,
     /// Kernel dispatches of one step on a GPU (`None` on the CPU).
     pub dispatches: Option<usize>,
+    /// Where the steps' time went, when profiling was requested.
+    pub profile: Option<Profile>,
 }
 
 /// Times `steps` full training steps (forward, backward, clipping, AdamW update) of
@@ -236,6 +239,7 @@ pub async fn train(backend: &Rc<dyn Backend>, bench: &TrainBench, steps: usize) 
         first_loss: losses[0],
         last_loss: losses[losses.len() - 1],
         dispatches: program.dispatches(),
+        profile: program.profile(),
     })
 }
 

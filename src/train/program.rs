@@ -14,6 +14,7 @@
 use std::rc::Rc;
 
 use crate::backend::Backend;
+use crate::backend::profile::Profile;
 use crate::checkpoint::{Checkpoint, FLOATER_ENCODINGS_STATE};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
@@ -340,6 +341,15 @@ impl TrainingProgram {
         program.exec.run()?;
         self.last_solved = solve;
         Ok(())
+    }
+
+    /// Where the time of the last launched step's program went over its runs, when it was
+    /// compiled profiled ([`crate::backend::profile::requested`]).
+    pub fn profile(&self) -> Option<Profile> {
+        match &self.cached {
+            Some(cached) if !self.last_solved => cached.program.exec.profile(),
+            _ => self.solving.exec.profile(),
+        }
     }
 
     /// Kernel dispatches of the last launched step on a GPU (`None` on the CPU).

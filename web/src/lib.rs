@@ -310,19 +310,34 @@ pub fn take_downloads() -> Result<js_sys::Array, JsError> {
 /// Times the training step `posflow bench train --variants VARIANT` times (the peers' step, or
 /// one change to it) on the page's backend: `warmup` untimed steps, then `steps` timed ones, each
 /// from feeding its batch to reading its loss back. Returns `{variant, device, steps,
-/// medianMs, meanMs, bestMs, tokensPerSecond, firstLoss, lastLoss}`. On the CPU it holds the
-/// page for the whole run (one step at a time on the page's only thread).
+/// medianMs, meanMs, bestMs, tokensPerSecond, firstLoss, lastLoss, profile}`; with `profile`
+/// true (on the CPU), `profile` is where a step's time went, `[{op, calls, msPerStep}]` per op
+/// kind over the steps after the first (what `POSFLOW_PROFILE=1` prints natively), else null. On
+/// the CPU it holds the page for the whole run (one step at a time on the page's only thread).
 #[wasm_bindgen(js_name = benchTrain)]
-pub async fn bench_train(variant: String, steps: usize, warmup: usize) -> Result<JsValue, JsError> {
+pub async fn bench_train(
+    variant: String,
+    steps: usize,
+    warmup: usize,
+    profile: bool,
+) -> Result<JsValue, JsError> {
     use posflow::bench::{TrainBench, TrainShape};
     let session = session()?;
     let bench = TrainBench {
         warmup,
         ..TrainBench::variant(TrainShape::Peers, &variant).map_err(js_error)?
     };
-    let row = posflow::bench::train(&session.backend, &bench, steps)
-        .await
-        .map_err(js_error)?;
+    posflow::backend::profile::request(profile);
+    let row = posflow::bench::train(&session.backend, &bench, steps).await;
+    posflow::backend::profile::request(false);
+    let row = row.map_err(js_error)?;
+    let profile = row.profile.as_ref().map(|p| {
+        let runs = p.runs.max(1) as f64;
+        p.ops
+            .iter()
+            .map(|op| json!({"op": op.name, "calls": op.calls as f64 / runs, "msPerStep": op.seconds * 1e3 / runs}))
+            .collect::<Vec<_>>()
+    });
     to_js(&json!({
         "variant": variant,
         "device": session.device,
@@ -333,5 +348,6 @@ pub async fn bench_train(variant: String, steps: usize, warmup: usize) -> Result
         "tokensPerSecond": row.tokens_per_second,
         "firstLoss": row.first_loss,
         "lastLoss": row.last_loss,
+        "profile": profile,
     }))
 }

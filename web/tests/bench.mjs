@@ -15,11 +15,12 @@
 // Environment: POSFLOW_BIN (default $CARGO_TARGET_DIR/release/posflow), DIST (the built site;
 // default web/dist), ROUNDS (default 3), STEPS (timed steps per turn, default 10), VARIANT (the
 // step's `bench train` variant, default learned: the peers' step), SKIP (parts to
-// leave out, comma-separated: step, swiftshader, fast), SCREENSHOTS (a folder: the finished fast preset's
+// leave out, comma-separated: step, swiftshader, fast), PROFILE=1 (also the page's step per op
+// kind beside native `POSFLOW_PROFILE=1` on one thread), SCREENSHOTS (a folder: the finished fast preset's
 // page is saved there as compare_fast.png), CHROMIUM.
 
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -76,8 +77,43 @@ async function openPage(url, flags, backend) {
   return { browser, page, device: status.device };
 }
 
-const pageStep = (page, steps) =>
-  page.evaluate(([v, s, w]) => window.posflow.benchTrain(v, s, w), [VARIANT, steps, WARMUP]);
+const pageStep = (page, steps, profile = false) =>
+  page.evaluate(([v, s, w, p]) => window.posflow.benchTrain(v, s, w, p), [VARIANT, steps, WARMUP, profile]);
+
+// Where the page's step goes beside the native one-thread step's, per op kind (PROFILE=1).
+async function profileInThePage(url) {
+  const { browser, page } = await openPage(url, NO_WEBGPU_FLAGS, 'cpu');
+  let row;
+  try {
+    row = await pageStep(page, STEPS, true);
+  } finally {
+    await browser.close();
+  }
+  assert.ok(row.profile && row.profile.length > 0, 'the page returned no profile');
+  const native = new Map();
+  const env = { ...process.env, RAYON_NUM_THREADS: '1', POSFLOW_PROFILE: '1' };
+  const result = spawnSync(
+    posflowBin,
+    ['bench', 'train', '--device', 'cpu', '--variants', VARIANT, '--steps', String(STEPS), '--warmup', String(WARMUP)],
+    { encoding: 'utf8', env },
+  );
+  // The profile's rows on stderr: op, calls per run, ms per run, share.
+  for (const line of result.stderr.split('\n')) {
+    const m = line.match(/^(\w+)\s+(\d+)\s+([\d.]+)\s+[\d.]+%$/);
+    if (m) native.set(m[1], Number(m[3]));
+  }
+  const total = row.profile.reduce((t, op) => t + op.msPerStep, 0);
+  console.log(`\nwhere the page's step goes (CPU in wasm, ${STEPS} steps after ${WARMUP} warmups; native on 1 thread beside it; load ${load()})`);
+  console.log('| op | page, ms/step | share | native 1 thread, ms/step | page / native |');
+  console.log('|---|---|---|---|---|');
+  for (const op of [...row.profile].sort((a, b) => b.msPerStep - a.msPerStep)) {
+    const n = native.get(op.op);
+    const ratio = n ? `${(op.msPerStep / n).toFixed(2)}×` : '—';
+    console.log(`| ${op.op} | ${op.msPerStep.toFixed(2)} | ${((100 * op.msPerStep) / total).toFixed(1)}% | ${n ? n.toFixed(2) : '—'} | ${ratio} |`);
+  }
+  const nativeTotal = [...native.values()].reduce((t, v) => t + v, 0);
+  console.log(`| all ops | ${total.toFixed(1)} | | ${nativeTotal.toFixed(1)} | ${(total / nativeTotal).toFixed(2)}× |`);
+}
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
@@ -172,6 +208,7 @@ async function main() {
   const url = `http://127.0.0.1:${server.address().port}/`;
   try {
     if (!SKIP.has('step')) await stepInThePage(url);
+    if (process.env.PROFILE === '1') await profileInThePage(url);
     if (!SKIP.has('swiftshader')) await stepOnSwiftShader(url);
     if (!SKIP.has('fast')) await fastPreset(url);
   } finally {
