@@ -28,7 +28,9 @@ impl CpuBackend {
     /// loop to its global pool and sleeps on a lock until it is done (two wake-ups per op, 8% of
     /// a CPU training step; and with several such threads their ops queue for the same workers).
     /// `None`, and the ops run as before, if this thread is in a pool already or none can be
-    /// built. Rayon keeps a little of the pool's state for the thread when it is dropped.
+    /// built. Rayon keeps a little of the pool's state for the thread when it is dropped. Not in
+    /// wasm, which has one thread.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn join_thread_pool(threads: usize) -> Option<rayon::ThreadPool> {
         if rayon::current_thread_index().is_some() {
             return None;
