@@ -52,14 +52,21 @@ function machine() {
 
 const load = () => os.loadavg()[0].toFixed(2);
 
-// The native step's median ms (`posflow bench train` prints a row per variant).
-function nativeStep(threads) {
-  const env = { ...process.env, ...(threads ? { RAYON_NUM_THREADS: String(threads) } : {}) };
-  const out = execFileSync(
+// Native `posflow bench train` of the page's step with `vars` added to the environment: its
+// stdout and stderr.
+function nativeBench(vars) {
+  const result = spawnSync(
     posflowBin,
     ['bench', 'train', '--device', 'cpu', '--variants', VARIANT, '--steps', String(STEPS), '--warmup', String(WARMUP)],
-    { encoding: 'utf8', env },
+    { encoding: 'utf8', env: { ...process.env, ...vars } },
   );
+  assert.equal(result.status, 0, `posflow bench train failed:\n${result.stderr}`);
+  return result;
+}
+
+// The native step's median ms (`posflow bench train` prints a row per variant).
+function nativeStep(threads) {
+  const out = nativeBench(threads ? { RAYON_NUM_THREADS: String(threads) } : {}).stdout;
   const row = out.split('\n').find((l) => l.startsWith(`${VARIANT} `));
   assert.ok(row, `no row in posflow bench train's output:\n${out}`);
   // variant, parameters, mean ms, median ms, best ms, …
@@ -91,14 +98,9 @@ async function profileInThePage(url) {
   }
   assert.ok(row.profile && row.profile.length > 0, 'the page returned no profile');
   const native = new Map();
-  const env = { ...process.env, RAYON_NUM_THREADS: '1', POSFLOW_PROFILE: '1' };
-  const result = spawnSync(
-    posflowBin,
-    ['bench', 'train', '--device', 'cpu', '--variants', VARIANT, '--steps', String(STEPS), '--warmup', String(WARMUP)],
-    { encoding: 'utf8', env },
-  );
+  const { stderr } = nativeBench({ RAYON_NUM_THREADS: '1', POSFLOW_PROFILE: '1' });
   // The profile's rows on stderr: op, calls per run, ms per run, share.
-  for (const line of result.stderr.split('\n')) {
+  for (const line of stderr.split('\n')) {
     const m = line.match(/^(\w+)\s+(\d+)\s+([\d.]+)\s+[\d.]+%$/);
     if (m) native.set(m[1], Number(m[3]));
   }

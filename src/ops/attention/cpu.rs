@@ -307,9 +307,9 @@ impl<'a> Problem<'a> {
     }
 }
 
-/// The largest of `x` (−∞ for none; NaNs passed over, as `f32::max` does), in sixteen running maxima side by
-/// side rather than one chain that waits on every compare: a maximum is the same whatever the
-/// order.
+/// The largest of `x` (−∞ for none; NaNs passed over, as `f32::max` does), in sixteen running
+/// maxima side by side rather than one chain that waits on every compare: a maximum is the same
+/// whatever the order.
 #[inline(always)]
 fn max_of(x: &[f32]) -> f32 {
     const LANES: usize = 16;

@@ -39,7 +39,8 @@ pub(super) fn dots(xs: &[&[f32]], keys_t: &[f32], lk: usize, n: usize, out: &mut
     }
 }
 
-/// [`dots`] with a full group's keys in tiles of `KEYS`.
+/// [`dots`] with a full group's keys in tiles of `KEYS`, while they stay within `lk` and start
+/// below `n`; the keys past the last tile one row at a time.
 #[inline(always)]
 fn dots_in_tiles<const KEYS: usize>(
     xs: &[&[f32]],
@@ -50,7 +51,27 @@ fn dots_in_tiles<const KEYS: usize>(
 ) {
     let mut tiled = 0;
     if let [x0, x1, x2, x3] = *xs {
-        key_tiles::<KEYS>([x0, x1, x2, x3], keys_t, (lk, n), out, stride, &mut tiled);
+        while tiled < n && tiled + KEYS <= lk {
+            // Four named rows of sums, so that they stay in registers.
+            let (mut a0, mut a1, mut a2, mut a3) =
+                ([0.0f32; KEYS], [0.0f32; KEYS], [0.0f32; KEYS], [0.0f32; KEYS]);
+            for d in 0..x0.len() {
+                let keys: &[f32; KEYS] = keys_t[d * lk + tiled..][..KEYS]
+                    .try_into()
+                    .expect("a tile of keys");
+                let (v0, v1, v2, v3) = (x0[d], x1[d], x2[d], x3[d]);
+                for (l, &k) in keys.iter().enumerate() {
+                    a0[l] += v0 * k;
+                    a1[l] += v1 * k;
+                    a2[l] += v2 * k;
+                    a3[l] += v3 * k;
+                }
+            }
+            for (r, a) in [a0, a1, a2, a3].iter().enumerate() {
+                out[r * stride + tiled..][..KEYS].copy_from_slice(a);
+            }
+            tiled += KEYS;
+        }
     }
     if tiled >= n {
         return;
@@ -62,40 +83,6 @@ fn dots_in_tiles<const KEYS: usize>(
         for (d, &xd) in x.iter().enumerate() {
             axpy(o, xd, &keys_t[d * lk + tiled..][..n - tiled]);
         }
-    }
-}
-
-/// [`dots`] for a full group in tiles of `KEYS` keys from `tiled` on, while they stay within
-/// `lk` and start below `n`; `tiled` ends past the last tile.
-#[inline(always)]
-fn key_tiles<const KEYS: usize>(
-    [x0, x1, x2, x3]: [&[f32]; GROUP],
-    keys_t: &[f32],
-    (lk, n): (usize, usize),
-    out: &mut [f32],
-    stride: usize,
-    tiled: &mut usize,
-) {
-    while *tiled < n && *tiled + KEYS <= lk {
-        // Four named rows of sums, so that they stay in registers.
-        let (mut a0, mut a1, mut a2, mut a3) =
-            ([0.0f32; KEYS], [0.0f32; KEYS], [0.0f32; KEYS], [0.0f32; KEYS]);
-        for d in 0..x0.len() {
-            let keys: &[f32; KEYS] = keys_t[d * lk + *tiled..][..KEYS]
-                .try_into()
-                .expect("a tile of keys");
-            let (v0, v1, v2, v3) = (x0[d], x1[d], x2[d], x3[d]);
-            for (l, &k) in keys.iter().enumerate() {
-                a0[l] += v0 * k;
-                a1[l] += v1 * k;
-                a2[l] += v2 * k;
-                a3[l] += v3 * k;
-            }
-        }
-        for (r, a) in [a0, a1, a2, a3].iter().enumerate() {
-            out[r * stride + *tiled..][..KEYS].copy_from_slice(a);
-        }
-        *tiled += KEYS;
     }
 }
 
@@ -219,6 +206,8 @@ fn axpy(x: &mut [f32], w: f32, y: &[f32]) {
 
 #[cfg(test)]
 mod tests {
+    use std::ops::Range;
+
     use super::{GROUP, dots, dots_in_tiles, weighted_sums};
 
     /// A value that makes every rounding visible: no two products alike.
@@ -234,46 +223,43 @@ mod tests {
                 .map(|r| (0..dh).map(|d| value(1000 + r * dh + d)).collect())
                 .collect();
             let xs: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
-            // Both tile widths, whichever this CPU's `dots` takes.
+            // The group through `dots` and through both tile widths (whichever `dots` takes
+            // here), and each row alone through `dots`.
             type Dots = fn(&[&[f32]], &[f32], (usize, usize), &mut [f32], usize);
-            let widths: [(usize, Dots); 2] = [(16, dots_in_tiles::<16>), (32, dots_in_tiles::<32>)];
-            for (width, tiled) in widths {
-                let mut grouped = vec![f32::NAN; GROUP * lk];
-                tiled(&xs, &keys_t, (lk, n), &mut grouped, lk);
-                for (r, x) in xs.iter().enumerate() {
+            let by_dots: Dots = |xs, keys_t, (lk, n), out, stride| dots(xs, keys_t, lk, n, out, stride);
+            let ways: [(&str, Dots); 3] = [
+                ("dots", by_dots),
+                ("tiles of 16", dots_in_tiles::<16>),
+                ("tiles of 32", dots_in_tiles::<32>),
+            ];
+            // Each result with the rows it holds.
+            let mut results: Vec<(String, Vec<f32>, Range<usize>)> = ways
+                .iter()
+                .map(|(way, scores)| {
+                    let mut grouped = vec![f32::NAN; GROUP * lk];
+                    scores(&xs, &keys_t, (lk, n), &mut grouped, lk);
+                    (way.to_string(), grouped, 0..GROUP)
+                })
+                .collect();
+            for (r, x) in xs.iter().enumerate() {
+                let mut alone = vec![f32::NAN; GROUP * lk];
+                dots(&[x], &keys_t, lk, n, &mut alone[r * lk..], lk);
+                results.push((format!("row {r} alone"), alone, r..r + 1));
+            }
+            for (way, scores, held) in &results {
+                for r in held.clone() {
+                    let x = xs[r];
                     for j in 0..n {
                         let by_hand = x
                             .iter()
                             .enumerate()
                             .fold(0.0f32, |s, (d, &xd)| s + xd * keys_t[d * lk + j]);
                         assert_eq!(
-                            grouped[r * lk + j].to_bits(),
+                            scores[r * lk + j].to_bits(),
                             by_hand.to_bits(),
-                            "tiles of {width}, dh {dh}: row {r}, key {j}"
+                            "{way}, dh {dh}: row {r}, key {j}"
                         );
                     }
-                }
-            }
-            let mut grouped = vec![f32::NAN; GROUP * lk];
-            dots(&xs, &keys_t, lk, n, &mut grouped, lk);
-            for (r, x) in xs.iter().enumerate() {
-                let mut alone = vec![f32::NAN; lk];
-                dots(&[x], &keys_t, lk, n, &mut alone, lk);
-                for j in 0..n {
-                    let by_hand = x
-                        .iter()
-                        .enumerate()
-                        .fold(0.0f32, |s, (d, &xd)| s + xd * keys_t[d * lk + j]);
-                    assert_eq!(
-                        grouped[r * lk + j].to_bits(),
-                        by_hand.to_bits(),
-                        "dh {dh}: row {r}, key {j}"
-                    );
-                    assert_eq!(
-                        alone[j].to_bits(),
-                        by_hand.to_bits(),
-                        "dh {dh}: row {r} alone, key {j}"
-                    );
                 }
             }
         }
