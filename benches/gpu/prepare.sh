@@ -2,7 +2,9 @@
 # Run here, before a session's first call of the `device` tool: builds what the GPU-targets table
 # needs and puts it where the calls carry it from (`.gpu/`, `.gl/`, both git-ignored locally).
 #
-#   bash benches/gpu/prepare.sh
+#   bash benches/gpu/prepare.sh          everything
+#   bash benches/gpu/prepare.sh bench    the benchmarks' part only (minutes sooner: the first call
+#                                        can start while `prepare.sh tests` builds the rest)
 #
 # A call carries at most 64 MiB with the tree (~16 MiB), so the work is split: one call for the
 # benchmarks, one per part of the test binaries, back to back (a machine stays warm 30 s):
@@ -16,14 +18,27 @@ cd "$(dirname "$0")/../.."
 root=$(pwd)
 peers=${PEERS:-$root/../shared/peers}
 part_limit=$((44 * 1024 * 1024))
+what=${1:-all}
+target=$(cargo metadata --format-version 1 --no-deps |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 
 for dir in /.gpu/ /.gl/; do
     grep -qxF "$dir" .git/info/exclude 2>/dev/null || echo "$dir" >>.git/info/exclude
 done
-rm -rf .gpu && mkdir -p .gpu/bench .gpu/all
 
+# The Vulkan loader (the device machine has NVIDIA's driver but no loader): the device README's
+# recipe, once per checkout.
+if ! ls .gl/libvulkan1_*.deb >/dev/null 2>&1; then
+    mkdir -p .gl /tmp/amd64/partial
+    o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+    apt-get $o update -qq
+    (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
+fi
+
+if [ "$what" != tests ]; then
+rm -rf .gpu/bench && mkdir -p .gpu/bench
 cargo build --release --bin posflow
-strip -o .gpu/bench/posflow target/release/posflow
+strip -o .gpu/bench/posflow "$target/release/posflow"
 xz -9 -T0 .gpu/bench/posflow
 cp "$peers/torch_train.py" .gpu/bench/
 # posflow_torch and the one wheel it needs that a CUDA machine's PyTorch may lack (safetensors;
@@ -32,6 +47,9 @@ mkdir -p .gpu/bench/python .gpu/bench/wheels
 cp -r python/posflow_torch .gpu/bench/python/
 rm -rf .gpu/bench/python/posflow_torch/__pycache__
 python3 -m pip download --no-deps -q -d .gpu/bench/wheels safetensors
+fi
+[ "$what" = bench ] && { du -sh .gl .gpu/bench; exit 0; }
+rm -rf .gpu/tests-* && mkdir -p .gpu/all
 
 # The test binaries (unit and integration) as `cargo test` runs them, and the CLI binary the
 # CLI tests run. Tests find committed files and that binary by paths baked in at build time:
@@ -50,8 +68,6 @@ for line in sys.stdin:
         strip -o ".gpu/all/$(basename "$exe")" "$exe"
     done
 xz -9 -T0 .gpu/all/*
-target=$(cargo metadata --format-version 1 --no-deps |
-    python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 strip -o .gpu/posflow-debug "$target/debug/posflow"
 xz -9 -T0 .gpu/posflow-debug
 # The tree's path, and the CLI binary's, as the test binaries have them.
@@ -73,14 +89,5 @@ for f in $(ls -S .gpu/all/*.xz); do
     used=$((used + size))
 done
 rm -rf .gpu/all .gpu/posflow-debug.xz .gpu/source_root
-
-# The Vulkan loader (the device machine has NVIDIA's driver but no loader): the device README's
-# recipe, once per checkout.
-if ! ls .gl/libvulkan1_*.deb >/dev/null 2>&1; then
-    mkdir -p .gl /tmp/amd64/partial
-    o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
-    apt-get $o update -qq
-    (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
-fi
 du -sh .gl .gpu/*
 echo "test parts: $part (one call each)"
