@@ -1,0 +1,273 @@
+//! The CPU backend's products in the page: WebAssembly's SIMD128 lanes, each tile of four rows ×
+//! eight columns of the output summed in registers. gemm's SIMD128 kernels ran the page's
+//! products at ~30 GFLOP/s; this tile at ~40 on the same machine (BENCHMARKS.md, "In the
+//! browser"). Every output is its k-ordered sum of products, each a multiply then an add (SIMD128
+//! has no fused multiply-add), so it equals the plain loop bit for bit.
+
+use lanes::F32x4;
+
+/// Where element (r, c) of a matrix operand is: r·rows + c·cols (a transpose swaps them).
+#[derive(Clone, Copy, Debug)]
+pub struct Strides {
+    pub rows: usize,
+    pub cols: usize,
+}
+
+/// Output rows per tile: each holds two vectors of sums, eight in all, beside the two vectors of
+/// b and the broadcast of a, within the 16 vector registers of the x86 the page mostly runs on
+/// (six rows spilled and ran 20% slower).
+const ROWS: usize = 4;
+/// Output columns per tile: two vectors.
+const COLS: usize = 8;
+/// Values of k per pass: a panel of b (8 KB) and a block of a (4 KB) fit the first-level cache.
+const DEPTH: usize = 256;
+
+/// `dst[m, n] = a · b` for `a` m × k and `b` k × n at the given strides; `dst` is row-major and
+/// only written.
+#[allow(clippy::too_many_arguments)]
+pub fn product(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    sa: Strides,
+    b: &[f32],
+    sb: Strides,
+    dst: &mut [f32],
+) {
+    assert_eq!(dst.len(), m * n, "product output size");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        dst.fill(0.0);
+        return;
+    }
+    let last = |rows: usize, cols: usize, s: Strides| (rows - 1) * s.rows + (cols - 1) * s.cols;
+    assert!(
+        last(m, k, sa) < a.len() && last(k, n, sb) < b.len(),
+        "product operand sizes"
+    );
+    let mut panels = vec![0.0f32; n.div_ceil(COLS) * DEPTH * COLS];
+    let mut block = vec![0.0f32; DEPTH * ROWS];
+    // DEPTH values of k at a time, so that a panel and a block stay in the first-level cache;
+    // each later slice adds to the sums the earlier ones stored, in k order still.
+    for from in (0..k).step_by(DEPTH) {
+        let depth = (k - from).min(DEPTH);
+        // b in panels of COLS columns, each `depth` rows of COLS values in a row (the order the
+        // tiles read them in); the columns past n are zeros, and their sums are not stored.
+        let panels = &mut panels[..n.div_ceil(COLS) * depth * COLS];
+        for (p, panel) in panels.chunks_exact_mut(depth * COLS).enumerate() {
+            for (kk, row) in panel.chunks_exact_mut(COLS).enumerate() {
+                for (j, v) in row.iter_mut().enumerate().take(n - p * COLS) {
+                    *v = b[(from + kk) * sb.rows + (p * COLS + j) * sb.cols];
+                }
+            }
+        }
+        for (t, rows) in dst.chunks_mut(ROWS * n).enumerate() {
+            // The tile's rows of a, `depth` columns of up to ROWS values, packed once for
+            // every panel.
+            let (first, count) = (t * ROWS, rows.len() / n);
+            let block = &mut block[..depth * count];
+            for (kk, column) in block.chunks_exact_mut(count).enumerate() {
+                for (r, v) in column.iter_mut().enumerate() {
+                    *v = a[(first + r) * sa.rows + (from + kk) * sa.cols];
+                }
+            }
+            let added = from > 0;
+            for (p, panel) in panels.chunks_exact(depth * COLS).enumerate() {
+                match count {
+                    4 => tile::<4>(block, panel, rows, n, p, added),
+                    3 => tile::<3>(block, panel, rows, n, p, added),
+                    2 => tile::<2>(block, panel, rows, n, p, added),
+                    _ => tile::<1>(block, panel, rows, n, p, added),
+                }
+            }
+        }
+    }
+}
+
+/// R rows of the output (`rows`, n wide) at panel `p`'s columns: the sums of R packed rows of a
+/// (`block`, depth × R) with the panel, in registers, added to what `rows` holds if `added`.
+#[inline(always)]
+fn tile<const R: usize>(block: &[f32], panel: &[f32], rows: &mut [f32], n: usize, p: usize, added: bool) {
+    let (start, width) = (p * COLS, (n - p * COLS).min(COLS));
+    let mut sums = [[F32x4::splat(0.0); 2]; R];
+    if added {
+        for (sums, row) in sums.iter_mut().zip(rows.chunks_exact(n)) {
+            let mut values = [0.0; COLS];
+            values[..width].copy_from_slice(&row[start..start + width]);
+            *sums = [F32x4::load(&values[..4]), F32x4::load(&values[4..])];
+        }
+    }
+    for (x, b) in block.chunks_exact(R).zip(panel.chunks_exact(COLS)) {
+        let x: &[f32; R] = x.try_into().expect("R rows");
+        let (b0, b1) = (F32x4::load(&b[..4]), F32x4::load(&b[4..]));
+        for r in 0..R {
+            let x = F32x4::splat(x[r]);
+            sums[r][0] = sums[r][0].add_product(x, b0);
+            sums[r][1] = sums[r][1].add_product(x, b1);
+        }
+    }
+    for (row, sums) in rows.chunks_exact_mut(n).zip(sums) {
+        if width == COLS {
+            sums[0].store(&mut row[start..start + 4]);
+            sums[1].store(&mut row[start + 4..start + 8]);
+        } else {
+            let mut values = [0.0; COLS];
+            sums[0].store(&mut values[..4]);
+            sums[1].store(&mut values[4..]);
+            row[start..start + width].copy_from_slice(&values[..width]);
+        }
+    }
+}
+
+/// Four f32 lanes: SIMD128's `v128` in the page.
+#[cfg(target_arch = "wasm32")]
+mod lanes {
+    use core::arch::wasm32::{f32x4_add, f32x4_mul, f32x4_splat, v128, v128_load, v128_store};
+
+    #[derive(Clone, Copy)]
+    pub struct F32x4(v128);
+
+    impl F32x4 {
+        #[inline(always)]
+        pub fn splat(x: f32) -> Self {
+            Self(f32x4_splat(x))
+        }
+
+        #[inline(always)]
+        pub fn load(values: &[f32]) -> Self {
+            let values: &[f32; 4] = values.try_into().expect("four lanes");
+            // SAFETY: `values` is four f32, 16 bytes; v128_load reads them unaligned.
+            Self(unsafe { v128_load(values.as_ptr().cast()) })
+        }
+
+        /// self + x·y, lane by lane: the product rounded, then the sum.
+        #[inline(always)]
+        pub fn add_product(self, x: Self, y: Self) -> Self {
+            Self(f32x4_add(self.0, f32x4_mul(x.0, y.0)))
+        }
+
+        #[inline(always)]
+        pub fn store(self, values: &mut [f32]) {
+            let values: &mut [f32; 4] = values.try_into().expect("four lanes");
+            // SAFETY: `values` is four f32, 16 bytes, uniquely borrowed.
+            unsafe { v128_store(values.as_mut_ptr().cast(), self.0) }
+        }
+    }
+}
+
+/// Four f32 lanes as an array, for the native tests: the same arithmetic lane by lane.
+#[cfg(not(target_arch = "wasm32"))]
+mod lanes {
+    #[derive(Clone, Copy)]
+    pub struct F32x4([f32; 4]);
+
+    impl F32x4 {
+        pub fn splat(x: f32) -> Self {
+            Self([x; 4])
+        }
+
+        pub fn load(values: &[f32]) -> Self {
+            Self(values.try_into().expect("four lanes"))
+        }
+
+        pub fn add_product(self, x: Self, y: Self) -> Self {
+            Self(std::array::from_fn(|l| self.0[l] + x.0[l] * y.0[l]))
+        }
+
+        pub fn store(self, values: &mut [f32]) {
+            values.copy_from_slice(&self.0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Strides, product};
+
+    /// The plain loop: each output its k-ordered sum of products.
+    fn plain(m: usize, n: usize, k: usize, a: &[f32], sa: Strides, b: &[f32], sb: Strides) -> Vec<f32> {
+        let mut out = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let mut sum = 0.0f32;
+                for kk in 0..k {
+                    sum += a[i * sa.rows + kk * sa.cols] * b[kk * sb.rows + j * sb.cols];
+                }
+                out[i * n + j] = sum;
+            }
+        }
+        out
+    }
+
+    fn values(len: usize, seed: f32) -> Vec<f32> {
+        (0..len).map(|i| ((i as f32 + seed) * 0.7123).sin()).collect()
+    }
+
+    #[test]
+    fn every_tile_and_edge_equals_the_plain_loop_bit_for_bit() {
+        // Rows past a whole tile (1-3 left), columns past a whole panel (65: the tied head's
+        // vocabulary), one column, k in three passes (600), and both operands transposed or not.
+        for (m, n, k) in [
+            (1, 1, 1),
+            (4, 8, 3),
+            (5, 9, 17),
+            (7, 65, 32),
+            (13, 16, 1),
+            (16, 3, 40),
+            (2, 130, 64),
+            (6, 11, 600),
+        ] {
+            for (trans_a, trans_b) in [(false, false), (true, false), (false, true), (true, true)] {
+                let sa = if trans_a {
+                    Strides { rows: 1, cols: m }
+                } else {
+                    Strides { rows: k, cols: 1 }
+                };
+                let sb = if trans_b {
+                    Strides { rows: 1, cols: k }
+                } else {
+                    Strides { rows: n, cols: 1 }
+                };
+                let (a, b) = (values(m * k, 1.0), values(k * n, 2.0));
+                let mut dst = vec![f32::NAN; m * n];
+                product(m, n, k, &a, sa, &b, sb, &mut dst);
+                let expected = plain(m, n, k, &a, sa, &b, sb);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&dst),
+                    bits(&expected),
+                    "{m}x{k}·{k}x{n}, transposed {trans_a}/{trans_b}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_sum_is_zero_and_an_empty_output_is_left_alone() {
+        let mut dst = vec![f32::NAN; 6];
+        product(
+            2,
+            3,
+            0,
+            &[],
+            Strides { rows: 0, cols: 1 },
+            &[],
+            Strides { rows: 3, cols: 1 },
+            &mut dst,
+        );
+        assert_eq!(dst, [0.0; 6]);
+        product(
+            0,
+            3,
+            2,
+            &[],
+            Strides { rows: 2, cols: 1 },
+            &[1.0; 6],
+            Strides { rows: 3, cols: 1 },
+            &mut [],
+        );
+    }
+}
