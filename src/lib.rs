@@ -26,6 +26,7 @@ pub mod ode;
 pub mod ops;
 pub mod optim;
 pub mod params;
+mod product;
 pub mod score;
 pub mod shaders;
 pub mod study;

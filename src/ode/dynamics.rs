@@ -2,6 +2,7 @@
 
 use std::ops::Range;
 
+use crate::product::{Strides, product};
 use crate::vector::vectorised_fn;
 
 /// A vector field h(t, p; θ) applied to a batch of rows at once (one row per block).
@@ -301,37 +302,10 @@ impl OuterSum {
         }
         let mut out = vec![0.0f32; self.rows * n];
         let lhs = &factors[self.lhs..];
-        assert!(
-            (weights.len() - 1) * f + self.rows <= lhs.len(),
-            "the left factor's rows lie inside `factors`"
-        );
-        // SAFETY: out holds rows × n values (row stride n); the left operand (i, r) =
-        // lhs[r·f + i] with i < rows and r < weights.len() lies inside `lhs` (asserted above); the
-        // right operand (r, j) = right[r·n + j] inside `right` (weights.len() × n values); gemm
-        // does not read `out` (read_dst false).
-        unsafe {
-            gemm::gemm(
-                self.rows,
-                n,
-                weights.len(),
-                out.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                lhs.as_ptr(),
-                f as isize,
-                1,
-                right.as_ptr(),
-                1,
-                n as isize,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
-            );
-        }
+        // The left operand (i, r) = lhs[r·f + i], the right (r, j) = right[r·n + j]; `product`
+        // checks that both lie inside their slices.
+        let (sl, sr) = (Strides { rows: 1, cols: f }, Strides { rows: n, cols: 1 });
+        product(self.rows, n, weights.len(), lhs, sl, &right, sr, &mut out, false);
         out
     }
 }

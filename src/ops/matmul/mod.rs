@@ -12,12 +12,11 @@ use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, 
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
+use crate::product::{Strides, product};
 use crate::tensor::{DType, TensorMeta};
 use crate::vector::vectorised_fn;
 
 mod kernels;
-#[cfg(any(test, all(target_arch = "wasm32", target_feature = "simd128")))]
-mod simd128;
 
 pub use kernels::{BLOCK_TILES, KernelChoice};
 use kernels::{Epilogue, Kernel, kernel_for, same_sums};
@@ -206,73 +205,22 @@ impl MatMul {
 /// split across threads by product instead.
 const SMALL_PRODUCT: usize = 1 << 18;
 
-/// GEMM's own threading for one large product; the web has no threads to give it.
-#[cfg(not(target_arch = "wasm32"))]
-const THREADED: gemm::Parallelism = gemm::Parallelism::Rayon(0);
-#[cfg(target_arch = "wasm32")]
-const THREADED: gemm::Parallelism = gemm::Parallelism::None;
-
 impl MatMul {
-    /// One product of the batch into `dst`: the `gemm` crate's kernels natively, with strides
-    /// for the transposes (`gemm` computes dst = beta · lhs · rhs when it does not read dst),
-    /// and in the page, where gemm's SIMD128 kernels were slower, posflow's own.
-    fn product(
-        &self,
-        l: &Layout,
-        a: &[f32],
-        b: &[f32],
-        index: usize,
-        dst: &mut [f32],
-        par: gemm::Parallelism,
-    ) {
+    /// One product of the batch into `dst`, with strides for the transposes.
+    fn product(&self, l: &Layout, a: &[f32], b: &[f32], index: usize, dst: &mut [f32], threaded: bool) {
         let a = &a[index * l.a_batch..][..l.m * l.k];
         let b = &b[index * l.b_batch..][..l.k * l.n];
-        assert_eq!(dst.len(), l.m * l.n, "matmul output size");
-        // (row stride, column stride) of op(a) and op(b).
-        let (a_rs, a_cs) = if self.trans_a { (1, l.m) } else { (l.k, 1) };
-        let (b_rs, b_cs) = if self.trans_b { (1, l.k) } else { (l.n, 1) };
-        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        {
-            // The page has one thread.
-            let _ = par;
-            let (sa, sb) = (
-                simd128::Strides {
-                    rows: a_rs,
-                    cols: a_cs,
-                },
-                simd128::Strides {
-                    rows: b_rs,
-                    cols: b_cs,
-                },
-            );
-            simd128::product(l.m, l.n, l.k, a, sa, b, sb, dst);
-        }
-        // SAFETY: `a`, `b` and `dst` hold exactly the m·k, k·n and m·n elements that these
-        // strides reach, `dst` is a unique borrow, and gemm does not read dst (read_dst false).
-        #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-        unsafe {
-            gemm::gemm(
-                l.m,
-                l.n,
-                l.k,
-                dst.as_mut_ptr(),
-                1,
-                l.n as isize,
-                false,
-                a.as_ptr(),
-                a_cs as isize,
-                a_rs as isize,
-                b.as_ptr(),
-                b_cs as isize,
-                b_rs as isize,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                par,
-            );
-        }
+        let sa = if self.trans_a {
+            Strides { rows: 1, cols: l.m }
+        } else {
+            Strides { rows: l.k, cols: 1 }
+        };
+        let sb = if self.trans_b {
+            Strides { rows: 1, cols: l.k }
+        } else {
+            Strides { rows: l.n, cols: 1 }
+        };
+        product(l.m, l.n, l.k, a, sa, b, sb, dst, threaded);
     }
 
     /// d loss / d a for this product (batched like the product, before any sum over a batch).
@@ -378,10 +326,10 @@ impl Op for MatMul {
         } else if l.batch > 1 && per * l.k < SMALL_PRODUCT {
             out.par_chunks_mut(per)
                 .enumerate()
-                .for_each(|(i, dst)| self.product(&l, a, b, i, dst, gemm::Parallelism::None));
+                .for_each(|(i, dst)| self.product(&l, a, b, i, dst, false));
         } else {
             for (i, dst) in out.chunks_mut(per).enumerate() {
-                self.product(&l, a, b, i, dst, THREADED);
+                self.product(&l, a, b, i, dst, true);
             }
         }
         if !self.bias {

@@ -1,17 +1,11 @@
-//! The CPU backend's products in the page: WebAssembly's SIMD128 lanes, each tile of four rows ×
+//! The products in the page: WebAssembly's SIMD128 lanes, each tile of four rows ×
 //! eight columns of the output summed in registers. gemm's SIMD128 kernels ran the page's
 //! products at ~30 GFLOP/s; this tile at ~40 on the same machine (BENCHMARKS.md, "In the
 //! browser"). Every output is its k-ordered sum of products, each a multiply then an add (SIMD128
 //! has no fused multiply-add), so it equals the plain loop bit for bit.
 
+use super::Strides;
 use lanes::F32x4;
-
-/// Where element (r, c) of a matrix operand is: r·rows + c·cols (a transpose swaps them).
-#[derive(Clone, Copy, Debug)]
-pub struct Strides {
-    pub rows: usize,
-    pub cols: usize,
-}
 
 /// Output rows per tile: each holds two vectors of sums, eight in all, beside the two vectors of
 /// b and the broadcast of a, within the 16 vector registers of the x86 the page mostly runs on
@@ -22,8 +16,7 @@ const COLS: usize = 8;
 /// Values of k per pass: a panel of b (8 KB) and a block of a (4 KB) fit the first-level cache.
 const DEPTH: usize = 256;
 
-/// `dst[m, n] = a · b` for `a` m × k and `b` k × n at the given strides; `dst` is row-major and
-/// only written.
+/// [`super::product`] in the page; the operands' sizes checked there.
 #[allow(clippy::too_many_arguments)]
 pub fn product(
     m: usize,
@@ -35,7 +28,6 @@ pub fn product(
     sb: Strides,
     dst: &mut [f32],
 ) {
-    assert_eq!(dst.len(), m * n, "product output size");
     if m == 0 || n == 0 {
         return;
     }
@@ -43,11 +35,6 @@ pub fn product(
         dst.fill(0.0);
         return;
     }
-    let last = |rows: usize, cols: usize, s: Strides| (rows - 1) * s.rows + (cols - 1) * s.cols;
-    assert!(
-        last(m, k, sa) < a.len() && last(k, n, sb) < b.len(),
-        "product operand sizes"
-    );
     let mut panels = vec![0.0f32; n.div_ceil(COLS) * DEPTH * COLS];
     let mut block = vec![0.0f32; DEPTH * ROWS];
     // DEPTH values of k at a time, so that a panel and a block stay in the first-level cache;
