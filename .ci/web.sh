@@ -26,7 +26,9 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/posflow-target}"
 
 echo "== fmt, clippy (posflow-web on wasm32)"
 cargo fmt --check
-cargo clippy --target wasm32-unknown-unknown -p posflow-web -- -D warnings
+# With SIMD128, as web/build.sh builds it (the page's products are SIMD128 code).
+CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128" \
+    cargo clippy --target wasm32-unknown-unknown -p posflow-web -- -D warnings
 
 echo "== build the site"
 web/build.sh
