@@ -12,27 +12,18 @@ use std::ops::Range;
 
 /// Rows handled together.
 pub(super) const GROUP: usize = 4;
-/// Keys or columns per tile: as many as keep a group's sums in half the vector registers. 32
-/// with AVX-512 (32 registers of 16 floats: 8 of them), 8 in the page (SIMD128 on the 16
-/// registers of 4 that V8 gives it on x86: 8 of them; tiles of 16 spilled), 16 elsewhere
-/// (AVX2's 16 registers of 8, NEON's 32 of 4).
+/// Whether the vector unit has 32 registers of 16 floats (AVX-512): tiles of 32 keys or columns
+/// then keep a group's sums in 8 of them. Elsewhere (AVX2's 16 registers of 8, NEON, SIMD128)
+/// such tiles need 16 registers or more and spill; tiles of 16 need 8 (or 16 of NEON's 32).
 #[inline(always)]
-fn tile_width() -> usize {
+fn wide_registers() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            32
-        } else {
-            16
-        }
+        std::arch::is_x86_feature_detected!("avx512f")
     }
-    #[cfg(target_arch = "wasm32")]
+    #[cfg(not(target_arch = "x86_64"))]
     {
-        8
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "wasm32")))]
-    {
-        16
+        false
     }
 }
 
@@ -41,10 +32,10 @@ fn tile_width() -> usize {
 /// order; `keys_t` is one (b, h)'s keys transposed, `[Dh, lk]`.
 #[inline(always)]
 pub(super) fn dots(xs: &[&[f32]], keys_t: &[f32], lk: usize, n: usize, out: &mut [f32], stride: usize) {
-    match tile_width() {
-        32 => dots_in_tiles::<32>(xs, keys_t, (lk, n), out, stride),
-        8 => dots_in_tiles::<8>(xs, keys_t, (lk, n), out, stride),
-        _ => dots_in_tiles::<16>(xs, keys_t, (lk, n), out, stride),
+    if wide_registers() {
+        dots_in_tiles::<32>(xs, keys_t, (lk, n), out, stride);
+    } else {
+        dots_in_tiles::<16>(xs, keys_t, (lk, n), out, stride);
     }
 }
 
@@ -125,20 +116,17 @@ pub(super) fn weighted_sums(
             rows,
             dh,
         };
-        let width = tile_width();
-        if width >= 32 {
+        if wide_registers() {
             while tiled + 32 <= dh {
                 tile.columns::<32>(outs, tiled);
                 tiled += 32;
             }
         }
-        if width >= 16 {
-            while tiled + 16 <= dh {
-                tile.columns::<16>(outs, tiled);
-                tiled += 16;
-            }
+        while tiled + 16 <= dh {
+            tile.columns::<16>(outs, tiled);
+            tiled += 16;
         }
-        while tiled + 8 <= dh {
+        if tiled + 8 <= dh {
             tile.columns::<8>(outs, tiled);
             tiled += 8;
         }
@@ -235,13 +223,12 @@ mod tests {
                 .map(|r| (0..dh).map(|d| value(1000 + r * dh + d)).collect())
                 .collect();
             let xs: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
-            // The group through `dots` and through every tile width (whichever `dots` takes
+            // The group through `dots` and through both tile widths (whichever `dots` takes
             // here), and each row alone through `dots`.
             type Dots = fn(&[&[f32]], &[f32], (usize, usize), &mut [f32], usize);
             let by_dots: Dots = |xs, keys_t, (lk, n), out, stride| dots(xs, keys_t, lk, n, out, stride);
-            let ways: [(&str, Dots); 4] = [
+            let ways: [(&str, Dots); 3] = [
                 ("dots", by_dots),
-                ("tiles of 8", dots_in_tiles::<8>),
                 ("tiles of 16", dots_in_tiles::<16>),
                 ("tiles of 32", dots_in_tiles::<32>),
             ];
