@@ -4,6 +4,9 @@
 #                    large shape's, square products, posflow and PyTorch eager CUDA alternating
 #                    in one command, torch.compile beside them, and the profile
 #   table.sh tests   every test binary in the carried .gpu/tests-* parts, POSFLOW_REQUIRE_GPU=1
+#   table.sh study   the GPU-sized study's pace (studies/chomsky_gpu.toml) at 1, 4 and 8 jobs,
+#                    STUDY_SECONDS (default 60) each: steps/s per run and in all, from the runs'
+#                    metrics (carry .gpu/bench, as for bench)
 # Everything goes to $OUT/table.log (and stdout), a failed test binary's output to
 # $OUT/failures.log (a call returns at most 8 files). On a machine without a GPU,
 # TORCH_DEVICE=cpu PYTHON=<a python with torch> STEPS=1 SIZES=256 BIG_SIZES=256 tries it on a
@@ -32,6 +35,34 @@ say() { printf '\n== %s (%s, load %s)\n' "$1" "$(date -u +%H:%M:%S)" "$(cut -d' 
 
 say "machine"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv 2>/dev/null || true
+
+if [ "$what" = study ]; then
+    posflow=/tmp/posflow-release
+    xz -dc .gpu/bench/posflow.xz >$posflow && chmod +x $posflow
+    for jobs in ${STUDY_JOBS:-1 4 8}; do
+        say "chomsky_gpu, --jobs $jobs, ${STUDY_SECONDS:-60} s"
+        out=/tmp/study-pace-$jobs
+        rm -rf "$out"
+        timeout "${STUDY_SECONDS:-60}" $posflow --device gpu study studies/chomsky_gpu.toml --jobs "$jobs" \
+            --out "$out" >/dev/null 2>&1
+        # Each run's steps from its metrics log, over the whole window (start-up included).
+        python3 - "$out" "${STUDY_SECONDS:-60}" <<'PY'
+import glob, json, sys
+out, seconds = sys.argv[1], float(sys.argv[2])
+steps = []
+for f in sorted(glob.glob(f"{out}/runs/*/*/metrics.jsonl")):
+    rows = [json.loads(l) for l in open(f)]
+    steps.append(sum(1 for r in rows if r.get("kind") == "train"))
+if not steps:
+    print("no run wrote metrics")
+else:
+    print(f"{len(steps)} runs, steps each {steps}: {sum(steps) / seconds:.1f} steps/s in all, "
+          f"{sum(steps) / len(steps) / seconds:.1f} per run (over the whole {seconds:.0f} s, start-up included)")
+PY
+    done
+    say "done"
+    exit 0
+fi
 
 if [ "$what" = bench ]; then
     posflow=/tmp/posflow-release
