@@ -1,15 +1,15 @@
-//! The products in the page: WebAssembly's SIMD128 lanes, each tile of four rows ×
-//! eight columns of the output summed in registers. gemm's SIMD128 kernels ran the page's
-//! products at ~30 GFLOP/s; this tile at ~40 on the same machine (BENCHMARKS.md, "In the
-//! browser"). Every output is its k-ordered sum of products, each a multiply then an add (SIMD128
-//! has no fused multiply-add), so it equals the plain loop bit for bit.
+//! The products in the page: WebAssembly's SIMD128 lanes, each tile of four rows × eight columns
+//! of the output summed in registers. gemm's SIMD128 kernels ran the page's product shapes at
+//! 26–34 GFLOP/s; these tiles at 33–41 on the same machine (BENCHMARKS.md, "The page's products").
+//! Every output is its k-ordered sum of products, each a multiply then an add (SIMD128 has no
+//! fused multiply-add), so it equals the plain loop bit for bit.
 
 use super::Strides;
 use lanes::F32x4;
 
 /// Output rows per tile: each holds two vectors of sums, eight in all, beside the two vectors of
 /// b and the broadcast of a, within the 16 vector registers of the x86 the page mostly runs on
-/// (six rows spilled and ran 20% slower).
+/// (tiles of six rows ran 20% slower, of eight 30%, of two 20%).
 const ROWS: usize = 4;
 /// Output columns per tile: two vectors.
 const COLS: usize = 8;
