@@ -31,9 +31,13 @@ pub fn product(
     if m == 0 || n == 0 {
         return;
     }
+    if k == 0 {
+        dst.fill(0.0);
+        return;
+    }
     let last = |rows: usize, cols: usize, s: Strides| (rows - 1) * s.rows + (cols - 1) * s.cols;
     assert!(
-        k == 0 || (last(m, k, sa) < a.len() && last(k, n, sb) < b.len()),
+        last(m, k, sa) < a.len() && last(k, n, sb) < b.len(),
         "product operand sizes"
     );
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -80,5 +84,61 @@ pub fn product(
                 par,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Strides, product};
+
+    #[test]
+    fn every_stride_gives_the_product_and_an_empty_sum_is_zero() {
+        // a = [[1, 2, 3], [4, 5, 6]], b = [[1, 0], [0, 1], [1, 1]]: a·b = [[4, 5], [10, 11]],
+        // with each operand stored as is or transposed.
+        let (a, a_t) = ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+        let (b, b_t) = ([1.0, 0.0, 0.0, 1.0, 1.0, 1.0], [1.0, 0.0, 1.0, 0.0, 1.0, 1.0]);
+        for (a, sa) in [
+            (a, Strides { rows: 3, cols: 1 }),
+            (a_t, Strides { rows: 1, cols: 2 }),
+        ] {
+            for (b, sb) in [
+                (b, Strides { rows: 2, cols: 1 }),
+                (b_t, Strides { rows: 1, cols: 3 }),
+            ] {
+                let mut dst = [f32::NAN; 4];
+                product(2, 2, 3, &a, sa, &b, sb, &mut dst, false);
+                assert_eq!(dst, [4.0, 5.0, 10.0, 11.0], "a strides {sa:?}, b strides {sb:?}");
+            }
+        }
+        let mut dst = [f32::NAN; 4];
+        product(
+            2,
+            2,
+            0,
+            &[],
+            Strides { rows: 0, cols: 1 },
+            &[],
+            Strides { rows: 2, cols: 1 },
+            &mut dst,
+            true,
+        );
+        assert_eq!(dst, [0.0; 4]);
+    }
+
+    #[test]
+    #[should_panic(expected = "product operand sizes")]
+    fn strides_past_an_operand_are_refused() {
+        let mut dst = [0.0; 4];
+        product(
+            2,
+            2,
+            3,
+            &[1.0; 5],
+            Strides { rows: 3, cols: 1 },
+            &[1.0; 6],
+            Strides { rows: 2, cols: 1 },
+            &mut dst,
+            false,
+        );
     }
 }
