@@ -1,6 +1,6 @@
 //! One matrix product at any strides, the CPU backend's building block (the matmul op's products
 //! and FLOATER's weight gradients): the `gemm` crate's kernels natively, and in the page, where
-//! gemm's SIMD128 kernels were slower, posflow's own (BENCHMARKS.md, "In the browser").
+//! gemm's SIMD128 kernels were slower, posflow's own (BENCHMARKS.md, "The page's products").
 
 #[cfg(any(test, all(target_arch = "wasm32", target_feature = "simd128")))]
 mod simd128;
@@ -40,11 +40,11 @@ pub fn product(
         last(m, k, sa) < a.len() && last(k, n, sb) < b.len(),
         "product operand sizes"
     );
+    // The page has one thread.
+    #[cfg(target_arch = "wasm32")]
+    let _ = threaded;
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    {
-        let _ = threaded;
-        simd128::product(m, n, k, a, sa, b, sb, dst);
-    }
+    simd128::product(n, k, a, sa, b, sb, dst);
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     {
         #[cfg(not(target_arch = "wasm32"))]
@@ -54,10 +54,7 @@ pub fn product(
             gemm::Parallelism::None
         };
         #[cfg(target_arch = "wasm32")]
-        let par = {
-            let _ = threaded;
-            gemm::Parallelism::None
-        };
+        let par = gemm::Parallelism::None;
         // SAFETY: the strides reach only elements inside `a` and `b` (asserted above), `dst` holds
         // the m·n outputs at row stride n and is a unique borrow, and gemm does not read it
         // (read_dst false). gemm takes (column stride, row stride).

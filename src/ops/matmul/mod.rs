@@ -321,9 +321,7 @@ impl Op for MatMul {
         if per == 0 {
             return;
         }
-        if l.k == 0 {
-            out.fill(0.0);
-        } else if l.batch > 1 && per * l.k < SMALL_PRODUCT {
+        if l.batch > 1 && per * l.k < SMALL_PRODUCT {
             out.par_chunks_mut(per)
                 .enumerate()
                 .for_each(|(i, dst)| self.product(&l, a, b, i, dst, false));
