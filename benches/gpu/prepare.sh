@@ -23,6 +23,10 @@ root=$(pwd)
 peers=${PEERS:-$root/../shared/peers}
 part_limit=$((44 * 1024 * 1024))
 what=${1:-all}
+case $what in
+all | bench | tests) ;;
+*) echo "prepare.sh: say all, bench or tests, not '$what'" >&2 && exit 1 ;;
+esac
 target=$(cargo metadata --format-version 1 --no-deps |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 
@@ -40,17 +44,17 @@ if ! ls .gl/libvulkan1_*.deb >/dev/null 2>&1; then
 fi
 
 if [ "$what" != tests ]; then
-rm -rf .gpu/bench && mkdir -p .gpu/bench
-cargo build --release --bin posflow
-strip -o .gpu/bench/posflow "$target/release/posflow"
-xz -9 -T0 .gpu/bench/posflow
-cp "$peers/torch_train.py" .gpu/bench/
-# posflow_torch and the one wheel it needs that a CUDA machine's PyTorch may lack (safetensors;
-# torchdiffeq, for FLOATER only, needs SciPy: too large to carry, so the card runs T5's model).
-mkdir -p .gpu/bench/python .gpu/bench/wheels
-cp -r python/posflow_torch .gpu/bench/python/
-rm -rf .gpu/bench/python/posflow_torch/__pycache__
-python3 -m pip download --no-deps -q -d .gpu/bench/wheels safetensors
+    rm -rf .gpu/bench && mkdir -p .gpu/bench
+    cargo build --release --bin posflow
+    strip -o .gpu/bench/posflow "$target/release/posflow"
+    xz -9 -T0 .gpu/bench/posflow
+    cp "$peers/torch_train.py" .gpu/bench/
+    # posflow_torch and the one wheel it needs that a CUDA machine's PyTorch may lack (safetensors;
+    # torchdiffeq, for FLOATER only, needs SciPy: too large to carry, so the card runs T5's model).
+    mkdir -p .gpu/bench/python .gpu/bench/wheels
+    cp -r python/posflow_torch .gpu/bench/python/
+    rm -rf .gpu/bench/python/posflow_torch/__pycache__
+    python3 -m pip download --no-deps -q -d .gpu/bench/wheels safetensors
 fi
 [ "$what" = bench ] && { du -sh .gl .gpu/bench; exit 0; }
 rm -rf .gpu/tests-* && mkdir -p .gpu/all

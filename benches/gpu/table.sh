@@ -39,14 +39,15 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=c
 if [ "$what" = study ]; then
     posflow=/tmp/posflow-release
     xz -dc .gpu/bench/posflow.xz >$posflow && chmod +x $posflow
+    seconds=${STUDY_SECONDS:-60}
     for jobs in ${STUDY_JOBS:-1 4 8}; do
-        say "chomsky_gpu, --jobs $jobs, ${STUDY_SECONDS:-60} s"
+        say "chomsky_gpu, --jobs $jobs, $seconds s"
         out=/tmp/study-pace-$jobs
         rm -rf "$out"
-        timeout "${STUDY_SECONDS:-60}" $posflow --device gpu study studies/chomsky_gpu.toml --jobs "$jobs" \
+        timeout "$seconds" $posflow --device gpu study studies/chomsky_gpu.toml --jobs "$jobs" \
             --out "$out" >/dev/null 2>&1
         # Each run's steps from its metrics log, over the whole window (start-up included).
-        python3 - "$out" "${STUDY_SECONDS:-60}" <<'PY'
+        python3 - "$out" "$seconds" <<'PY'
 import glob, json, sys
 out, seconds = sys.argv[1], float(sys.argv[2])
 steps = []
