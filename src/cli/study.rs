@@ -130,6 +130,9 @@ fn describe(study: &Study, seeds: &[u64], fresh: Option<&[u64]>, plans: &[RunPla
                 set.join(", ")
             }
         );
+        if let Some(caution) = v.run.model.posenc.encoding().caution(&v.run.model.facts()) {
+            println!("  {:<16} caution: {caution}", "");
+        }
     }
     for p in plans.iter().filter(|p| p.stale) {
         println!(

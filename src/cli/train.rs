@@ -190,6 +190,9 @@ fn describe(run: &RunConfig) {
             "       randomized positions: each batch's tokens at a sorted sample of distinct positions of 0..{range}"
         );
     }
+    if let Some(caution) = m.posenc.encoding().caution(&m.facts()) {
+        println!("       caution: {caution}");
+    }
     // The block and its form, where they are not the plain pre-norm residual chain.
     let mut blocks = Vec::new();
     if m.block != Block::Residual {

@@ -213,6 +213,13 @@ pub trait Encoding {
     /// What the viewer draws and says of this encoding in a model of `dims` (`seq2seq`: both
     /// sides of one) at `len` positions.
     fn describe(&self, dims: ModelDims, seq2seq: bool, len: usize) -> Description;
+
+    /// A caution for settings that pass [`Encoding::check`] but take the encoding where its
+    /// authors never ran it and where it is known to misbehave, for `posflow train` and
+    /// `posflow study` to print beside the model; none for most.
+    fn caution(&self, _model: &ModelFacts) -> Option<String> {
+        None
+    }
 }
 
 /// Whether a value is its type's default, so that the options added since a checkpoint format

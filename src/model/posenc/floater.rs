@@ -95,6 +95,11 @@ const MAX_DOPRI5_STEPS: usize = 10_000_000;
 /// not say which setting caused it.
 const MAX_DELTA: f64 = 1.0;
 
+/// The latest time the authors' code solves the flow to: at most 255 positions at Δ 0.01. Past
+/// it, freshly initialised dynamics grow the biases by orders of magnitude (docs/floater_horizon.py:
+/// norms 10⁴–5·10⁶ at t = 20.47 in the Chomsky studies' model, against 0.5 at t = 0).
+const AUTHORS_LATEST_T: f64 = 2.55;
+
 /// The additive form's initial values, `[blocks, D]`.
 pub const INITIAL_NAME: &str = "posenc.floater.initial";
 
@@ -317,6 +322,24 @@ impl Encoding for FloaterConfig {
 
     fn resolve_every(&self) -> usize {
         self.resolve_every
+    }
+
+    /// Randomized positions read every training batch at positions up to L − 1, so the flow is
+    /// solved to t = (L − 1)·Δ whatever the sequence length: past the authors' latest t a run
+    /// may learn nothing (every randomized FLOATER of the Chomsky studies stayed at chance).
+    fn caution(&self, model: &ModelFacts) -> Option<String> {
+        let last = model.random_positions?.checked_sub(1)?;
+        let latest_t = last as f64 * self.delta;
+        (latest_t > AUTHORS_LATEST_T + 1e-9).then(|| {
+            format!(
+                "{}: randomized positions up to {last} solve the flow to t = {latest_t:.2}, past \
+                 the t = {AUTHORS_LATEST_T} its authors solve to; its biases there can start \
+                 orders of magnitude above the projections' scale (docs/floater_horizon.py). \
+                 delta = {:.6e} solves the same positions within t ≤ {AUTHORS_LATEST_T}.",
+                self.name(),
+                AUTHORS_LATEST_T / last as f64
+            )
+        })
     }
 
     fn describe(&self, _: ModelDims, seq2seq: bool, _: usize) -> Description {

@@ -262,4 +262,31 @@ mod tests {
         assert!(additive.contains("the additive form adds none"), "{additive}");
         assert!(floater("form = \"additive\"").check(&facts(9)).is_ok());
     }
+
+    /// FLOATER cautions where randomized positions solve its flow past the t its authors solve to
+    /// (255 positions at Δ 0.01), not where its Δ keeps them within it or positions are not
+    /// randomized; an encoding without a flow never does.
+    #[test]
+    fn floater_cautions_where_randomized_positions_pass_the_authors_t() {
+        let facts = |random_positions| ModelFacts {
+            dims: dims(true),
+            seq2seq: false,
+            reads_cls: false,
+            masked_lm: false,
+            random_positions,
+        };
+        let floater = |text: &str| toml::from_str::<PosEnc>(&format!("type = \"floater\"\n{text}")).unwrap();
+        let caution = floater("").encoding().caution(&facts(Some(2048))).unwrap();
+        assert!(
+            caution.contains("up to 2047 solve the flow to t = 20.47, past the t = 2.55"),
+            "{caution}"
+        );
+        assert!(caution.contains("delta = 1.245725e-3 solves"), "{caution}");
+        let within = floater("delta = 0.0012451171875");
+        assert_eq!(within.encoding().caution(&facts(Some(2048))), None);
+        assert_eq!(floater("").encoding().caution(&facts(Some(256))), None);
+        assert_eq!(floater("").encoding().caution(&facts(None)), None);
+        let sinusoidal = toml::from_str::<PosEnc>("type = \"sinusoidal\"").unwrap();
+        assert_eq!(sinusoidal.encoding().caution(&facts(Some(2048))), None);
+    }
 }
