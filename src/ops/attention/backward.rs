@@ -110,8 +110,8 @@ impl Op for AttentionBackward {
                         pr.transposed(pr.v, bh, &mut s.v_t);
                         for first in (0..lq).step_by(GROUP) {
                             let rows = GROUP.min(lq - first);
-                            let (p, ds, dp) = (&mut s.p, &mut s.ds, &mut s.dp);
-                            pr.p_and_ds((bh * lq + first, rows), (&s.k_t, &s.v_t), saved, p, ds, dp);
+                            let (p, ds, dp, z) = (&mut s.p, &mut s.ds, &mut s.dp, &mut s.z);
+                            pr.p_and_ds((bh * lq + first, rows), (&s.k_t, &s.v_t), saved, p, ds, (dp, z));
                             let db = db[first * lk..].chunks_exact_mut(lk);
                             for (db, ds) in db.zip(ds.chunks_exact(lk)).take(rows) {
                                 for (d, s) in db.iter_mut().zip(ds) {

@@ -65,14 +65,26 @@ impl<'a> Problem<'a> {
         }
     }
 
-    /// Z of query row `row` (= (b·H + h)·Lq + i) and key j: 0 or 1/(1 − p) with dropout, 1
-    /// without.
+    /// Multiplies `p`, the rows from query row `first` on laid end to end (row r at `r·Lk`), by
+    /// their dropout factors Z (query row `row` = (b·H + h)·Lq + i and key j: the mask's factor
+    /// at `row·Lk + j`, 0 or 1/(1 − p)), in one loop over the span; nothing without dropout.
     #[inline(always)]
-    pub fn kept(&self, row: usize, j: usize) -> f32 {
-        match self.dropout {
-            Some((mask, stream)) => mask.factor(stream, row * self.d.lk + j),
-            None => 1.0,
+    fn keep_span(&self, first: usize, p: &mut [f32]) {
+        let Some((mask, stream)) = self.dropout else {
+            return;
+        };
+        let start = first * self.d.lk;
+        for (i, p) in p.iter_mut().enumerate() {
+            *p *= mask.factor(stream, start + i);
         }
+    }
+
+    /// `z` ← the dropout factors Z of the rows from query row `first` on, laid end to end as in
+    /// [`Problem::keep_span`]; all 1 without dropout.
+    #[inline(always)]
+    fn factors(&self, first: usize, z: &mut [f32]) {
+        z.fill(1.0);
+        self.keep_span(first, z);
     }
 
     fn visible(&self, b: usize, i: usize, j: usize) -> bool {
@@ -194,17 +206,22 @@ impl<'a> Problem<'a> {
         let mut ends = [0; GROUP];
         let mut maxima = [f32::NEG_INFINITY; GROUP];
         for (r, p) in p.chunks_exact_mut(lk).take(rows).enumerate() {
+            let end = self.key_end((first + r) % self.d.lq);
+            maxima[r] = max_of(&p[..end]);
+            for s in &mut p[..end] {
+                *s -= maxima[r];
+            }
+        }
+        // e^(s − max) over the group's rows as one span: a row of a few keys alone would leave
+        // most of it to the vector loop's scalar remainder. The same e^x of the same differences.
+        exp_in_place(&mut p[..rows * lk]);
+        for (r, p) in p.chunks_exact_mut(lk).take(rows).enumerate() {
             // Keys from `end` on are hidden: their probabilities are 0 and add nothing to the sum.
             let end = self.key_end((first + r) % self.d.lq);
-            let (p, hidden) = p.split_at_mut(end);
-            hidden.fill(0.0);
-            maxima[r] = max_of(p);
             if maxima[r] == f32::NEG_INFINITY {
                 p.fill(0.0);
             } else {
-                for s in p.iter_mut() {
-                    *s = exp(*s - maxima[r]);
-                }
+                p[end..].fill(0.0);
                 ends[r] = end;
             }
         }
@@ -244,7 +261,8 @@ impl<'a> Problem<'a> {
     /// For `rows` consecutive query rows of one (b, h) from `first` on (row r's part of each
     /// buffer at `r·Lk`): the probabilities recomputed from the lse, times the dropout mask Z
     /// (what dv reads), into `p`, and dS = P ∘ (Z ∘ dout·vᵀ − D) with D = dout · out of the row
-    /// into `ds`. `k_t` and `v_t` are the (b, h)'s keys and values transposed; `dp` is scratch.
+    /// into `ds`. `k_t` and `v_t` are the (b, h)'s keys and values transposed; `dp` and `z` are
+    /// scratch.
     #[inline(always)]
     pub fn p_and_ds(
         &self,
@@ -253,7 +271,7 @@ impl<'a> Problem<'a> {
         (lse, out, dout): (&[f32], &[f32], &[f32]),
         p: &mut [f32],
         ds: &mut [f32],
-        dp: &mut [f32],
+        (dp, z): (&mut [f32], &mut [f32]),
     ) {
         let Dims { lq, lk, .. } = self.d;
         self.scores(first, rows, k_t, p);
@@ -266,26 +284,45 @@ impl<'a> Problem<'a> {
             dp,
             lk,
         );
+        // e^(s − lse) into ds and the dropout factors into z, each over the group's rows as one
+        // span (a row of a few keys alone would leave most of it to a vector loop's scalar
+        // remainder); then P ∘ Z and dS row by row, from the same numbers as one loop would.
+        let span = rows * lk;
+        for (r, (s, x)) in p
+            .chunks_exact(lk)
+            .zip(ds.chunks_exact_mut(lk))
+            .take(rows)
+            .enumerate()
+        {
+            let end = self.key_end((first + r) % lq);
+            for (x, &s) in x[..end].iter_mut().zip(&s[..end]) {
+                *x = s - lse[first + r];
+            }
+        }
+        exp_in_place(&mut ds[..span]);
+        self.factors(first, &mut z[..span]);
         let rows_of = p
             .chunks_exact_mut(lk)
             .zip(ds.chunks_exact_mut(lk))
-            .zip(dp.chunks_exact(lk));
-        for (r, ((p, ds), dp)) in rows_of.take(rows).enumerate() {
+            .zip(dp.chunks_exact(lk).zip(z.chunks_exact(lk)));
+        for (r, ((p, ds), (dp, z))) in rows_of.take(rows).enumerate() {
             let row = first + r;
             let end = self.key_end(row % lq);
             let go = gos[r];
             let delta: f32 = go.iter().zip(self.at(out, row)).map(|(a, b)| a * b).sum();
-            let lse = lse[row];
             let (p, hidden_p) = p.split_at_mut(end);
             let (ds, hidden_ds) = ds.split_at_mut(end);
             hidden_p.fill(0.0);
             hidden_ds.fill(0.0);
-            for (j, ((p, ds), &dp)) in p.iter_mut().zip(ds.iter_mut()).zip(&dp[..end]).enumerate() {
+            for ((p, ds), (&dp, &z)) in p
+                .iter_mut()
+                .zip(ds.iter_mut())
+                .zip(dp[..end].iter().zip(&z[..end]))
+            {
                 // Hidden keys have score −∞; select them explicitly so that lse = −∞ gives no
                 // NaN (a select, not a branch, so that the loop is vectorised).
                 let hidden = *p == f32::NEG_INFINITY;
-                let prob = exp(*p - lse);
-                let z = self.kept(row, j);
+                let prob = *ds;
                 *p = if hidden { 0.0 } else { prob * z };
                 *ds = if hidden { 0.0 } else { prob * (z * dp - delta) };
             }
@@ -304,6 +341,14 @@ impl<'a> Problem<'a> {
         for (&bucket, &ds) in buckets[self.d.bucket_row(i)..][..end].iter().zip(&ds[..end]) {
             sums[bucket as usize] += ds;
         }
+    }
+}
+
+/// x ← e^x over a slice, vectorised.
+#[inline(always)]
+fn exp_in_place(x: &mut [f32]) {
+    for x in x {
+        *x = exp(*x);
     }
 }
 
@@ -338,15 +383,11 @@ vectorised_fn! {
             let (first, rows) = (bh * lq + g * GROUP, lse.len());
             pr.scores(first, rows, k_t, p);
             pr.softmax_rows(first, p, lse);
+            // What multiplies v: P ∘ Z (hidden keys' 0 stay 0).
+            pr.keep_span(first, &mut p[..rows * lk]);
             let mut ranges = <[Range<usize>; GROUP]>::default();
-            for (r, p) in p.chunks_exact_mut(lk).take(rows).enumerate() {
-                let row = first + r;
-                let end = pr.key_end(row % lq);
-                // What multiplies v: P ∘ Z (Z = 1 without dropout).
-                for (j, p) in p[..end].iter_mut().enumerate() {
-                    *p *= pr.kept(row, j);
-                }
-                ranges[r] = 0..end;
+            for (r, range) in ranges.iter_mut().take(rows).enumerate() {
+                *range = 0..pr.key_end((first + r) % lq);
             }
             tiles::weighted_sums(out, &ranges[..rows], p, lk, pr.head(pr.v, bh, lk));
         }
@@ -354,13 +395,14 @@ vectorised_fn! {
 }
 
 /// Scratch of one backward task: keys and values transposed (`[Dh, Lk]`), a group of query
-/// rows' P, dS and dP (GROUP·Lk each), and P and dS·scale transposed (`[Lk, Lq]`, key-major).
+/// rows' P, dS, dP and dropout factors (GROUP·Lk each), and P and dS·scale transposed (`[Lk, Lq]`, key-major).
 pub(super) struct BackwardScratch {
     pub k_t: Vec<f32>,
     pub v_t: Vec<f32>,
     pub p: Vec<f32>,
     pub ds: Vec<f32>,
     pub dp: Vec<f32>,
+    pub z: Vec<f32>,
     p_t: Vec<f32>,
     ds_t: Vec<f32>,
 }
@@ -377,7 +419,8 @@ impl BackwardScratch {
             v_t: t,
             p: rows.clone(),
             ds: rows.clone(),
-            dp: rows,
+            dp: rows.clone(),
+            z: rows,
             p_t: square.clone(),
             ds_t: square,
         }
@@ -408,7 +451,14 @@ vectorised_fn! {
         for (g, dq) in dq.chunks_mut(GROUP * dh).enumerate() {
             let (first_i, rows) = (g * GROUP, dq.len() / dh);
             let first = bh * lq + first_i;
-            pr.p_and_ds((first, rows), (&s.k_t, &s.v_t), saved, &mut s.p, &mut s.ds, &mut s.dp);
+            pr.p_and_ds(
+                (first, rows),
+                (&s.k_t, &s.v_t),
+                saved,
+                &mut s.p,
+                &mut s.ds,
+                (&mut s.dp, &mut s.z),
+            );
             let mut ranges = <[Range<usize>; GROUP]>::default();
             for (r, range) in ranges.iter_mut().take(rows).enumerate() {
                 *range = 0..pr.key_end(first_i + r);
