@@ -13,7 +13,7 @@
 #   run(command="bash benches/gpu/table.sh tests", carry=[".gl", ".gpu/tests-2"], timeout_s=300)
 #   ... (as many parts as this script reports)
 #   run(command="bash benches/gpu/table.sh study", carry=[".gl", ".gpu/bench"], timeout_s=240)
-#       (the GPU-sized study's pace at 1, 4 and 8 jobs, before running it in pieces)
+#       (the GPU-sized study's pace at 8, 16 and 32 jobs, before running it in pieces)
 # then copy the numbers from each call's table.log into BENCHMARKS.md. The tracked tree is ~58 MB,
 # 44 of it the published studies: for the test calls, move docs/studies out of the checkout
 # (no test reads it) and back after them.

@@ -4,7 +4,8 @@
 #                    large shape's, square products, posflow and PyTorch eager CUDA alternating
 #                    in one command, torch.compile beside them, and the profile
 #   table.sh tests   every test binary in the carried .gpu/tests-* parts, POSFLOW_REQUIRE_GPU=1
-#   table.sh study   the GPU-sized study's pace (studies/chomsky_gpu.toml) at 1, 4 and 8 jobs,
+#   table.sh study   the GPU-sized study's pace (studies/chomsky_gpu.toml) at 8, 16 and 32 jobs
+#                    (STUDY_JOBS; 8 made 8.5 steps/s a run on an H200: does the card take more?),
 #                    STUDY_SECONDS (default 60) each: steps/s per run and in all, from the runs'
 #                    metrics (carry .gpu/bench, as for bench)
 # Everything goes to $OUT/table.log (and stdout), a failed test binary's output to
@@ -40,7 +41,7 @@ if [ "$what" = study ]; then
     posflow=/tmp/posflow-release
     xz -dc .gpu/bench/posflow.xz >$posflow && chmod +x $posflow
     seconds=${STUDY_SECONDS:-60}
-    for jobs in ${STUDY_JOBS:-1 4 8}; do
+    for jobs in ${STUDY_JOBS:-8 16 32}; do
         say "chomsky_gpu, --jobs $jobs, $seconds s"
         out=/tmp/study-pace-$jobs
         rm -rf "$out"
