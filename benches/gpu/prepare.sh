@@ -14,6 +14,9 @@
 #   ... (as many parts as this script reports)
 #   run(command="bash benches/gpu/table.sh study", carry=[".gl", ".gpu/bench"], timeout_s=240)
 #       (the GPU-sized study's pace at 8, 16 and 32 jobs, before running it in pieces)
+#   run(command="STUDY_JOBS=8 bash benches/gpu/table.sh study-run", carry=[".gl", ".gpu/bench"], timeout_s=540)
+#       (the study itself, resumed from its published results; untar what comes back into
+#       runs/studies/chomsky_gpu and publish it: table.sh says how)
 # then copy the numbers from each call's table.log into BENCHMARKS.md. The tracked tree is ~58 MB,
 # 44 of it the published studies: for the test calls, move docs/studies out of the checkout
 # (no test reads it) and back after them.

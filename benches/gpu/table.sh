@@ -8,6 +8,13 @@
 #                    (STUDY_JOBS; 8 made 8.5 steps/s a run on an H200: does the card take more?),
 #                    STUDY_SECONDS (default 60) each: steps/s per run and in all, from the runs'
 #                    metrics (carry .gpu/bench, as for bench)
+#   table.sh study-run   the GPU-sized study itself, resumed from the run results published in
+#                    docs/studies/chomsky_gpu/runs, for STUDY_SECONDS (default 480) at STUDY_JOBS
+#                    (default 8) jobs (STUDY names another study of studies/); every finished run's
+#                    result.json comes back in
+#                    $OUT/chomsky_gpu-results.tar.gz (carry .gpu/bench). Here: untar it into
+#                    runs/studies/chomsky_gpu, `bash studies/publish.sh runs/studies chomsky_gpu`,
+#                    commit; the next lease goes on from there (the study is ~4.4 h at 8 jobs).
 # Everything goes to $OUT/table.log (and stdout), a failed test binary's output to
 # $OUT/failures.log (a call returns at most 8 files). On a machine without a GPU,
 # TORCH_DEVICE=cpu PYTHON=<a python with torch> STEPS=1 SIZES=256 BIG_SIZES=256 tries it on a
@@ -62,6 +69,26 @@ else:
           f"{sum(steps) / len(steps) / seconds:.1f} per run (over the whole {seconds:.0f} s, start-up included)")
 PY
     done
+    say "done"
+    exit 0
+fi
+
+if [ "$what" = study-run ]; then
+    posflow=/tmp/posflow-release
+    xz -dc .gpu/bench/posflow.xz >$posflow && chmod +x $posflow
+    name=${STUDY:-chomsky_gpu}
+    seconds=${STUDY_SECONDS:-480}
+    jobs=${STUDY_JOBS:-8}
+    bash studies/restore.sh $name || true
+    say "$name, --jobs $jobs, $seconds s, resumed"
+    timeout "$seconds" $posflow --device gpu study studies/$name.toml --replicate --jobs "$jobs" \
+        >"$OUT/study.log" 2>&1
+    echo "study exit status $? (124: the window ended first; its finished runs are kept)"
+    grep -E "already done|: done in" "$OUT/study.log" | tail -n 40
+    if [ -d runs/studies/$name/runs ]; then
+        (cd runs/studies/$name && find runs -name result.json | sort | tar czf "$OUT/$name-results.tar.gz" -T -)
+        echo "$(tar tzf "$OUT/$name-results.tar.gz" | wc -l) run results in $name-results.tar.gz"
+    fi
     say "done"
     exit 0
 fi
