@@ -8,7 +8,7 @@
 //! there are no PyTorch reference values to match; the tests check the keep rate, the scaling,
 //! GPU = CPU bit for bit, and the gradient.
 
-use super::par::par_fill;
+use super::par::par_map_indexed;
 use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
@@ -94,9 +94,9 @@ impl Op for Dropout {
         let mask = self.0;
         let stream = mask.stream(inputs[1].ints()[0]);
         // A dropped element is 0 even where x is not finite, as the kernel writes it.
-        par_fill(outputs[0].data, |i| {
+        par_map_indexed(outputs[0].data, x, |i, x| {
             let factor = mask.factor(stream, i);
-            if factor == 0.0 { 0.0 } else { x[i] * factor }
+            if factor == 0.0 { 0.0 } else { x * factor }
         });
     }
 

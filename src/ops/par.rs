@@ -15,6 +15,25 @@ pub(crate) fn par_fill(out: &mut [f32], f: impl Fn(usize) -> f32 + Sync) {
         .for_each(|(c, chunk)| fill_chunk(chunk, c * PAR_CHUNK, &f));
 }
 
+/// out[i] = f(i, x[i]) for every element (`x` as long as `out`), split across threads in chunks.
+/// The element comes with its index rather than being read as `x[i]` in `f`, whose bounds check
+/// kept such a loop scalar.
+pub(crate) fn par_map_indexed(out: &mut [f32], x: &[f32], f: impl Fn(usize, f32) -> f32 + Sync) {
+    assert_eq!(out.len(), x.len(), "par_map_indexed: out and x differ in length");
+    out.par_chunks_mut(PAR_CHUNK)
+        .zip(x.par_chunks(PAR_CHUNK))
+        .enumerate()
+        .for_each(|(c, (out, x))| map_chunk(out, x, c * PAR_CHUNK, &f));
+}
+
+vectorised_fn! {
+    fn map_chunk(out: &mut [f32], x: &[f32], first: usize, f: &impl Fn(usize, f32) -> f32) {
+        for (j, (o, &x)) in out.iter_mut().zip(x).enumerate() {
+            *o = f(first + j, x);
+        }
+    }
+}
+
 vectorised_fn! {
     fn fill_chunk(out: &mut [f32], first: usize, f: &impl Fn(usize) -> f32) {
         for (j, o) in out.iter_mut().enumerate() {
