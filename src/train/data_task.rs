@@ -7,7 +7,8 @@ use std::ops::RangeInclusive;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::config::{DataConfig, RunConfig, Vocabulary, masked_lm_needs_text};
+use super::config::{RunConfig, masked_lm_needs_text};
+use super::data_config::{DataConfig, Vocabulary};
 use super::task::{EvalBins, EvalSet, Task, TrainBatch};
 use crate::data::chomsky::{ChomskyTask, Scoring};
 use crate::data::{

@@ -4,6 +4,7 @@
 
 mod class_report;
 mod config;
+mod data_config;
 mod data_task;
 mod eval;
 mod eval_classes;
@@ -21,10 +22,8 @@ mod trainer;
 mod values;
 
 pub use class_report::{ClassBinScores, ClassReport};
-pub use config::{
-    ClassSettings, DEFAULT_RUN, DataConfig, MAX_SEQUENCE, RunConfig, TrainConfig, VOCAB_FROM_DATA,
-    Vocabulary, check_eval_lengths,
-};
+pub use config::{DEFAULT_RUN, RunConfig, TrainConfig, VOCAB_FROM_DATA, check_eval_lengths};
+pub use data_config::{ClassSettings, DataConfig, MAX_SEQUENCE, Vocabulary};
 pub use data_task::DataTask;
 pub use eval::{EvalReport, Evaluator};
 pub use finetune::{FineTune, FineTuneSettings};

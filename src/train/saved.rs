@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 
-use super::config::{DataConfig, RunConfig};
+use super::config::RunConfig;
+use super::data_config::DataConfig;
 use crate::checkpoint::Metadata;
 use crate::data::{CharTokenizer, PairTokenizer, TaskTokenizer};
 use crate::error::{Error, Result};
