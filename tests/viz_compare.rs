@@ -187,6 +187,25 @@ fn bad_settings_are_refused_in_the_tab_with_the_reason() {
     assert!(err.contains("unknown task `sorting`"), "{err}");
 }
 
+/// Randomized FLOATER's caution (its flow solved far past its authors' t) shows in the tab
+/// before Start; a comparison without it shows none.
+#[test]
+fn randomized_floater_s_caution_shows_in_the_tab() {
+    let viewer = Viewer::new(cpu(), Spawner::blocking());
+    let handle = viewer.handle();
+    handle.select_view(View::Compare);
+    let mut harness = window(&viewer);
+    let caution = "solve the flow to t = 20.47";
+    handle.set_compare_settings(tiny());
+    harness.step();
+    assert!(harness.query_by_label_contains(caution).is_none());
+    let mut settings = tiny();
+    settings.choices[1].encoding = Encoding::Floater;
+    handle.set_compare_settings(settings);
+    harness.step();
+    harness.get_by_label_contains(caution);
+}
+
 #[test]
 fn stop_keeps_the_runs_that_finished() {
     let viewer = Viewer::new(cpu(), Spawner::blocking());

@@ -334,7 +334,8 @@ impl Encoding for FloaterConfig {
             format!(
                 "{}: randomized positions up to {last} solve the flow to t = {latest_t:.2}, past \
                  the t = {AUTHORS_LATEST_T} its authors solve to; its biases there can start \
-                 orders of magnitude above the projections' scale (docs/floater_horizon.py). \
+                 orders of magnitude above the projections' scale (the README: \"Why randomized \
+                 FLOATER learns nothing\"). \
                  delta = {:.6e} solves the same positions within t ≤ {AUTHORS_LATEST_T}.",
                 self.name(),
                 AUTHORS_LATEST_T / last as f64

@@ -554,6 +554,25 @@ impl CompareSettings {
         Ok(text)
     }
 
+    /// What the chosen encodings' own cautions say of these settings (FLOATER's flow solved far
+    /// past its authors' range of t at randomized positions), each once; none for settings that
+    /// are refused.
+    pub fn cautions(&self) -> Vec<String> {
+        let Ok(study) = self.study() else {
+            return Vec::new();
+        };
+        let mut cautions: Vec<String> = Vec::new();
+        for v in &study.variants {
+            let model = &v.run.model;
+            if let Some(caution) = model.posenc.encoding().caution(&model.facts())
+                && !cautions.contains(&caution)
+            {
+                cautions.push(caution);
+            }
+        }
+        cautions
+    }
+
     /// The study the page trains: the file of [`CompareSettings::study_toml`], parsed.
     pub fn study(&self) -> Result<Study> {
         Study::from_toml(&self.study_toml()?, "the comparison")
@@ -654,6 +673,42 @@ mod tests {
 
     fn refusal(s: &CompareSettings) -> String {
         s.study_toml().expect_err("refused").to_string()
+    }
+
+    /// Randomized FLOATER comes with its caution (its flow solved to t = 20.47 at positions of
+    /// 0..2048), once however it is reached; standard FLOATER and the randomized sinusoidal table
+    /// with none; refused settings with none.
+    #[test]
+    fn randomized_floater_comes_with_its_caution() {
+        let floater = |randomized| Choice {
+            encoding: Encoding::Floater,
+            randomized,
+        };
+        let sinusoidal_rand = Choice {
+            encoding: Encoding::Sinusoidal,
+            randomized: true,
+        };
+        let cautions = with(|s| s.choices = vec![floater(false), floater(true), sinusoidal_rand]).cautions();
+        assert_eq!(cautions.len(), 1, "{cautions:?}");
+        assert!(
+            cautions[0].contains("solve the flow to t = 20.47"),
+            "{}",
+            cautions[0]
+        );
+        assert!(
+            with(|s| s.choices = vec![floater(false), sinusoidal_rand])
+                .cautions()
+                .is_empty()
+        );
+        assert!(with(|s| s.choices = vec![floater(true)]).cautions().len() == 1);
+        assert!(
+            with(|s| {
+                s.choices = vec![floater(true)];
+                s.seeds = 0;
+            })
+            .cautions()
+            .is_empty()
+        );
     }
 
     #[test]

@@ -56,6 +56,13 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State) {
     if let Some(why) = refusal.filter(|_| !running) {
         ui.colored_label(ui.visuals().error_fg_color, why);
     }
+    // Before Start only: the settings are fixed while the comparison runs, and working out the
+    // cautions parses the study, which every frame of a run need not do.
+    if !running {
+        for caution in s.compare.settings.cautions() {
+            ui.colored_label(ui.visuals().warn_fg_color, caution);
+        }
+    }
     if let Some(e) = &s.compare.error {
         ui.colored_label(ui.visuals().error_fg_color, e);
     }
