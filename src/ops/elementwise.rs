@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::par::PAR_CHUNK;
+use super::par::{PAR_CHUNK, par_map_indexed};
 use super::strided::par_strided_rows;
 use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
 use crate::error::{Result, shape_err};
@@ -169,19 +169,9 @@ vectorised_fn! {
     }
 }
 
-/// out[i] = f(x[i]), split across threads in chunks.
+/// out[i] = f(x[i]) for every element, split across threads in chunks.
 pub(crate) fn par_map(out: &mut [f32], x: &[f32], f: impl Fn(f32) -> f32 + Sync) {
-    out.par_chunks_mut(PAR_CHUNK)
-        .zip(x.par_chunks(PAR_CHUNK))
-        .for_each(|(o, x)| map_chunk(o, x, &f));
-}
-
-vectorised_fn! {
-    fn map_chunk(out: &mut [f32], x: &[f32], f: &impl Fn(f32) -> f32) {
-        for (o, &x) in out.iter_mut().zip(x) {
-            *o = f(x);
-        }
-    }
+    par_map_indexed(out, x, |_, x| f(x));
 }
 
 /// The shape rule of ops that map one f32 tensor to another of the same shape.
