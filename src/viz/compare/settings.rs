@@ -556,9 +556,12 @@ impl CompareSettings {
 
     /// What the chosen encodings' own cautions say of these settings (FLOATER's flow solved far
     /// past its authors' range of t at randomized positions), each once; none for settings that
-    /// are refused.
+    /// are refused. Reads the variants alone (one parse, no claims): the tab asks every frame.
     pub fn cautions(&self) -> Vec<String> {
-        let Ok(study) = self.study() else {
+        if self.check().is_err() {
+            return Vec::new();
+        }
+        let Ok(study) = Study::from_toml(&self.variants_toml(), "the comparison") else {
             return Vec::new();
         };
         let mut cautions: Vec<String> = Vec::new();
