@@ -20,7 +20,7 @@ macro_rules! vectorised_fn {
                 unsafe fn avx512 ($($arg: $ty),*) $(-> $ret)? $body
                 #[target_feature(enable = "avx2")]
                 unsafe fn avx2 ($($arg: $ty),*) $(-> $ret)? $body
-                if std::arch::is_x86_feature_detected!("avx512f") {
+                if $crate::vector::avx512() {
                     // SAFETY: the CPU has AVX-512F, the only feature `avx512` is compiled for.
                     return unsafe { avx512($($arg),*) };
                 }
@@ -35,3 +35,17 @@ macro_rules! vectorised_fn {
 }
 
 pub(crate) use vectorised_fn;
+
+/// Whether the AVX-512 paths run: an x86-64 CPU with AVX-512F and a build with the `avx512`
+/// feature (without it an AVX-512 CPU runs what an AVX2-only one does, to measure that path).
+#[inline(always)]
+pub(crate) fn avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        cfg!(feature = "avx512") && std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}

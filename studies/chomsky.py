@@ -7,6 +7,7 @@ files, and say so in the README.
     python3 studies/chomsky.py          (rewrites the files; run from anywhere)
 """
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -277,12 +278,96 @@ def study(task, spec, gpu=None, part=None):
     return "\n".join(lines) + "\n"
 
 
+# Randomized FLOATER with its flow in its authors' range of t: positions 0..RANGE at this delta span
+# t = 0..2.55, the 255 positions x 0.01 their code solves. chomsky_floater_horizon.toml (bucket
+# sort, written by hand) tried it first; these files, fixed 2026-12-01 after it and before they
+# ran, ask it of every other task.
+# 0.01 * 255 / 2048 exactly, as the bucket-sort file writes it (Python's product rounds to ...0001).
+HORIZON_DELTA = "0.0012451171875"
+assert abs(float(HORIZON_DELTA) - 0.01 * 255 / RANGE) < 1e-18
+HORIZON_HEADER = [
+    "Randomized FLOATER with its flow in its authors' range of t, on {task} ({level}). "
+    "chomsky_floater_horizon.toml showed on bucket sort that randomized FLOATER learns nothing at "
+    "its authors' delta 0.01, where positions up to {last} solve its flow to t = {far_t}, and learns "
+    "and generalizes as the randomized sinusoidal table does at delta = 0.01 * 255/{range} = "
+    "{delta}, which keeps positions 0..{range} within their t = 0..2.55. This file asks the same of "
+    "{task}. Written by studies/chomsky.py; settings fixed before running.",
+    "The model and protocol are chomsky_{task}.toml's (its header says how they differ from the "
+    "papers'), and its first four variants repeat that file's runs (the same configs and seeds): "
+    "`bash studies/restore.sh --from chomsky_{task} chomsky_{task}_floater_horizon VARIANT...` "
+    "takes those this binary repeats bit for bit, and posflow study checks each config again. "
+    "Claims: the new FLOATER learns the training lengths; it beats randomized FLOATER at delta 0.01 "
+    "and standard FLOATER (Ruoss et al. for FLOATER), and the randomized sinusoidal table and "
+    "RoPE (new), past the training length ({past}); each a one-sided test at the 95% level, read at "
+    "the final evaluation, replicated on fresh seeds (--replicate).",
+]
+
+
+def horizon_study(task, spec):
+    """chomsky_<task>_floater_horizon.toml: the task's base, the randomized variants the claims
+    compare with, and randomized FLOATER at HORIZON_DELTA."""
+    base = study(task, spec, part="main" if spec.get("split") else None)
+    base = base[base.index("[study]"):base.index("[[variant]]")].rstrip() + "\n"
+    base = base.replace(f'name = "chomsky_{task}"', f'name = "chomsky_{task}_floater_horizon"', 1)
+    base = re.sub(
+        r'description = "[^"]*"',
+        f'description = "{task}: does randomized FLOATER learn and generalize once its flow is solved '
+        "over its authors' range of t (delta 0.01 * 255/2048) rather than to t = 20.47?\"",
+        base, count=1,
+    )
+    fields = dict(task=task, level=spec["level"], range=RANGE, last=RANGE - 1,
+                  far_t=f"{(RANGE - 1) * 0.01:.2f}", delta=HORIZON_DELTA, past=PAST)
+    lines = []
+    for paragraph in HORIZON_HEADER:
+        if lines:
+            lines.append("#")
+        lines += textwrap.wrap(paragraph.format(**fields), 96, initial_indent="# ", subsequent_indent="# ")
+    lines += ["", base.rstrip()]
+    horizon = f'{{ type = "floater", resolve_every = 100, delta = {HORIZON_DELTA} }}'
+    for name, label, posenc, randomized in [
+        ("sinusoidal_rand", "sinusoidal, randomized", '{ type = "sinusoidal" }', True),
+        ("rope_rand", "RoPE, randomized", '{ type = "rope" }', True),
+        ("floater", "FLOATER", FLOATER, False),
+        ("floater_rand", "FLOATER, randomized (delta 0.01)", FLOATER, True),
+        ("floater_horizon_rand", "FLOATER, randomized (delta 0.01 * 255/2048)", horizon, True),
+    ]:
+        sets = [f'"model.posenc" = {posenc}'] + ([f'"model.random_positions" = {RANGE}'] if randomized else [])
+        lines += ["", "[[variant]]", f'name = "{name}"', f'label = "{label}"', "set = { " + ", ".join(sets) + " }"]
+    claims_ = [
+        ("floater_horizon_rand_learns",
+         f"randomized FLOATER with its flow in the authors' range learns the training lengths: accuracy above 90% on {TRAINED}",
+         "bound", dict(metric="accuracy", bin=TRAINED, variant="floater_horizon_rand", bound=0.9, beats=True)),
+        ("horizon_beats_delta_001",
+         f"randomized FLOATER with its flow in the authors' range > randomized FLOATER at delta 0.01, in accuracy past the training length ({PAST})",
+         "order", dict(metric="accuracy", bin=PAST, order=["floater_horizon_rand", "floater_rand"])),
+        ("horizon_beats_standard",
+         f"Ruoss et al. for FLOATER: randomized FLOATER (flow in the authors' range) > FLOATER in accuracy past the training length ({PAST})",
+         "order", dict(metric="accuracy", bin=PAST, order=["floater_horizon_rand", "floater"])),
+        ("horizon_beats_sinusoidal_rand",
+         f"new: randomized FLOATER (flow in the authors' range) > randomized sinusoidal in accuracy past the training length ({PAST})",
+         "order", dict(metric="accuracy", bin=PAST, order=["floater_horizon_rand", "sinusoidal_rand"])),
+        ("horizon_beats_rope_rand",
+         f"new: randomized FLOATER (flow in the authors' range) > randomized RoPE in accuracy past the training length ({PAST})",
+         "order", dict(metric="accuracy", bin=PAST, order=["floater_horizon_rand", "rope_rand"])),
+    ]
+    for name, text, kind, fields_ in claims_:
+        lines += ["", "[[claim]]", f'name = "{name}"', f'text = "{text}"', f'kind = "{kind}"']
+        lines += [f"{k} = {value(v)}" for k, v in fields_.items()]
+    return "\n".join(lines) + "\n"
+
+
 def main():
     for task, spec in TASKS.items():
         parts = [("main", ""), ("relative", "_relative")] if spec.get("split") else [(None, "")]
         for part, suffix in parts:
             path = STUDIES / f"chomsky_{task}{suffix}.toml"
             path.write_text(study(task, spec, part=part))
+            print(f"wrote {path.relative_to(STUDIES.parent)}")
+    for task, spec in TASKS.items():
+        # Bucket sort's is chomsky_floater_horizon.toml, which ran first.
+        if task != "bucket_sort":
+            path = STUDIES / f"chomsky_{task}_floater_horizon.toml"
+            path.write_text(horizon_study(task, spec))
             print(f"wrote {path.relative_to(STUDIES.parent)}")
     path = STUDIES / "chomsky_gpu.toml"
     path.write_text(study(GPU["task"], TASKS[GPU["task"]], GPU))

@@ -17,6 +17,7 @@ use super::spec::{Study, Variant};
 use super::spread::Spread;
 use super::summary::{StudySummary, bin_start};
 use crate::error::{Error, Result};
+use crate::train::LengthUnit;
 
 /// One variant's training curve: (step, mean, min, max) over its seeds.
 type Band = Vec<(f64, f64, f64, f64)>;
@@ -101,9 +102,10 @@ pub fn write_pictures(
         draw(
             file,
             format!(
-                "Validation loss at {bin} tokens at every evaluation, mean over seeds with a min–max band"
+                "Validation loss at {bin} {} at every evaluation, mean over seeds with a min–max band",
+                summary.length_unit.name()
             ),
-            eval_loss(&out.join(file), study, results, bin),
+            eval_loss(&out.join(file), study, results, bin, summary.length_unit),
         )?;
     }
     if !summary.bins.is_empty() {
@@ -210,11 +212,12 @@ fn eval_band(runs: &[&RunResult], bin: &str) -> Band {
 }
 
 /// The validation loss in `bin` at every evaluation: how fast each variant gets where.
-fn eval_loss(path: &Path, study: &Study, results: &[RunResult], bin: &str) -> Drawn {
+fn eval_loss(path: &Path, study: &Study, results: &[RunResult], bin: &str, unit: LengthUnit) -> Drawn {
     let bands = variant_bands(study, results, |runs, _| eval_band(runs, bin));
     let title = format!(
-        "{}: validation loss at {bin} tokens (mean of {}, band min–max)",
+        "{}: validation loss at {bin} {} (mean of {}, band min–max)",
         study.name,
+        unit.name(),
         seeds(results)
     );
     curves(path, study, &title, "validation loss, nats/token", &bands)
@@ -347,10 +350,10 @@ fn per_length(
         Metric::Loss if hi > 0.0 => hi * 1.15,
         Metric::Loss => 1.0,
     };
-    let length = if metric.is_decoded() {
-        "source length"
-    } else {
-        "sequence length"
+    let (length, unit) = match summary.length_unit {
+        LengthUnit::InputSymbols => ("input length", "symbols"),
+        LengthUnit::Tokens if metric.is_decoded() => ("source length", "tokens"),
+        LengthUnit::Tokens => ("sequence length", "tokens"),
     };
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
@@ -379,7 +382,7 @@ fn per_length(
             RGBColor(120, 120, 120).mix(0.15).filled(),
         )))?;
         chart.draw_series(std::iter::once(Text::new(
-            format!("past the training length ({len} tokens)"),
+            format!("past the training length ({len} {})", summary.length_unit.name()),
             (from + 0.05, top * 0.97),
             (FONT, 14).into_font().color(&BLACK.mix(0.7)),
         )))?;
@@ -394,7 +397,7 @@ fn per_length(
     };
     let percent = |y: &f64| format!("{:.0}%", 100.0 * y);
     let mut mesh = chart.configure_mesh();
-    mesh.x_desc(format!("{length} (tokens), by bin"))
+    mesh.x_desc(format!("{length} ({unit}), by bin"))
         .x_labels(bins.len() + 1)
         .x_label_formatter(&label)
         .disable_x_mesh()

@@ -15,6 +15,7 @@ use super::summary::{StudySummary, bin_start};
 use super::verdicts::ClaimReport;
 use crate::error::Result;
 use crate::model::ModelKind;
+use crate::train::LengthUnit;
 
 /// Everything `study.json` holds.
 #[derive(Serialize)]
@@ -135,9 +136,14 @@ fn markdown(r: &Report, study: &Study) -> String {
         }
     );
     if let Some(len) = s.train_len {
+        let what = match s.length_unit {
+            LengthUnit::Tokens => "sequences",
+            LengthUnit::InputSymbols => "inputs",
+        };
         let _ = writeln!(
             md,
-            "- Training sequences are at most {len} tokens long; bins marked ‡ start past that (extrapolation)"
+            "- Training {what} are at most {len} {} long; bins marked ‡ start past that (extrapolation)",
+            s.length_unit.name()
         );
     }
     let seeds: Vec<String> = r.seeds.iter().map(u64::to_string).collect();

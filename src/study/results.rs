@@ -142,3 +142,37 @@ impl RunResult {
         serde_json::from_str(&text).map_err(|e| Error::Input(format!("{}: {e}", path.display())))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::RunResult;
+    use crate::study::test_runs::run;
+
+    #[test]
+    fn a_result_reads_back_to_the_bit() {
+        // Accuracies and losses are f32s widened to f64, whose shortest decimal has 16-17
+        // digits: a parser off by one ulp would make every report written from results differ
+        // from the one written as the runs finished (0.9039062261581421 read as ...142).
+        let values: Vec<f64> = (0..4000).map(|i| f64::from((i as f32 + 0.37) / 1279.0)).collect();
+        let mut result = run("v", 3, &values);
+        result.train_loss = values.iter().map(|&v| v as f32 * 3.1).collect();
+        result.seconds = 268.444579529;
+        let dir = std::env::temp_dir().join(format!("posflow-result-bits-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("result.json");
+        result.write(&path).unwrap();
+        let back = RunResult::read(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        for (a, b) in result.evals.iter().zip(&back.evals) {
+            assert_eq!(
+                a.bins[0].accuracy.to_bits(),
+                b.bins[0].accuracy.to_bits(),
+                "{}",
+                a.bins[0].accuracy
+            );
+        }
+        assert_eq!(back.seconds.to_bits(), result.seconds.to_bits());
+        assert_eq!(back.train_loss, result.train_loss);
+        assert_eq!(back, result);
+    }
+}

@@ -8,6 +8,7 @@ use super::results::RunResult;
 use super::spec::Study;
 use super::spread::Spread;
 use super::verdicts::{ClaimReport, judge_claims};
+use crate::train::LengthUnit;
 
 /// One variant's final evaluation in one length bin.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -59,8 +60,12 @@ pub struct VariantSummary {
 pub struct StudySummary {
     /// Every bin any variant evaluated, shortest first.
     pub bins: Vec<String>,
-    /// The base run's training length in tokens: bins starting past it measure extrapolation.
+    /// The base run's longest training length, in `length_unit`: bins starting past it measure
+    /// extrapolation.
     pub train_len: Option<usize>,
+    /// What the bins' lengths count (a report written before this field counted tokens).
+    #[serde(default)]
+    pub length_unit: LengthUnit,
     pub variants: Vec<VariantSummary>,
     pub claims: Vec<ClaimReport>,
     /// The replication's seeds, when the study was replicated.
@@ -120,9 +125,11 @@ pub fn summarize(study: &Study, results: &[RunResult], fresh: Option<&[u64]>) ->
             }
         })
         .collect();
+    let trained = study.base.data.binned_train_len();
     StudySummary {
         bins,
-        train_len: study.base.data.train_len(),
+        train_len: trained.map(|(len, _)| len),
+        length_unit: trained.map_or(LengthUnit::Tokens, |(_, unit)| unit),
         variants,
         claims: judge_claims(study, results, fresh),
         fresh_seeds: fresh.map(<[u64]>::to_vec),
@@ -142,5 +149,73 @@ impl StudySummary {
                     .any(|b| b.get(m).is_some())
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{StudySummary, summarize};
+    use crate::study::Study;
+    use crate::train::LengthUnit;
+
+    fn study(data: &str, kind: &str) -> Study {
+        let text = format!(
+            r#"
+[study]
+name = "units"
+seeds = [0, 1]
+
+[base]
+data = {data}
+[base.model]
+d_model = 16
+heads = 2
+layers = 1
+ffn = 32
+max_len = 64
+kind = {kind}
+posenc = {{ type = "sinusoidal" }}
+[base.train]
+steps = 4
+batch = 4
+lr = 3e-3
+
+[[variant]]
+name = "sinusoidal"
+"#
+        );
+        Study::from_toml(&text, "units.toml").unwrap()
+    }
+
+    #[test]
+    fn a_chomsky_study_counts_its_training_length_in_input_symbols() {
+        // Reverse string's rows of 10 symbols are 20 tokens (a placeholder per answer bit), but
+        // its bins are input lengths: 11-20 is already past the training length.
+        let s = study(
+            r#"{ task = "chomsky", name = "reverse_string", train_max_len = 10 }"#,
+            r#"{ type = "token_classifier", n_classes = 2 }"#,
+        );
+        assert_eq!(s.base.data.train_len(), Some(20));
+        let summary = summarize(&s, &[], None);
+        assert_eq!(summary.train_len, Some(10));
+        assert_eq!(summary.length_unit, LengthUnit::InputSymbols);
+    }
+
+    #[test]
+    fn other_studies_count_tokens_and_old_reports_read_as_tokens() {
+        let s = study(
+            r#"{ task = "copy", min_len = 1, max_len = 4 }"#,
+            r#"{ type = "causal_lm" }"#,
+        );
+        let summary = summarize(&s, &[], None);
+        // <bos> abcd | abcd: the copy task's rows.
+        assert_eq!(summary.train_len, Some(10));
+        assert_eq!(summary.length_unit, LengthUnit::Tokens);
+
+        let mut json = serde_json::to_value(&summary).unwrap();
+        assert_eq!(json["length_unit"], "tokens");
+        json.as_object_mut().unwrap().remove("length_unit");
+        let old: StudySummary = serde_json::from_value(json).unwrap();
+        assert_eq!(old.length_unit, LengthUnit::Tokens);
     }
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::task::LengthUnit;
 use crate::data::chomsky::ChomskyTask;
 use crate::data::{ClassTask, PairTask, Tokenization};
 use crate::error::{Error, Result};
@@ -395,6 +396,16 @@ impl DataConfig {
             Self::Names(s) | Self::Spam(s) | Self::Stress(s) => Some(s.train_max_len + 1),
             // The longest input and its placeholders.
             Self::Chomsky { name, train_max_len } => Some(name.sequence_len(train_max_len)),
+        }
+    }
+
+    /// The longest training length in the unit its evaluation bins count, and that unit: a
+    /// Chomsky task's input symbols (its sets are input lengths), every other task's tokens
+    /// ([`DataConfig::train_len`]). Bins that start past it measure extrapolation.
+    pub fn binned_train_len(&self) -> Option<(usize, LengthUnit)> {
+        match *self {
+            Self::Chomsky { train_max_len, .. } => Some((train_max_len, LengthUnit::InputSymbols)),
+            _ => self.train_len().map(|len| (len, LengthUnit::Tokens)),
         }
     }
 }

@@ -36,6 +36,6 @@ pub use pair_report::PairReport;
 pub use program::{BatchShape, TrainGraph, TrainingProgram};
 pub use saved::{RUN_KEY, check_same_tokenizer, saved_run};
 pub use schedule::{Decay, Schedule};
-pub use task::{EvalBins, EvalSet, Task, TrainBatch};
+pub use task::{EvalBins, EvalSet, LengthUnit, Task, TrainBatch};
 pub use trainer::{StepStats, Trainer, WarmStart, positions_seed};
 pub use values::{Read, ValueBatch, Values, checkpoint_values, i32_safetensors};

@@ -4,6 +4,8 @@
 
 use std::ops::RangeInclusive;
 
+use serde::{Deserialize, Serialize};
+
 use crate::data::{
     Batch, ClassBatch, ClassData, LengthBins, PairBatch, PairData, TaskTokenizer, source_bin,
     source_bin_lengths,
@@ -62,6 +64,28 @@ pub enum EvalBins {
     /// Each set's rows at the set's length, a task's own measure (a Chomsky task's input length,
     /// whatever its answer adds), in bins doubling from the longest training length.
     SetLength { train_max_len: usize },
+}
+
+/// What the lengths of a task's evaluation bins count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LengthUnit {
+    /// A row's tokens ([`EvalBins::RowLength`]).
+    #[default]
+    Tokens,
+    /// A Chomsky task's input symbols ([`EvalBins::SetLength`]): its answer's placeholders are
+    /// not counted, so an input of 10 symbols is a row of 20 tokens in one task and 30 in another.
+    InputSymbols,
+}
+
+impl LengthUnit {
+    /// The unit in prose: "tokens", "input symbols".
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tokens => "tokens",
+            Self::InputSymbols => "input symbols",
+        }
+    }
 }
 
 impl EvalBins {

@@ -17,14 +17,7 @@ pub(super) const GROUP: usize = 4;
 /// such tiles need 16 registers or more and spill; tiles of 16 need 8 (or 16 of NEON's 32).
 #[inline(always)]
 fn wide_registers() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    crate::vector::avx512()
 }
 
 /// `out[r·stride + j] = xs[r] · keys_t[.., j]` for each row r of the group and at least the keys

@@ -120,10 +120,13 @@ pub enum Encoding {
     TupeR,
     /// The authors' form (compatible, Δ 0.01), its flow solved again every 100 steps.
     Floater,
+    /// The same at Δ 0.01·255/2048, so that positions 0..2048 solve the flow within the authors'
+    /// t = 0..2.55: the form randomized FLOATER learned with in the horizon studies.
+    FloaterHorizon,
 }
 
 impl Encoding {
-    pub const ALL: [Encoding; 9] = [
+    pub const ALL: [Encoding; 10] = [
         Encoding::None,
         Encoding::Sinusoidal,
         Encoding::Learned,
@@ -133,6 +136,7 @@ impl Encoding {
         Encoding::TupeA,
         Encoding::TupeR,
         Encoding::Floater,
+        Encoding::FloaterHorizon,
     ];
 
     pub fn name(self) -> &'static str {
@@ -146,6 +150,7 @@ impl Encoding {
             Encoding::TupeA => "tupe_a",
             Encoding::TupeR => "tupe_r",
             Encoding::Floater => "floater",
+            Encoding::FloaterHorizon => "floater_horizon",
         }
     }
 
@@ -159,7 +164,8 @@ impl Encoding {
             Encoding::Alibi => "ALiBi",
             Encoding::TupeA => "TUPE-A",
             Encoding::TupeR => "TUPE-R",
-            Encoding::Floater => "FLOATER",
+            Encoding::Floater => "FLOATER (Δ 0.01)",
+            Encoding::FloaterHorizon => "FLOATER (Δ 0.01·255/2048)",
         }
     }
 
@@ -177,6 +183,10 @@ impl Encoding {
             Encoding::TupeA => r#"{ type = "tupe_a", untie_cls = false }"#,
             Encoding::TupeR => r#"{ type = "tupe_r", untie_cls = false }"#,
             Encoding::Floater => r#"{ type = "floater", resolve_every = 100 }"#,
+            // 2.55 / RANDOM_POSITIONS, written as the horizon studies wrote it.
+            Encoding::FloaterHorizon => {
+                r#"{ type = "floater", resolve_every = 100, delta = 0.0012451171875 }"#
+            }
         }
     }
 }
@@ -679,7 +689,8 @@ mod tests {
     }
 
     /// Randomized FLOATER comes with its caution (its flow solved to t = 20.47 at positions of
-    /// 0..2048), once however it is reached; standard FLOATER and the randomized sinusoidal table
+    /// 0..2048), once however it is reached; standard FLOATER, FLOATER at the horizon's Δ (its
+    /// flow within t ≤ 2.55 at every randomized position) and the randomized sinusoidal table
     /// with none; refused settings with none.
     #[test]
     fn randomized_floater_comes_with_its_caution() {
@@ -704,6 +715,15 @@ mod tests {
                 .is_empty()
         );
         assert!(with(|s| s.choices = vec![floater(true)]).cautions().len() == 1);
+        let horizon = |randomized| Choice {
+            encoding: Encoding::FloaterHorizon,
+            randomized,
+        };
+        assert!(
+            with(|s| s.choices = vec![horizon(false), horizon(true)])
+                .cautions()
+                .is_empty()
+        );
         assert!(
             with(|s| {
                 s.choices = vec![floater(true)];
