@@ -21,11 +21,13 @@ solves) is not here: the flow is solved at every step.
 """
 
 import argparse
+import faulthandler
 import json
 import math
 import os
 import pathlib
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -196,6 +198,19 @@ def batch_inputs(batches, step, rank, world, device):
     return inputs + [p.long().to(device) for p in extra], targets[share].to(device), int((targets != IGNORE_INDEX).sum())
 
 
+def bind_gloo_to_loopback_on_one_machine():
+    """Gloo binds to the address the host name resolves to; where that name resolves to nothing
+    or to an address the ranks cannot reach (containers, CI sandboxes) a rank hangs or aborts.
+    When every rank is on this machine, the loopback interface is the one to use (unless
+    GLOO_SOCKET_IFNAME already names one)."""
+    if "GLOO_SOCKET_IFNAME" in os.environ or os.environ.get("LOCAL_WORLD_SIZE") != os.environ.get("WORLD_SIZE"):
+        return
+    names = {name for _, name in socket.if_nameindex()}
+    loopback = next((name for name in ("lo", "lo0") if name in names), None)
+    if loopback:
+        os.environ["GLOO_SOCKET_IFNAME"] = loopback
+
+
 def train(args):
     # Under torchrun (which sets RANK) the run is distributed even in one process, so that one
     # GPU runs the NCCL path too.
@@ -204,6 +219,8 @@ def train(args):
     rank = int(os.environ.get("RANK", "0"))
     cuda = torch.cuda.is_available() and args.device != "cpu"
     if distributed:
+        if not cuda:
+            bind_gloo_to_loopback_on_one_machine()
         dist.init_process_group("nccl" if cuda else "gloo")
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if cuda else "cpu")
     if cuda:
@@ -283,6 +300,8 @@ def train(args):
     if rank == 0:
         print(f"trained steps {start}..{total} on {world} process(es), {device}: loss {loss:.4f}; saved {out}")
     if distributed:
+        # Ranks leave together: rank 0 may still be evaluating when the others are done.
+        dist.barrier()
         dist.destroy_process_group()
 
 
@@ -296,6 +315,8 @@ def main(argv=None):
     parser.add_argument("--data", help="the text file of a text_file run")
     parser.add_argument("--device", choices=["auto", "cpu"], default="auto", help="cpu, or a GPU when there is one")
     args = parser.parse_args(argv)
+    # A rank that dies of a signal (an abort in a library) says where it was.
+    faulthandler.enable()
     try:
         train(args)
     except (RunError, ValueError, OSError) as e:

@@ -62,7 +62,10 @@ def study(posflow, directory, trainer):
                PYTHONPATH=str(PYTHON_DIR), OMP_NUM_THREADS="1")
     done = subprocess.run([posflow, "study", str(path), "--out", str(directory / "out"), "--device", "cpu"],
                           capture_output=True, text=True, env=env)
-    assert done.returncode == 0, done.stderr
+    # A failed run's own output is in its torchrun.log, which a CI log shows only from here.
+    logs = "".join(f"\n--- {log}:\n" + "\n".join(log.read_text().splitlines()[-40:])
+                   for log in sorted((directory / "out").glob("runs/*/seed*/torchrun.log")))
+    assert done.returncode == 0, done.stderr + logs
     return directory / "out"
 
 

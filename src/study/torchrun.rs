@@ -1,9 +1,9 @@
 //! A study's run trained by PyTorch under `torchrun` (`[study] trainer = "torchrun"`): the run
 //! config written as TOML beside the run, `python -m posflow_torch.train` launched on it (through
-//! `torch.distributed.run --standalone` for several processes, so that runs side by side do not
-//! share a port), this binary given to it as POSFLOW_BIN (it draws the batches and evaluates, so
-//! data and evaluation are posflow's), and the run's result read from the metrics log it wrote,
-//! as for a run posflow trained. An interrupted run resumes from its checkpoint.
+//! `torch.distributed.run` for several processes, on the loopback address and a free port), this binary given
+//! to it as POSFLOW_BIN (it draws the batches and evaluates, so data and evaluation are posflow's),
+//! and the run's result read from the metrics log it wrote, as for a run posflow trained. An
+//! interrupted run resumes from its checkpoint.
 
 use std::path::Path;
 use std::process::Command;
@@ -36,7 +36,19 @@ pub(super) fn run_torch(plan: &RunPlan, processes: usize, progress: &dyn StudyPr
     progress.started(plan, resumed_at.unwrap_or(0));
     let mut command = Command::new(python());
     if processes > 1 {
-        command.args(["-m", "torch.distributed.run", "--standalone"]);
+        // torchrun's static rendezvous (as its README command runs it) on the loopback address,
+        // so that no host name has to resolve (containers, CI sandboxes), and on a port free now,
+        // so that runs side by side do not share one.
+        command.args([
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=1",
+            "--local_addr=127.0.0.1",
+        ]);
+        command.args([
+            "--master_addr=127.0.0.1".to_string(),
+            format!("--master_port={}", free_port()?),
+        ]);
         command.arg(format!("--nproc_per_node={processes}"));
     }
     command
@@ -58,16 +70,44 @@ pub(super) fn run_torch(plan: &RunPlan, processes: usize, progress: &dyn StudyPr
     text.extend_from_slice(&done.stderr);
     std::fs::write(&log, &text).map_err(|e| Error::Input(format!("writing {}: {e}", log.display())))?;
     if !done.status.success() {
-        let stderr = String::from_utf8_lossy(&done.stderr);
-        let last: Vec<&str> = stderr.lines().rev().take(3).collect();
         return Err(Error::Training(format!(
             "posflow_torch failed ({}; {} has its output): {}",
             done.status,
             log.display(),
-            last.into_iter().rev().collect::<Vec<_>>().join(" / ")
+            failure_summary(&String::from_utf8_lossy(&done.stderr))
         )));
     }
     plan.finish(seconds, resumed_at, progress)
+}
+
+/// A loopback port no socket holds now (the system's pick for port 0).
+fn free_port() -> Result<u16> {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .map_err(|e| Error::Input(format!("no free port on 127.0.0.1 for torchrun: {e}")))
+}
+
+/// What a failed job's stderr says went wrong: the ranks' own error lines (a Python exception's
+/// last line, a C++ exception's `what()` or a `terminate` without one, a fatal error's first
+/// line), which torchrun's closing report ("Signal 6 received") does not repeat, then that
+/// report's rank and last lines.
+fn failure_summary(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('='))
+        .collect();
+    // A cause among the last lines (one process's exception, without torchrun) is quoted once.
+    let (before, last) = lines.split_at(lines.len().saturating_sub(3));
+    let is_cause = |l: &&str| {
+        ["what():", "terminate called", "Fatal Python error", "rank      :"]
+            .iter()
+            .any(|c| l.contains(c))
+            || (l.contains("Error: ") && !l.contains("ChildFailedError"))
+    };
+    let causes = before.iter().filter(|l| is_cause(l)).take(3);
+    causes.chain(last).copied().collect::<Vec<_>>().join(" / ")
 }
 
 /// A run config as a TOML document: each section a table of inline values.
@@ -116,8 +156,43 @@ fn remove_if_there(path: &Path) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::run_toml;
+    use super::{failure_summary, run_toml};
     use crate::study::Study;
+
+    /// A rank's exception reaches the error, not only torchrun's report of the signal.
+    #[test]
+    fn a_failed_job_is_summed_up_by_its_ranks_errors() {
+        // torchrun's report, as it closes a job whose rank aborted.
+        let report = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n\
+                      ============================================================\n\
+                      posflow_torch.train FAILED\nRoot Cause (first observed failure):\n[0]:\n  \
+                      host      : ci\n  rank      : 1 (local_rank: 1)\n  exitcode  : -6 (pid: 7)\n  \
+                      error_file: <N/A>\n  traceback : Signal 6 (SIGABRT) received by PID 7\n\
+                      ============================================================\n";
+        let last =
+            "exitcode  : -6 (pid: 7) / error_file: <N/A> / traceback : Signal 6 (SIGABRT) received by PID 7";
+        let thrown = "[rank1]: Traceback (most recent call last):\n\
+                      [rank1]: RuntimeError: the batch does not split\n\
+                      terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  \
+                      what():  [enforce fail at device.cc:83] ifa != nullptr\n";
+        assert_eq!(
+            failure_summary(&format!("{thrown}{report}")),
+            format!(
+                "[rank1]: RuntimeError: the batch does not split / terminate called after throwing an \
+                 instance of 'gloo::EnforceNotMet' / what():  [enforce fail at device.cc:83] ifa != nullptr / {last}"
+            )
+        );
+        let silent = "terminate called without an active exception\n";
+        assert_eq!(
+            failure_summary(&format!("{silent}{report}")),
+            format!("terminate called without an active exception / rank      : 1 (local_rank: 1) / {last}")
+        );
+        assert_eq!(failure_summary("one\ntwo\n"), "one / two");
+        assert_eq!(
+            failure_summary("Traceback (most recent call last):\nposflow_torch.train.RunError: no steps\n"),
+            "Traceback (most recent call last): / posflow_torch.train.RunError: no steps"
+        );
+    }
 
     /// Every run of every committed study writes as a TOML document that reads back as that run
     /// (run_toml checks the read-back itself).
