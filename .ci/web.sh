@@ -5,6 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each phase says how long this script has taken so far (a cold run installs and builds here).
+phase() { echo "== [web: $((SECONDS / 60)) min $((SECONDS % 60)) s] $*"; }
+
+phase "install: chromium, node, wasm-bindgen-cli, npm packages"
 export DEBIAN_FRONTEND=noninteractive
 missing=()
 command -v chromium >/dev/null || missing+=(chromium)
@@ -24,18 +28,19 @@ fi
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/posflow-target}"
 
-echo "== fmt, clippy (posflow-web on wasm32)"
+phase "fmt, clippy (posflow-web on wasm32)"
 cargo fmt --check
 # With SIMD128, as web/build.sh builds it (the page's products are SIMD128 code).
 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128" \
     cargo clippy --target wasm32-unknown-unknown -p posflow-web -- -D warnings
 
-echo "== build the site"
+phase "build the site"
 web/build.sh
 
-echo "== native posflow, for the expected values"
+phase "native posflow, for the expected values"
 cargo build --bin posflow
 export POSFLOW_BIN="$CARGO_TARGET_DIR/debug/posflow"
 
-echo "== e2e in headless Chromium"
+phase "e2e in headless Chromium"
 node web/tests/e2e.mjs
+phase "done"
