@@ -255,12 +255,7 @@ def study(task, spec, gpu=None, part=None):
         lines.insert(lines.index("") , "#")
         lines.insert(lines.index(""), "# Split over two files to keep each near 90 minutes on 2 cores: " + variants_text)
     for name, label, posenc, randomized in chosen:
-        lines += ["", "[[variant]]", f'name = "{name}"', f'label = "{label}"']
-        sets = [] if name == "sinusoidal" else [f'"model.posenc" = {posenc}']
-        if randomized:
-            sets.append(f'"model.random_positions" = {RANGE}')
-        if sets:
-            lines.append("set = { " + ", ".join(sets) + " }")
+        lines += variant_lines(name, label, None if name == "sinusoidal" else posenc, randomized)
     for name, text, kind, fields in claims(task, spec):
         if kind == "gain":
             # A split task's files each average over their own encodings.
@@ -273,9 +268,22 @@ def study(task, spec, gpu=None, part=None):
             v for pair in fields["pairs"] for v in pair]
         if not set(named) <= names:
             continue
-        lines += ["", "[[claim]]", f'name = "{name}"', f'text = "{text}"', f'kind = "{kind}"']
-        lines += [f"{k} = {value(v)}" for k, v in fields.items()]
+        lines += claim_lines(name, text, kind, fields)
     return "\n".join(lines) + "\n"
+
+
+def variant_lines(name, label, posenc, randomized):
+    """A [[variant]] table: its encoding (None: the base's) and randomized positions, if any."""
+    sets = ([] if posenc is None else [f'"model.posenc" = {posenc}']) + (
+        [f'"model.random_positions" = {RANGE}'] if randomized else [])
+    return ["", "[[variant]]", f'name = "{name}"', f'label = "{label}"'] + (
+        ["set = { " + ", ".join(sets) + " }"] if sets else [])
+
+
+def claim_lines(name, text, kind, fields):
+    """A [[claim]] table."""
+    return ["", "[[claim]]", f'name = "{name}"', f'text = "{text}"', f'kind = "{kind}"'] + [
+        f"{k} = {value(v)}" for k, v in fields.items()]
 
 
 # Randomized FLOATER with its flow in its authors' range of t: positions 0..RANGE at this delta span
@@ -331,8 +339,7 @@ def horizon_study(task, spec):
         ("floater_rand", "FLOATER, randomized (delta 0.01)", FLOATER, True),
         ("floater_horizon_rand", "FLOATER, randomized (delta 0.01 * 255/2048)", horizon, True),
     ]:
-        sets = [f'"model.posenc" = {posenc}'] + ([f'"model.random_positions" = {RANGE}'] if randomized else [])
-        lines += ["", "[[variant]]", f'name = "{name}"', f'label = "{label}"', "set = { " + ", ".join(sets) + " }"]
+        lines += variant_lines(name, label, posenc, randomized)
     claims_ = [
         ("floater_horizon_rand_learns",
          f"randomized FLOATER with its flow in the authors' range learns the training lengths: accuracy above 90% on {TRAINED}",
@@ -351,8 +358,7 @@ def horizon_study(task, spec):
          "order", dict(metric="accuracy", bin=PAST, order=["floater_horizon_rand", "rope_rand"])),
     ]
     for name, text, kind, fields_ in claims_:
-        lines += ["", "[[claim]]", f'name = "{name}"', f'text = "{text}"', f'kind = "{kind}"']
-        lines += [f"{k} = {value(v)}" for k, v in fields_.items()]
+        lines += claim_lines(name, text, kind, fields_)
     return "\n".join(lines) + "\n"
 
 

@@ -63,10 +63,14 @@ def study(posflow, directory, trainer):
     done = subprocess.run([posflow, "study", str(path), "--out", str(directory / "out"), "--device", "cpu"],
                           capture_output=True, text=True, env=env)
     # A failed run's own output is in its torchrun.log, which a CI log shows only from here.
-    logs = "".join(f"\n--- {log}:\n" + "\n".join(log.read_text().splitlines()[-40:])
-                   for log in sorted((directory / "out").glob("runs/*/seed*/torchrun.log")))
-    assert done.returncode == 0, done.stderr + logs
+    assert done.returncode == 0, done.stderr + torchrun_logs(directory / "out")
     return directory / "out"
+
+
+def torchrun_logs(out):
+    """The last lines of every run's torchrun.log under `out`."""
+    return "".join(f"\n--- {log}:\n" + "\n".join(log.read_text().splitlines()[-40:])
+                   for log in sorted(out.glob("runs/*/seed*/torchrun.log")))
 
 
 def evaluations(out):

@@ -1,9 +1,9 @@
 //! A study's run trained by PyTorch under `torchrun` (`[study] trainer = "torchrun"`): the run
 //! config written as TOML beside the run, `python -m posflow_torch.train` launched on it (through
-//! `torch.distributed.run` for several processes, on the loopback address and a free port), this binary given
-//! to it as POSFLOW_BIN (it draws the batches and evaluates, so data and evaluation are posflow's),
-//! and the run's result read from the metrics log it wrote, as for a run posflow trained. An
-//! interrupted run resumes from its checkpoint.
+//! `torch.distributed.run` for several processes, on the loopback address and a free port), this
+//! binary given to it as POSFLOW_BIN (it draws the batches and evaluates, so data and evaluation
+//! are posflow's), and the run's result read from the metrics log it wrote, as for a run posflow
+//! trained. An interrupted run resumes from its checkpoint.
 
 use std::path::Path;
 use std::process::Command;
@@ -44,11 +44,9 @@ pub(super) fn run_torch(plan: &RunPlan, processes: usize, progress: &dyn StudyPr
             "torch.distributed.run",
             "--nnodes=1",
             "--local_addr=127.0.0.1",
+            "--master_addr=127.0.0.1",
         ]);
-        command.args([
-            "--master_addr=127.0.0.1".to_string(),
-            format!("--master_port={}", free_port()?),
-        ]);
+        command.arg(format!("--master_port={}", free_port()?));
         command.arg(format!("--nproc_per_node={processes}"));
     }
     command
