@@ -19,6 +19,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 rustup target add wasm32-unknown-unknown >/dev/null
+# The page's threaded build rebuilds the standard library with atomics (web/build.sh).
+rustup component add rust-src >/dev/null
 # The CLI must match the wasm-bindgen crate exactly; its lockfile wants a crate version the
 # registry lacks, hence no --locked. A debug build: it installs in 72 s instead of 156 s here and
 # writes the same bytes (measured on the page's wasm: 7 s instead of 1.3 s a build).

@@ -27,6 +27,9 @@ pub mod ops;
 pub mod optim;
 pub mod params;
 mod product;
+/// The page's helper threads for its products (web/build.sh's threaded build).
+#[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+pub use product::page_threads;
 pub mod score;
 pub mod shaders;
 pub mod study;

@@ -3,7 +3,7 @@
 // checkpoint into both, wires the file input, and exposes `window.posflow`:
 //
 //   posflow.status()                 → {ready, backend: "webgpu"|"cpu", device, fallback,
-//                                       model, error, timings}
+//                                       model, threads, error, timings}
 //   posflow.complete(prompt, chars)  → Promise<string>  prompt + greedy continuation
 //   posflow.translate(source, beam)  → Promise<{output, score}> a seq2seq model's beam search
 //   posflow.probabilities(prompt)    → Promise<{char: p}> the next character's distribution
@@ -42,7 +42,24 @@
 // The Compare tab's settings live in the page's URL (?task=…&enc=…&seeds=…&train=…&test=…&preset=…
 // beside ?backend=): a link opens the tab with them.
 
-import init, * as wasm from './pkg/posflow_web.js';
+// Served cross-origin isolated (the COOP and COEP headers of web/serve.mjs; web/README.md), a page
+// that will run on the CPU loads the threaded build, whose CPU products are shared with helper
+// Workers, one per core beyond the page's own; otherwise, or with ?threads=1, the single-thread
+// build. Threads help only the CPU backend, so a page bound for a hardware WebGPU adapter keeps
+// the build its GPU path is tested on.
+async function wantsThreads() {
+  const params = new URLSearchParams(location.search);
+  if (!self.crossOriginIsolated || navigator.hardwareConcurrency < 2 || params.get('threads') === '1') {
+    return false;
+  }
+  const backend = params.get('backend') ?? 'auto';
+  if (backend === 'cpu' || !navigator.gpu) return true;
+  const adapter = await navigator.gpu.requestAdapter().catch(() => null);
+  // `auto` passes a software adapter over for the CPU backend (session.rs).
+  return !adapter || (backend === 'auto' && (adapter.info?.isFallbackAdapter ?? adapter.isFallbackAdapter) === true);
+}
+const MAX_HELPERS = 15;
+let wasm;
 
 // The checkpoints the page ships; the first is loaded at start.
 const SHIPPED = {
@@ -65,6 +82,8 @@ const state = {
   device: null,
   fallback: null,
   model: null,
+  // The threads the CPU products run on (the page's and its helpers).
+  threads: 1,
   error: null,
   // Milliseconds since navigation start.
   timings: { ready: null, firstCompletion: null },
@@ -248,8 +267,31 @@ function compareFromUrl() {
   return pairs.length > 0 ? pairs.join('&') : null;
 }
 
+// Starts the threaded build's helper Workers; resolves once each runs the wasm.
+async function startHelpers(pkg) {
+  const [module, memory] = wasm.threadHandles();
+  const count = Math.min(navigator.hardwareConcurrency - 1, MAX_HELPERS);
+  await Promise.all(Array.from({ length: count }, () => new Promise((resolve, reject) => {
+    const worker = new Worker(new URL('./helper.js', import.meta.url), { type: 'module' });
+    worker.onmessage = resolve;
+    worker.onerror = (e) => reject(new Error(`a helper thread did not start: ${e.message}`));
+    worker.postMessage({ pkg, module, memory });
+  })));
+}
+
 async function boot() {
-  await init();
+  const threaded = await wantsThreads();
+  const pkg = threaded ? './pkg-threads/posflow_web.js' : './pkg/posflow_web.js';
+  wasm = await import(pkg);
+  await wasm.default();
+  if (threaded) {
+    try {
+      await startHelpers(pkg);
+    } catch (e) {
+      showError(`Running on one thread: ${e.message ?? e}`);
+    }
+  }
+  state.threads = wasm.productThreads();
   // ?backend=auto (default: a hardware WebGPU adapter, else the CPU), webgpu or cpu.
   const choice = new URLSearchParams(location.search).get('backend') ?? 'auto';
   const started = await wasm.start(choice, Boolean(navigator.gpu));

@@ -2,6 +2,9 @@
 //! and FLOATER's weight gradients): the `gemm` crate's kernels natively, and in the page, where
 //! gemm's SIMD128 kernels were slower, posflow's own (BENCHMARKS.md, "The page's products").
 
+/// The page's helper threads, in a page built with atomics (web/build.sh's threaded build).
+#[cfg(any(test, all(target_arch = "wasm32", target_feature = "atomics")))]
+pub mod page_threads;
 #[cfg(any(test, all(target_arch = "wasm32", target_feature = "simd128")))]
 mod simd128;
 
@@ -40,11 +43,10 @@ pub fn product(
         last(m, k, sa) < a.len() && last(k, n, sb) < b.len(),
         "product operand sizes"
     );
-    // The page has one thread.
-    #[cfg(target_arch = "wasm32")]
+    #[cfg(all(target_arch = "wasm32", not(target_feature = "simd128")))]
     let _ = threaded;
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    simd128::product(n, k, a, sa, b, sb, dst);
+    simd128::product(n, k, a, sa, b, sb, dst, threaded);
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     {
         #[cfg(not(target_arch = "wasm32"))]

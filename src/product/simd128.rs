@@ -16,11 +16,27 @@ const COLS: usize = 8;
 /// Values of k per pass: a panel of b (8 KB) and a block of a (4 KB) fit the first-level cache.
 const DEPTH: usize = 256;
 
+/// Products smaller than this many multiply-adds a pass stay on one thread.
+const PAR_WORK: usize = 1 << 18;
+
 /// [`super::product`] in the page, which checks the operands' sizes and answers the empty
-/// products (m, n or k zero) itself; the rows of a are as many as `dst` has rows of n.
-pub fn product(n: usize, k: usize, a: &[f32], sa: Strides, b: &[f32], sb: Strides, dst: &mut [f32]) {
+/// products (m, n or k zero) itself; the rows of a are as many as `dst` has rows of n. With
+/// `threaded` (the product is not already one of several run in parallel), each pass's tiles are
+/// shared with the page's helper threads, if it has any: every output is still summed by one
+/// thread in k order, so the bits do not depend on them.
+#[allow(clippy::too_many_arguments)]
+pub fn product(
+    n: usize,
+    k: usize,
+    a: &[f32],
+    sa: Strides,
+    b: &[f32],
+    sb: Strides,
+    dst: &mut [f32],
+    threaded: bool,
+) {
+    let m = dst.len() / n;
     let mut panels = vec![0.0f32; n.div_ceil(COLS) * DEPTH * COLS];
-    let mut block = vec![0.0f32; DEPTH * ROWS];
     // DEPTH values of k at a time, so that a panel and a block stay in the first-level cache;
     // each later slice adds to the sums the earlier ones stored, in k order still.
     for from in (0..k).step_by(DEPTH) {
@@ -35,10 +51,70 @@ pub fn product(n: usize, k: usize, a: &[f32], sa: Strides, b: &[f32], sb: Stride
                 }
             }
         }
+        let pass = Pass {
+            n,
+            a,
+            sa,
+            from,
+            depth,
+            panels,
+        };
+        if threaded && m * n * depth >= PAR_WORK {
+            share_pass(&pass, dst);
+        } else {
+            pass.tiles(dst, 0, &mut vec![0.0f32; DEPTH * ROWS]);
+        }
+    }
+}
+
+/// A pass's tiles shared with the page's helper threads, where it has some (a page built with
+/// threads); alone otherwise.
+fn share_pass(pass: &Pass, dst: &mut [f32]) {
+    #[cfg(any(test, target_feature = "atomics"))]
+    {
+        use super::page_threads::{Chunks, helpers, share};
+        let threads = helpers() + 1;
+        if threads > 1 {
+            // A few tasks per thread, so that a slower one does not hold the rest up.
+            let per_task = dst.len().div_ceil(pass.n).div_ceil(ROWS).div_ceil(4 * threads);
+            let chunks = Chunks::new(dst, per_task * ROWS * pass.n);
+            share(chunks.count(), &|c| {
+                // SAFETY: task c takes chunk c only.
+                let rows = unsafe { chunks.chunk(c) };
+                pass.tiles(rows, c * per_task * ROWS, &mut vec![0.0f32; DEPTH * ROWS]);
+            });
+            return;
+        }
+    }
+    pass.tiles(dst, 0, &mut vec![0.0f32; DEPTH * ROWS]);
+}
+
+/// One pass of `depth` values of k from `from`, b already packed in `panels`.
+struct Pass<'a> {
+    n: usize,
+    a: &'a [f32],
+    sa: Strides,
+    from: usize,
+    depth: usize,
+    panels: &'a [f32],
+}
+
+impl Pass<'_> {
+    /// The pass's sums for the output rows `dst` (row `first` on), a tile of ROWS rows at a time;
+    /// `block` holds a tile's rows of a.
+    fn tiles(&self, dst: &mut [f32], first: usize, block: &mut [f32]) {
+        let Self {
+            n,
+            a,
+            sa,
+            from,
+            depth,
+            panels,
+        } = *self;
         for (t, rows) in dst.chunks_mut(ROWS * n).enumerate() {
             // The tile's rows of a, `depth` columns of up to ROWS values, packed once for
             // every panel.
-            let (first, count) = (t * ROWS, rows.len() / n);
+            let (first, count) = (first + t * ROWS, rows.len() / n);
             let block = &mut block[..depth * count];
             for (kk, column) in block.chunks_exact_mut(count).enumerate() {
                 for (r, v) in column.iter_mut().enumerate() {
@@ -180,7 +256,9 @@ mod tests {
     #[test]
     fn every_tile_and_edge_equals_the_plain_loop_bit_for_bit() {
         // Rows past a whole tile (1-3 left), columns past a whole panel (65: the tied head's
-        // vocabulary), one column, k in three passes (600), and both operands transposed or not.
+        // vocabulary), one column, k in three passes (600), and both operands transposed or not;
+        // the last two large enough to be shared with helper threads, in uneven tasks.
+        crate::product::page_threads::tests::start_helpers();
         for (m, n, k) in [
             (1, 1, 1),
             (4, 8, 3),
@@ -190,6 +268,8 @@ mod tests {
             (16, 3, 40),
             (2, 130, 64),
             (6, 11, 600),
+            (70, 129, 300),
+            (257, 65, 40),
         ] {
             for (trans_a, trans_b) in [(false, false), (true, false), (false, true), (true, true)] {
                 let sa = if trans_a {
@@ -203,15 +283,17 @@ mod tests {
                     Strides { rows: n, cols: 1 }
                 };
                 let (a, b) = (values(m * k, 1.0), values(k * n, 2.0));
-                let mut dst = vec![f32::NAN; m * n];
-                product(n, k, &a, sa, &b, sb, &mut dst);
                 let expected = plain(m, n, k, &a, sa, &b, sb);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(
-                    bits(&dst),
-                    bits(&expected),
-                    "{m}x{k}·{k}x{n}, transposed {trans_a}/{trans_b}"
-                );
+                for threaded in [false, true] {
+                    let mut dst = vec![f32::NAN; m * n];
+                    product(n, k, &a, sa, &b, sb, &mut dst, threaded);
+                    assert_eq!(
+                        bits(&dst),
+                        bits(&expected),
+                        "{m}x{k}·{k}x{n}, transposed {trans_a}/{trans_b}, threaded {threaded}"
+                    );
+                }
             }
         }
     }

@@ -62,6 +62,33 @@ fn to_js(value: &Value) -> Result<JsValue, JsError> {
     JSON::parse(&value.to_string()).map_err(|_| JsError::new("could not convert a result to JS"))
 }
 
+/// The threads the page's CPU products run on: its own and the helpers `serveProducts` runs in
+/// (1 in the single-thread build).
+#[wasm_bindgen(js_name = productThreads)]
+pub fn product_threads() -> usize {
+    #[cfg(target_feature = "atomics")]
+    let helpers = posflow::page_threads::helpers();
+    #[cfg(not(target_feature = "atomics"))]
+    let helpers = 0;
+    helpers + 1
+}
+
+/// `[module, memory]`: what a helper Worker (web/helper.js) instantiates to run this wasm on the
+/// page's memory. Only in the threaded build.
+#[cfg(target_feature = "atomics")]
+#[wasm_bindgen(js_name = threadHandles)]
+pub fn thread_handles() -> js_sys::Array {
+    js_sys::Array::of2(&wasm_bindgen::module(), &wasm_bindgen::memory())
+}
+
+/// A helper Worker's life: it takes tasks of the page's products, parked between them, until the
+/// page closes. Only in the threaded build.
+#[cfg(target_feature = "atomics")]
+#[wasm_bindgen(js_name = serveProducts)]
+pub fn serve_products() {
+    posflow::page_threads::serve()
+}
+
 /// Starts the backend that `backend` (`auto`, `webgpu` or `cpu`; the page's `?backend=`) asks
 /// for, where `has_webgpu` says whether the browser has the WebGPU API, and returns `{backend:
 /// "webgpu" | "cpu", device, fallback}`; `fallback` says why the page runs on the CPU, or is null.

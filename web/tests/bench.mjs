@@ -3,9 +3,11 @@
 //   node web/tests/bench.mjs     (after web/build.sh and `cargo build --release`)
 //
 // 1. `posflow bench train`'s step (the peers' step: 4 layers, d 128, batch 16 × 128) timed in the
-//    page on the CPU in wasm (`posflow.benchTrain`), against the native CPU backend on one
-//    thread (RAYON_NUM_THREADS=1: the page has one) and on every thread, taking turns for ROUNDS
-//    rounds so that a change in the machine's load falls on all three alike.
+//    page on the CPU in wasm (`posflow.benchTrain`) — its threaded build (served cross-origin
+//    isolated: the products shared with a helper Worker per core beyond the page's) and its
+//    single-thread build — against the native CPU backend on one thread (RAYON_NUM_THREADS=1) and
+//    on every thread, taking turns for ROUNDS rounds so that a change in the machine's load falls
+//    on all four alike. The other parts run on the threaded build.
 // 2. The same step in the page on WebGPU through SwiftShader (a few steps: it is slow).
 // 3. The Compare tab's fast preset with its default settings (even pairs, the sinusoidal table
 //    standard and randomized, 3 seeds): wall time from Start to the verdicts on the CPU in wasm,
@@ -119,27 +121,35 @@ async function profileInThePage(url) {
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
-async function stepInThePage(url) {
-  const { browser, page } = await openPage(url, NO_WEBGPU_FLAGS, 'cpu');
+// The page's step on its threaded build (served cross-origin isolated: `url`) and on its
+// single-thread build (`plainUrl`), beside native on one thread and on every thread, each round
+// taking all four in turn.
+async function stepInThePage(url, plainUrl) {
+  const threaded = await openPage(url, NO_WEBGPU_FLAGS, 'cpu');
+  const single = await openPage(plainUrl, NO_WEBGPU_FLAGS, 'cpu');
+  const threads = await threaded.page.evaluate(() => window.posflow.status().threads);
   const rows = [];
   try {
     for (let round = 1; round <= ROUNDS; round++) {
       const one = nativeStep(1);
-      const wasm = (await pageStep(page, STEPS)).medianMs;
+      const wasm = (await pageStep(threaded.page, STEPS)).medianMs;
+      const wasm1 = (await pageStep(single.page, STEPS)).medianMs;
       const all = nativeStep(null);
-      rows.push({ round, wasm, one, all, load: load() });
-      console.log(`round ${round}: page ${wasm.toFixed(1)} ms, native 1 thread ${one.toFixed(1)} ms, native all ${all.toFixed(1)} ms (load ${load()})`);
+      rows.push({ round, wasm, wasm1, one, all, load: load() });
+      console.log(`round ${round}: page ${wasm.toFixed(1)} ms on ${threads} threads, ${wasm1.toFixed(1)} ms on 1, native 1 thread ${one.toFixed(1)} ms, native all ${all.toFixed(1)} ms (load ${load()})`);
     }
   } finally {
-    await browser.close();
+    await threaded.browser.close();
+    await single.browser.close();
   }
-  console.log('\n| round | page, CPU in wasm (ms) | native, 1 thread (ms) | native, every thread (ms) | page / native 1 thread | load |');
-  console.log('|---|---|---|---|---|---|');
+  console.log(`\n| round | page, ${threads} threads (ms) | page, 1 thread (ms) | native, 1 thread (ms) | native, every thread (ms) | page ${threads} threads / native 1 | page 1 thread / native 1 | load |`);
+  console.log('|---|---|---|---|---|---|---|---|');
+  const ratio = (x, y) => `${(x / y).toFixed(2)}×`;
   for (const r of rows) {
-    console.log(`| ${r.round} | ${r.wasm.toFixed(1)} | ${r.one.toFixed(1)} | ${r.all.toFixed(1)} | ${(r.wasm / r.one).toFixed(2)}× | ${r.load} |`);
+    console.log(`| ${r.round} | ${r.wasm.toFixed(1)} | ${r.wasm1.toFixed(1)} | ${r.one.toFixed(1)} | ${r.all.toFixed(1)} | ${ratio(r.wasm, r.one)} | ${ratio(r.wasm1, r.one)} | ${r.load} |`);
   }
-  const [w, o, a] = ['wasm', 'one', 'all'].map((k) => median(rows.map((r) => r[k])));
-  console.log(`| median | ${w.toFixed(1)} | ${o.toFixed(1)} | ${a.toFixed(1)} | ${(w / o).toFixed(2)}× | |`);
+  const [w, w1, o, a] = ['wasm', 'wasm1', 'one', 'all'].map((k) => median(rows.map((r) => r[k])));
+  console.log(`| median | ${w.toFixed(1)} | ${w1.toFixed(1)} | ${o.toFixed(1)} | ${a.toFixed(1)} | ${ratio(w, o)} | ${ratio(w1, o)} | |`);
 }
 
 async function stepOnSwiftShader(url) {
@@ -206,15 +216,18 @@ async function main() {
   console.log(`machine: ${machine()}; load ${load()}`);
   console.log(`site: ${dist} (wasm ${fs.statSync(path.join(dist, 'pkg', 'posflow_web_bg.wasm')).size} bytes); native: ${posflowBin}`);
   console.log(`${ROUNDS} rounds of ${STEPS} timed steps of \`${VARIANT}\` after ${WARMUP} warmup steps\n`);
+  // Cross-origin isolated (the threaded build), and without the headers (the single-thread one).
   const server = await serve(dist);
+  const plainServer = await serve(dist, { isolated: false });
   const url = `http://127.0.0.1:${server.address().port}/`;
   try {
-    if (!SKIP.has('step')) await stepInThePage(url);
+    if (!SKIP.has('step')) await stepInThePage(url, `http://127.0.0.1:${plainServer.address().port}/`);
     if (process.env.PROFILE === '1') await profileInThePage(url);
     if (!SKIP.has('swiftshader')) await stepOnSwiftShader(url);
     if (!SKIP.has('fast')) await fastPreset(url);
   } finally {
     server.close();
+    plainServer.close();
   }
   console.log(`\nload after: ${load()}`);
 }

@@ -1,11 +1,7 @@
 // What the page's browser scripts share (e2e.mjs, bench.mjs): headless Chromium with or without
-// WebGPU, a static server for web/dist, and waiting for the page to start.
+// WebGPU, the static server for web/dist (../serve.mjs), and waiting for the page to start.
 //
 // Environment: CHROMIUM (default /usr/bin/chromium).
-
-import fs from 'node:fs';
-import http from 'node:http';
-import path from 'node:path';
 
 import { chromium } from 'playwright-core';
 
@@ -28,28 +24,7 @@ export function launch(flags) {
   });
 }
 
-const TYPES = {
-  '.html': 'text/html; charset=utf-8',
-  '.js': 'text/javascript; charset=utf-8',
-  '.css': 'text/css; charset=utf-8',
-  '.wasm': 'application/wasm',
-  '.safetensors': 'application/octet-stream',
-};
-
-/// Serves `folder` on 127.0.0.1 at a free port; resolves with the server.
-export function serve(folder) {
-  const server = http.createServer((req, res) => {
-    const url = new URL(req.url, 'http://localhost');
-    const file = path.join(folder, decodeURIComponent(url.pathname === '/' ? '/index.html' : url.pathname));
-    if (!file.startsWith(folder + path.sep) || !fs.existsSync(file) || !fs.statSync(file).isFile()) {
-      res.writeHead(404).end('not found');
-      return;
-    }
-    res.writeHead(200, { 'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream' });
-    fs.createReadStream(file).pipe(res);
-  });
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
-}
+export { serve } from '../serve.mjs';
 
 /// Waits until the page's engine is ready or has failed to start (`poll`: waitForFunction's
 /// polling option); resolves with `window.posflow.status()`.

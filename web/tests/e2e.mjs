@@ -2,7 +2,9 @@
 //
 //   node web/tests/e2e.mjs      (after web/build.sh; .ci/web.sh does both)
 //
-// Serves web/dist on 127.0.0.1 and runs the page twice: with WebGPU (SwiftShader, forced with
+// Serves web/dist on 127.0.0.1 — cross-origin isolated for the CPU runs (the threaded build; one
+// check compares it with the single-thread build), without the headers for WebGPU's — and runs
+// the page twice: with WebGPU (SwiftShader, forced with
 // ?backend=webgpu: by default the page passes a software adapter over, checked too) and with
 // WebGPU disabled (the CPU backend in wasm, the viewer drawn with WebGL2). Each run checks that
 // the egui viewer's canvas shows the position-encoding heatmaps (pixels of a screenshot), types a
@@ -542,6 +544,38 @@ async function checkBackendChoice(url, expected) {
   }
 }
 
+// The threaded build: served cross-origin isolated, the page runs its CPU products on a helper
+// Worker per core beyond its own; the same steps on a server without the headers (the
+// single-thread build) give the same losses to the bit, since every product's output is summed by
+// one thread in the same order whichever thread it is.
+async function checkThreads(url, plainUrl) {
+  console.log('\n== threads: the threaded build (cross-origin isolated) against the single-thread one');
+  const cores = os.cpus().length;
+  const browser = await launch(NO_WEBGPU_FLAGS);
+  try {
+    const steps = async (address, threads) => {
+      const page = await browser.newPage();
+      page.setDefaultTimeout(TIMEOUT);
+      await page.goto(address);
+      const status = await startedStatus(page, POLL);
+      assert.equal(status.error, null, `the page reported an error: ${status.error}`);
+      assert.equal(status.threads, threads, `${address}: ${status.threads} threads`);
+      const row = await page.evaluate(() => window.posflow.benchTrain('learned', 2, 0, false));
+      await page.close();
+      console.log(`${address}: ${status.threads} thread(s), losses ${row.firstLoss} → ${row.lastLoss}`);
+      return [row.firstLoss, row.lastLoss];
+    };
+    const threaded = await steps(url, Math.min(cores, 16));
+    assert.ok(cores < 2 || threaded, 'no threads on a machine with several cores');
+    const plain = await steps(plainUrl, 1);
+    assert.deepEqual(threaded, plain, 'the threaded page trains differently from the single-thread one');
+    // ?threads=1 asks an isolated page for the single-thread build.
+    assert.deepEqual(await steps(`${url}?threads=1`, 1), plain);
+  } finally {
+    await browser.close();
+  }
+}
+
 async function main() {
   for (const file of [path.join(dist, 'index.html'), path.join(dist, 'pkg', 'posflow_web_bg.wasm')]) {
     assert.ok(fs.existsSync(file), `${file} is missing: run web/build.sh first`);
@@ -571,25 +605,32 @@ async function main() {
     ],
     good: { name: 'mine.safetensors', mimeType: 'application/octet-stream', buffer: weights },
   };
+  // The CPU checks on the threaded build (served cross-origin isolated); the WebGPU ones without
+  // the headers, since headless Chromium offers a cross-origin isolated page no SwiftShader
+  // adapter (and a page bound for WebGPU loads the single-thread build anyway).
   const server = await serve(dist);
+  const plainServer = await serve(dist, { isolated: false });
   const url = `http://127.0.0.1:${server.address().port}/`;
+  const plainUrl = `http://127.0.0.1:${plainServer.address().port}/`;
   try {
     // POSFLOW_E2E_ONLY=compare runs the Compare tab's checks alone (while working on it).
     if (process.env.POSFLOW_E2E_ONLY === 'compare') {
       await checkCompare({ name: 'the CPU in wasm', flags: NO_WEBGPU_FLAGS, url });
-      await checkCompare({ name: 'WebGPU on SwiftShader', flags: WEBGPU_FLAGS, url: `${url}?backend=webgpu` });
+      await checkCompare({ name: 'WebGPU on SwiftShader', flags: WEBGPU_FLAGS, url: `${plainUrl}?backend=webgpu` });
       console.log('\nweb e2e: the Compare checks passed (POSFLOW_E2E_ONLY=compare)');
       return;
     }
     await checkPage({
-      name: 'webgpu', flags: WEBGPU_FLAGS, backend: 'webgpu', url: `${url}?backend=webgpu`, expected, files,
+      name: 'webgpu', flags: WEBGPU_FLAGS, backend: 'webgpu', url: `${plainUrl}?backend=webgpu`, expected, files,
     });
-    await checkBackendChoice(url, expected);
+    await checkBackendChoice(plainUrl, expected);
+    await checkThreads(url, plainUrl);
     await checkPage({ name: 'cpu', flags: NO_WEBGPU_FLAGS, backend: 'cpu', url, expected, files });
     await checkCompare({ name: 'the CPU in wasm', flags: NO_WEBGPU_FLAGS, url });
-    await checkCompare({ name: 'WebGPU on SwiftShader', flags: WEBGPU_FLAGS, url: `${url}?backend=webgpu` });
+    await checkCompare({ name: 'WebGPU on SwiftShader', flags: WEBGPU_FLAGS, url: `${plainUrl}?backend=webgpu` });
   } finally {
     server.close();
+    plainServer.close();
   }
   console.log('\nweb e2e: all checks passed');
 }
