@@ -82,8 +82,6 @@ const state = {
   device: null,
   fallback: null,
   model: null,
-  // The threads the CPU products run on (the page's and its helpers).
-  threads: 1,
   error: null,
   // Milliseconds since navigation start.
   timings: { ready: null, firstCompletion: null },
@@ -139,7 +137,9 @@ function viewerCompletion() {
 
 const api = {
   status() {
-    return structuredClone(state);
+    // `threads`: the CPU products' (the page's and its helpers'), read live: a helper counts
+    // itself once it runs, just after it says it has started.
+    return { ...structuredClone(state), threads: wasm?.productThreads() ?? 1 };
   },
   complete(prompt, chars = COMPLETION_CHARS) {
     return serial(() => wasm.complete(prompt, chars));
@@ -282,8 +282,10 @@ async function startHelpers(pkg) {
 async function boot() {
   const threaded = await wantsThreads();
   const pkg = threaded ? './pkg-threads/posflow_web.js' : './pkg/posflow_web.js';
-  wasm = await import(pkg);
-  await wasm.default();
+  // Set only once initialised: status() calls into it.
+  const loaded = await import(pkg);
+  await loaded.default();
+  wasm = loaded;
   if (threaded) {
     try {
       await startHelpers(pkg);
@@ -291,7 +293,6 @@ async function boot() {
       showError(`Running on one thread: ${e.message ?? e}`);
     }
   }
-  state.threads = wasm.productThreads();
   // ?backend=auto (default: a hardware WebGPU adapter, else the CPU), webgpu or cpu.
   const choice = new URLSearchParams(location.search).get('backend') ?? 'auto';
   const started = await wasm.start(choice, Boolean(navigator.gpu));

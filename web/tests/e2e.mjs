@@ -606,8 +606,7 @@ async function main() {
     good: { name: 'mine.safetensors', mimeType: 'application/octet-stream', buffer: weights },
   };
   // The CPU checks on the threaded build (served cross-origin isolated); the WebGPU ones without
-  // the headers, since headless Chromium offers a cross-origin isolated page no SwiftShader
-  // adapter (and a page bound for WebGPU loads the single-thread build anyway).
+  // the headers: a page bound for WebGPU loads the single-thread build either way (main.js).
   const server = await serve(dist);
   const plainServer = await serve(dist, { isolated: false });
   const url = `http://127.0.0.1:${server.address().port}/`;
