@@ -58,7 +58,6 @@ async function wantsThreads() {
   // `auto` passes a software adapter over for the CPU backend (session.rs).
   return !adapter || (backend === 'auto' && (adapter.info?.isFallbackAdapter ?? adapter.isFallbackAdapter) === true);
 }
-const MAX_HELPERS = 15;
 let wasm;
 
 // The checkpoints the page ships; the first is loaded at start.
@@ -270,7 +269,7 @@ function compareFromUrl() {
 // Starts the threaded build's helper Workers; resolves once each runs the wasm.
 async function startHelpers(pkg) {
   const [module, memory] = wasm.threadHandles();
-  const count = Math.min(navigator.hardwareConcurrency - 1, MAX_HELPERS);
+  const count = Math.min(navigator.hardwareConcurrency - 1, wasm.maxHelpers());
   await Promise.all(Array.from({ length: count }, () => new Promise((resolve, reject) => {
     const worker = new Worker(new URL('./helper.js', import.meta.url), { type: 'module' });
     worker.onmessage = resolve;

@@ -46,7 +46,7 @@ pub fn product(
     #[cfg(all(target_arch = "wasm32", not(target_feature = "simd128")))]
     let _ = threaded;
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    simd128::product(n, k, a, sa, b, sb, dst, threaded);
+    simd128::product(m, n, k, a, sa, b, sb, dst, threaded);
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     {
         #[cfg(not(target_arch = "wasm32"))]

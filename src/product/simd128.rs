@@ -20,12 +20,13 @@ const DEPTH: usize = 256;
 const PAR_WORK: usize = 1 << 18;
 
 /// [`super::product`] in the page, which checks the operands' sizes and answers the empty
-/// products (m, n or k zero) itself; the rows of a are as many as `dst` has rows of n. With
+/// products (m, n or k zero) itself. With
 /// `threaded` (the product is not already one of several run in parallel), each pass's tiles are
 /// shared with the page's helper threads, if it has any: every output is still summed by one
 /// thread in k order, so the bits do not depend on them.
 #[allow(clippy::too_many_arguments)]
 pub fn product(
+    m: usize,
     n: usize,
     k: usize,
     a: &[f32],
@@ -35,8 +36,8 @@ pub fn product(
     dst: &mut [f32],
     threaded: bool,
 ) {
-    let m = dst.len() / n;
     let mut panels = vec![0.0f32; n.div_ceil(COLS) * DEPTH * COLS];
+    let mut block = [0.0f32; DEPTH * ROWS];
     // DEPTH values of k at a time, so that a panel and a block stay in the first-level cache;
     // each later slice adds to the sums the earlier ones stored, in k order still.
     for from in (0..k).step_by(DEPTH) {
@@ -60,33 +61,36 @@ pub fn product(
             panels,
         };
         if threaded && m * n * depth >= PAR_WORK {
-            share_pass(&pass, dst);
+            share_pass(&pass, m, dst, &mut block);
         } else {
-            pass.tiles(dst, 0, &mut vec![0.0f32; DEPTH * ROWS]);
+            pass.tiles(dst, 0, &mut block);
         }
     }
 }
 
-/// A pass's tiles shared with the page's helper threads, where it has some (a page built with
-/// threads); alone otherwise.
-fn share_pass(pass: &Pass, dst: &mut [f32]) {
+/// A pass's tiles over the m rows of `dst` shared with the page's helper threads, where it has
+/// some (a page built with threads), each task with a block of its own; alone, in `block`,
+/// otherwise.
+fn share_pass(pass: &Pass, m: usize, dst: &mut [f32], block: &mut [f32]) {
     #[cfg(any(test, target_feature = "atomics"))]
     {
         use super::page_threads::{Chunks, helpers, share};
         let threads = helpers() + 1;
         if threads > 1 {
             // A few tasks per thread, so that a slower one does not hold the rest up.
-            let per_task = dst.len().div_ceil(pass.n).div_ceil(ROWS).div_ceil(4 * threads);
+            let per_task = m.div_ceil(ROWS).div_ceil(4 * threads);
             let chunks = Chunks::new(dst, per_task * ROWS * pass.n);
             share(chunks.count(), &|c| {
                 // SAFETY: task c takes chunk c only.
                 let rows = unsafe { chunks.chunk(c) };
-                pass.tiles(rows, c * per_task * ROWS, &mut vec![0.0f32; DEPTH * ROWS]);
+                pass.tiles(rows, c * per_task * ROWS, &mut [0.0f32; DEPTH * ROWS]);
             });
             return;
         }
     }
-    pass.tiles(dst, 0, &mut vec![0.0f32; DEPTH * ROWS]);
+    #[cfg(not(any(test, target_feature = "atomics")))]
+    let _ = m;
+    pass.tiles(dst, 0, block);
 }
 
 /// One pass of `depth` values of k from `from`, b already packed in `panels`.
@@ -287,7 +291,7 @@ mod tests {
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 for threaded in [false, true] {
                     let mut dst = vec![f32::NAN; m * n];
-                    product(n, k, &a, sa, &b, sb, &mut dst, threaded);
+                    product(m, n, k, &a, sa, &b, sb, &mut dst, threaded);
                     assert_eq!(
                         bits(&dst),
                         bits(&expected),

@@ -81,6 +81,13 @@ pub fn thread_handles() -> js_sys::Array {
     js_sys::Array::of2(&wasm_bindgen::module(), &wasm_bindgen::memory())
 }
 
+/// How many helper Workers the page may start at most. Only in the threaded build.
+#[cfg(target_feature = "atomics")]
+#[wasm_bindgen(js_name = maxHelpers)]
+pub fn max_helpers() -> usize {
+    posflow::page_threads::MAX_HELPERS
+}
+
 /// A helper Worker's life: it takes tasks of the page's products, parked between them, until the
 /// page closes. Only in the threaded build.
 #[cfg(target_feature = "atomics")]
