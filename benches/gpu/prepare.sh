@@ -17,7 +17,13 @@
 #   run(command="STUDY_JOBS=8 bash benches/gpu/table.sh study-run", carry=[".gl", ".gpu/bench"], timeout_s=540)
 #       (the study itself, resumed from its published results; untar what comes back into
 #       runs/studies/chomsky_gpu and publish it: table.sh says how)
-# then copy the numbers from each call's table.log into BENCHMARKS.md. The tracked tree is ~58 MB,
+# A session has 15 minutes of device time, the machine's start (a minute or more) and its idle
+# waits counted in: the H200 in session 50 took 231 s for `bench` and ~150 s for three test
+# calls, 722 s of 900 in all with one study call of 290 s. So: `bench` first, the tests next,
+# the study calls only with what is left (`study-run` with STUDY_SECONDS and timeout_s under
+# it; the whole GPU-sized study is ~4.4 h of the card at 8 jobs: it runs lease by lease,
+# resumed); give the machine back after the last call.
+# Then copy the numbers from each call's table.log into BENCHMARKS.md. The tracked tree is ~58 MB,
 # 44 of it the published studies: for the test calls, move docs/studies out of the checkout
 # (no test reads it) and back after them.
 set -euo pipefail
