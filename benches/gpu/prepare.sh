@@ -23,9 +23,10 @@
 # the study calls only with what is left (`study-run` with STUDY_SECONDS and timeout_s under
 # it; the whole GPU-sized study is ~4.4 h of the card at 8 jobs: it runs lease by lease,
 # resumed); give the machine back after the last call.
-# Then copy the numbers from each call's table.log into BENCHMARKS.md. The tracked tree is ~58 MB,
-# 44 of it the published studies: for the test calls, move docs/studies out of the checkout
-# (no test reads it) and back after them.
+# Then copy the numbers from each call's table.log into BENCHMARKS.md. The tracked tree is
+# ~106 MB, 92 of it the published studies, which no call reads: before the first call
+# `bash benches/gpu/aside.sh` moves them out of the checkout (13 MiB travel then), after the last
+# `bash benches/gpu/aside.sh back` returns them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
