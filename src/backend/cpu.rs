@@ -56,6 +56,11 @@ impl Backend for CpuBackend {
     }
 
     fn describe(&self) -> String {
+        // In the page rayon has no threads ("cpu (1 threads)" even in the threaded build): its
+        // CPU threads are the products' helpers, which the page reports itself, live.
+        if cfg!(target_arch = "wasm32") {
+            return "cpu (WebAssembly)".to_string();
+        }
         format!("cpu ({} threads)", rayon::current_num_threads())
     }
 

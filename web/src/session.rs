@@ -90,10 +90,9 @@ impl Session {
                 (Rc::new(gpu), device, None)
             }
             Err(why) => {
-                // Not the backend's own line ("cpu (1 threads)": rayon has no threads here):
-                // the page's CPU threads are `status().threads`, read live, as helpers start.
-                let device = "cpu (WebAssembly)".to_string();
-                (Rc::new(CpuBackend::new()), device, Some(why))
+                let cpu = CpuBackend::new();
+                let device = cpu.describe();
+                (Rc::new(cpu), device, Some(why))
             }
         };
         Self {
