@@ -23,7 +23,8 @@ print(f"{s / 2**20:.1f} MiB (with carry, at most 64)")'
     ;;
 back)
     [ -d "$aside" ] || { echo "aside.sh: nothing at $aside to put back" >&2; exit 1; }
-    mv "$aside"/* docs/studies/
+    # Nothing aside (only the kept study was there) is no error.
+    find "$aside" -mindepth 1 -maxdepth 1 -exec mv -t docs/studies/ {} +
     rmdir "$aside"
     git status --short docs/studies | head -5
     echo "docs/studies back"
