@@ -29,7 +29,7 @@ pub struct StudyArgs {
     dry_run: bool,
     /// Also run every variant with fresh seeds (as many as the file lists, the integers after its
     /// largest) and judge each claim on the file's seeds, the fresh ones and all together: a
-    /// claim holds only on all seeds together, with the fresh seeds pointing the same way.
+    /// claim holds only on all seeds together with each half passing alone.
     #[arg(long)]
     replicate: bool,
 }
@@ -62,23 +62,32 @@ pub fn study(choice: DeviceChoice, args: StudyArgs) -> posflow::Result<()> {
     let pictures = write_pictures(&out, &study, &summary, &results)?;
     write_reports(&out, &study, &summary, &results, &device, &pictures)?;
     for claim in &summary.claims {
-        let replication = claim.replication.as_ref().map_or(String::new(), |r| {
-            format!(
-                " (file's seeds: {}; fresh: {}; all: {}{})",
-                claim.original.verdict.word(),
-                r.fresh.verdict.word(),
-                r.all.verdict.word(),
-                if r.fresh_agrees {
-                    ""
+        let halves = claim.replication.as_ref().map_or(String::new(), |r| {
+            let pass = |v: posflow::study::Verdict| {
+                if v == posflow::study::Verdict::Holds {
+                    "passes"
                 } else {
-                    "; the fresh seeds point the other way"
+                    "fails"
                 }
+            };
+            format!(
+                "; file's seeds alone {}, fresh seeds alone {}",
+                pass(claim.original.verdict),
+                pass(r.fresh.verdict)
             )
         });
+        let p = |p: Option<f64>| p.map_or("—".into(), |p| format!("{p:.4}"));
         println!(
-            "claim {}: {}{replication}",
+            "{} {}: {} (p {}, q {}{halves})",
+            if claim.kind == posflow::study::ClaimKind::Sanity {
+                "sanity check"
+            } else {
+                "claim"
+            },
             claim.claim.name(),
-            claim.verdict.word()
+            claim.verdict.word(),
+            p(claim.p),
+            p(claim.q)
         );
     }
     println!("wrote {}", out.join("study.md").display());

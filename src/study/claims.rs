@@ -3,7 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::results::{BinValue, RunResult};
-use super::significance::{self, OneSided};
+use super::rule::{Rule, chance};
+use super::significance::OneSided;
 use super::spread::Spread;
 
 /// What a claim compares, from an evaluation: the teacher-forced loss and accuracy of every model,
@@ -81,6 +82,28 @@ impl Metric {
             Self::ErrorRate => "Error rate (greedy decoding)",
             Self::Bleu => "BLEU (greedy decoding)",
             Self::MacroF1 => "Macro-F1",
+        }
+    }
+
+    /// Mean ± sd in the metric's units (points of a percentage, nats, BLEU).
+    pub fn spread_text(self, v: &Spread) -> String {
+        match self {
+            Self::Loss | Self::MacroF1 => format!("{:.3} ± {:.3}", v.mean, v.sd),
+            Self::Bleu => format!("{:.2} ± {:.2}", v.mean, v.sd),
+            Self::Accuracy | Self::ExactMatch | Self::TokenAccuracy | Self::ErrorRate => {
+                format!("{:.1} ± {:.1}%", 100.0 * v.mean, 100.0 * v.sd)
+            }
+        }
+    }
+
+    /// One value in the metric's units.
+    pub fn value_text(self, v: f64) -> String {
+        match self {
+            Self::Loss | Self::MacroF1 => format!("{v:.3}"),
+            Self::Bleu => format!("{v:.2}"),
+            Self::Accuracy | Self::ExactMatch | Self::TokenAccuracy | Self::ErrorRate => {
+                format!("{:.1}%", 100.0 * v)
+            }
         }
     }
 
@@ -180,6 +203,26 @@ impl ClaimSpec {
         }
     }
 
+    /// The same claim judged on another metric (the report's "every metric" rows).
+    pub fn with_metric(&self, other: Metric) -> Self {
+        let mut claim = self.clone();
+        match &mut claim {
+            Self::Order { metric, .. }
+            | Self::Reaches { metric, .. }
+            | Self::Bound { metric, .. }
+            | Self::Gain { metric, .. } => *metric = other,
+        }
+        claim
+    }
+
+    /// A bound is a sanity check (the model learned the task, or did not); the others compare.
+    pub fn kind(&self) -> ClaimKind {
+        match self {
+            Self::Bound { .. } => ClaimKind::Sanity,
+            _ => ClaimKind::Comparative,
+        }
+    }
+
     /// The variants it names.
     pub fn variants(&self) -> Vec<&str> {
         match self {
@@ -193,10 +236,39 @@ impl ClaimSpec {
     }
 }
 
+/// What a claim is for: reported apart, and adjusted for multiplicity in separate families.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClaimKind {
+    /// A comparison of variants (order, reaches, gain): a result.
+    Comparative,
+    /// A bound on one variant ("learns the training lengths", "does not solve it"): a check
+    /// that the runs are what the comparisons assume, never counted among the results.
+    Sanity,
+}
+
+impl ClaimKind {
+    pub fn title(self) -> &'static str {
+        match self {
+            Self::Comparative => "comparative claims",
+            Self::Sanity => "sanity checks",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Verdict {
+    /// Its test passes at the adjusted level (and, when replicated, on each half of the seeds
+    /// alone).
     #[serde(rename = "holds")]
     Holds,
+    /// It passes on all seeds together but not on the file's or the fresh seeds alone.
+    #[serde(rename = "not replicated")]
+    NotReplicated,
+    /// Every variant it compares is within the study's margin of chance: a difference there is
+    /// no result, whatever its test says.
+    #[serde(rename = "at chance")]
+    AtChance,
     #[serde(rename = "not shown")]
     NotShown,
 }
@@ -209,6 +281,8 @@ impl Verdict {
     pub fn word(self) -> &'static str {
         match self {
             Self::Holds => "holds",
+            Self::NotReplicated => "not replicated",
+            Self::AtChance => "at chance",
             Self::NotShown => "not shown",
         }
     }
@@ -225,9 +299,13 @@ pub struct PairOutcome {
     pub in_order: bool,
     /// The mean ± 1 sd ranges do not overlap (the rule before Welch's test, kept for comparison).
     pub separated: bool,
-    /// Welch's one-sided test of `better` beating `worse`; `None` with fewer than two seeds on a
+    /// The one-sided test of `better` beating `worse`; `None` with fewer than two seeds on a
     /// side.
     pub test: Option<OneSided>,
+    /// The test was paired by seed: both variants ran the same seeds on the same data stream
+    /// (same data and batch), so each seed's difference is one observation. Otherwise Welch's.
+    #[serde(default)]
+    pub paired: bool,
 }
 
 /// How one seed of a reaches claim's variant did.
@@ -280,10 +358,18 @@ pub struct ClaimOutcome {
     /// The seeds judged.
     pub seeds: Vec<u64>,
     pub measured: Measured,
-    /// The rule's: every comparison passes its one-sided test at the level.
+    /// Every comparison passes its one-sided test at the unadjusted level.
     pub verdict: Verdict,
     /// The ±1 sd rule's verdict (posflow's rule before the tests), for comparison.
     pub sd_rule: Verdict,
+    /// The claim's p-value: an order claim's largest over its pairs (it needs them all), the
+    /// one test's otherwise; `None` where it cannot be tested (a missing value, fewer than two
+    /// seeds, a seed that never reaches its target).
+    #[serde(default)]
+    pub p: Option<f64>,
+    /// Every variant the claim compares has a mean within the rule's margin of chance.
+    #[serde(default)]
+    pub at_chance: bool,
 }
 
 /// Which evaluation of each run a claim reads.
@@ -313,20 +399,20 @@ fn values(results: &[RunResult], variant: &str, metric: Metric, bin: &str, readi
         .collect()
 }
 
-/// Judges `claim` on the finished runs' final evaluations, its tests at `level`.
-pub fn judge(claim: &ClaimSpec, results: &[RunResult], level: f64) -> ClaimOutcome {
-    judge_at(claim, results, level, Reading::Final)
+/// Judges `claim` on the finished runs' final evaluations by `rule`.
+pub fn judge(claim: &ClaimSpec, results: &[RunResult], rule: Rule) -> ClaimOutcome {
+    judge_at(claim, results, rule, Reading::Final)
 }
 
 /// Judges `claim` at `reading`; a reaches claim reads the whole run whatever `reading` says.
-pub fn judge_at(claim: &ClaimSpec, results: &[RunResult], level: f64, reading: Reading) -> ClaimOutcome {
+pub fn judge_at(claim: &ClaimSpec, results: &[RunResult], rule: Rule, reading: Reading) -> ClaimOutcome {
     let (measured, holds, sd_rule) = match claim {
         ClaimSpec::Order {
             metric, bin, order, ..
         } => {
             let pairs: Vec<PairOutcome> = order
                 .windows(2)
-                .map(|pair| judge_pair(results, *metric, bin, reading, level, [&pair[0], &pair[1]]))
+                .map(|pair| judge_pair(results, *metric, bin, reading, rule, [&pair[0], &pair[1]]))
                 .collect();
             // An intersection–union test: the claim needs every pair, so its error rate is at
             // most each pair's, 1 − level.
@@ -342,7 +428,7 @@ pub fn judge_at(claim: &ClaimSpec, results: &[RunResult], level: f64, reading: R
             variant,
             baseline,
             ..
-        } => judge_reach(results, *metric, bin, variant, baseline, level),
+        } => judge_reach(results, *metric, bin, variant, baseline, rule),
         ClaimSpec::Bound {
             metric,
             bin,
@@ -355,12 +441,11 @@ pub fn judge_at(claim: &ClaimSpec, results: &[RunResult], level: f64, reading: R
             // The claimed side: below the bound when the claim is that it is beaten and lower
             // is better, or that it is not beaten and higher is better.
             let below = *beats == metric.lower_is_better();
-            let test = if below {
-                significance::mean_below(&values, *bound, level)
-            } else {
-                let negated: Vec<f64> = values.iter().map(|v| -v).collect();
-                significance::mean_below(&negated, -*bound, level)
-            };
+            let margins: Vec<f64> = values
+                .iter()
+                .map(|v| if below { bound - v } else { v - bound })
+                .collect();
+            let test = rule.above_zero(&margins);
             let value = Spread::of(&values);
             let holds = test.as_ref().is_some_and(|t| t.passes);
             let sd_rule = value.as_ref().is_some_and(|v| {
@@ -374,8 +459,10 @@ pub fn judge_at(claim: &ClaimSpec, results: &[RunResult], level: f64, reading: R
         }
         ClaimSpec::Gain {
             metric, bin, pairs, ..
-        } => judge_gain(results, *metric, bin, pairs, reading, level),
+        } => judge_gain(results, *metric, bin, pairs, reading, rule),
     };
+    let p = claim_p(&measured);
+    let at_chance = at_chance(claim, results, reading, rule);
     let names = claim.variants();
     let mut seeds: Vec<u64> = results
         .iter()
@@ -390,7 +477,48 @@ pub fn judge_at(claim: &ClaimSpec, results: &[RunResult], level: f64, reading: R
         measured,
         verdict: Verdict::from(holds),
         sd_rule: Verdict::from(sd_rule),
+        p,
+        at_chance,
     }
+}
+
+/// The p-value of the claim as a whole (see `ClaimOutcome::p`).
+fn claim_p(measured: &Measured) -> Option<f64> {
+    match measured {
+        Measured::Order { pairs } => pairs
+            .iter()
+            .map(|p| p.test.as_ref().map(|t| t.p))
+            .try_fold(0.0f64, |max, p| Some(max.max(p?))),
+        Measured::Reaches { seeds, test, .. } => {
+            if seeds.is_empty() || seeds.iter().any(|s| s.step.is_none()) {
+                None
+            } else {
+                test.as_ref().map(|t| t.p)
+            }
+        }
+        Measured::Gain { test, .. } | Measured::Bound { test, .. } => test.as_ref().map(|t| t.p),
+    }
+}
+
+/// Whether every variant a comparative claim names has its mean within the rule's margin of
+/// the metric's chance level (a claim on a metric without one never is).
+fn at_chance(claim: &ClaimSpec, results: &[RunResult], reading: Reading, rule: Rule) -> bool {
+    if claim.kind() != ClaimKind::Comparative || matches!(claim, ClaimSpec::Reaches { .. }) {
+        return false;
+    }
+    let metric = claim.metric();
+    claim.variants().iter().all(|&variant| {
+        let Some(run) = results.iter().find(|r| r.variant == variant) else {
+            return false;
+        };
+        let (Some(chance), Some(mean)) = (
+            chance(&run.run, metric),
+            Spread::of(&values(results, variant, metric, claim.bin(), reading)).map(|s| s.mean),
+        ) else {
+            return false;
+        };
+        (mean - chance).abs() <= rule.chance_margin
+    })
 }
 
 /// The verdict of an order claim at one evaluation.
@@ -402,7 +530,7 @@ pub struct StepVerdict {
 
 /// An order or bound claim's verdict at every evaluation step that every run of its variants
 /// made; empty for a reaches claim, which reads the whole run already.
-pub fn verdicts_over_training(claim: &ClaimSpec, results: &[RunResult], level: f64) -> Vec<StepVerdict> {
+pub fn verdicts_over_training(claim: &ClaimSpec, results: &[RunResult], rule: Rule) -> Vec<StepVerdict> {
     if matches!(claim, ClaimSpec::Reaches { .. }) {
         return Vec::new();
     }
@@ -421,7 +549,7 @@ pub fn verdicts_over_training(claim: &ClaimSpec, results: &[RunResult], level: f
         .filter(|&step| runs.iter().all(|r| r.evals.iter().any(|e| e.step == step)))
         .map(|step| StepVerdict {
             step,
-            verdict: judge_at(claim, results, level, Reading::AtStep(step)).verdict,
+            verdict: judge_at(claim, results, rule, Reading::AtStep(step)).verdict,
         })
         .collect()
 }
@@ -431,13 +559,14 @@ fn judge_pair(
     metric: Metric,
     bin: &str,
     reading: Reading,
-    level: f64,
+    rule: Rule,
     [better, worse]: [&str; 2],
 ) -> PairOutcome {
     let (a, b) = (
         values(results, better, metric, bin, reading),
         values(results, worse, metric, bin, reading),
     );
+    let paired = share_streams(results, better, worse, metric, bin, reading);
     let (spread_a, spread_b) = (Spread::of(&a), Spread::of(&b));
     let (in_order, separated) = match (&spread_a, &spread_b) {
         (Some(a), Some(b)) => {
@@ -459,8 +588,35 @@ fn judge_pair(
         worse_value: spread_b,
         in_order,
         separated,
-        test: significance::welch(&a, &b, metric.lower_is_better(), level),
+        test: rule.compare(&a, &b, paired, metric.lower_is_better()),
+        paired,
     }
+}
+
+/// Whether `a`'s and `b`'s values can be paired seed by seed: the same seeds, in the same
+/// order, each pair of runs drawing the same batches (a batch is a function of the data, the
+/// batch size, the seed and the step alone).
+fn share_streams(
+    results: &[RunResult],
+    a: &str,
+    b: &str,
+    metric: Metric,
+    bin: &str,
+    reading: Reading,
+) -> bool {
+    let runs = |variant: &str| -> Vec<&RunResult> {
+        results
+            .iter()
+            .filter(|r| r.variant == variant)
+            .filter(|r| reading.of(r, bin).and_then(|v| metric.of(v)).is_some())
+            .collect()
+    };
+    let (ra, rb) = (runs(a), runs(b));
+    ra.len() >= 2
+        && ra.len() == rb.len()
+        && ra.iter().zip(&rb).all(|(x, y)| {
+            x.seed == y.seed && x.run.data == y.run.data && x.run.train.batch == y.run.train.batch
+        })
 }
 
 /// A gain claim: per seed, the mean over the pairs of the first variant's advantage over the
@@ -472,7 +628,7 @@ fn judge_gain(
     bin: &str,
     pairs: &[[String; 2]],
     reading: Reading,
-    level: f64,
+    rule: Rule,
 ) -> (Measured, bool, bool) {
     let value = |variant: &str, seed: u64| {
         results
@@ -499,8 +655,7 @@ fn judge_gain(
         })
         .collect();
     let values: Vec<f64> = per_seed.iter().map(|(_, g)| *g).collect();
-    let negated: Vec<f64> = values.iter().map(|g| -g).collect();
-    let test = significance::mean_below(&negated, 0.0, level);
+    let test = rule.above_zero(&values);
     let gain = Spread::of(&values);
     let holds = test.as_ref().is_some_and(|t| t.passes);
     let sd_rule = gain.as_ref().is_some_and(|g| g.mean - g.sd > 0.0);
@@ -514,7 +669,7 @@ fn judge_reach(
     bin: &str,
     variant: &str,
     baseline: &str,
-    level: f64,
+    rule: Rule,
 ) -> (Measured, bool, bool) {
     let target = Spread::of(&values(results, baseline, metric, bin, Reading::Final)).map(|s| s.mean);
     let baseline_steps = results
@@ -545,7 +700,8 @@ fn judge_reach(
         .collect();
     let fraction = Spread::of(&fractions);
     let all_reach = !seeds.is_empty() && seeds.iter().all(|s| s.step.is_some());
-    let test = significance::mean_below(&fractions, 1.0, level);
+    let savings: Vec<f64> = fractions.iter().map(|f| 1.0 - f).collect();
+    let test = rule.above_zero(&savings);
     let holds = all_reach && test.as_ref().is_some_and(|t| t.passes);
     let sd_rule = all_reach && fraction.as_ref().is_some_and(|f| f.mean + f.sd < 1.0);
     let measured = Measured::Reaches {

@@ -1,9 +1,10 @@
 use super::{ClaimSpec, Measured, Metric, Reading, Verdict, judge, judge_at, verdicts_over_training};
 use crate::study::results::RunResult;
+use crate::study::rule::Rule;
 use crate::study::test_runs::{BIN, run};
 use crate::train::DecodedScores;
 
-const LEVEL: f64 = 0.95;
+const LEVEL: Rule = Rule::t_tests(0.95);
 
 /// Runs of each variant with these final values, one per seed.
 fn finals(variants: &[(&str, &[f64])]) -> Vec<RunResult> {
@@ -283,7 +284,7 @@ fn the_tests_and_the_sd_rule_can_disagree_and_both_are_reported() {
     );
     // The stricter level turns it down.
     assert_eq!(
-        judge(&order(Metric::Accuracy, &["a", "b"]), &five, 0.999).verdict,
+        judge(&order(Metric::Accuracy, &["a", "b"]), &five, Rule::t_tests(0.999)).verdict,
         Verdict::NotShown
     );
 

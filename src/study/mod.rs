@@ -154,7 +154,9 @@ mod claims;
 #[cfg(not(target_arch = "wasm32"))]
 mod figure;
 mod live;
+mod multiplicity;
 mod overrides;
+mod permutation;
 #[cfg(not(target_arch = "wasm32"))]
 mod plan;
 #[cfg(not(target_arch = "wasm32"))]
@@ -163,7 +165,10 @@ mod plot;
 mod plot_steps;
 #[cfg(not(target_arch = "wasm32"))]
 mod report;
+#[cfg(not(target_arch = "wasm32"))]
+mod report_claims;
 mod results;
+mod rule;
 #[cfg(not(target_arch = "wasm32"))]
 mod runner;
 mod significance;
@@ -177,10 +182,11 @@ mod torchrun;
 mod verdicts;
 
 pub use claims::{
-    ClaimOutcome, ClaimSpec, Measured, Metric, PairOutcome, Reading, SeedReach, StepVerdict, Verdict, judge,
-    judge_at, verdicts_over_training,
+    ClaimKind, ClaimOutcome, ClaimSpec, Measured, Metric, PairOutcome, Reading, SeedReach, StepVerdict,
+    Verdict, judge, judge_at, verdicts_over_training,
 };
 pub use live::{Advanced, Clock, LiveRun, LiveStudy};
+pub use multiplicity::benjamini_hochberg;
 #[cfg(not(target_arch = "wasm32"))]
 pub use plan::{RunPlan, StudyProgress, plan_runs};
 #[cfg(not(target_arch = "wasm32"))]
@@ -188,10 +194,11 @@ pub use plot::write_pictures;
 #[cfg(not(target_arch = "wasm32"))]
 pub use report::{Report, inline_toml, write_reports};
 pub use results::{BinValue, EvalPoint, RunResult};
+pub use rule::{DEFAULT_CHANCE_MARGIN, Rule, TestKind, chance};
 #[cfg(not(target_arch = "wasm32"))]
 pub use runner::{BackendFactory, run_study};
-pub use significance::{DEFAULT_LEVEL, OneSided, mean_below, welch};
+pub use significance::{DEFAULT_LEVEL, OneSided, mean_below, paired, welch};
 pub use spec::{Study, StudyTrainer, Variant};
 pub use spread::Spread;
 pub use summary::{BinSummary, StudySummary, VariantSummary, bin_start, summarize};
-pub use verdicts::{ClaimReport, Replication, judge_claims};
+pub use verdicts::{ClaimReport, EarlierVerdicts, OtherMetric, Replication, judge_claims};

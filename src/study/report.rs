@@ -6,13 +6,10 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::claims::{ClaimOutcome, ClaimSpec, Measured, Metric, StepVerdict, Verdict};
+use super::report_claims::claims_markdown;
 use super::results::{EvalPoint, RunResult};
-use super::significance::OneSided;
 use super::spec::Study;
-use super::spread::Spread;
 use super::summary::{StudySummary, bin_start};
-use super::verdicts::ClaimReport;
 use crate::error::Result;
 use crate::model::ModelKind;
 use crate::train::LengthUnit;
@@ -184,7 +181,7 @@ fn markdown(r: &Report, study: &Study) -> String {
             let cells: Vec<String> = v
                 .bins
                 .iter()
-                .map(|bin| bin.get(metric).map_or("—".into(), |v| show(metric, v)))
+                .map(|bin| bin.get(metric).map_or("—".into(), |v| metric.spread_text(v)))
                 .collect();
             let _ = writeln!(md, "| {} | {} |", v.label, cells.join(" | "));
         }
@@ -192,9 +189,13 @@ fn markdown(r: &Report, study: &Study) -> String {
     }
     let _ = writeln!(
         md,
-        "### Training time\n\n| variant | seconds per run | runs |\n|---|---|---|"
+        "### Cost\n\nParameters of each variant's model, and its wall time per run (training and \
+         evaluation) on the device above.\n\n| variant | parameters | seconds per run | runs |\n|---|---|---|---|"
     );
     for v in &s.variants {
+        let parameters = study
+            .variant(&v.name)
+            .map_or("—".into(), |v| v.parameters.to_string());
         let time = v.seconds.as_ref().map_or("—".into(), |t| {
             // Both to the precision the mean needs.
             let decimals = if t.mean < 10.0 { 2 } else { 0 };
@@ -209,17 +210,9 @@ fn markdown(r: &Report, study: &Study) -> String {
             String::new()
         };
         let runs = v.seconds.as_ref().map_or(0, |t| t.n);
-        let _ = writeln!(md, "| {} | {time} | {runs}{resumed} |", v.label);
+        let _ = writeln!(md, "| {} | {parameters} | {time} | {runs}{resumed} |", v.label);
     }
-    let _ = writeln!(md, "\n## Claims\n");
-    if s.claims.is_empty() {
-        let _ = writeln!(md, "The study states no claims.");
-    } else {
-        let _ = writeln!(md, "{}\n", rule_text(study.level, s.fresh_seeds.as_deref()));
-    }
-    for c in &s.claims {
-        let _ = writeln!(md, "{}\n", claim_section(c, study));
-    }
+    claims_markdown(&mut md, &s.claims, study, s.fresh_seeds.as_deref());
     if !r.pictures.is_empty() {
         let _ = writeln!(md, "\n## Pictures\n");
         for (file, caption) in r.pictures {
@@ -227,327 +220,6 @@ fn markdown(r: &Report, study: &Study) -> String {
         }
     }
     md
-}
-
-/// How the verdicts below were reached: the rule, its error rate and, when replicated, how.
-fn rule_text(level: f64, fresh: Option<&[u64]>) -> String {
-    let alpha = 1.0 - level;
-    let mut text = format!(
-        "Each comparison is a one-sided t-test on the per-seed values at a {}% level: Welch's test \
-         for two variants (the difference of means with its one-sided {}% lower bound and p-value), a \
-         one-sample test against 1 for a fraction of the baseline's steps. A claim **holds** when \
-         every comparison it makes passes (p < {alpha:.2}), so a claim that is not true is called \
-         holding at most {:.0}% of the time; otherwise it is **not shown**. The ±1 sd rule (means in \
-         order and mean ± sd ranges apart), posflow's before, is given beside it.",
-        100.0 * level,
-        100.0 * level,
-        100.0 * alpha
-    );
-    if let Some(fresh) = fresh {
-        let seeds: Vec<String> = fresh.iter().map(u64::to_string).collect();
-        let _ = write!(
-            text,
-            " **Replicated** on fresh seeds {}: a claim's verdict is the one on all seeds together, \
-             and it holds only if the fresh seeds alone point the claimed way too.",
-            seeds.join(", ")
-        );
-    }
-    text
-}
-
-/// One claim: what was expected, what was measured on each set of seeds, the verdicts at every
-/// evaluation and the verdict.
-fn claim_section(c: &ClaimReport, study: &Study) -> String {
-    let mut text = format!("- **{}** — {}", c.claim.name(), c.claim.text());
-    let _ = write!(text, "  \n  {}", expectation(&c.claim, study));
-    match &c.replication {
-        None => {
-            let _ = write!(text, "  \n  Measured: {}", measured(&c.original, study));
-        }
-        Some(r) => {
-            for (name, outcome) in [
-                ("the file's seeds", &c.original),
-                ("the fresh seeds", &r.fresh),
-                ("all seeds", &r.all),
-            ] {
-                let _ = write!(
-                    text,
-                    "  \n  On {name} ({}): {} Verdict there: {}.",
-                    seeds(&outcome.seeds),
-                    measured(outcome, study),
-                    outcome.verdict.word()
-                );
-            }
-            if !r.fresh_agrees {
-                let _ = write!(text, "  \n  The fresh seeds point the other way.");
-            }
-        }
-    }
-    if !c.over_training.is_empty() {
-        let steps: Vec<String> = c
-            .over_training
-            .iter()
-            .map(|s| format!("{} {}", s.step, s.verdict.word()))
-            .collect();
-        let _ = write!(
-            text,
-            "  \n  At each evaluation (step: verdict): {}. {}",
-            steps.join(", "),
-            over_training_summary(&c.over_training)
-        );
-    }
-    let sd_rule = c.replication.as_ref().map_or(&c.original, |r| &r.all).sd_rule;
-    let _ = write!(
-        text,
-        "  \n  **Verdict: {}** (the ±1 sd rule: {}).",
-        c.verdict.word(),
-        sd_rule.word()
-    );
-    text
-}
-
-/// What the claim expects.
-fn expectation(claim: &ClaimSpec, study: &Study) -> String {
-    let label = |name: &str| study.variant(name).map_or(name, |v| v.label()).to_string();
-    let metric = claim.metric();
-    match claim {
-        ClaimSpec::Order { order, .. } => {
-            let expected: Vec<String> = order.iter().map(|n| label(n)).collect();
-            format!(
-                "Expected, by final {} in bin {}: {} (each better than the next).",
-                metric.name(),
-                claim.bin(),
-                expected.join(" > ")
-            )
-        }
-        ClaimSpec::Reaches {
-            variant, baseline, ..
-        } => format!(
-            "Expected: {} reaches {}'s final {} in bin {} (mean over seeds) in fewer than its steps.",
-            label(variant),
-            label(baseline),
-            metric.name(),
-            claim.bin()
-        ),
-        ClaimSpec::Gain { pairs, .. } => {
-            let pairs: Vec<String> = pairs
-                .iter()
-                .map(|[a, b]| format!("{} over {}", label(a), label(b)))
-                .collect();
-            format!(
-                "Expected, by final {} in bin {}: a gain above 0, per seed averaged over {}.",
-                metric.name(),
-                claim.bin(),
-                pairs.join(", ")
-            )
-        }
-        ClaimSpec::Bound {
-            variant,
-            bound,
-            beats,
-            ..
-        } => format!(
-            "Expected: {}'s final {} in bin {} (mean over seeds) {} {}.",
-            label(variant),
-            metric.name(),
-            claim.bin(),
-            if *beats { "better than" } else { "no better than" },
-            show_value(metric, *bound)
-        ),
-    }
-}
-
-/// What one judging measured, with its tests.
-fn measured(c: &ClaimOutcome, study: &Study) -> String {
-    let label = |name: &str| study.variant(name).map_or(name, |v| v.label()).to_string();
-    let metric = c.claim.metric();
-    match &c.measured {
-        Measured::Order { pairs } => {
-            let pairs: Vec<String> = pairs
-                .iter()
-                .map(|p| {
-                    let value =
-                        |v: &Option<Spread>| v.as_ref().map_or("no value".into(), |v| show(metric, v));
-                    let how = match (p.in_order, p.separated) {
-                        (true, true) => "in order, ranges apart",
-                        (true, false) => "in order, ranges overlap",
-                        (false, _) => "not in order",
-                    };
-                    format!(
-                        "{} {} vs {} {}: {how}; {}",
-                        label(&p.better),
-                        value(&p.better_value),
-                        label(&p.worse),
-                        value(&p.worse_value),
-                        test_text(p.test.as_ref(), metric, study.level)
-                    )
-                })
-                .collect();
-            format!("{}.", pairs.join("; "))
-        }
-        Measured::Reaches {
-            target,
-            baseline_steps,
-            seeds,
-            fraction,
-            test,
-        } => {
-            let target = target.map_or("none (the baseline has no value)".into(), |t| format!("{t:.4}"));
-            let steps: Vec<String> = seeds
-                .iter()
-                .map(|s| match s.step {
-                    Some(step) => format!("seed {} at step {step}", s.seed),
-                    None => format!("seed {} never", s.seed),
-                })
-                .collect();
-            let fraction = fraction.as_ref().map_or("— (no seed reaches it)".into(), |f| {
-                format!(
-                    "{:.2} ± {:.2} of the baseline's {baseline_steps} steps",
-                    f.mean, f.sd
-                )
-            });
-            let never = if seeds.iter().any(|s| s.step.is_none()) {
-                " A seed that never reaches it makes the claim not shown."
-            } else {
-                ""
-            };
-            let test = match test {
-                Some(t) => format!(
-                    "fraction below 1 by {:.2} (its {}% lower bound {:.2}), {}",
-                    t.estimate,
-                    100.0 * study.level,
-                    t.lower_bound,
-                    p_value(t.p)
-                ),
-                None => "no test (fewer than two seeds reach it)".into(),
-            };
-            format!(
-                "target {target}; {}; {fraction}; {test}.{never}",
-                steps.join(", ")
-            )
-        }
-        Measured::Gain { per_seed, gain, test } => {
-            let seeds: Vec<String> = per_seed
-                .iter()
-                .map(|(seed, g)| format!("seed {seed} {}", show_value(metric, *g)))
-                .collect();
-            let gain = gain
-                .as_ref()
-                .map_or("no seed has every value".into(), |g| show(metric, g));
-            let test = match test {
-                Some(t) => format!(
-                    "above 0 by {} (its {}% lower bound {}), {}",
-                    show_value(metric, t.estimate),
-                    100.0 * study.level,
-                    show_value(metric, t.lower_bound),
-                    p_value(t.p)
-                ),
-                None => "no test (fewer than two seeds)".into(),
-            };
-            format!("mean gain {gain} ({}); {test}.", seeds.join(", "))
-        }
-        Measured::Bound { value, test } => {
-            let value = value.as_ref().map_or("no value".into(), |v| show(metric, v));
-            let test = match test {
-                Some(t) => format!(
-                    "beyond the bound on the claimed side by {} (its {}% lower bound {}), {}",
-                    show_value(metric, t.estimate),
-                    100.0 * study.level,
-                    show_value(metric, t.lower_bound),
-                    p_value(t.p)
-                ),
-                None => "no test (fewer than two seeds)".into(),
-            };
-            format!("{value}; {test}.")
-        }
-    }
-}
-
-/// A Welch test in the metric's units: the difference, its one-sided bound and p.
-fn test_text(test: Option<&OneSided>, metric: Metric, level: f64) -> String {
-    let Some(t) = test else {
-        return "no test (fewer than two seeds on a side)".into();
-    };
-    let amount = |v: f64| match metric {
-        Metric::Loss | Metric::MacroF1 => format!("{v:+.3}"),
-        Metric::Bleu => format!("{v:+.2}"),
-        _ => format!("{:+.1} points", 100.0 * v),
-    };
-    format!(
-        "difference in the claimed direction {} (its {}% lower bound {}), {}",
-        amount(t.estimate),
-        100.0 * level,
-        amount(t.lower_bound),
-        p_value(t.p)
-    )
-}
-
-fn p_value(p: f64) -> String {
-    if p < 1e-4 {
-        "< 0.0001".into()
-    } else {
-        format!("{p:.4}")
-    }
-}
-
-fn seeds(seeds: &[u64]) -> String {
-    let list: Vec<String> = seeds.iter().map(u64::to_string).collect();
-    format!("seeds {}", list.join(", "))
-}
-
-/// "holds at every evaluation", "holds from step 400 to 600, not at the end", and the like.
-fn over_training_summary(steps: &[StepVerdict]) -> String {
-    let holds: Vec<usize> = steps
-        .iter()
-        .filter(|s| s.verdict == Verdict::Holds)
-        .map(|s| s.step)
-        .collect();
-    let at_end = steps.last().is_some_and(|s| s.verdict == Verdict::Holds);
-    match (holds.first(), holds.last()) {
-        _ if holds.len() == steps.len() => "It holds at every evaluation.".into(),
-        (None, _) | (_, None) => "It holds at no evaluation.".into(),
-        (Some(first), Some(last)) => {
-            let run = if first == last {
-                format!("at step {first}")
-            } else {
-                format!("from step {first} to {last}")
-            };
-            let gaps = if holds.len()
-                < steps
-                    .iter()
-                    .filter(|s| (*first..=*last).contains(&s.step))
-                    .count()
-            {
-                " (with gaps)"
-            } else {
-                ""
-            };
-            let end = if at_end { "" } else { ", not at the end" };
-            format!("It holds {run}{gaps}{end}.")
-        }
-    }
-}
-
-fn show(metric: Metric, v: &Spread) -> String {
-    match metric {
-        Metric::Loss => format!("{:.3} ± {:.3}", v.mean, v.sd),
-        Metric::Bleu => format!("{:.2} ± {:.2}", v.mean, v.sd),
-        Metric::MacroF1 => format!("{:.3} ± {:.3}", v.mean, v.sd),
-        Metric::Accuracy | Metric::ExactMatch | Metric::TokenAccuracy | Metric::ErrorRate => {
-            format!("{:.1} ± {:.1}%", 100.0 * v.mean, 100.0 * v.sd)
-        }
-    }
-}
-
-/// One value in the metric's units.
-fn show_value(metric: Metric, v: f64) -> String {
-    match metric {
-        Metric::Loss | Metric::MacroF1 => format!("{v:.3}"),
-        Metric::Bleu => format!("{v:.2}"),
-        Metric::Accuracy | Metric::ExactMatch | Metric::TokenAccuracy | Metric::ErrorRate => {
-            format!("{:.1}%", 100.0 * v)
-        }
-    }
 }
 
 fn plural(n: usize, one: &str) -> String {

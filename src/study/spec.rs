@@ -1,14 +1,16 @@
 //! A study file read and checked in full: every variant's run config built and validated, the
 //! warm-start order found, every claim checked, before a single step runs.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
 
 use super::claims::{ClaimSpec, Metric};
 use super::overrides::{self, STUDY_OWNED};
+use super::rule::{Rule, TestKind};
 use crate::error::{Error, Result};
+use crate::model::Model;
 use crate::train::{DataTask, RunConfig, Task};
 
 #[derive(Deserialize)]
@@ -38,6 +40,16 @@ struct Header {
     trainer: TrainerName,
     /// Processes per run under `trainer = "torchrun"`.
     processes: Option<usize>,
+    /// `t` (the default) or `permutation`.
+    #[serde(default)]
+    test: TestKind,
+    /// How near chance (on the metric's 0–1 scale) a mean counts as at chance.
+    #[serde(default = "default_chance_margin")]
+    chance_margin: f64,
+}
+
+fn default_chance_margin() -> f64 {
+    super::rule::DEFAULT_CHANCE_MARGIN
 }
 
 /// A study file's `trainer`.
@@ -114,9 +126,19 @@ pub struct Variant {
     pub decodes: bool,
     /// Whether it is a classifier, so that macro-F1 exists.
     pub classifies: bool,
+    /// The sequences (texts, pairs) one evaluation holds in each of `bins`, in its order.
+    pub bin_items: Vec<usize>,
+    /// Its model's trainable parameters, counted from the graph that declares them.
+    pub parameters: usize,
 }
 
 impl Variant {
+    /// The sequences one evaluation holds in `bin`.
+    pub fn items_in(&self, bin: &str) -> Option<usize> {
+        let i = self.bins.iter().position(|b| b == bin)?;
+        self.bin_items.get(i).copied()
+    }
+
     /// Its label, or its name where it has none.
     pub fn label(&self) -> &str {
         self.label.as_deref().unwrap_or(&self.name)
@@ -146,6 +168,9 @@ pub struct Study {
     pub seeds: Vec<u64>,
     /// The confidence level of every claim's test, in (0.5, 1).
     pub level: f64,
+    pub test: TestKind,
+    /// How near chance a compared variant's mean may be and count as at chance.
+    pub chance_margin: f64,
     pub trainer: StudyTrainer,
     pub base: RunConfig,
     /// In an order that runs every warm start's source before it.
@@ -175,6 +200,13 @@ impl Study {
         }
         if let Some(seed) = duplicate(&header.seeds) {
             return Err(err(format!("[study] seeds: {seed} is listed twice")));
+        }
+        if !(header.chance_margin >= 0.0 && header.chance_margin < 0.5) {
+            return Err(err(format!(
+                "[study] chance_margin must be at least 0 and below 0.5 (points of the metric's 0-1 \
+                 scale, e.g. 0.1), got {}",
+                header.chance_margin
+            )));
         }
         if !(header.level > 0.5 && header.level < 1.0) {
             return Err(err(format!(
@@ -211,7 +243,14 @@ impl Study {
             }
             let run = variant_run(&base, &v.set, &v.name).map_err(|e| err(e.to_string()))?;
             set.extend(v.set);
-            let (bins, decodes) = eval_bins(&run).map_err(|e| err(format!("variant `{}`: {e}", v.name)))?;
+            let task = DataTask::load(&run).map_err(|e| err(format!("variant `{}`: {e}", v.name)))?;
+            let EvalBins {
+                bins,
+                items: bin_items,
+                decodes,
+            } = eval_bins(&run, &task).map_err(|e| err(format!("variant `{}`: {e}", v.name)))?;
+            let parameters =
+                parameter_count(&run, &task).map_err(|e| err(format!("variant `{}`: {e}", v.name)))?;
             let classifies = run.data.classes().is_some();
             variants.push(Variant {
                 name: v.name,
@@ -222,6 +261,8 @@ impl Study {
                 bins,
                 decodes,
                 classifies,
+                bin_items,
+                parameters,
             });
         }
         let variants = dependency_order(variants).map_err(err)?;
@@ -242,11 +283,22 @@ impl Study {
             description: header.description,
             seeds: header.seeds,
             level: header.level,
+            test: header.test,
+            chance_margin: header.chance_margin,
             trainer,
             base,
             variants,
             claims: file.claims,
         })
+    }
+
+    /// The rule its claims are judged by.
+    pub fn rule(&self) -> Rule {
+        Rule {
+            level: self.level,
+            test: self.test,
+            chance_margin: self.chance_margin,
+        }
     }
 
     pub fn variant(&self, name: &str) -> Option<&Variant> {
@@ -280,43 +332,81 @@ fn variant_run(base: &toml::Table, set: &toml::Table, name: &str) -> Result<RunC
     })
 }
 
-/// The bins a run's evaluation reports: the length bins of the rows its evaluation sets hold, or
-/// a pair task's source-length bins, or a classification set's text-length bins; and whether it
-/// decodes (pair tasks do).
-fn eval_bins(run: &RunConfig) -> Result<(Vec<String>, bool)> {
+/// The bins a run's evaluation reports, how many sequences each holds, and whether it decodes.
+struct EvalBins {
+    bins: Vec<String>,
+    items: Vec<usize>,
+    decodes: bool,
+}
+
+/// The length bins of the rows a run's evaluation sets hold, or a pair task's source-length bins
+/// (decoding at most `eval_batches` batches of each), or a classification set's text-length
+/// bins; with each bin's sequences, and whether it decodes (pair tasks do).
+fn eval_bins(run: &RunConfig, task: &DataTask) -> Result<EvalBins> {
     let t = &run.train;
-    let task = DataTask::load(run)?;
+    let label = |start: usize, end: usize| format!("{start}-{end}");
     if let Some(classes) = task.class_data() {
-        let bins = classes
+        let (bins, items) = classes
             .bins()
             .iter()
-            .map(|bin| format!("{}-{}", bin.lengths.start(), bin.lengths.end()))
-            .collect();
-        return Ok((bins, false));
+            .map(|bin| {
+                (
+                    label(*bin.lengths.start(), *bin.lengths.end()),
+                    bin.examples.len(),
+                )
+            })
+            .unzip();
+        return Ok(EvalBins {
+            bins,
+            items,
+            decodes: false,
+        });
     }
     if let Some(pairs) = task.pair_data() {
-        let bins = pairs
+        let (bins, items) = pairs
             .eval()
             .iter()
-            .map(|bin| format!("{}-{}", bin.lengths().start(), bin.lengths().end()))
-            .collect();
-        return Ok((bins, true));
+            .map(|bin| {
+                let evaluated = bin.pairs().len().min(t.eval_batches.saturating_mul(t.batch));
+                (label(*bin.lengths().start(), *bin.lengths().end()), evaluated)
+            })
+            .unzip();
+        return Ok(EvalBins {
+            bins,
+            items,
+            decodes: true,
+        });
     }
     let binning = task.eval_bins();
-    let mut bins = BTreeSet::new();
+    let mut bins: BTreeMap<(usize, usize), usize> = BTreeMap::new();
     for set in task.eval_sets(&t.eval_lengths, t.batch, t.eval_batches) {
         for batch in set.batches.iter().flatten() {
             for &len in batch.lengths() {
                 let lengths = binning.bin_lengths(len, set.length);
-                bins.insert((*lengths.start(), *lengths.end()));
+                *bins.entry((*lengths.start(), *lengths.end())).or_default() += 1;
             }
         }
     }
-    let bins = bins
+    let (bins, items) = bins
         .into_iter()
-        .map(|(start, end)| format!("{start}-{end}"))
-        .collect();
-    Ok((bins, false))
+        .map(|((start, end), n)| (label(start, end), n))
+        .unzip();
+    Ok(EvalBins {
+        bins,
+        items,
+        decodes: false,
+    })
+}
+
+/// The model's parameters, with the vocabulary its data gives.
+fn parameter_count(run: &RunConfig, task: &DataTask) -> Result<usize> {
+    let mut run = run.clone();
+    run.settle_vocab(task.tokenizer().vocab_size())?;
+    let graph = Model::new(run.model)?.declare_params()?;
+    Ok(graph
+        .params()
+        .map(|(_, meta)| meta.shape.iter().product::<usize>())
+        .sum())
 }
 
 /// Orders variants so that each comes after the one it warm-starts from (otherwise keeping the
