@@ -14,6 +14,7 @@ use posflow::mlp::{MlpConfig, train_mlp};
 use cli::forward::{ForwardArgs, forward};
 use cli::inspect::{EvalArgs, ExportArgs, SampleArgs, eval, export, sample};
 use cli::prepare::{PrepareArgs, prepare};
+use cli::results::{ResultsArgs, results};
 use cli::study::{StudyArgs, study};
 use cli::train::{TrainArgs, train};
 use cli::translate::{BenchDecodeArgs, TranslateArgs, bench_decode, translate};
@@ -50,6 +51,9 @@ enum Command {
     /// Run a study: every variant × seed of a study file (resumable), then a report with the
     /// claims' verdicts and pictures.
     Study(StudyArgs),
+    /// Judge every study published under docs/studies/ again from its runs and write its report,
+    /// docs/results/ and the README's results block (`--check`: compare, write nothing).
+    Results(ResultsArgs),
     /// Loss and accuracy of a checkpoint per sequence-length bin, on its run's validation data.
     Eval(EvalArgs),
     /// Continue a prompt with a checkpoint's language model.
@@ -161,6 +165,7 @@ fn run(cli: Cli) -> posflow::Result<()> {
     match cli.command.unwrap_or(Command::Train(cli.train)) {
         Command::Train(args) => train(backend(choice)?, args),
         Command::Study(args) => study(choice, args),
+        Command::Results(args) => results(args),
         Command::Eval(args) => eval(backend(choice)?, args),
         Command::Sample(args) => sample(backend(choice)?, args),
         // Its stdout is the translations alone, one per source, for pipes.

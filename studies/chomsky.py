@@ -84,11 +84,11 @@ HEADER = [
 ]
 CPU_PROTOCOL = (
     "How this differs from their protocol, to fit a 2-core CPU: {steps} steps of batch 32 "
-    "(theirs: 10,000 of 128, Delétang et al.'s 1,000,000), training lengths 1-{n} (theirs 1-40), "
+    "(Delétang et al.: 1,000,000 of 128; Ruoss et al.'s demonstration script: 10,000), training lengths 1-{n} (theirs 1-40), "
     "test lengths to {top} (theirs 41-500)."
 )
 GPU_PROTOCOL = (
-    "This file is for a lent GPU: their 10,000 steps of batch 128, training lengths 1-40 and test "
+    "This file is for a lent GPU: batch 128 (10,000 steps, the length of Ruoss et al.'s demonstration script; Delétang et al. train 1,000,000), training lengths 1-40 and test "
     "lengths to 500. What still differs:"
 )
 

@@ -202,9 +202,14 @@ fn a_study_runs_every_variant_and_seed_and_reports() {
         "Expected, by final accuracy in bin 33-64: T5 relative > learned table",
         "- **sooner** — ",
         "**Verdict: ",
-        "(the ±1 sd rule: ",
-        "one-sided t-test on the per-seed values at a 95% level",
-        "At each evaluation (step: verdict): 5 ",
+        "### Comparative claims",
+        "### Sanity checks",
+        "| claim | verdict | p | q | sequences per run | other metrics agreeing |",
+        "### The earlier rules' verdicts",
+        "one-sided t-test on the per-seed values: paired by seed",
+        "Benjamini–Hochberg over the study's claims of the same kind",
+        "At each evaluation, unadjusted (step: verdict): 5 ",
+        "Every other metric in bin 33-64: loss: T5 relative ",
         "Expected: T5 relative's final accuracy in bin 1-32 (mean over seeds) better than 10.0%.",
         "Expected, by final accuracy in bin 33-64: a gain above 0, per seed averaged over T5 relative over learned table.",
         "mean gain ",
@@ -408,9 +413,12 @@ fn a_replicated_study_judges_each_claim_on_the_file_s_fresh_and_all_seeds() {
         "{out}"
     );
     assert!(
-        out.contains("claim extrapolates: ") && out.contains("(file's seeds: "),
+        out.contains("claim extrapolates: ")
+            && out.contains("; file's seeds alone ")
+            && out.contains(", fresh seeds alone "),
         "{out}"
     );
+    assert!(out.contains("sanity check learns: "), "{out}");
     let root = dir.join("runs/studies/tiny");
     for run in [
         "relative/seed2",
@@ -459,4 +467,98 @@ fn a_replicated_study_judges_each_claim_on_the_file_s_fresh_and_all_seeds() {
         "{}",
         text(&o.stdout)
     );
+}
+
+/// `posflow results` on a published tiny study: it writes the report, the results pages and the
+/// README's block from the runs, `--check` passes on what it wrote, and a number changed by hand
+/// in a report, in a run's result or in the README fails the check, naming the file.
+#[test]
+fn published_results_are_generated_and_checked_against_their_runs() {
+    let dir = scratch("study", "published");
+    std::fs::write(dir.join("tiny.toml"), tiny_study(10)).unwrap();
+    let o = posflow_in(&dir, &["--device", "cpu", "study", "tiny.toml"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    // The repository's layout: the study file, its published runs, a README with the markers.
+    let root = dir.join("repo");
+    std::fs::create_dir_all(root.join("studies")).unwrap();
+    std::fs::create_dir_all(root.join("docs/studies/tiny")).unwrap();
+    std::fs::copy(dir.join("tiny.toml"), root.join("studies/tiny.toml")).unwrap();
+    std::fs::rename(
+        dir.join("runs/studies/tiny/runs"),
+        root.join("docs/studies/tiny/runs"),
+    )
+    .unwrap();
+    let readme = format!(
+        "# A project\n\n{}\nold numbers\n{}\n\nMore text.\n",
+        posflow::study::README_BEGIN,
+        posflow::study::README_END
+    );
+    std::fs::write(root.join("README.md"), readme).unwrap();
+    let results = |check: bool| {
+        let mut args = vec!["results", "--root", "repo"];
+        if check {
+            args.push("--check");
+        }
+        posflow_in(&dir, &args)
+    };
+    let check_fails_on = |file: &str| {
+        let o = results(true);
+        let err = text(&o.stderr);
+        assert!(!o.status.success() && err.contains(file), "{file}: {err}");
+    };
+
+    let o = results(true);
+    assert!(!o.status.success(), "nothing generated yet: {}", text(&o.stdout));
+    let o = results(false);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(
+        !readme.contains("old numbers") && readme.ends_with("\n\nMore text.\n"),
+        "{readme}"
+    );
+    assert!(
+        readme.contains("**1 published studies: 3 comparative claims and 1 sanity checks.**"),
+        "{readme}"
+    );
+    let page = std::fs::read_to_string(root.join("docs/results/tiny.md")).unwrap();
+    assert!(page.contains("| extrapolates — relative > learned"), "{page}");
+    let report = root.join("docs/studies/tiny/study.md");
+    assert!(
+        std::fs::read_to_string(&report)
+            .unwrap()
+            .contains("### Sanity checks")
+    );
+    let o = results(true);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+
+    // A number in the report.
+    let original = std::fs::read_to_string(&report).unwrap();
+    let edited = original.replacen("| relative |", "| relative | 1", 1);
+    assert_ne!(edited, original);
+    std::fs::write(&report, &edited).unwrap();
+    check_fails_on("docs/studies/tiny/study.md");
+    std::fs::write(&report, &original).unwrap();
+
+    // A run's final accuracy: the report, its JSON and the pages no longer follow from it.
+    let result = root.join("docs/studies/tiny/runs/relative/seed0/result.json");
+    let json = std::fs::read_to_string(&result).unwrap();
+    let mut value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let last = value["evals"].as_array_mut().unwrap().last_mut().unwrap();
+    let bin = &mut last["bins"].as_array_mut().unwrap()[0];
+    bin["accuracy"] = serde_json::json!(bin["accuracy"].as_f64().unwrap() + 0.25);
+    std::fs::write(&result, serde_json::to_string(&value).unwrap()).unwrap();
+    check_fails_on("docs/studies/tiny/study.json");
+    std::fs::write(&result, &json).unwrap();
+
+    // The README's block.
+    let readme_path = root.join("README.md");
+    let readme = std::fs::read_to_string(&readme_path).unwrap();
+    std::fs::write(
+        &readme_path,
+        readme.replacen("3 comparative claims", "4 comparative claims", 1),
+    )
+    .unwrap();
+    check_fails_on("README.md");
+    std::fs::write(&readme_path, readme).unwrap();
+    assert!(results(true).status.success());
 }

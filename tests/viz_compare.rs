@@ -93,7 +93,12 @@ fn a_tiny_comparison_trains_to_verdicts_that_posflow_study_gives_too() {
     );
     for pair in status.verdicts.chunks(2) {
         assert!(pair.iter().filter(|(_, v)| v == "holds").count() <= 1, "{pair:?}");
-        assert!(pair.iter().all(|(_, v)| v == "holds" || v == "not shown"));
+        // 24 steps of even pairs leave both models near 50%: the results rule says "at chance".
+        assert!(
+            pair.iter()
+                .all(|(_, v)| ["holds", "not shown", "at chance"].contains(&v.as_str())),
+            "{pair:?}"
+        );
     }
     harness.step();
     harness.get_by_label_contains("96 of 96 steps, 4 of 4 runs");

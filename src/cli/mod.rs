@@ -5,6 +5,7 @@
 pub mod forward;
 pub mod inspect;
 pub mod prepare;
+pub mod results;
 pub mod study;
 pub mod train;
 pub mod translate;

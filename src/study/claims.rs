@@ -3,9 +3,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::results::{BinValue, RunResult};
-use super::rule::{Rule, chance};
+use super::rule::Rule;
 use super::significance::OneSided;
 use super::spread::Spread;
+use crate::model::ModelKind;
+use crate::train::RunConfig;
 
 /// What a claim compares, from an evaluation: the teacher-forced loss and accuracy of every model,
 /// and for a seq2seq model what greedy decoding scored.
@@ -500,6 +502,18 @@ fn claim_p(measured: &Measured) -> Option<f64> {
     }
 }
 
+/// Chance's value of `metric` for a run: a token classifier's accuracy with its classes
+/// equally likely (the Chomsky tasks' answers are drawn uniformly). `None` where posflow knows
+/// no chance level (a language model's accuracy, loss, BLEU).
+pub fn chance(run: &RunConfig, metric: Metric) -> Option<f64> {
+    match (run.model.kind, metric) {
+        (ModelKind::TokenClassifier { n_classes }, Metric::Accuracy) if n_classes > 0 => {
+            Some(1.0 / n_classes as f64)
+        }
+        _ => None,
+    }
+}
+
 /// Whether every variant a comparative claim names has its mean within the rule's margin of
 /// the metric's chance level (a claim on a metric without one never is).
 fn at_chance(claim: &ClaimSpec, results: &[RunResult], reading: Reading, rule: Rule) -> bool {
@@ -566,7 +580,7 @@ fn judge_pair(
         values(results, better, metric, bin, reading),
         values(results, worse, metric, bin, reading),
     );
-    let paired = share_streams(results, better, worse, metric, bin, reading);
+    let paired = rule.pair_shared_streams && share_streams(results, better, worse, metric, bin, reading);
     let (spread_a, spread_b) = (Spread::of(&a), Spread::of(&b));
     let (in_order, separated) = match (&spread_a, &spread_b) {
         (Some(a), Some(b)) => {

@@ -1,8 +1,9 @@
-use super::{ClaimSpec, Measured, Metric, Reading, Verdict, judge, judge_at, verdicts_over_training};
+use super::{ClaimSpec, Measured, Metric, Reading, Verdict, chance, judge, judge_at, verdicts_over_training};
+use crate::model::ModelKind;
 use crate::study::results::RunResult;
 use crate::study::rule::Rule;
 use crate::study::test_runs::{BIN, run};
-use crate::train::DecodedScores;
+use crate::train::{DecodedScores, RunConfig};
 
 const LEVEL: Rule = Rule::t_tests(0.95);
 
@@ -444,4 +445,31 @@ fn a_gain_is_the_mean_over_pairs_of_each_seeds_advantage() {
         panic!()
     };
     assert_eq!(per_seed.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [0, 1]);
+}
+
+#[test]
+fn chance_is_known_for_a_token_classifiers_accuracy_only() {
+    let mut run = RunConfig::from_toml(
+        r#"
+data = { task = "chomsky", name = "even_pairs", train_max_len = 10 }
+[model]
+d_model = 8
+heads = 1
+layers = 1
+ffn = 8
+max_len = 64
+kind = { type = "token_classifier", n_classes = 2 }
+posenc = { type = "none" }
+[train]
+steps = 1
+batch = 2
+lr = 1e-3
+"#,
+        "test",
+    )
+    .unwrap();
+    assert_eq!(chance(&run, Metric::Accuracy), Some(0.5));
+    assert_eq!(chance(&run, Metric::Loss), None);
+    run.model.kind = ModelKind::TokenClassifier { n_classes: 5 };
+    assert_eq!(chance(&run, Metric::Accuracy), Some(0.2));
 }

@@ -11,6 +11,8 @@
 //! description = "What the study asks; which paper figure it mirrors."
 //! seeds = [0, 1, 2, 3, 4]            # optional: 0-4 by default
 //! level = 0.95                       # optional: the claims' tests' confidence level
+//! test = "t"                         # optional: or "permutation"
+//! chance_margin = 0.1                # optional: how near chance a mean counts as at chance
 //! trainer = "posflow"                # optional: or "torchrun" (python/posflow_torch, each run
 //! processes = 2                      #   a DDP job of `processes`; needs POSFLOW_PYTHON with it)
 //!
@@ -117,40 +119,49 @@
 //! # Verdicts
 //!
 //! Spreads are the sample standard deviation over seeds (0 with one seed). Each comparison is a
-//! one-sided t-test on the per-seed values at the study's `level` (`[study] level`, default 0.95;
-//! `significance`), so a claim that is not true is called holding at most `1 − level` of the time:
+//! one-sided test on the per-seed values at the study's `level` (`[study] level`, default 0.95):
+//! a t-test (`significance`), or with `[study] test = "permutation"` a permutation test
+//! (`permutation`). Two variants whose runs share every seed's data stream (the same data and
+//! batch size, so the same batches) are compared seed by seed (a paired test on the differences);
+//! others by Welch's test.
 //!
-//! - `order` holds when every adjacent pair of `order` has its means in the stated order (lower
-//!   loss and error rate, higher accuracy, exact match and BLEU are better) and Welch's test of
-//!   the pair passes (an intersection–union test: every pair must pass, so the claim's error rate
-//!   is at most each pair's). Fewer than two seeds on a side, or a variant without a value in the
-//!   bin (a learned table that cannot reach the length), make it *not shown*.
+//! - `order` passes when every adjacent pair of `order` has its means in the stated order (lower
+//!   loss and error rate, higher accuracy, exact match and BLEU are better) and its test passes
+//!   (an intersection–union test: every pair must pass, so the claim's p is its pairs' largest).
+//!   Fewer than two seeds on a side, or a variant without a value in the bin (a learned table
+//!   that cannot reach the length), leave it untested.
 //! - `reaches`: the target is the baseline's final value, averaged over seeds. For each seed of
 //!   `variant`, the first evaluation step whose value is at least as good as the target, as a
-//!   fraction of the baseline's `train.steps`. It holds when every seed reaches the target and a
-//!   one-sample test puts the fractions' mean below 1; a seed that never reaches it is reported as
-//!   such and makes the claim not shown.
+//!   fraction of the baseline's `train.steps`. It passes when every seed reaches the target and a
+//!   one-sample test puts the fractions' mean below 1; a seed that never reaches it is reported
+//!   as such and leaves it untested.
+//! - `bound` passes when a one-sample test puts the variant's mean beyond `bound` on the claimed
+//!   side (better than it with `beats = true`, worse with `beats = false`). A bound is a **sanity
+//!   check** ("learns the training lengths", "does not solve it"), reported apart from the
+//!   **comparative claims** (order, reaches, gain) and never counted among their results.
+//! - `gain` passes when, per seed, the first variant of each pair beats the second by a mean over
+//!   the pairs whose mean over seeds a one-sample test puts above 0 (the seeds pair the runs).
 //!
-//! - `bound` holds when a one-sample test puts the variant's mean beyond `bound` on the claimed
-//!   side (better than it with `beats = true`, worse with `beats = false`): "solves the task"
-//!   and "does not solve it" at a stated error rate.
-//! - `gain` holds when, per seed, the first variant of each pair beats the second by a mean over
-//!   the pairs whose mean over seeds a one-sample test puts above 0 (the seeds pair the runs:
-//!   one data stream per seed).
+//! The verdict (`verdicts`): a claim's p is adjusted by Benjamini–Hochberg over the study's
+//! comparative claims (its sanity checks apart), and the claim **holds** when q < 1 − level.
+//! `posflow study FILE --replicate` also runs every variant with fresh seeds, as many as the file
+//! lists, the integers after its largest (`Study::fresh_seeds`); the verdict then reads all seeds
+//! together, and a claim that passes there but not on the file's seeds and the fresh ones each
+//! alone is **not replicated**. A comparison whose every variant has its mean within
+//! `[study] chance_margin` (default 0.1) of chance (a token classifier's accuracy: 1 over its
+//! classes) is **at chance**, whatever its test. Otherwise it is **not shown**. Each claim
+//! carries its evaluation's size (sequences per run in its bin) and the same comparison on every
+//! other metric; an order or bound claim is also judged at every evaluation (unadjusted,
+//! `over_training`), and `steps_<metric>.svg` draws every variant's metric per length bin and
+//! step. The report keeps the earlier rules' verdicts (unpaired, unadjusted t-tests with the
+//! fresh seeds merely pointing the claimed way; and the ±1 sd rule before them) in an appendix.
 //!
-//! The report keeps the ±1 sd rule's verdict beside each (means in order, mean ± sd ranges apart;
-//! for `reaches`, mean + sd below 1; for `bound`, the mean ± sd range past the bound), posflow's
-//! rule before the tests. An order or bound claim is also
-//! judged at every evaluation (`over_training`), and `steps_<metric>.svg` draws every variant's
-//! metric per length bin and step.
-//!
-//! `[study] seeds` defaults to 0–4. `posflow study FILE --replicate` also runs every variant with
-//! fresh seeds, as many as the file lists, the integers after its largest (`Study::fresh_seeds`),
-//! and judges each claim on the file's seeds, the fresh ones and all together (`verdicts`): the
-//! claim holds only if it holds on all seeds together and the fresh seeds' means point the
-//! claimed way.
+//! `posflow results` judges every study published under `docs/studies/` again from its runs
+//! (`published`), adjusts all their claims as one family (`family`), and writes the reports,
+//! `docs/results/` and the README's results block (`results_pages`); `--check` compares instead.
 
 mod claims;
+mod family;
 #[cfg(not(target_arch = "wasm32"))]
 mod figure;
 mod live;
@@ -164,10 +175,14 @@ mod plot;
 #[cfg(not(target_arch = "wasm32"))]
 mod plot_steps;
 #[cfg(not(target_arch = "wasm32"))]
+mod published;
+#[cfg(not(target_arch = "wasm32"))]
 mod report;
 #[cfg(not(target_arch = "wasm32"))]
 mod report_claims;
 mod results;
+#[cfg(not(target_arch = "wasm32"))]
+mod results_pages;
 mod rule;
 #[cfg(not(target_arch = "wasm32"))]
 mod runner;
@@ -183,8 +198,9 @@ mod verdicts;
 
 pub use claims::{
     ClaimKind, ClaimOutcome, ClaimSpec, Measured, Metric, PairOutcome, Reading, SeedReach, StepVerdict,
-    Verdict, judge, judge_at, verdicts_over_training,
+    Verdict, chance, judge, judge_at, verdicts_over_training,
 };
+pub use family::{FamilyClaim, Tally, adjust_family};
 pub use live::{Advanced, Clock, LiveRun, LiveStudy};
 pub use multiplicity::benjamini_hochberg;
 #[cfg(not(target_arch = "wasm32"))]
@@ -192,9 +208,13 @@ pub use plan::{RunPlan, StudyProgress, plan_runs};
 #[cfg(not(target_arch = "wasm32"))]
 pub use plot::write_pictures;
 #[cfg(not(target_arch = "wasm32"))]
+pub use published::{Published, published_names};
+#[cfg(not(target_arch = "wasm32"))]
 pub use report::{Report, inline_toml, write_reports};
 pub use results::{BinValue, EvalPoint, RunResult};
-pub use rule::{DEFAULT_CHANCE_MARGIN, Rule, TestKind, chance};
+#[cfg(not(target_arch = "wasm32"))]
+pub use results_pages::{README_BEGIN, README_END, index_page, readme_block, replace_block, study_page};
+pub use rule::{DEFAULT_CHANCE_MARGIN, Rule, TestKind};
 #[cfg(not(target_arch = "wasm32"))]
 pub use runner::{BackendFactory, run_study};
 pub use significance::{DEFAULT_LEVEL, OneSided, mean_below, paired, welch};

@@ -29,7 +29,7 @@ pub fn two_sample(better: &[f64], worse: &[f64], lower_is_better: bool) -> Optio
         });
         return Some(hits as f64 / count as f64);
     }
-    let mut rng = SplitMix(0x5EED_0F_7E57);
+    let mut rng = SplitMix(0x5EED_7E57);
     let mut indices: Vec<usize> = (0..n).collect();
     let mut hits = 0u64;
     for _ in 0..SAMPLES {

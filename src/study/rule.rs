@@ -4,11 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::claims::Metric;
 use super::permutation;
 use super::significance::{self, OneSided};
-use crate::model::ModelKind;
-use crate::train::RunConfig;
 
 /// How far from chance a mean may lie and still count as at chance, on the metric's 0–1 scale,
 /// when a study states no margin of its own: 10 points, so that a binary task's 40–60% are "at
@@ -44,6 +41,9 @@ pub struct Rule {
     pub level: f64,
     pub test: TestKind,
     pub chance_margin: f64,
+    /// Pair two variants' runs by seed where they share its data stream; off only to reproduce
+    /// the earlier rule, which compared every pair by Welch's test.
+    pub pair_shared_streams: bool,
 }
 
 impl Rule {
@@ -53,6 +53,15 @@ impl Rule {
             level,
             test: TestKind::T,
             chance_margin: DEFAULT_CHANCE_MARGIN,
+            pair_shared_streams: true,
+        }
+    }
+
+    /// The rule before multiplicity control and pairing: Welch's and one-sample t-tests.
+    pub const fn earlier(level: f64) -> Self {
+        Self {
+            pair_shared_streams: false,
+            ..Self::t_tests(level)
         }
     }
 
@@ -102,18 +111,6 @@ impl Rule {
     }
 }
 
-/// Chance's value of `metric` for a run: a token classifier's accuracy with its classes
-/// equally likely (the Chomsky tasks' answers are drawn uniformly). `None` where posflow knows
-/// no chance level (a language model's accuracy, loss, BLEU).
-pub fn chance(run: &RunConfig, metric: Metric) -> Option<f64> {
-    match (run.model.kind, metric) {
-        (ModelKind::TokenClassifier { n_classes }, Metric::Accuracy) if n_classes > 0 => {
-            Some(1.0 / n_classes as f64)
-        }
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,32 +139,5 @@ mod tests {
         );
         assert!(tp.passes && (tp.p - 0.033954680901135466).abs() < 1e-9);
         assert!(!pp.passes && pp.p == 2.0 / 32.0);
-    }
-
-    #[test]
-    fn chance_is_known_for_a_token_classifiers_accuracy_only() {
-        let mut run = RunConfig::from_toml(
-            r#"
-data = { task = "chomsky", name = "even_pairs", train_max_len = 10 }
-[model]
-d_model = 8
-heads = 1
-layers = 1
-ffn = 8
-max_len = 64
-kind = { type = "token_classifier", n_classes = 2 }
-posenc = { type = "none" }
-[train]
-steps = 1
-batch = 2
-lr = 1e-3
-"#,
-            "test",
-        )
-        .unwrap();
-        assert_eq!(chance(&run, Metric::Accuracy), Some(0.5));
-        assert_eq!(chance(&run, Metric::Loss), None);
-        run.model.kind = ModelKind::TokenClassifier { n_classes: 5 };
-        assert_eq!(chance(&run, Metric::Accuracy), Some(0.2));
     }
 }

@@ -298,6 +298,7 @@ impl Study {
             level: self.level,
             test: self.test,
             chance_margin: self.chance_margin,
+            pair_shared_streams: true,
         }
     }
 

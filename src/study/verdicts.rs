@@ -137,10 +137,7 @@ pub fn judge_claims(study: &Study, results: &[RunResult], fresh: Option<&[u64]>)
             });
             let on = replication.as_ref().map_or(&original, |r| &r.all);
             let earlier = EarlierVerdicts {
-                unadjusted: match &replication {
-                    Some(r) => Verdict::from(r.all.verdict == Verdict::Holds && r.fresh_agrees),
-                    None => original.verdict,
-                },
+                unadjusted: earlier_verdict(claim, results, &original_runs, fresh, rule.level),
                 sd_rule: on.sd_rule,
             };
             ClaimReport {
@@ -167,6 +164,30 @@ pub fn judge_claims(study: &Study, results: &[RunResult], fresh: Option<&[u64]>)
         }
     }
     reports
+}
+
+/// The earlier rule's verdict: unpaired, unadjusted t-tests; replicated when all seeds pass and
+/// the fresh seeds' means point the claimed way.
+fn earlier_verdict(
+    claim: &ClaimSpec,
+    results: &[RunResult],
+    original_runs: &[RunResult],
+    fresh: Option<&[u64]>,
+    level: f64,
+) -> Verdict {
+    let rule = Rule::earlier(level);
+    match fresh {
+        Some(fresh) => {
+            let fresh_runs: Vec<RunResult> = results
+                .iter()
+                .filter(|r| fresh.contains(&r.seed))
+                .cloned()
+                .collect();
+            let agrees = points_the_claimed_way(&judge(claim, &fresh_runs, rule));
+            Verdict::from(judge(claim, results, rule).verdict == Verdict::Holds && agrees)
+        }
+        None => judge(claim, original_runs, rule).verdict,
+    }
 }
 
 fn points_the_claimed_way(outcome: &ClaimOutcome) -> bool {
