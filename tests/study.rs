@@ -210,6 +210,8 @@ fn a_study_runs_every_variant_and_seed_and_reports() {
         "Benjamini–Hochberg over the study's claims of the same kind",
         "At each evaluation, unadjusted (step: verdict): 5 ",
         "Every other metric in bin 33-64: loss: T5 relative ",
+        "over seeds and the evaluated sequences (bootstrap): lower bound ",
+        "| p, bootstrap over seeds and sequences |",
         "Expected: T5 relative's final accuracy in bin 1-32 (mean over seeds) better than 10.0%.",
         "Expected, by final accuracy in bin 33-64: a gain above 0, per seed averaged over T5 relative over learned table.",
         "mean gain ",

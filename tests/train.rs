@@ -431,3 +431,47 @@ fn generation_sees_only_the_context_and_slides_past_the_window() {
     let err = pollster::block_on(generator.next_probabilities(&[])).unwrap_err();
     assert!(err.to_string().contains("context is empty"), "{err}");
 }
+
+/// `final_eval_batches`: the evaluations during training read `eval_batches` batches of each
+/// length, the final one as many as it says; every evaluated bin logs its scores' errors over
+/// its sequences.
+#[test]
+fn the_final_evaluation_may_read_more_batches_and_logs_its_errors_over_sequences() {
+    let dir = scratch("train", "final_eval");
+    let extra = format!("{}\nfinal_eval_batches = 5", outputs(&dir));
+    let mut trainer = Trainer::new(cpu(), tiny_run(r#"{ type = "sinusoidal" }"#, &extra)).unwrap();
+    fit(&mut trainer, &mut Recorder::default()).unwrap();
+    let records = MetricsLog::read(&dir.join("out/run.jsonl")).unwrap();
+    let of = |at: usize| -> Vec<(String, usize, Option<f64>)> {
+        records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Eval {
+                    step,
+                    bin,
+                    tokens,
+                    item_errors,
+                    ..
+                } if *step == at => Some((bin.clone(), *tokens, item_errors.and_then(|e| e.accuracy))),
+                _ => None,
+            })
+            .collect()
+    };
+    let (during, last) = (of(6), of(12));
+    assert_eq!(during[0].1, 2 * 4 * 16 + 2 * 4 * 32);
+    assert_eq!(last[0].1, 5 * 4 * 16 + 5 * 4 * 32);
+    assert_eq!(last[1].1, 5 * 4 * 64);
+    for (bin, _, error) in during.iter().chain(&last) {
+        let error = error.unwrap_or_else(|| panic!("{bin}: no error over sequences"));
+        assert!(error > 0.0 && error < 0.5, "{bin}: {error}");
+    }
+    // More sequences, a smaller error (the same model's bins, 40 sequences against 16).
+    assert!(
+        last[1].2.unwrap() < during[1].2.unwrap() * 1.2,
+        "{last:?} {during:?}"
+    );
+    let mut bad = tiny_run(r#"{ type = "sinusoidal" }"#, "");
+    bad.train.final_eval_batches = Some(0);
+    let err = Trainer::new(cpu(), bad).err().expect("refused").to_string();
+    assert!(err.contains("final_eval_batches must be at least 1"), "{err}");
+}

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::ops::RangeInclusive;
 
-use super::{Batch, IGNORE_INDEX};
+use super::{Batch, IGNORE_INDEX, RatioMoments};
 use crate::error::{Error, Result};
 
 /// The upper end of the first bin; each later bin doubles it.
@@ -43,6 +43,10 @@ pub struct BinTotals {
     pub tokens: usize,
     pub loss_sum: f64,
     pub correct: usize,
+    /// Per sequence: correct tokens over tokens, for accuracy's error over the sequences.
+    pub accuracy_items: RatioMoments,
+    /// Per sequence: summed loss over tokens.
+    pub loss_items: RatioMoments,
 }
 
 impl BinTotals {
@@ -69,6 +73,8 @@ impl BinTotals {
         self.tokens += other.tokens;
         self.loss_sum += other.loss_sum;
         self.correct += other.correct;
+        self.accuracy_items.add(&other.accuracy_items);
+        self.loss_items.add(&other.loss_items);
     }
 }
 
@@ -125,11 +131,17 @@ impl LengthBins {
         if self.bins.len() <= bin {
             self.bins.resize(bin + 1, BinTotals::default());
         }
+        let mut accuracy_items = RatioMoments::default();
+        accuracy_items.record(correct as f64, tokens as f64);
+        let mut loss_items = RatioMoments::default();
+        loss_items.record(loss_sum, tokens as f64);
         self.bins[bin].add(&BinTotals {
             sequences: 1,
             tokens,
             loss_sum,
             correct,
+            accuracy_items,
+            loss_items,
         });
     }
 

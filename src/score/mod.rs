@@ -22,7 +22,7 @@ pub use confusion::Confusion;
 pub use edit::edit_distance;
 pub use tokenize::tokenize_13a;
 
-use crate::data::{source_bin, source_bin_lengths};
+use crate::data::{RatioMoments, source_bin, source_bin_lengths};
 
 /// The sums behind the scores of some decoded sequences, and their texts for BLEU.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -38,6 +38,12 @@ pub struct SequenceTotals {
     pub edits: usize,
     pub hypothesis_tokens: usize,
     pub reference_tokens: usize,
+    /// Per sequence, for each score's error over the sequences: exact (1 or 0) over 1.
+    pub exact_items: RatioMoments,
+    /// Matched positions over positions.
+    pub token_items: RatioMoments,
+    /// Edits over reference tokens.
+    pub error_items: RatioMoments,
     hypotheses: Vec<String>,
     references: Vec<String>,
 }
@@ -93,6 +99,9 @@ impl SequenceTotals {
         self.edits += other.edits;
         self.hypothesis_tokens += other.hypothesis_tokens;
         self.reference_tokens += other.reference_tokens;
+        self.exact_items.add(&other.exact_items);
+        self.token_items.add(&other.token_items);
+        self.error_items.add(&other.error_items);
         self.hypotheses.extend_from_slice(&other.hypotheses);
         self.references.extend_from_slice(&other.references);
     }
@@ -143,11 +152,18 @@ impl SequenceScores {
             self.bins.resize(bin + 1, SequenceTotals::default());
         }
         let totals = &mut self.bins[bin];
+        let exact = usize::from(hypothesis == reference);
+        let matched = hypothesis.iter().zip(reference).filter(|(h, r)| h == r).count();
+        let positions = hypothesis.len().max(reference.len());
+        let edits = edit_distance(hypothesis, reference);
         totals.sequences += 1;
-        totals.exact += usize::from(hypothesis == reference);
-        totals.matched += hypothesis.iter().zip(reference).filter(|(h, r)| h == r).count();
-        totals.positions += hypothesis.len().max(reference.len());
-        totals.edits += edit_distance(hypothesis, reference);
+        totals.exact += exact;
+        totals.matched += matched;
+        totals.positions += positions;
+        totals.edits += edits;
+        totals.exact_items.record(exact as f64, 1.0);
+        totals.token_items.record(matched as f64, positions as f64);
+        totals.error_items.record(edits as f64, reference.len() as f64);
         totals.hypothesis_tokens += hypothesis.len();
         totals.reference_tokens += reference.len();
         totals.hypotheses.push(hypothesis_text.to_owned());

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::bootstrap::{self, Bootstrap, Scored};
 use super::results::{BinValue, RunResult};
 use super::rule::Rule;
 use super::significance::OneSided;
@@ -106,6 +107,19 @@ impl Metric {
             Self::Accuracy | Self::ExactMatch | Self::TokenAccuracy | Self::ErrorRate => {
                 format!("{:.1}%", 100.0 * v)
             }
+        }
+    }
+
+    /// Its standard error over the bin's sequences, where the run kept it.
+    pub fn item_error(self, value: &BinValue) -> Option<f64> {
+        let errors = value.item_errors.as_ref()?;
+        match self {
+            Self::Loss => errors.loss,
+            Self::Accuracy => errors.accuracy,
+            Self::ExactMatch => errors.exact_match,
+            Self::TokenAccuracy => errors.token_accuracy,
+            Self::ErrorRate => errors.error_rate,
+            Self::Bleu | Self::MacroF1 => None,
         }
     }
 
@@ -308,6 +322,10 @@ pub struct PairOutcome {
     /// (same data and batch), so each seed's difference is one observation. Otherwise Welch's.
     #[serde(default)]
     pub paired: bool,
+    /// Over seeds and the evaluated sequences together, where every run kept its scores'
+    /// errors over sequences.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<Bootstrap>,
 }
 
 /// How one seed of a reaches claim's variant did.
@@ -372,6 +390,10 @@ pub struct ClaimOutcome {
     /// Every variant the claim compares has a mean within the rule's margin of chance.
     #[serde(default)]
     pub at_chance: bool,
+    /// An order claim's bootstrap p over seeds and sequences (its pairs' largest), where every
+    /// run kept its scores' errors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_p: Option<f64>,
 }
 
 /// Which evaluation of each run a claim reads.
@@ -464,6 +486,13 @@ pub fn judge_at(claim: &ClaimSpec, results: &[RunResult], rule: Rule, reading: R
         } => judge_gain(results, *metric, bin, pairs, reading, rule),
     };
     let p = claim_p(&measured);
+    let bootstrap_p = match &measured {
+        Measured::Order { pairs } => pairs
+            .iter()
+            .map(|p| p.bootstrap.as_ref().map(|b| b.p))
+            .try_fold(0.0f64, |max, p| Some(max.max(p?))),
+        _ => None,
+    };
     let at_chance = at_chance(claim, results, reading, rule);
     let names = claim.variants();
     let mut seeds: Vec<u64> = results
@@ -481,6 +510,7 @@ pub fn judge_at(claim: &ClaimSpec, results: &[RunResult], rule: Rule, reading: R
         sd_rule: Verdict::from(sd_rule),
         p,
         at_chance,
+        bootstrap_p,
     }
 }
 
@@ -581,6 +611,13 @@ fn judge_pair(
         values(results, worse, metric, bin, reading),
     );
     let paired = rule.pair_shared_streams && share_streams(results, better, worse, metric, bin, reading);
+    let bootstrap = match (
+        scored(results, better, metric, bin, reading),
+        scored(results, worse, metric, bin, reading),
+    ) {
+        (Some(a), Some(b)) => bootstrap::compare(&a, &b, paired, metric.lower_is_better(), rule.level),
+        _ => None,
+    };
     let (spread_a, spread_b) = (Spread::of(&a), Spread::of(&b));
     let (in_order, separated) = match (&spread_a, &spread_b) {
         (Some(a), Some(b)) => {
@@ -604,7 +641,25 @@ fn judge_pair(
         separated,
         test: rule.compare(&a, &b, paired, metric.lower_is_better()),
         paired,
+        bootstrap,
     }
+}
+
+/// Each run's value of `variant` with its error over the evaluated sequences, in run order;
+/// `None` where a run kept no such error.
+fn scored(
+    results: &[RunResult],
+    variant: &str,
+    metric: Metric,
+    bin: &str,
+    reading: Reading,
+) -> Option<Vec<Scored>> {
+    results
+        .iter()
+        .filter(|r| r.variant == variant)
+        .filter_map(|r| reading.of(r, bin))
+        .map(|v| Some((metric.of(v)?, metric.item_error(v)?)))
+        .collect()
 }
 
 /// Whether `a`'s and `b`'s values can be paired seed by seed: the same seeds, in the same

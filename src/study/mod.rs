@@ -160,6 +160,7 @@
 //! (`published`), adjusts all their claims as one family (`family`), and writes the reports,
 //! `docs/results/` and the README's results block (`results_pages`); `--check` compares instead.
 
+mod bootstrap;
 mod claims;
 mod family;
 #[cfg(not(target_arch = "wasm32"))]
@@ -188,6 +189,7 @@ mod rule;
 mod runner;
 mod significance;
 mod spec;
+mod splitmix;
 mod spread;
 mod summary;
 #[cfg(test)]
@@ -196,6 +198,7 @@ mod test_runs;
 mod torchrun;
 mod verdicts;
 
+pub use bootstrap::Bootstrap;
 pub use claims::{
     ClaimKind, ClaimOutcome, ClaimSpec, Measured, Metric, PairOutcome, Reading, SeedReach, StepVerdict,
     Verdict, chance, judge, judge_at, verdicts_over_training,

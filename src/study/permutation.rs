@@ -3,6 +3,8 @@
 //! Exact (every relabelling) where that is at most `EXACT_LIMIT` relabellings, otherwise sampled
 //! from a fixed seed, so a report's p-values repeat.
 
+use super::splitmix::SplitMix;
+
 /// The most relabellings enumerated; past it `SAMPLES` are drawn.
 const EXACT_LIMIT: u64 = 1 << 20;
 const SAMPLES: u64 = 200_000;
@@ -105,19 +107,6 @@ fn for_each_subset(n: usize, k: usize, f: &mut dyn FnMut(&[usize])) {
         for j in i + 1..k {
             subset[j] = subset[j - 1] + 1;
         }
-    }
-}
-
-/// SplitMix64: a fixed stream, so a sampled p-value is the same on every run.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
     }
 }
 

@@ -4,9 +4,10 @@
 
 use std::fmt::Write as _;
 
-use super::claims::{ClaimKind, ClaimOutcome, ClaimSpec, Measured, Metric, StepVerdict, Verdict};
+use super::claims::{
+    ClaimKind, ClaimOutcome, ClaimSpec, Measured, Metric, PairOutcome, StepVerdict, Verdict,
+};
 use super::rule::TestKind;
-use super::significance::OneSided;
 use super::spec::Study;
 use super::spread::Spread;
 use super::verdicts::ClaimReport;
@@ -100,11 +101,16 @@ fn rule_text(study: &Study, fresh: Option<&[u64]>) -> String {
 /// The kind's claims in one table.
 fn verdict_table(claims: &[&ClaimReport]) -> String {
     let replicated = claims.iter().any(|c| c.replication.is_some());
+    let bootstrapped = claims.iter().any(|c| c.outcome().bootstrap_p.is_some());
     let mut t = String::from("| claim | verdict | p | q | ");
+    if bootstrapped {
+        t.push_str("p, bootstrap over seeds and sequences | ");
+    }
     if replicated {
         t.push_str("p, file's seeds | p, fresh seeds | ");
     }
     t.push_str("sequences per run | other metrics agreeing |\n|---|---|---|---|");
+    t.push_str(if bootstrapped { "---|" } else { "" });
     t.push_str(if replicated { "---|---|" } else { "" });
     t.push_str("---|---|\n");
     for c in claims {
@@ -116,6 +122,9 @@ fn verdict_table(claims: &[&ClaimReport]) -> String {
             optional_p(c.p),
             optional_p(c.q)
         );
+        if bootstrapped {
+            let _ = write!(t, "{} | ", optional_p(c.outcome().bootstrap_p));
+        }
         if let Some(r) = &c.replication {
             let _ = write!(t, "{} | {} | ", half(&c.original), half(&r.fresh));
         } else if replicated {
@@ -339,7 +348,7 @@ fn measured(c: &ClaimOutcome, study: &Study) -> String {
                         value(&p.better_value),
                         label(&p.worse),
                         value(&p.worse_value),
-                        test_text(p.test.as_ref(), metric, study.level)
+                        test_text(p, metric, study.level)
                     )
                 })
                 .collect();
@@ -425,9 +434,9 @@ fn measured(c: &ClaimOutcome, study: &Study) -> String {
     }
 }
 
-/// A Welch test in the metric's units: the difference, its one-sided bound and p.
-fn test_text(test: Option<&OneSided>, metric: Metric, level: f64) -> String {
-    let Some(t) = test else {
+/// A pair's test in the metric's units: the difference, its one-sided bound and p.
+fn test_text(pair: &PairOutcome, metric: Metric, level: f64) -> String {
+    let Some(t) = pair.test.as_ref() else {
         return "no test (fewer than two seeds on a side)".into();
     };
     let amount = |v: f64| match metric {
@@ -435,8 +444,16 @@ fn test_text(test: Option<&OneSided>, metric: Metric, level: f64) -> String {
         Metric::Bleu => format!("{v:+.2}"),
         _ => format!("{:+.1} points", 100.0 * v),
     };
+    let paired = if pair.paired { "paired by seed, " } else { "" };
+    let bootstrap = pair.bootstrap.as_ref().map_or(String::new(), |b| {
+        format!(
+            "; over seeds and the evaluated sequences (bootstrap): lower bound {}, p {}",
+            amount(b.lower_bound),
+            p_value(b.p)
+        )
+    });
     format!(
-        "difference in the claimed direction {} (its {}% lower bound {}), {}",
+        "{paired}difference in the claimed direction {} (its {}% lower bound {}), {}{bootstrap}",
         amount(t.estimate),
         100.0 * level,
         amount(t.lower_bound),

@@ -6,7 +6,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::train::{ClassScores, DecodedScores, Record, RunConfig};
+use crate::train::{ClassScores, DecodedScores, ItemErrors, Record, RunConfig};
 
 /// Loss and accuracy of one length bin at one evaluation, and a seq2seq model's decoding scores.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -20,6 +20,10 @@ pub struct BinValue {
     /// A classifier's macro-F1 and confusion matrix.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classified: Option<ClassScores>,
+    /// Each score's standard error over the bin's sequences (absent in runs made before posflow
+    /// kept them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item_errors: Option<ItemErrors>,
 }
 
 /// One evaluation: the steps completed and every bin evaluated.
@@ -72,6 +76,7 @@ impl RunResult {
                     accuracy,
                     decoded,
                     classified,
+                    item_errors,
                     ..
                 } => {
                     let value = BinValue {
@@ -80,6 +85,7 @@ impl RunResult {
                         accuracy: *accuracy as f64,
                         decoded: *decoded,
                         classified: classified.clone(),
+                        item_errors: *item_errors,
                     };
                     match evals.last_mut() {
                         Some(last) if last.step == *step => last.bins.push(value),

@@ -340,8 +340,8 @@ struct EvalBins {
     decodes: bool,
 }
 
-/// The length bins of the rows a run's evaluation sets hold, or a pair task's source-length bins
-/// (decoding at most `eval_batches` batches of each), or a classification set's text-length
+/// The length bins of the rows a run's final evaluation sets hold, or a pair task's source-length
+/// bins (decoding at most the final evaluation's batches of each), or a classification set's text-length
 /// bins; with each bin's sequences, and whether it decodes (pair tasks do).
 fn eval_bins(run: &RunConfig, task: &DataTask) -> Result<EvalBins> {
     let t = &run.train;
@@ -368,7 +368,10 @@ fn eval_bins(run: &RunConfig, task: &DataTask) -> Result<EvalBins> {
             .eval()
             .iter()
             .map(|bin| {
-                let evaluated = bin.pairs().len().min(t.eval_batches.saturating_mul(t.batch));
+                let evaluated = bin
+                    .pairs()
+                    .len()
+                    .min(t.eval_batches_at(true).saturating_mul(t.batch));
                 (label(*bin.lengths().start(), *bin.lengths().end()), evaluated)
             })
             .unzip();
@@ -380,7 +383,7 @@ fn eval_bins(run: &RunConfig, task: &DataTask) -> Result<EvalBins> {
     }
     let binning = task.eval_bins();
     let mut bins: BTreeMap<(usize, usize), usize> = BTreeMap::new();
-    for set in task.eval_sets(&t.eval_lengths, t.batch, t.eval_batches) {
+    for set in task.eval_sets(&t.eval_lengths, t.batch, t.eval_batches_at(true)) {
         for batch in set.batches.iter().flatten() {
             for &len in batch.lengths() {
                 let lengths = binning.bin_lengths(len, set.length);

@@ -52,6 +52,7 @@ pub fn run(variant: &str, seed: u64, values: &[f64]) -> RunResult {
                     accuracy: v,
                     decoded: None,
                     classified: None,
+                    item_errors: None,
                 }],
             })
             .collect(),

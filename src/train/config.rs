@@ -106,6 +106,11 @@ pub struct TrainConfig {
     /// At most this many batches per evaluation length.
     #[serde(default = "default_eval_batches")]
     pub eval_batches: usize,
+    /// The final evaluation's batches per length, where it should see more than those during
+    /// training (a study's claims read the final one: an evaluation set as large as they need,
+    /// without paying for it at every evaluation). Unset: `eval_batches`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_eval_batches: Option<usize>,
     /// Where to save the checkpoint: at every evaluation and at the end. Relative paths are
     /// relative to the working directory.
     #[serde(default)]
@@ -148,6 +153,16 @@ fn default_clip() -> f32 {
 
 fn default_eval_batches() -> usize {
     4
+}
+
+impl TrainConfig {
+    /// The batches per length of an evaluation: the final one's (`done`) or the others'.
+    pub fn eval_batches_at(&self, done: bool) -> usize {
+        match self.final_eval_batches {
+            Some(batches) if done => batches,
+            _ => self.eval_batches,
+        }
+    }
 }
 
 /// `[model] vocab` in a run config that left it out: the data sets it when the trainer loads it
@@ -330,6 +345,11 @@ impl RunConfig {
             ("steps", t.steps, MAX_STEPS),
             ("batch", t.batch, MAX_BATCH),
             ("eval_batches", t.eval_batches, MAX_EVAL_BATCHES),
+            (
+                "final_eval_batches",
+                t.final_eval_batches.unwrap_or(1),
+                MAX_EVAL_BATCHES,
+            ),
         ] {
             if value > limit {
                 return Err(Error::Input(format!(
@@ -337,8 +357,10 @@ impl RunConfig {
                 )));
             }
         }
-        if t.eval_batches == 0 {
-            return Err(Error::Input("[train] eval_batches must be at least 1".into()));
+        if t.eval_batches == 0 || t.final_eval_batches == Some(0) {
+            return Err(Error::Input(
+                "[train] eval_batches and final_eval_batches must be at least 1".into(),
+            ));
         }
         check_eval_lengths(&t.eval_lengths)
             .map_err(|e| Error::Input(format!("[train] eval_lengths: {e}")))?;

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::eval::EvalReport;
+use crate::data::BinTotals;
 
 #[cfg(not(target_arch = "wasm32"))]
 use crate::error::{Error, Result};
@@ -40,6 +41,10 @@ pub enum Record {
         /// its texts and `accuracy` is theirs).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         classified: Option<ClassScores>,
+        /// Each score's standard error over the bin's sequences (absent in logs written before
+        /// posflow kept them).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        item_errors: Option<ItemErrors>,
     },
 }
 
@@ -59,6 +64,7 @@ impl Record {
                 tokens: totals.tokens,
                 decoded: None,
                 classified: None,
+                item_errors: Some(ItemErrors::forced(totals)),
             });
         }
         if let Some(classes) = &report.classes {
@@ -74,6 +80,7 @@ impl Record {
                         macro_f1: scores.confusion.macro_f1() as f32,
                         confusion: scores.confusion.counts.clone(),
                     }),
+                    item_errors: None,
                 });
             }
         }
@@ -91,6 +98,12 @@ impl Record {
                         token_accuracy: decoded.token_accuracy() as f32,
                         error_rate: decoded.error_rate() as f32,
                         bleu: decoded.bleu().score as f32,
+                    }),
+                    item_errors: Some(ItemErrors {
+                        exact_match: decoded.exact_items.standard_error(),
+                        token_accuracy: decoded.token_items.standard_error(),
+                        error_rate: decoded.error_items.standard_error(),
+                        ..ItemErrors::forced(forced)
                     }),
                     classified: None,
                 });
@@ -116,6 +129,34 @@ pub struct DecodedScores {
     pub token_accuracy: f32,
     pub error_rate: f32,
     pub bleu: f32,
+}
+
+/// Each score's standard error over the sequences of one bin (the delta method for a ratio of
+/// sums, `data::RatioMoments`): how far another draw of as many sequences could move it. BLEU, a
+/// corpus score, has none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ItemErrors {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exact_match: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_accuracy: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_rate: Option<f64>,
+}
+
+impl ItemErrors {
+    /// The teacher-forced loss's and accuracy's.
+    fn forced(totals: &BinTotals) -> Self {
+        Self {
+            loss: totals.loss_items.standard_error(),
+            accuracy: totals.accuracy_items.standard_error(),
+            ..Self::default()
+        }
+    }
 }
 
 /// Natively only: the web reads logs as text (`viz::metrics::parse_metrics`).
@@ -183,7 +224,7 @@ impl MetricsLog {
 
 #[cfg(test)]
 mod tests {
-    use super::{ClassScores, MetricsLog, Record};
+    use super::{ClassScores, ItemErrors, MetricsLog, Record};
 
     #[test]
     fn records_round_trip_and_appending_continues_the_log() {
@@ -206,6 +247,11 @@ mod tests {
             tokens: 640,
             decoded: None,
             classified: None,
+            item_errors: Some(ItemErrors {
+                loss: Some(0.125),
+                accuracy: Some(0.03125),
+                ..ItemErrors::default()
+            }),
         };
         let classified = Record::Eval {
             step: 3,
@@ -218,6 +264,7 @@ mod tests {
                 macro_f1: 0.7,
                 confusion: vec![vec![2, 1], vec![0, 1]],
             }),
+            item_errors: None,
         };
         MetricsLog::append(&path).unwrap().write(&train).unwrap();
         MetricsLog::append(&path).unwrap().write(&eval).unwrap();

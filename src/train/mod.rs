@@ -31,7 +31,7 @@ pub use finetune::{FineTune, FineTuneSettings};
 pub use fit::{FitSummary, Progress, fit};
 #[cfg(not(target_arch = "wasm32"))]
 pub use metrics::MetricsLog;
-pub use metrics::{ClassScores, DecodedScores, Record};
+pub use metrics::{ClassScores, DecodedScores, ItemErrors, Record};
 pub use pair_report::PairReport;
 pub use program::{BatchShape, TrainGraph, TrainingProgram};
 pub use saved::{RUN_KEY, check_same_tokenizer, saved_run};

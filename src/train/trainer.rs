@@ -306,22 +306,24 @@ impl Trainer {
         ((every > 0 && self.step.is_multiple_of(every)) || self.is_done()) && self.step > 0
     }
 
-    /// Loss and accuracy on the validation data at the config's evaluation lengths.
+    /// Loss and accuracy on the validation data at the config's evaluation lengths: at most
+    /// `eval_batches` batches of each, or `final_eval_batches` once training is done.
     pub async fn evaluate(&mut self) -> EvalReport {
         let t = &self.run.train;
+        let batches = t.eval_batches_at(self.is_done());
         if let Some(data) = self.task.class_data() {
             return self
                 .evaluator
-                .evaluate_classes(self.program.params(), data, t.batch, t.eval_batches)
+                .evaluate_classes(self.program.params(), data, t.batch, batches)
                 .await;
         }
         if let Some(data) = self.task.pair_data() {
             return self
                 .evaluator
-                .evaluate_pairs(self.program.params(), data, t.batch, t.eval_batches)
+                .evaluate_pairs(self.program.params(), data, t.batch, batches)
                 .await;
         }
-        let sets = self.task.eval_sets(&t.eval_lengths, t.batch, t.eval_batches);
+        let sets = self.task.eval_sets(&t.eval_lengths, t.batch, batches);
         self.evaluator
             .evaluate(
                 self.program.params(),
