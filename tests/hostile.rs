@@ -339,6 +339,11 @@ fn absurd_sizes_are_refused_at_once_naming_the_field() {
             "eval_lengths = [0]",
             "evaluation length 0 is out of range",
         ),
+        (
+            "lr = 1e-2",
+            "lr = 1e-2\nfinal_eval_batches = 1000000000",
+            "[train] final_eval_batches is 1000000000, over posflow's limit",
+        ),
     ] {
         std::fs::write(dir.join("bad.toml"), TINY.replace(find, replace)).unwrap();
         let started = Instant::now();
@@ -353,6 +358,41 @@ fn absurd_sizes_are_refused_at_once_naming_the_field() {
             started.elapsed()
         );
     }
+}
+
+/// Counts a config multiplies are checked, never wrapped: a synthetic pair task's per_length
+/// times its lengths (2⁶⁴ − 1 of each length would wrap to a small allocation in a release
+/// build, or panic in a debug one).
+#[test]
+fn a_count_that_would_overflow_is_refused_naming_the_field() {
+    let dir = scratch("hostile", "overflow");
+    let pairs = |per_length: &str| {
+        format!(
+            "data = {{ task = \"synthetic_pairs\", pairs = \"reverse\", min_len = 1, max_len = 4, \
+             per_length = {per_length}, train_max_len = 4 }}\n[model]\nd_model = 8\nheads = 1\nlayers = 1\n\
+             ffn = 8\nmax_len = 16\nkind = {{ type = \"seq2seq\", decoder_layers = 1 }}\n\
+             posenc = {{ type = \"sinusoidal\" }}\n[train]\nsteps = 1\nbatch = 2\nlr = 1e-3\n"
+        )
+    };
+    for (per_length, expected) in [
+        (
+            "18446744073709551615",
+            "per_length 18446744073709551615 × 4 lengths is over posflow's limit",
+        ),
+        (
+            "5000000",
+            "per_length 5000000 × 4 lengths is over posflow's limit",
+        ),
+    ] {
+        std::fs::write(dir.join("pairs.toml"), pairs(per_length)).unwrap();
+        refused(
+            &dir,
+            &["train", "--config", "pairs.toml", "--device", "cpu"],
+            &[expected],
+        );
+    }
+    std::fs::write(dir.join("pairs.toml"), pairs("4")).unwrap();
+    succeeds(&dir, &["train", "--config", "pairs.toml", "--device", "cpu"]);
 }
 
 #[test]

@@ -204,14 +204,13 @@ fn a_study_runs_every_variant_and_seed_and_reports() {
         "**Verdict: ",
         "### Comparative claims",
         "### Sanity checks",
-        "| claim | verdict | p | q | sequences per run | other metrics agreeing |",
+        "| claim | verdict | p | q | p, bootstrap over seeds and sequences | sequences per run | other metrics passing |",
         "### The earlier rules' verdicts",
         "one-sided t-test on the per-seed values: paired by seed",
         "Benjamini–Hochberg over the study's claims of the same kind",
         "At each evaluation, unadjusted (step: verdict): 5 ",
         "Every other metric in bin 33-64: loss: T5 relative ",
         "over seeds and the evaluated sequences (bootstrap): lower bound ",
-        "| p, bootstrap over seeds and sequences |",
         "Expected: T5 relative's final accuracy in bin 1-32 (mean over seeds) better than 10.0%.",
         "Expected, by final accuracy in bin 33-64: a gain above 0, per seed averaged over T5 relative over learned table.",
         "mean gain ",
@@ -379,6 +378,16 @@ fn bad_studies_are_refused_before_anything_runs() {
     assert!(
         out.contains("into elsewhere") && !dir.join("elsewhere").exists(),
         "{out}"
+    );
+    // A replication of seeds at the top of the range: no fresh seed wraps round to a listed one.
+    let top = tiny_study(10).replace("seeds = [0, 1]", "seeds = [0, 18446744073709551615]");
+    std::fs::write(dir.join("top.toml"), top).unwrap();
+    let o = posflow_in(&dir, &["study", "top.toml", "--dry-run", "--replicate"]);
+    let err = text(&o.stderr);
+    assert!(!o.status.success(), "{}", text(&o.stdout));
+    assert!(
+        err.contains("[study] seeds: a replication runs 2 fresh seeds after the largest listed seed, 18446744073709551615"),
+        "{err}"
     );
 }
 

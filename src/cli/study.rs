@@ -39,7 +39,11 @@ pub fn study(choice: DeviceChoice, args: StudyArgs) -> posflow::Result<()> {
     let out = args
         .out
         .unwrap_or_else(|| PathBuf::from("runs/studies").join(&study.name));
-    let fresh = args.replicate.then(|| study.fresh_seeds());
+    let fresh = if args.replicate {
+        Some(study.fresh_seeds()?)
+    } else {
+        None
+    };
     let seeds: Vec<u64> = study
         .seeds
         .iter()

@@ -30,7 +30,7 @@ impl Published {
     /// must be there, made with the config planned now.
     pub fn read(file: &Path, dir: &Path) -> Result<Self> {
         let study = Study::load(file)?;
-        let fresh_seeds = study.fresh_seeds();
+        let fresh_seeds = study.fresh_seeds()?;
         let replicated = fresh_seeds.iter().any(|&seed| {
             study
                 .variants

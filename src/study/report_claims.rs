@@ -109,7 +109,7 @@ fn verdict_table(claims: &[&ClaimReport]) -> String {
     if replicated {
         t.push_str("p, file's seeds | p, fresh seeds | ");
     }
-    t.push_str("sequences per run | other metrics agreeing |\n|---|---|---|---|");
+    t.push_str("sequences per run | other metrics passing |\n|---|---|---|---|");
     t.push_str(if bootstrapped { "---|" } else { "" });
     t.push_str(if replicated { "---|---|" } else { "" });
     t.push_str("---|---|\n");
@@ -154,22 +154,18 @@ fn optional_p(p: Option<f64>) -> String {
     p.map_or("—".into(), p_value)
 }
 
-/// "2 of 3 (BLEU not)" and the like, for the table.
+/// "1 of 3 (not: bleu, loss)": of the other metrics with a test, how many pass it alone.
 fn agreeing(c: &ClaimReport) -> String {
-    let tested: Vec<_> = c.other_metrics.iter().filter(|m| m.p.is_some()).collect();
-    if tested.is_empty() {
+    let tested = c.other_metrics.iter().filter(|m| m.p.is_some()).count();
+    if tested == 0 {
         return "—".into();
     }
-    let disagree: Vec<&str> = tested
-        .iter()
-        .filter(|m| !m.agrees)
-        .map(|m| m.metric.name())
-        .collect();
-    let n = tested.len() - disagree.len();
-    if disagree.is_empty() {
-        format!("{n} of {}", tested.len())
+    let failing = c.other_metrics_failing();
+    let n = tested - failing.len();
+    if failing.is_empty() {
+        format!("{n} of {tested}")
     } else {
-        format!("{n} of {} (not: {})", tested.len(), disagree.join(", "))
+        format!("{n} of {tested} (not: {})", failing.join(", "))
     }
 }
 
@@ -261,7 +257,11 @@ fn other_metrics_text(c: &ClaimReport, study: &Study) -> String {
                 Some(p) => format!(
                     ", p {}{}",
                     p_value(p),
-                    if m.agrees { "" } else { " (not the claimed way)" }
+                    match (m.agrees, m.passes) {
+                        (_, true) => " (passes)",
+                        (true, false) => " (the claimed way, not passing)",
+                        (false, _) => " (not the claimed way)",
+                    }
                 ),
                 None => String::new(),
             };

@@ -307,10 +307,24 @@ impl Study {
     }
 
     /// The seeds a replication runs: as many as the file lists, none of them listed, by one rule
-    /// that a later run repeats: the integers after the largest listed seed.
-    pub fn fresh_seeds(&self) -> Vec<u64> {
-        let after = self.seeds.iter().max().map_or(0, |&s| s + 1);
-        (after..after + self.seeds.len() as u64).collect()
+    /// that a later run repeats: the integers after the largest listed seed. Refused, naming the
+    /// seeds, where those integers run out before 2⁶⁴ (a seed near the top of the range), rather
+    /// than wrapping round to seeds the file already lists.
+    pub fn fresh_seeds(&self) -> Result<Vec<u64>> {
+        let largest = self.seeds.iter().copied().max().unwrap_or(0);
+        let count = self.seeds.len() as u64;
+        match largest
+            .checked_add(1)
+            .and_then(|after| Some((after, after.checked_add(count - 1)?)))
+        {
+            Some((first, last)) => Ok((first..=last).collect()),
+            None => Err(Error::Input(format!(
+                "study {}: [study] seeds: a replication runs {count} fresh seeds after the largest \
+                 listed seed, {largest}, and there are not that many integers below 2^64 past it; \
+                 list smaller seeds to replicate the study",
+                self.name
+            ))),
+        }
     }
 }
 

@@ -260,16 +260,30 @@ fn seeds_and_level_default_to_five_and_95_percent_and_fresh_seeds_follow_the_lar
     let s = Study::from_toml(&study(TWO), "tiny.toml").unwrap();
     assert_eq!(s.seeds, [0, 1]);
     assert_eq!(s.level, 0.95);
-    assert_eq!(s.fresh_seeds(), [2, 3]);
+    assert_eq!(s.fresh_seeds().unwrap(), [2, 3]);
     let unlisted = study(TWO).replace("seeds = [0, 1]", "level = 0.99");
     let s = Study::from_toml(&unlisted, "tiny.toml").unwrap();
     assert_eq!(s.seeds, [0, 1, 2, 3, 4]);
     assert_eq!(s.level, 0.99);
-    assert_eq!(s.fresh_seeds(), [5, 6, 7, 8, 9]);
+    assert_eq!(s.fresh_seeds().unwrap(), [5, 6, 7, 8, 9]);
     // Never a listed seed, whatever the list's order and gaps.
     let gaps = study(TWO).replace("seeds = [0, 1]", "seeds = [7, 2, 40]");
     let s = Study::from_toml(&gaps, "tiny.toml").unwrap();
-    assert_eq!(s.fresh_seeds(), [41, 42, 43]);
+    assert_eq!(s.fresh_seeds().unwrap(), [41, 42, 43]);
+    // At the top of the range: the last integers that fit, or a refusal naming the seeds, never
+    // a wrap round to 0 (a seed the file lists).
+    let top = study(TWO).replace("seeds = [0, 1]", "seeds = [0, 18446744073709551613]");
+    let s = Study::from_toml(&top, "tiny.toml").unwrap();
+    assert_eq!(s.fresh_seeds().unwrap(), [u64::MAX - 1, u64::MAX]);
+    for largest in ["18446744073709551614", "18446744073709551615"] {
+        let over = study(TWO).replace("seeds = [0, 1]", &format!("seeds = [0, {largest}]"));
+        let s = Study::from_toml(&over, "tiny.toml").unwrap();
+        let err = s.fresh_seeds().unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("the largest listed seed, {largest}")) && err.contains("2 fresh seeds"),
+            "{err}"
+        );
+    }
     for bad in ["0.5", "1.0", "95", "-0.9"] {
         let text = study(TWO).replace("seeds = [0, 1]", &format!("seeds = [0, 1]\nlevel = {bad}"));
         let err = Study::from_toml(&text, "tiny.toml").unwrap_err().to_string();

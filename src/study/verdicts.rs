@@ -66,6 +66,8 @@ pub struct OtherMetric {
     pub p: Option<f64>,
     /// The means go the claimed way on this metric.
     pub agrees: bool,
+    /// Its test passes on this metric at the study's unadjusted level.
+    pub passes: bool,
 }
 
 /// What the earlier rules said of the claim.
@@ -79,6 +81,15 @@ pub struct EarlierVerdicts {
 }
 
 impl ClaimReport {
+    /// The other metrics whose test does not pass (by name): where a claim rests on one metric.
+    pub fn other_metrics_failing(&self) -> Vec<&'static str> {
+        self.other_metrics
+            .iter()
+            .filter(|m| m.p.is_some() && !m.passes)
+            .map(|m| m.metric.name())
+            .collect()
+    }
+
     /// The outcome the verdict reads: on all seeds when replicated, else on the file's.
     pub fn outcome(&self) -> &ClaimOutcome {
         self.replication.as_ref().map_or(&self.original, |r| &r.all)
@@ -244,18 +255,23 @@ fn other_metrics(claim: &ClaimSpec, results: &[RunResult], rule: Rule) -> Vec<Ot
                 })
                 .collect();
             let values = values?;
-            let (p, agrees) = match claim {
+            let (p, agrees, passes) = match claim {
                 ClaimSpec::Order { .. } | ClaimSpec::Gain { .. } => {
                     let outcome = judge(&claim.with_metric(metric), results, rule);
-                    (outcome.p, points_the_claimed_way(&outcome))
+                    (
+                        outcome.p,
+                        points_the_claimed_way(&outcome),
+                        outcome.verdict == Verdict::Holds,
+                    )
                 }
-                ClaimSpec::Bound { .. } | ClaimSpec::Reaches { .. } => (None, false),
+                ClaimSpec::Bound { .. } | ClaimSpec::Reaches { .. } => (None, false, false),
             };
             Some(OtherMetric {
                 metric,
                 values,
                 p,
                 agrees,
+                passes,
             })
         })
         .collect()

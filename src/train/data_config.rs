@@ -12,6 +12,8 @@ use crate::error::{Error, Result};
 
 /// The longest sequence posflow builds a graph for (a million tokens).
 pub const MAX_SEQUENCE: usize = 1 << 20;
+/// The most pairs a synthetic pair task generates (lengths × per_length).
+const MAX_SYNTHETIC_PAIRS: usize = 1 << 24;
 
 /// For a table read as a flat spec (the data spec): an error naming the first setting `given`
 /// (key, whether given) that its type, which `takes`, does not have, worded as serde's
@@ -355,6 +357,22 @@ impl DataConfig {
                     "[data] needs 1 <= min_len <= max_len <= {} and per_length >= 1, got {min_len}, \
                      {max_len} and {per_length}",
                     MAX_SEQUENCE / 2
+                )));
+            }
+            // Every length's pairs are generated up front: their count is checked, not wrapped.
+            Self::SyntheticPairs {
+                min_len,
+                max_len,
+                per_length,
+                ..
+            } if per_length
+                .checked_mul(max_len - min_len + 1)
+                .is_none_or(|pairs| pairs > MAX_SYNTHETIC_PAIRS) =>
+            {
+                return Err(Error::Input(format!(
+                    "[data] per_length {per_length} × {} lengths is over posflow's limit of \
+                     {MAX_SYNTHETIC_PAIRS} synthetic pairs",
+                    max_len - min_len + 1
                 )));
             }
             _ => {}
