@@ -150,13 +150,19 @@ pub fn eval(backend: Rc<dyn Backend>, args: EvalArgs) -> posflow::Result<()> {
         EvalBins::SetLength { train_max_len } => format!("inputs of up to {train_max_len}"),
         EvalBins::RowLength => format!("sequences of {}", task.train_len()),
     };
-    let step = saved.metadata.training.step as usize;
+    let step = saved.metadata.training.step;
     println!(
         "{} at step {step} (trained on {trained}):\n{report}",
         args.checkpoint.display(),
     );
     if let Some(path) = &args.metrics {
         let mut log = MetricsLog::append(path)?;
+        let step = usize::try_from(step).map_err(|_| {
+            posflow::Error::Input(format!(
+                "{}: step {step} is past this machine's counts",
+                args.checkpoint.display()
+            ))
+        })?;
         for record in Record::evaluation(step, &report) {
             log.write(&record)?;
         }

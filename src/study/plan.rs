@@ -59,7 +59,7 @@ impl RunPlan {
     pub fn resumable(&self) -> Option<Checkpoint> {
         Checkpoint::load(self.checkpoint()).ok().filter(|c| {
             saved_run(c.metadata()).is_ok_and(|saved| same_run(&saved, &self.run))
-                && c.metadata().training.step as usize <= self.steps()
+                && usize::try_from(c.metadata().training.step).is_ok_and(|step| step <= self.steps())
         })
     }
 

@@ -1,6 +1,7 @@
 use super::Study;
 use crate::model::Learned;
 use crate::model::PosEnc;
+use crate::study::TestKind;
 
 /// A tiny copy-task study; `rest` adds variants and claims.
 fn study(rest: &str) -> String {
@@ -284,6 +285,22 @@ fn seeds_and_level_default_to_five_and_95_percent_and_fresh_seeds_follow_the_lar
             "{err}"
         );
     }
+    for bad in ["-0.1", "0.5", "nan"] {
+        let text = study(TWO).replace(
+            "seeds = [0, 1]",
+            &format!("seeds = [0, 1]\nchance_margin = {bad}"),
+        );
+        let err = Study::from_toml(&text, "tiny.toml").unwrap_err().to_string();
+        assert!(
+            err.contains("[study] chance_margin must be at least 0 and below 0.5"),
+            "{bad}: {err}"
+        );
+    }
+    let permutation = study(TWO).replace("seeds = [0, 1]", "seeds = [0, 1]\ntest = \"permutation\"");
+    assert_eq!(
+        Study::from_toml(&permutation, "tiny.toml").unwrap().test,
+        TestKind::Permutation
+    );
     for bad in ["0.5", "1.0", "95", "-0.9"] {
         let text = study(TWO).replace("seeds = [0, 1]", &format!("seeds = [0, 1]\nlevel = {bad}"));
         let err = Study::from_toml(&text, "tiny.toml").unwrap_err().to_string();

@@ -135,14 +135,17 @@ impl Trainer {
         trainer.program.restore_run_state(checkpoint)?;
         let (params, optimizer) = trainer.program.state_mut();
         checkpoint.restore(params, Some(optimizer))?;
-        let step = checkpoint.metadata().training.step as usize;
-        if step > trainer.run.train.steps {
-            return Err(Error::Input(format!(
-                "cannot resume: the checkpoint is at step {step}, past the run's {} steps",
-                trainer.run.train.steps
-            )));
-        }
-        trainer.step = step;
+        // Converted, not cast: a step past the machine's usize (a 32-bit page) is refused too.
+        let saved_step = checkpoint.metadata().training.step;
+        trainer.step = usize::try_from(saved_step)
+            .ok()
+            .filter(|&step| step <= trainer.run.train.steps)
+            .ok_or_else(|| {
+                Error::Input(format!(
+                    "cannot resume: the checkpoint is at step {saved_step}, past the run's {} steps",
+                    trainer.run.train.steps
+                ))
+            })?;
         Ok(trainer)
     }
 

@@ -842,5 +842,21 @@ mod tests {
         // A query may hold settings that the check then refuses.
         let zero = CompareSettings::from_query("seeds=0").unwrap();
         assert!(zero.check().unwrap_err().to_string().contains("seeds must be"));
+        // Numbers past the machine's integers are refused as numbers; the largest that parse are
+        // refused by the check, before any arithmetic on them (the training length's +1, the
+        // test range's end).
+        assert!(err("seeds=18446744073709551616").contains("seeds must be a whole number"));
+        for (query, says) in [
+            ("seeds=18446744073709551615", "seeds must be 1 to"),
+            (
+                "train=18446744073709551615&test=11-40",
+                "must be longer than the training length",
+            ),
+            ("test=11-18446744073709551615", "is longer"),
+        ] {
+            let settings = CompareSettings::from_query(query).unwrap();
+            let why = settings.check().unwrap_err().to_string();
+            assert!(why.contains(says), "{query}: {why}");
+        }
     }
 }
