@@ -8,6 +8,42 @@
 //! (shape rules, CPU references, GPU dispatches, gradients; [`ode`] is their numeric library) →
 //! [`model`] and [`optim`] → [`train`] and [`inference`] → [`viz`] and the command line.
 //! `DESIGN.md` in the repository root says why.
+//!
+//! Training a model (the README's example; a copy task small enough for a doctest):
+//!
+//! ```
+//! use posflow::backend::{DeviceChoice, select_backend};
+//! use posflow::train::{Progress, RunConfig, Trainer, fit};
+//!
+//! struct Quiet;
+//! impl Progress for Quiet {}
+//!
+//! # fn main() -> posflow::Result<()> {
+//! let run = RunConfig::from_toml(r#"
+//!     [data]
+//!     task = "copy"
+//!     min_len = 1
+//!     max_len = 8
+//!     [model]
+//!     d_model = 32
+//!     heads = 2
+//!     layers = 2
+//!     ffn = 64
+//!     max_len = 64
+//!     kind = { type = "causal_lm" }
+//!     posenc = { type = "rope" }
+//!     [train]
+//!     steps = 200
+//!     batch = 16
+//!     lr = 3e-3
+//! "#, "copy run")?;
+//! let backend = pollster::block_on(select_backend(DeviceChoice::Cpu))?;
+//! let mut trainer = Trainer::new(backend, run)?;
+//! let summary = fit(&mut trainer, &mut Quiet)?;
+//! assert!(summary.last_loss < summary.first_loss);
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod backend;
 pub mod bench;

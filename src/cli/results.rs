@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use posflow::study::{
-    Published, adjust_family, index_page, published_names, readme_block, replace_block, study_page,
+    HEADLINE_BEGIN, HEADLINE_END, Published, README_BEGIN, README_END, adjust_family, index_page,
+    published_names, readme_block, readme_headline, replace_block, study_page,
 };
 
 #[derive(Args)]
@@ -69,8 +70,15 @@ pub fn results(args: ResultsArgs) -> posflow::Result<()> {
     }
     let readme_path = root.join("README.md");
     let readme = read(&readme_path)?;
-    let readme = replace_block(&readme, &readme_block(&studies, &family))
-        .map_err(|why| posflow::Error::Input(format!("{}: {why}", readme_path.display())))?;
+    let blocks = [
+        (README_BEGIN, README_END, readme_block(&studies, &family)),
+        (HEADLINE_BEGIN, HEADLINE_END, readme_headline(&studies, &family)),
+    ];
+    let mut readme = readme;
+    for (begin, end, block) in blocks {
+        readme = replace_block(&readme, begin, end, &block)
+            .map_err(|why| posflow::Error::Input(format!("{}: {why}", readme_path.display())))?;
+    }
     pages.push((readme_path, readme));
 
     if !args.check {

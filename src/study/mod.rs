@@ -216,7 +216,10 @@ pub use published::{Published, published_names};
 pub use report::{Report, inline_toml, write_reports};
 pub use results::{BinValue, EvalPoint, RunResult};
 #[cfg(not(target_arch = "wasm32"))]
-pub use results_pages::{README_BEGIN, README_END, index_page, readme_block, replace_block, study_page};
+pub use results_pages::{
+    HEADLINE_BEGIN, HEADLINE_END, README_BEGIN, README_END, index_page, readme_block, readme_headline,
+    replace_block, study_page,
+};
 pub use rule::{DEFAULT_CHANCE_MARGIN, Rule, TestKind};
 #[cfg(not(target_arch = "wasm32"))]
 pub use runner::{BackendFactory, run_study};
