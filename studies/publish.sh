@@ -1,41 +1,41 @@
 #!/usr/bin/env bash
-# Copies the reports of finished studies (study.md, study.json, the SVG pictures) from
-# runs/studies/<name>/ into docs/studies/<name>/, where the README links them, with every run's
-# result.json (its config and numbers, not its checkpoint) under docs/studies/<name>/runs/, so
-# that a later session can restore them (studies/restore.sh) and resume or replicate the study
-# without training those runs again. A study still running (no study.md yet) has only its finished
-# runs' results kept, so that a session cut off mid-study loses none of them.
-#   bash studies/publish.sh [RUNS_DIR] [NAME...]     (default: runs/studies, every study there)
+# Publishes studies: every finished run's result.json under RUNS_DIR/<name>/runs/ goes into
+# docs/studies/<name>/runs.jsonl.gz (one gzip file of compact lines, `posflow results --pack`),
+# and `posflow results` then rewrites every published report, docs/results/ and the README's
+# results block from the published runs. With --pending, a study still running (or re-running
+# under a file in studies/pending/) keeps its finished runs in docs/pending/<name>/ instead, where
+# `posflow results` does not read them, so that a session cut off mid-study loses none.
+#   bash studies/publish.sh [--pending] [RUNS_DIR] [NAME...]    (default: runs/studies, every study there)
+# POSFLOW names the binary (default: cargo run --release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+posflow() {
+    if [ -n "${POSFLOW:-}" ]; then "$POSFLOW" "$@"; else cargo run --release --quiet --bin posflow -- "$@"; fi
+}
+dest_root=docs/studies
+if [ "${1:-}" = "--pending" ]; then
+    dest_root=docs/pending
+    shift
+fi
 runs="${1:-runs/studies}"
 shift || true
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
     for dir in "$runs"/*/; do names+=("$(basename "$dir")"); done
 fi
+published=0
 for name in "${names[@]}"; do
     src="$runs/$name"
-    finished=false
-    if [ -f "$src/study.md" ]; then
-        finished=true
-        mkdir -p "docs/studies/$name"
-        cp "$src/study.md" "$src/study.json" "$src"/*.svg "docs/studies/$name/"
+    if [ ! -d "$src/runs" ]; then
+        echo "skip $name: no finished run in $src (run: posflow study studies/$name.toml --out $src)" >&2
+        continue
     fi
-    results=0
-    if [ -d "$src/runs" ]; then
-        while IFS= read -r result; do
-            run="${result#"$src/runs/"}"
-            mkdir -p "docs/studies/$name/runs/$(dirname "$run")"
-            cp "$result" "docs/studies/$name/runs/$run"
-            results=$((results + 1))
-        done < <(find "$src/runs" -name result.json | sort)
-    fi
-    if $finished; then
-        echo "published $name ($results run results)"
-    elif [ "$results" -gt 0 ]; then
-        echo "kept $name's $results finished run results (no report yet: the study has not finished)"
-    else
-        echo "skip $name: no report and no finished run in $src (run: posflow study studies/$name.toml)" >&2
-    fi
+    posflow results --pack "$src"
+    mkdir -p "$dest_root/$name"
+    cp "$src/runs.jsonl.gz" "$dest_root/$name/"
+    echo "published $name's runs into $dest_root/$name/runs.jsonl.gz"
+    published=$((published + 1))
 done
+if [ "$dest_root" = docs/studies ] && [ "$published" -gt 0 ]; then
+    posflow results
+fi

@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# Puts the run results published in docs/studies/<name>/runs/ back under runs/studies/<name>/runs/,
-# so that `posflow study studies/<name>.toml` (with --replicate, if it was) finds those runs done
-# and trains only what is missing. A result already there is kept.
-#   bash studies/restore.sh [NAME...]     (default: every published study)
+# Puts the run results published in docs/studies/<name>/runs.jsonl.gz back under
+# runs/studies/<name>/runs/, so that `posflow study studies/<name>.toml` (with --replicate, if it
+# was) finds those runs done and trains only what is missing. A result already there is kept.
+# With --pending, from docs/pending/<name>/ (a study re-running under studies/pending/<name>.toml).
+#   bash studies/restore.sh [--pending] [NAME...]     (default: every published study)
 #
 # With --from OTHER, NAME's runs are taken from OTHER's published results instead: every run of a
-# variant both files name (or of the VARIANTs given), for the seeds OTHER has. Studies share runs this way where one repeats
-# another's variants (chomsky_floater_horizon repeats chomsky_bucket_sort's three, each relative
-# file its absolute file's randomized RoPE). Nothing is taken on trust: `posflow study` counts a
-# result done only when its config equals the run it plans (outputs aside) and its variant's name
-# matches, and trains again any other ("its result.json was made with another config"). Take
-# only runs the binary at hand repeats bit for bit: a result made before a change of summation
-# order (FLOATER's CPU solve, session 48) has the same config and other bits, and so has a run
-# made on a CPU of the other kind (AVX-512 or AVX2: gemm sums a product in another order;
-# BENCHMARKS.md, "The AVX2 paths against PyTorch's").
+# variant both files name (or of the VARIANTs given), for the seeds OTHER has. Studies share runs
+# this way where one repeats another's variants (chomsky_floater_horizon repeats
+# chomsky_bucket_sort's three, each relative file its absolute file's randomized RoPE). Nothing is
+# taken on trust: `posflow study` counts a result done only when its config equals the run it plans
+# (outputs aside) and its variant's name matches, and trains again any other ("its result.json was
+# made with another config"). Take only runs the binary at hand repeats bit for bit: a result made
+# on a CPU of the other kind (AVX-512 or AVX2: gemm sums a product in another order) has the same
+# config and other bits.
 #   bash studies/restore.sh --from OTHER NAME [VARIANT...]
+# POSFLOW names the binary (default: cargo run --release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+posflow() {
+    if [ -n "${POSFLOW:-}" ]; then "$POSFLOW" "$@"; else cargo run --release --quiet --bin posflow -- "$@"; fi
+}
 
 # Copies every result.json under $1 to the same place under $2, keeping any already there.
 copy_results() {
@@ -45,10 +49,14 @@ if [ "${1:-}" = "--from" ]; then
         echo "no study file $file" >&2
         exit 2
     fi
-    if [ ! -d "docs/studies/$other/runs" ]; then
-        echo "no published run results in docs/studies/$other/runs" >&2
+    if [ ! -f "docs/studies/$other/runs.jsonl.gz" ]; then
+        echo "no published run results in docs/studies/$other/runs.jsonl.gz" >&2
         exit 2
     fi
+    scratch=$(mktemp -d)
+    trap 'rm -rf "$scratch"' EXIT
+    cp "docs/studies/$other/runs.jsonl.gz" "$scratch/"
+    posflow results --unpack "$scratch" >/dev/null
     # The variants' names, as the study file declares them ([[variant]] then name = "...").
     variants=$(awk '/^\[\[variant\]\]/ { v = 1; next } v && /^name *=/ { gsub(/[" ]/, ""); sub(/^name=/, ""); print; v = 0 }' "$file")
     for variant in "${only[@]}"; do
@@ -62,7 +70,7 @@ if [ "${1:-}" = "--from" ]; then
         if [ ${#only[@]} -gt 0 ] && [[ ! " ${only[*]} " =~ " $variant " ]]; then
             continue
         fi
-        src="docs/studies/$other/runs/$variant"
+        src="$scratch/runs/$variant"
         [ -d "$src" ] || continue
         n=$(copy_results "$src" "runs/studies/$name/runs/$variant")
         echo "  $variant: $n run results from $other"
@@ -72,15 +80,22 @@ if [ "${1:-}" = "--from" ]; then
     exit 0
 fi
 
+src_root=docs/studies
+if [ "${1:-}" = "--pending" ]; then
+    src_root=docs/pending
+    shift
+fi
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
-    for dir in docs/studies/*/; do names+=("$(basename "$dir")"); done
+    for dir in "$src_root"/*/; do names+=("$(basename "$dir")"); done
 fi
 for name in "${names[@]}"; do
-    src="docs/studies/$name/runs"
-    if [ ! -d "$src" ]; then
-        echo "skip $name: no published run results in $src" >&2
+    archive="$src_root/$name/runs.jsonl.gz"
+    if [ ! -f "$archive" ]; then
+        echo "skip $name: no published run results in $archive" >&2
         continue
     fi
-    echo "restored $name ($(copy_results "$src" "runs/studies/$name/runs") run results)"
+    mkdir -p "runs/studies/$name"
+    cp "$archive" "runs/studies/$name/"
+    echo "restored $name: $(posflow results --unpack "runs/studies/$name")"
 done

@@ -578,4 +578,33 @@ fn published_results_are_generated_and_checked_against_their_runs() {
     check_fails_on("README.md");
     std::fs::write(&readme_path, readme).unwrap();
     assert!(results(true).status.success());
+
+    // Published as one archive in place of the folder of results: the same reports follow.
+    let published = root.join("docs/studies/tiny");
+    let o = posflow_in(&dir, &["results", "--pack", "repo/docs/studies/tiny"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("packed 4 run results"),
+        "{}",
+        text(&o.stdout)
+    );
+    std::fs::remove_dir_all(published.join("runs")).unwrap();
+    let o = results(true);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    // Unpacked where a study's runs go, they are found done.
+    let resumed = dir.join("resumed");
+    std::fs::create_dir_all(&resumed).unwrap();
+    std::fs::copy(published.join("runs.jsonl.gz"), resumed.join("runs.jsonl.gz")).unwrap();
+    let o = posflow_in(&dir, &["results", "--unpack", "resumed"]);
+    assert!(
+        text(&o.stdout).contains("unpacked 4 run results"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = posflow_in(&dir, &["study", "tiny.toml", "--out", "resumed", "--dry-run"]);
+    assert!(
+        text(&o.stdout).contains("4 of 4 runs already done, 0 to run"),
+        "{}",
+        text(&o.stdout)
+    );
 }

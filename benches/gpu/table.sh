@@ -8,12 +8,12 @@
 #                    (STUDY_JOBS; 8 made 8.5 steps/s a run on an H200: does the card take more?),
 #                    STUDY_SECONDS (default 60) each: steps/s per run and in all, from the runs'
 #                    metrics (carry .gpu/bench, as for bench)
-#   table.sh study-run   the GPU-sized study itself, resumed from the run results published in
-#                    docs/studies/chomsky_gpu/runs, for STUDY_SECONDS (default 480) at STUDY_JOBS
+#   table.sh study-run   the GPU-sized study itself, resumed from the run results kept in
+#                    docs/pending/chomsky_gpu/runs.jsonl.gz, for STUDY_SECONDS (default 480) at STUDY_JOBS
 #                    (default 8) jobs (STUDY names another study of studies/); every finished run's
 #                    result.json comes back in
 #                    $OUT/chomsky_gpu-results.tar.gz (carry .gpu/bench). Here: untar it into
-#                    runs/studies/chomsky_gpu, `bash studies/publish.sh runs/studies chomsky_gpu`,
+#                    runs/studies/chomsky_gpu, `bash studies/publish.sh --pending runs/studies chomsky_gpu`,
 #                    commit; the next lease goes on from there (the study is ~4.4 h at 8 jobs).
 # Everything goes to $OUT/table.log (and stdout), a failed test binary's output to
 # $OUT/failures.log (a call returns at most 8 files). On a machine without a GPU,
@@ -79,7 +79,7 @@ if [ "$what" = study-run ]; then
     name=${STUDY:-chomsky_gpu}
     seconds=${STUDY_SECONDS:-480}
     jobs=${STUDY_JOBS:-8}
-    bash studies/restore.sh $name || true
+    POSFLOW=$posflow bash studies/restore.sh --pending $name || true
     say "$name, --jobs $jobs, $seconds s, resumed"
     timeout "$seconds" $posflow --device gpu study studies/$name.toml --replicate --jobs "$jobs" \
         >"$OUT/study.log" 2>&1

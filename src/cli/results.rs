@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use posflow::study::{
-    HEADLINE_BEGIN, HEADLINE_END, Published, README_BEGIN, README_END, adjust_family, index_page,
-    published_names, readme_block, readme_headline, replace_block, study_page,
+    ARCHIVE, HEADLINE_BEGIN, HEADLINE_END, Published, README_BEGIN, README_END, adjust_family, index_page,
+    pack, published_names, readme_block, readme_headline, replace_block, study_page, unpack,
 };
 
 #[derive(Args)]
@@ -20,9 +20,27 @@ pub struct ResultsArgs {
     /// The repository to read and write (its studies/, docs/studies/, docs/results/, README.md).
     #[arg(long, default_value = ".")]
     root: PathBuf,
+    /// Only write DIR/runs.jsonl.gz from every finished run under DIR/runs/ (a study's output
+    /// folder), as `docs/studies/<name>/` publishes them.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["check", "unpack"])]
+    pack: Option<PathBuf>,
+    /// Only put DIR/runs.jsonl.gz's runs back under DIR/runs/<variant>/seed<k>/, where `posflow
+    /// study --out DIR` finds them done (a result already there is kept).
+    #[arg(long, value_name = "DIR", conflicts_with = "check")]
+    unpack: Option<PathBuf>,
 }
 
 pub fn results(args: ResultsArgs) -> posflow::Result<()> {
+    if let Some(dir) = &args.pack {
+        let n = pack(dir)?;
+        println!("packed {n} run results into {}", dir.join(ARCHIVE).display());
+        return Ok(());
+    }
+    if let Some(dir) = &args.unpack {
+        let n = unpack(dir)?;
+        println!("unpacked {n} run results under {}", dir.join("runs").display());
+        return Ok(());
+    }
     let root = &args.root;
     let published_dir = root.join("docs/studies");
     let names = published_names(&published_dir)?;

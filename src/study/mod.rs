@@ -159,7 +159,12 @@
 //! `posflow results` judges every study published under `docs/studies/` again from its runs
 //! (`published`), adjusts all their claims as one family (`family`), and writes the reports,
 //! `docs/results/` and the README's results block (`results_pages`); `--check` compares instead.
+//! The published runs are one file a study, `docs/studies/<name>/runs.jsonl.gz` (`archive`):
+//! `posflow results --pack DIR` writes it from a study's `DIR/runs/`, `--unpack DIR` puts it
+//! back there.
 
+#[cfg(not(target_arch = "wasm32"))]
+mod archive;
 mod bootstrap;
 mod claims;
 mod family;
@@ -198,6 +203,8 @@ mod test_runs;
 mod torchrun;
 mod verdicts;
 
+#[cfg(not(target_arch = "wasm32"))]
+pub use archive::{ARCHIVE, pack, read_archive, unpack, write_archive};
 pub use bootstrap::Bootstrap;
 pub use claims::{
     ClaimKind, ClaimOutcome, ClaimSpec, Measured, Metric, PairOutcome, Reading, SeedReach, StepVerdict,

@@ -111,7 +111,7 @@ pub fn plan_runs(study: &Study, seeds: &[u64], out: &Path) -> Vec<RunPlan> {
 }
 
 /// Whether two runs are the same but for where they write.
-fn same_run(a: &RunConfig, b: &RunConfig) -> bool {
+pub(super) fn same_run(a: &RunConfig, b: &RunConfig) -> bool {
     let strip = |r: &RunConfig| {
         let mut r = r.clone();
         r.train.checkpoint = None;

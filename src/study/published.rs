@@ -5,7 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::plan::plan_runs;
+use super::archive::{ARCHIVE, read_archive};
+use super::plan::{plan_runs, same_run};
 use super::plot::write_pictures;
 use super::report::write_reports;
 use super::results::RunResult;
@@ -25,18 +26,31 @@ pub struct Published {
 }
 
 impl Published {
-    /// Reads the study of `file` whose runs are under `dir/runs/<variant>/seed<k>/result.json`.
-    /// Every run the file plans (and, where any fresh seed was run, every run of the fresh seeds)
-    /// must be there, made with the config planned now.
+    /// Reads the study of `file` whose runs are in `dir/runs.jsonl.gz`, or, without one, under
+    /// `dir/runs/<variant>/seed<k>/result.json`. Every run the file plans (and, where any fresh
+    /// seed was run, every run of the fresh seeds) must be there, made with the config planned
+    /// now.
     pub fn read(file: &Path, dir: &Path) -> Result<Self> {
         let study = Study::load(file)?;
+        let archive = dir.join(ARCHIVE);
+        let archived = if archive.exists() {
+            Some(read_archive(&archive)?)
+        } else {
+            None
+        };
+        let find = |variant: &str, seed: u64| -> Option<RunResult> {
+            match &archived {
+                Some(all) => all
+                    .iter()
+                    .find(|r| r.variant == variant && r.seed == seed)
+                    .cloned(),
+                None => RunResult::read(&result_path(dir, variant, seed)),
+            }
+        };
         let fresh_seeds = study.fresh_seeds()?;
-        let replicated = fresh_seeds.iter().any(|&seed| {
-            study
-                .variants
-                .iter()
-                .any(|v| result_path(dir, &v.name, seed).exists())
-        });
+        let replicated = fresh_seeds
+            .iter()
+            .any(|&seed| study.variants.iter().any(|v| find(&v.name, seed).is_some()));
         let fresh = replicated.then_some(fresh_seeds);
         let seeds: Vec<u64> = study
             .seeds
@@ -46,19 +60,23 @@ impl Published {
             .collect();
         let mut results = Vec::new();
         for plan in plan_runs(&study, &seeds, dir) {
-            let Some(result) = plan.done else {
-                let why = if plan.stale {
-                    "was made with another config than the study file plans"
-                } else {
-                    "is missing or unreadable"
-                };
-                return Err(Error::Input(format!(
-                    "published study {}: {} {why}",
-                    study.name,
-                    plan.result_path().display()
-                )));
+            let where_ = || match &archived {
+                Some(_) => format!("{}: run {}/seed{}", archive.display(), plan.variant, plan.seed),
+                None => plan.result_path().display().to_string(),
             };
-            results.push(result);
+            let why = match find(&plan.variant, plan.seed) {
+                Some(result) if same_run(&result.run, &plan.run) => {
+                    results.push(result);
+                    continue;
+                }
+                Some(_) => "was made with another config than the study file plans",
+                None => "is missing or unreadable",
+            };
+            return Err(Error::Input(format!(
+                "published study {}: {} {why}",
+                study.name,
+                where_()
+            )));
         }
         let summary = summarize(&study, &results, fresh.as_deref());
         Ok(Self {
@@ -101,12 +119,13 @@ fn recorded_device(report: &Path) -> String {
         .unwrap_or_else(|| "not recorded".into())
 }
 
-/// The names of the studies published under `dir`: every folder with a `runs` folder, sorted.
+/// The names of the studies published under `dir`: every folder with a runs archive or a `runs`
+/// folder, sorted.
 pub fn published_names(dir: &Path) -> Result<Vec<String>> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::Input(format!("{}: {e}", dir.display())))?;
     let mut names: Vec<String> = entries
         .filter_map(|entry| entry.ok())
-        .filter(|entry| entry.path().join("runs").is_dir())
+        .filter(|entry| entry.path().join(ARCHIVE).is_file() || entry.path().join("runs").is_dir())
         .filter_map(|entry| entry.file_name().to_str().map(str::to_string))
         .collect();
     names.sort();

@@ -84,7 +84,8 @@ pub fn write_reports(
             .collect(),
         pictures,
     };
-    let json = serde_json::to_string_pretty(&report).expect("a report serializes");
+    // Compact: a program reads it, and the published reports travel with the tree.
+    let json = serde_json::to_string(&report).expect("a report serializes");
     crate::checkpoint::write_atomically(&out.join("study.json"), json.as_bytes())?;
     crate::checkpoint::write_atomically(&out.join("study.md"), markdown(&report, study).as_bytes())
 }
