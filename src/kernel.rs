@@ -187,7 +187,7 @@ impl GpuKernels {
 }
 
 /// A kernel's uniform (binding 0): a `#[repr(C)]` struct that mirrors one WGSL struct member for
-/// member. wgpu checks only a uniform's size, so [`uniform!`] records each member's name, Rust
+/// member. wgpu checks only a uniform's size, so `uniform!` records each member's name, Rust
 /// type and offset, and a test reads every WGSL uniform through naga's reflection and compares.
 pub trait Uniform: bytemuck::Pod {
     /// The shader that declares the struct.

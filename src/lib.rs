@@ -12,8 +12,7 @@
 //! Training a model (the README's example; a copy task small enough for a doctest):
 //!
 //! ```
-//! use posflow::backend::{DeviceChoice, select_backend};
-//! use posflow::train::{Progress, RunConfig, Trainer, fit};
+//! use posflow::prelude::*;
 //!
 //! struct Quiet;
 //! impl Progress for Quiet {}
@@ -62,6 +61,7 @@ pub mod ode;
 pub mod ops;
 pub mod optim;
 pub mod params;
+pub mod prelude;
 mod product;
 /// The page's helper threads for its products (web/build.sh's threaded build).
 #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]

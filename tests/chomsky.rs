@@ -64,7 +64,7 @@ fn bins(report: &EvalReport) -> Vec<(String, f64, usize)> {
 fn a_token_classifier_learns_even_pairs_on_its_training_lengths() {
     let mut trainer = Trainer::new(cpu(), run("even_pairs", 2, 1000)).unwrap();
     while !trainer.is_done() {
-        pollster::block_on(trainer.train_step()).unwrap();
+        trainer.step().unwrap();
     }
     let report = pollster::block_on(trainer.evaluate());
     assert!(report.failures.is_empty(), "{:?}", report.failures);
@@ -87,8 +87,8 @@ fn the_gpu_trains_and_evaluates_as_the_cpu_does() {
     let mut on_cpu = Trainer::new(cpu(), config.clone()).unwrap();
     let mut on_gpu = Trainer::new(gpu, config).unwrap();
     for _ in 0..3 {
-        let a = pollster::block_on(on_cpu.train_step()).unwrap();
-        let b = pollster::block_on(on_gpu.train_step()).unwrap();
+        let a = on_cpu.step().unwrap();
+        let b = on_gpu.step().unwrap();
         assert!(
             (a.loss - b.loss).abs() < 1e-4 * a.loss.abs().max(1.0),
             "{a:?} {b:?}"
@@ -127,8 +127,8 @@ fn every_randomized_encoding_trains_and_evaluates_on_the_cpu_and_the_gpu() {
         let mut on_cpu = Trainer::new(cpu(), config.clone()).unwrap();
         let mut on_gpu = Trainer::new(gpu.clone(), config).unwrap();
         for _ in 0..2 {
-            let a = pollster::block_on(on_cpu.train_step()).unwrap();
-            let b = pollster::block_on(on_gpu.train_step()).unwrap();
+            let a = on_cpu.step().unwrap();
+            let b = on_gpu.step().unwrap();
             assert!(
                 a.loss.is_finite() && (a.loss - b.loss).abs() < 1e-4 * a.loss.abs().max(1.0),
                 "{posenc}: {a:?} {b:?}"

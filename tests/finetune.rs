@@ -38,7 +38,7 @@ fn a_run_trains_only_its_trainable_parameters() {
     let mut trainer = Trainer::new(cpu(), run(r#"{ type = "learned" }"#, r#"["pos_emb."]"#)).unwrap();
     let before = values(trainer.params());
     for _ in 0..3 {
-        pollster::block_on(trainer.train_step()).unwrap();
+        trainer.step().unwrap();
     }
     for (name, after) in values(trainer.params()) {
         assert_eq!(after != before[&name], name == "pos_emb.weight", "{name}");

@@ -192,7 +192,7 @@ fn a_diverging_solve_names_the_block_and_time_and_keeps_the_parameters() {
         "steps = 4\nbatch = 2\nlr = 1e-3",
     );
     let mut trainer = Trainer::new(cpu(), run).unwrap();
-    pollster::block_on(trainer.train_step()).unwrap();
+    trainer.step().unwrap();
     // Huge weights in both layers of h: its value overflows f32 at the first step.
     trainer
         .params()
@@ -207,7 +207,7 @@ fn a_diverging_solve_names_the_block_and_time_and_keeps_the_parameters() {
         .iter()
         .map(|(name, _)| pollster::block_on(trainer.params().read(name)).unwrap())
         .collect();
-    let err = pollster::block_on(trainer.train_step()).unwrap_err().to_string();
+    let err = trainer.step().unwrap_err().to_string();
     assert!(
         err.contains("non-finite state in block 0") && err.contains("t = ") && err.contains("step 1"),
         "{err}"
@@ -419,7 +419,7 @@ fn logits_of(model: &Model, params: &ParamStore, text: &[i32]) -> Vec<f32> {
 fn a_sinusoidal_checkpoint_warm_starts_the_compatible_form() {
     let mut sinusoidal = Trainer::new(cpu(), moby_run(r#"{ type = "sinusoidal" }"#, SHORT)).unwrap();
     for _ in 0..3 {
-        pollster::block_on(sinusoidal.train_step()).unwrap();
+        sinusoidal.step().unwrap();
     }
     let checkpoint = pollster::block_on(sinusoidal.checkpoint()).unwrap();
     let (floater, start) =

@@ -68,7 +68,7 @@ eval_lengths = [{EVAL_LENGTH}]
 /// The checkpoint of `run` after one step.
 fn after_one_step(run: RunConfig) -> Checkpoint {
     let mut trainer = Trainer::new(cpu(), run).unwrap();
-    pollster::block_on(trainer.train_step()).unwrap();
+    trainer.step().unwrap();
     pollster::block_on(trainer.checkpoint()).unwrap()
 }
 
@@ -126,7 +126,7 @@ fn read_and_run(bytes: &[u8]) -> Result<Option<String>, String> {
     {
         let mut trainer = Trainer::resume(cpu(), run.clone(), &checkpoint).map_err(err)?;
         let names = tensor_names(trainer.params());
-        pollster::block_on(trainer.train_step()).map_err(err)?;
+        trainer.step().map_err(err)?;
         let after = pollster::block_on(trainer.checkpoint()).map_err(err)?;
         if let Some(name) = first_non_finite(&after, &names)
             && first_non_finite(&checkpoint, &names).is_none()

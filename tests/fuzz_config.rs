@@ -311,7 +311,7 @@ fn run_mutant(text: &str) -> Outcome {
         return Outcome::Accepted;
     }
     let stepped = Trainer::new(Rc::new(CpuBackend::new()), run).and_then(|mut trainer| {
-        pollster::block_on(trainer.train_step())?;
+        trainer.step()?;
         let after = pollster::block_on(trainer.checkpoint())?;
         Ok(first_non_finite(&after, &tensor_names(trainer.params())).cloned())
     });

@@ -268,7 +268,7 @@ fn classifier_settings_and_warm_starts_are_checked() {
         RunConfig::from_toml(&mlm, "mlm").unwrap(),
     )
     .unwrap();
-    pollster::block_on(trainer.train_step()).unwrap();
+    trainer.step().unwrap();
     let checkpoint = pollster::block_on(trainer.checkpoint()).unwrap();
 
     let names = |vocabulary: &str, d_model: usize, n_classes: usize| {

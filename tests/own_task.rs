@@ -94,9 +94,7 @@ fn a_task_of_ones_own_trains_and_is_evaluated_per_length() {
     let vocab = task.tokenizer.vocab_size();
     let mut trainer = Trainer::with_task(backend, run, Box::new(task)).unwrap();
     assert_eq!(trainer.run().model.vocab, vocab, "the vocabulary is the task's");
-    let losses: Vec<f32> = (0..60)
-        .map(|_| pollster::block_on(trainer.train_step()).unwrap().loss)
-        .collect();
+    let losses: Vec<f32> = (0..60).map(|_| trainer.step().unwrap().loss).collect();
     assert!(losses[59] < 0.25 * losses[0], "{losses:?}");
     let report = pollster::block_on(trainer.evaluate());
     assert!(report.failures.is_empty(), "{:?}", report.failures);

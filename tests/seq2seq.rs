@@ -61,9 +61,7 @@ fn a_pair_task_trains_resumes_exactly_and_is_scored_per_source_bin() {
         "reading the config reads no data"
     );
     let steps = |trainer: &mut Trainer, n: usize| -> Vec<f32> {
-        (0..n)
-            .map(|_| pollster::block_on(trainer.train_step()).unwrap().loss)
-            .collect()
+        (0..n).map(|_| trainer.step().unwrap().loss).collect()
     };
     let mut whole = Trainer::new(cpu(), run.clone()).unwrap();
     assert_eq!(

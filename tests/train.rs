@@ -54,9 +54,7 @@ warmup = 3
 }
 
 fn losses(trainer: &mut Trainer, steps: usize) -> Vec<f32> {
-    (0..steps)
-        .map(|_| pollster::block_on(trainer.train_step()).unwrap().loss)
-        .collect()
+    (0..steps).map(|_| trainer.step().unwrap().loss).collect()
 }
 
 /// The uninterrupted curve, and the curve of a run checkpointed after `first` steps, written to
@@ -77,7 +75,7 @@ fn curves(backend: &Rc<dyn Backend>, first: usize) -> (Vec<f32>, Vec<f32>) {
     drop(before);
     let checkpoint = Checkpoint::from_bytes(&bytes, "resume test").unwrap();
     let mut after = Trainer::resume(backend.clone(), run, &checkpoint).unwrap();
-    assert_eq!(after.step(), first);
+    assert_eq!(after.steps_done(), first);
     resumed_curve.extend(losses(&mut after, steps - first));
     assert!(after.is_done());
     (uninterrupted, resumed_curve)

@@ -85,7 +85,7 @@ pub fn train(backend: Rc<dyn Backend>, args: TrainArgs) -> posflow::Result<()> {
     let mut trainer = match (&checkpoint, &args.warm_start) {
         (Some(checkpoint), _) => {
             let trainer = Trainer::resume(backend, run, checkpoint)?;
-            println!("resuming at step {}", trainer.step());
+            println!("resuming at step {}", trainer.steps_done());
             trainer
         }
         (None, Some(path)) => {
@@ -266,7 +266,7 @@ impl Bar {
             ProgressStyle::with_template("{bar:30} {pos}/{len} steps  {msg}  eta {eta}")
                 .expect("a valid template"),
         );
-        bar.set_position(trainer.step() as u64);
+        bar.set_position(trainer.steps_done() as u64);
         Self {
             bar,
             smoothed_loss: None,

@@ -216,7 +216,7 @@ impl LengthBins {
     }
 }
 
-/// −log softmax(scores)[target], computed stably in f64.
+/// −log softmax(scores)`[target]`, computed stably in f64.
 pub fn cross_entropy(scores: &[f32], target: usize) -> f64 {
     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
     let sum: f64 = scores.iter().map(|&s| (s as f64 - max).exp()).sum();

@@ -125,7 +125,7 @@ fn stress() -> Result<Vec<Labelled>> {
 pub struct ClassBin {
     /// Text lengths (characters) of the bin.
     pub lengths: RangeInclusive<usize>,
-    /// Token sequences ([CLS] + characters) and their classes.
+    /// Token sequences (`[CLS]` + characters) and their classes.
     pub examples: Vec<(Vec<i32>, i32)>,
 }
 
@@ -240,7 +240,7 @@ impl ClassData {
         &self.class_names
     }
 
-    /// The training sequences' longest, in tokens ([CLS] included): every training batch is padded
+    /// The training sequences' longest, in tokens (`[CLS]` included): every training batch is padded
     /// to it, so training builds one graph.
     pub fn train_len(&self) -> usize {
         self.train

@@ -47,7 +47,7 @@ impl MaskedText {
         })
     }
 
-    /// `batch` sequences of `len` tokens: [CLS] and `len − 1` characters from a uniformly random
+    /// `batch` sequences of `len` tokens: `[CLS]` and `len − 1` characters from a uniformly random
     /// place in the training part, masked.
     pub fn sample_batch<R: Rng + ?Sized>(&self, rng: &mut R, batch: usize, len: usize) -> Result<Batch> {
         let window = window_len(len)?;
@@ -69,7 +69,7 @@ impl MaskedText {
         Ok(Batch::full(len, tokens, targets))
     }
 
-    /// The validation part cut into consecutive sequences of `len` tokens ([CLS] and `len − 1`
+    /// The validation part cut into consecutive sequences of `len` tokens (`[CLS]` and `len − 1`
     /// characters), `batch` per batch (the last may hold fewer), masked by a generator seeded with
     /// the length alone: every run and every seed is scored on the same hidden tokens.
     pub fn eval_batches(&self, len: usize, batch: usize) -> Result<Vec<Batch>> {

@@ -18,7 +18,7 @@ use crate::params::ParamStore;
 
 pub struct Generator {
     tokenizer: CharTokenizer,
-    /// Whether the model was trained on sequences that begin with <bos> (the prompted tasks).
+    /// Whether the model was trained on sequences that begin with `<bos>` (the prompted tasks).
     starts_with_bos: bool,
     vocab: usize,
     graph: ModelGraph,
@@ -59,7 +59,7 @@ impl Generator {
         })
     }
 
-    /// Prompts get a <bos> in front, as the prompted tasks' training sequences have (`word=`
+    /// Prompts get a `<bos>` in front, as the prompted tasks' training sequences have (`word=`
     /// for the dictionary, `abc|` for copy).
     pub fn starting_with_bos(mut self) -> Self {
         self.starts_with_bos = true;
@@ -106,7 +106,7 @@ impl Generator {
     }
 
     /// `prompt` continued by up to `chars` sampled characters (at `temperature`; 0 takes the most
-    /// likely one every time), stopping early at <eos>. Characters outside the model's vocabulary
+    /// likely one every time), stopping early at `<eos>`. Characters outside the model's vocabulary
     /// are an error naming them.
     pub async fn complete<R: Rng + ?Sized>(
         &self,

@@ -400,11 +400,11 @@ pub enum ModelKind {
         #[serde(default = "tied_by_default")]
         tied_head: bool,
     },
-    /// Bidirectional encoder: position 0 holds the data layer's BOS token, used as [CLS]; its
+    /// Bidirectional encoder: position 0 holds the data layer's BOS token, used as `[CLS]`; its
     /// final state is classified into `n_classes`, logits `[B, n_classes]`.
     Encoder { n_classes: usize },
     /// Bidirectional encoder pretrained by masked-language modelling (BERT): position 0 holds the
-    /// BOS token as [CLS], hidden tokens are `<mask>` (a masked LM's tokenizer has it), and every
+    /// BOS token as `[CLS]`, hidden tokens are `<mask>` (a masked LM's tokenizer has it), and every
     /// position gets logits `[B, L, vocab]` from BERT's head: a dense layer, GELU and a layer norm,
     /// then the token table transposed (tied, as BERT's) plus a bias. An `encoder` classifier
     /// warm-starts from its checkpoint, leaving the head behind.
@@ -412,7 +412,7 @@ pub enum ModelKind {
     /// Bidirectional encoder that classifies every position into `n_classes` with one linear
     /// layer (Delétang et al.'s readout for the Chomsky-hierarchy tasks): logits `[B, L,
     /// n_classes]`, a loss at the positions that have a target (the placeholders after the
-    /// input). No [CLS]; batches are padded, padding hidden by a key mask.
+    /// input). No `[CLS]`; batches are padded, padding hidden by a key mask.
     TokenClassifier { n_classes: usize },
     /// Encoder-decoder: the config's `layers` encoder blocks (stepped as `block`) read the source
     /// bidirectionally, source padding hidden by a key mask; `decoder_layers` decoder blocks
@@ -438,7 +438,7 @@ fn tied_by_default() -> bool {
 }
 
 impl ModelKind {
-    /// Whether position 0 is a [CLS] the model reads: an encoder's (classifier or masked LM).
+    /// Whether position 0 is a `[CLS]` the model reads: an encoder's (classifier or masked LM).
     pub fn reads_cls(&self) -> bool {
         matches!(self, Self::Encoder { .. } | Self::MaskedLm {})
     }

@@ -45,41 +45,41 @@
 //! | `pos_emb.weight`             | [max_len, D]   | N(0, 0.02)                 | `relative` with `learned_absolute` |
 //! | `posenc.relative.weight`     | [buckets, H]   | N(0, 0.02)                 | `relative`, `tupe_r` (code form with `untie_cls`: buckets + 1 rows) |
 //! | `posenc.tupe.weight`         | [max_len, D]   | N(0, 0.02)                 | `tupe_a`, `tupe_r` (code form: max_len + 1 rows) |
-//! | `posenc.tupe.ln.gain`        | [D]            | 1                          | `tupe_a`, `tupe_r`      |
-//! | `posenc.tupe.ln.bias`        | [D]            | 0                          | `tupe_a`, `tupe_r`      |
+//! | `posenc.tupe.ln.gain`        | `[D]`            | 1                          | `tupe_a`, `tupe_r`      |
+//! | `posenc.tupe.ln.bias`        | `[D]`            | 0                          | `tupe_a`, `tupe_r`      |
 //! | `posenc.tupe.query.weight`   | [D, D]         | N(0, 0.02)                 | `tupe_a`, `tupe_r`      |
 //! | `posenc.tupe.key.weight`     | [D, D]         | N(0, 0.02)                 | `tupe_a`, `tupe_r`      |
-//! | `posenc.tupe.query.bias`, `.key.bias` | [D]   | 0                          | TUPE, `form = "code"`   |
-//! | `posenc.tupe.cls_to_others`  | [H]            | 0                          | TUPE with `untie_cls` (paper form) |
-//! | `posenc.tupe.others_to_cls`  | [H]            | 0                          | TUPE with `untie_cls` (paper form) |
-//! | `emb_ln.gain`, `emb_ln.bias` | [D]            | 1, 0                       | `norm = "post"` unless `embedding_norm = false`; `embedding_norm = true` |
+//! | `posenc.tupe.query.bias`, `.key.bias` | `[D]`   | 0                          | TUPE, `form = "code"`   |
+//! | `posenc.tupe.cls_to_others`  | `[H]`            | 0                          | TUPE with `untie_cls` (paper form) |
+//! | `posenc.tupe.others_to_cls`  | `[H]`            | 0                          | TUPE with `untie_cls` (paper form) |
+//! | `emb_ln.gain`, `emb_ln.bias` | `[D]`            | 1, 0                       | `norm = "post"` unless `embedding_norm = false`; `embedding_norm = true` |
 //! | `posenc.floater.w1`, `.w2`   | [D, D + 1]     | Xavier-normal (additive: N(0, 0.02)) | posenc `floater` |
-//! | `posenc.floater.b1`, `.b2`   | [D]            | 0                          | posenc `floater`        |
+//! | `posenc.floater.b1`, `.b2`   | `[D]`            | 0                          | posenc `floater`        |
 //! | `posenc.floater.qkv_initial` | [3, layers, D] | Xavier-uniform             | `floater` (compatible)  |
 //! | `posenc.floater.initial`     | [blocks, D]    | N(0, 0.02)                 | `floater`, `form = "additive"` |
-//! | `blocks.i.ln1.gain`          | [D]            | 1                          | always                  |
-//! | `blocks.i.ln1.bias`          | [D]            | 0                          | always                  |
+//! | `blocks.i.ln1.gain`          | `[D]`            | 1                          | always                  |
+//! | `blocks.i.ln1.bias`          | `[D]`            | 0                          | always                  |
 //! | `blocks.i.attn.qkv.weight`   | [D, 3D]        | N(0, 0.02)                 | always                  |
-//! | `blocks.i.attn.qkv.bias`     | [3D]           | 0                          | not FLOATER compatible; not `attention_biases = false` |
+//! | `blocks.i.attn.qkv.bias`     | `[3D]`           | 0                          | not FLOATER compatible; not `attention_biases = false` |
 //! | `blocks.i.attn.out.weight`   | [D, D]         | N(0, 0.02/√(2·layers))     | always                  |
-//! | `blocks.i.attn.out.bias`     | [D]            | 0                          | not `attention_biases = false` |
-//! | `blocks.i.ln2.gain`          | [D]            | 1                          | always                  |
-//! | `blocks.i.ln2.bias`          | [D]            | 0                          | always                  |
+//! | `blocks.i.attn.out.bias`     | `[D]`            | 0                          | not `attention_biases = false` |
+//! | `blocks.i.ln2.gain`          | `[D]`            | 1                          | always                  |
+//! | `blocks.i.ln2.bias`          | `[D]`            | 0                          | always                  |
 //! | `blocks.i.ffn.up.weight`     | [D, F]         | N(0, 0.02)                 | always                  |
-//! | `blocks.i.ffn.up.bias`       | [F]            | 0                          | always                  |
+//! | `blocks.i.ffn.up.bias`       | `[F]`            | 0                          | always                  |
 //! | `blocks.i.ffn.down.weight`   | [F, D]         | N(0, 0.02/√(2·layers))     | always                  |
-//! | `blocks.i.ffn.down.bias`     | [D]            | 0                          | always                  |
+//! | `blocks.i.ffn.down.bias`     | `[D]`            | 0                          | always                  |
 //! | `blocks.i.gate.weight`       | [2D, 1]        | 0 (`rk.gate`: Xavier-uniform) | block `rk2_gated`    |
-//! | `blocks.i.gate.bias`         | [1]            | 0                          | block `rk2_gated`       |
-//! | `blocks.i.alpha1`, `alpha2`  | [1] or [D]     | gamma                      | rk2 with `learned`      |
+//! | `blocks.i.gate.bias`         | `[1]`            | 0                          | block `rk2_gated`       |
+//! | `blocks.i.alpha1`, `alpha2`  | `[1]` or `[D]`     | gamma                      | rk2 with `learned`      |
 //! | `rk.alpha1`, `rk.alpha2`, `rk.gate.weight`, `rk.gate.bias` | as above | as above | the same with `rk_stage = "layer"`: one for the stack |
-//! | `history.ln.i.gain`, `.bias` | [D]            | 1, 0                       | a `history`             |
+//! | `history.ln.i.gain`, `.bias` | `[D]`            | 1, 0                       | a `history`             |
 //! | `history.mix.i`              | [i + 1]        | 1/(i + 1)                  | `learnable_dense`       |
-//! | `ln_f.gain`                  | [D]            | 1                          | `norm = "pre"`, not a causal LM with a `history` |
-//! | `ln_f.bias`                  | [D]            | 0                          | `norm = "pre"`, not a causal LM with a `history` |
+//! | `ln_f.gain`                  | `[D]`            | 1                          | `norm = "pre"`, not a causal LM with a `history` |
+//! | `ln_f.bias`                  | `[D]`            | 0                          | `norm = "pre"`, not a causal LM with a `history` |
 //! | `lm_head.weight`             | [D, V]         | N(0, 0.02)                 | causal LM, untied head  |
 //! | `cls_head.weight`            | [D, C]         | N(0, 0.02)                 | encoder                 |
-//! | `cls_head.bias`              | [C]            | 0                          | encoder                 |
+//! | `cls_head.bias`              | `[C]`            | 0                          | encoder                 |
 //!
 //! FLOATER's `blocks` is `layers` with `every_block`, 1 otherwise; its layout, inits and solver
 //! settings are in `posenc/floater.rs`. In its compatible form (the default) the q/k/v biases are
@@ -104,7 +104,7 @@
 //! into it silently). TUPE's θ's start at 0 and its table and projections at BERT's N(0, 0.02), as
 //! the paper follows BERT. The graph's inputs are `tokens`, `targets`, `key_mask` (padded graphs),
 //! `posenc.sinusoidal` (a constant table), `posenc.relative.buckets` (i32 `[L, L]` bucket
-//! indices) and TUPE's [CLS] masks `posenc.tupe.keep`, `posenc.tupe.cls_row`,
+//! indices) and TUPE's `[CLS]` masks `posenc.tupe.keep`, `posenc.tupe.cls_row`,
 //! `posenc.tupe.cls_column` (f32 `[L, L]`); [`ModelGraph::feed`] writes the constants.
 
 mod block;

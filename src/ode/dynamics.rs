@@ -47,7 +47,7 @@ pub trait Dynamics {
         factors: &mut Vec<f32>,
     );
 
-    /// dtheta += Σᵣ weights[r] · aᵣᵀ ∂h/∂θ over the rows recorded in `factors` ([rows,
+    /// dtheta += Σᵣ weights\[r\] · aᵣᵀ ∂h/∂θ over the rows recorded in `factors` ([rows,
     /// factor_len]): many rows in one product, where [`Dynamics::vjp`] adds each row in turn.
     fn add_param_vjp(&self, factors: &[f32], weights: &[f32], dtheta: &mut [f32]);
 }
@@ -142,9 +142,9 @@ fn transposed_product(w: &[f32], stride: usize, (a_rows, n): (&[f32], usize), ou
 /// | part | shape      | offset                       |
 /// |------|------------|------------------------------|
 /// | W₁   | [k, d + 1] | 0                            |
-/// | b₁   | [k]        | k(d + 1)                     |
+/// | b₁   | `[k]`        | k(d + 1)                     |
 /// | W₂   | [d, k + 1] | k(d + 1) + k                 |
-/// | b₂   | [d]        | k(d + 1) + k + d(k + 1)      |
+/// | b₂   | `[d]`        | k(d + 1) + k + d(k + 1)      |
 ///
 /// The last column of each weight multiplies t. FLOATER uses k = d.
 #[derive(Clone, Copy, Debug)]
@@ -210,7 +210,7 @@ impl Dynamics for FloaterDynamics {
     }
 
     /// θ, W₁ᵀ and W₂ᵀ: the layers' products read their weights a column at a time
-    /// ([`transposed_product`]), the fast order for one vector.
+    /// (`transposed_product`), the fast order for one vector.
     fn prepare(&self, theta: &[f32]) -> Vec<f32> {
         let mut prepared = theta.to_vec();
         for (w, rows, cols) in [

@@ -58,7 +58,7 @@ fn uniform(rows: usize, vocab: usize, ignore_index: i32) -> CrossEntropyUniform 
     }
 }
 
-/// Inputs: logits [.., V] and targets [..] (i32). Outputs: the mean loss, shape [1]; and what
+/// Inputs: logits [.., V] and targets `[..]` (i32). Outputs: the mean loss, shape `[1]`; and what
 /// the backward reads, [rows + 1]: each counted row's log-sum-exp (0 for the others), then the
 /// count of rows, so that the backward is one pass over the logits.
 #[derive(Debug)]
@@ -148,7 +148,7 @@ impl Op for CrossEntropy {
     }
 }
 
-/// d loss / d logits: inputs logits [.., V], targets [..], the loss's gradient [1] and what the
+/// d loss / d logits: inputs logits [.., V], targets `[..]`, the loss's gradient `[1]` and what the
 /// forward saved ([`CrossEntropy`]'s second output); output (softmax - onehot(target)) * grad /
 /// count per counted row, zeros for the others.
 #[derive(Debug)]
@@ -221,7 +221,7 @@ impl Op for CrossEntropyBackward {
 
 impl Graph {
     /// Mean cross-entropy of `logits` [.., V] against i32 `targets` [..], over the targets that
-    /// are not `ignore_index` (and lie in [0, V)); 0 when none does. Shape [1].
+    /// are not `ignore_index` (and lie in [0, V)); 0 when none does. Shape `[1]`.
     pub fn cross_entropy(
         &mut self,
         logits: TensorId,

@@ -37,8 +37,8 @@ fn norm_uniform(rows: usize, dim: usize, eps: f32) -> NormUniform {
 }
 
 /// y = (x − mean)·rstd·gamma + beta per row of the last axis, with rstd = 1/√(var + eps) and the
-/// biased variance, as `torch.nn.functional.layer_norm`. Inputs x [.., D], gamma [D], beta [D];
-/// outputs y (x's shape), mean [rows], rstd [rows].
+/// biased variance, as `torch.nn.functional.layer_norm`. Inputs x [.., D], gamma `[D]`, beta `[D]`;
+/// outputs y (x's shape), mean `[rows]`, rstd `[rows]`.
 #[derive(Debug)]
 pub struct LayerNorm {
     pub eps: f32,

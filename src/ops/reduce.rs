@@ -177,7 +177,7 @@ impl Graph {
         self.scale(s, 1.0 / n as f32)
     }
 
-    /// Sum of every element, as a tensor of shape [1].
+    /// Sum of every element, as a tensor of shape `[1]`.
     pub fn sum_all(&mut self, x: TensorId) -> Result<TensorId> {
         let n = self.meta(x).numel();
         let flat = self.reshape(x, &[n])?;

@@ -125,7 +125,7 @@ impl LiveStudy {
     /// The training steps taken so far, over every run.
     pub fn steps_done(&self) -> usize {
         let finished: usize = self.runs[..self.next].iter().map(|r| r.run.train.steps).sum();
-        finished + self.current.as_ref().map_or(0, |c| c.trainer.step())
+        finished + self.current.as_ref().map_or(0, |c| c.trainer.steps_done())
     }
 
     /// Seconds spent training and evaluating so far.
@@ -217,7 +217,7 @@ impl LiveStudy {
             let report = current.trainer.evaluate().await;
             current
                 .records
-                .extend(Record::evaluation(current.trainer.step(), &report));
+                .extend(Record::evaluation(current.trainer.steps_done(), &report));
         }
         current.seconds += (self.clock)() - start;
         Ok((stats, evaluated))

@@ -155,8 +155,8 @@ fn run_one(plan: &RunPlan, backend: Rc<dyn Backend>, progress: &dyn StudyProgres
         (None, Some(source)) => Trainer::warm_start(backend, plan.run.clone(), &Checkpoint::load(source)?)?.0,
         (None, None) => Trainer::new(backend, plan.run.clone())?,
     };
-    let resumed_at = (trainer.step() > 0).then_some(trainer.step());
-    progress.started(plan, trainer.step());
+    let resumed_at = (trainer.steps_done() > 0).then_some(trainer.steps_done());
+    progress.started(plan, trainer.steps_done());
     let start = Instant::now();
     fit(&mut trainer, &mut Forward { plan, progress })?;
     plan.finish(start.elapsed().as_secs_f64(), resumed_at, progress)

@@ -389,7 +389,7 @@ impl DataConfig {
         Ok(())
     }
 
-    /// Whether its sequences begin with <bos>: the prompted tasks' do, text windows and the
+    /// Whether its sequences begin with `<bos>`: the prompted tasks' do, text windows and the
     /// Chomsky tasks' inputs do not.
     pub fn starts_with_bos(&self) -> bool {
         !matches!(

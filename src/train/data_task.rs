@@ -27,7 +27,7 @@ pub enum DataTask {
         data: LanguageModelData,
         seq_len: usize,
     },
-    /// A masked LM's text: sequences of `seq_len` tokens, [CLS] first, some hidden.
+    /// A masked LM's text: sequences of `seq_len` tokens, `[CLS]` first, some hidden.
     MaskedText {
         tokenizer: CharTokenizer,
         data: MaskedText,

@@ -38,7 +38,7 @@ pub fn fit(trainer: &mut Trainer, progress: &mut dyn Progress) -> Result<FitSumm
         create_parent(path)?;
     }
     let mut log = match &t.metrics {
-        Some(path) => Some(MetricsLog::resume(path, trainer.step())?),
+        Some(path) => Some(MetricsLog::resume(path, trainer.steps_done())?),
         None => None,
     };
     let mut summary = FitSummary {
@@ -51,7 +51,7 @@ pub fn fit(trainer: &mut Trainer, progress: &mut dyn Progress) -> Result<FitSumm
     let mut training_seconds = 0.0;
     while !trainer.is_done() {
         let start = Instant::now();
-        let stats = pollster::block_on(trainer.train_step())?;
+        let stats = trainer.step()?;
         let seconds = start.elapsed().as_secs_f64();
         training_seconds += seconds;
         let tokens_per_s = trainer.tokens_per_step() as f64 / seconds;
@@ -71,7 +71,7 @@ pub fn fit(trainer: &mut Trainer, progress: &mut dyn Progress) -> Result<FitSumm
         }
         progress.step(&stats, tokens_per_s);
 
-        let done = trainer.step();
+        let done = trainer.steps_done();
         if trainer.evaluation_due() {
             if trainer.evaluates() {
                 let report = pollster::block_on(trainer.evaluate());

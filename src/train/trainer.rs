@@ -211,8 +211,15 @@ impl Trainer {
     }
 
     /// Steps completed.
-    pub fn step(&self) -> usize {
+    pub fn steps_done(&self) -> usize {
         self.step
+    }
+
+    /// One training step, waiting for it: natively, what a program of one's own calls in a loop
+    /// (the page, which cannot wait, awaits [`Trainer::train_step`]).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn step(&mut self) -> Result<StepStats> {
+        pollster::block_on(self.train_step())
     }
 
     pub fn is_done(&self) -> bool {

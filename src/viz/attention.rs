@@ -33,7 +33,7 @@ pub struct AttentionView {
     pub truncated_from: Option<usize>,
 }
 
-/// Every layer's attention probabilities on `text` (after <bos> where the model expects one),
+/// Every layer's attention probabilities on `text` (after `<bos>` where the model expects one),
 /// cut to the model's table length where it has one.
 pub async fn attention_view(loaded: &LoadedCheckpoint, text: &str) -> Result<AttentionView> {
     let mut ids = loaded.encode(text)?;

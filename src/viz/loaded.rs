@@ -19,7 +19,7 @@ pub struct LoadedCheckpoint {
     pub generator: Option<Generator>,
     /// For a seq2seq model: beam search with its key/value cache.
     pub decoder: Option<Seq2SeqDecoder>,
-    /// Its training sequences begin with <bos> (the prompted tasks, and every encoder).
+    /// Its training sequences begin with `<bos>` (the prompted tasks, and every encoder).
     pub starts_with_bos: bool,
     /// The length it was trained on, where its run config says.
     pub train_len: Option<usize>,
@@ -100,7 +100,7 @@ impl LoadedCheckpoint {
         c.posenc.has_table().then_some(c.max_len)
     }
 
-    /// `text` as token ids, after <bos> where the model expects one (a seq2seq model: as a
+    /// `text` as token ids, after `<bos>` where the model expects one (a seq2seq model: as a
     /// source). A character the model never saw is an error naming it.
     pub fn encode(&self, text: &str) -> Result<Vec<i32>> {
         if let Some(pairs) = self.pair_tokenizer() {

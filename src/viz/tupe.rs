@@ -1,5 +1,5 @@
 //! TUPE's content-free positional correlation per head, `(p̂_i U_Q)·(p̂_j U_K) / √(2·Dh)` over the
-//! whole table (as TUPE's Figure 5), and the untied [CLS] values θ1, θ2 when the model has them.
+//! whole table (as TUPE's Figure 5), and the untied `[CLS]` values θ1, θ2 when the model has them.
 
 use eframe::egui;
 
@@ -23,13 +23,13 @@ pub struct TupeCorrelation {
     pub len: usize,
     /// `[heads, len, len]`: row i is query position i, column j key position j.
     pub values: Vec<f32>,
-    /// θ1 ([CLS] to the others) and θ2 (the others to [CLS]) per head, with `untie_cls`.
+    /// θ1 (`[CLS]` to the others) and θ2 (the others to `[CLS]`) per head, with `untie_cls`.
     pub untied: Option<(Vec<f32>, Vec<f32>)>,
 }
 
 /// The positional correlation of a TUPE model over its whole table: the position-only attention
 /// term of TUPE-A, built by the model's own code for the same parameters (TUPE-R's relative bias
-/// and the [CLS] reset left out), so it is exactly what the model adds, before those.
+/// and the `[CLS]` reset left out), so it is exactly what the model adds, before those.
 pub async fn tupe_correlation(saved: &SavedModel) -> Result<TupeCorrelation> {
     let c = saved.model.config();
     let Some(TupeA { untie_cls, form }) = c.posenc.tupe() else {

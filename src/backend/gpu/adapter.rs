@@ -156,7 +156,7 @@ async fn instances_and_adapters() -> Vec<(wgpu::Instance, wgpu::Adapter)> {
 
 /// An instance, adapter, device and queue for egui's renderer (the viewer's PNG export), found as
 /// the backend finds its own — any adapter, the best first, probed quietly — rather than by
-/// egui's probing, which would print the Wayland errors [`vulkan_without_wayland`] avoids. The
+/// egui's probing, which would print the Wayland errors `vulkan_without_wayland` avoids. The
 /// device gets every limit the adapter has: a renderer's textures need more than compute does.
 #[cfg(not(target_arch = "wasm32"))]
 pub async fn for_rendering() -> Result<(wgpu::Instance, wgpu::Adapter, wgpu::Device, wgpu::Queue)> {

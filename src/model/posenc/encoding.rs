@@ -35,11 +35,11 @@ pub struct ModelFacts {
     pub dims: ModelDims,
     /// An encoder, a decoder and the decoder's cross-attention.
     pub seq2seq: bool,
-    /// A [CLS] token at position 0 (a classifier or a masked LM).
+    /// A `[CLS]` token at position 0 (a classifier or a masked LM).
     pub reads_cls: bool,
     /// A masked LM: it attends both ways, with no causal mask to learn order from.
     pub masked_lm: bool,
-    /// Randomized positions drawn from 0..L ([`super::positions`]): a table must hold L rows.
+    /// Randomized positions drawn from 0..L (`posenc::positions`): a table must hold L rows.
     pub random_positions: Option<usize>,
 }
 
@@ -191,7 +191,7 @@ pub trait Encoding {
         false
     }
 
-    /// Whether the [CLS] position's positional term is replaced by trained values (TUPE).
+    /// Whether the `[CLS]` position's positional term is replaced by trained values (TUPE).
     fn unties_cls(&self) -> bool {
         false
     }

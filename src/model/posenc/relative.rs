@@ -299,8 +299,8 @@ pub(super) fn build_dense(
     Ok((bias, ids))
 }
 
-/// [`bucket_matrix`] with [CLS] buckets of its own, as TUPE's code: column 0 (the others attending
-/// to [CLS]) is bucket `buckets`, then row 0 ([CLS] attending to every position, (0, 0) included)
+/// [`bucket_matrix`] with `[CLS]` buckets of its own, as TUPE's code: column 0 (the others attending
+/// to `[CLS]`) is bucket `buckets`, then row 0 (`[CLS]` attending to every position, (0, 0) included)
 /// is bucket `buckets / 2`, which the bidirectional bucketing never gives an offset (it would be
 /// the first bucket of the positive half, offset +0).
 pub fn cls_bucket_matrix(len: usize, bidirectional: bool, buckets: usize, max_distance: usize) -> Vec<i32> {

@@ -99,12 +99,12 @@ const INIT_STD: f32 = 0.02;
 #[serde(rename_all = "snake_case")]
 pub enum TupeForm {
     /// The paper's equations: `U_Q`, `U_K` without biases, a table row per position, θ1 and θ2
-    /// free per-head scalars, TUPE-R's [CLS] reset applied to the sum of both terms.
+    /// free per-head scalars, TUPE-R's `[CLS]` reset applied to the sum of both terms.
     #[default]
     Paper,
     /// The authors' code: `U_Q`, `U_K` with biases, a table of `max_len + 1` rows whose row i + 1
     /// is position i, θ1 and θ2 the correlations of rows 0 and 1 with themselves (through the same
-    /// layer norm, projections and scale), TUPE-R's [CLS] row and column two buckets of their own.
+    /// layer norm, projections and scale), TUPE-R's `[CLS]` row and column two buckets of their own.
     Code,
 }
 
@@ -116,7 +116,7 @@ pub enum TupeForm {
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TupeA {
-    /// Replace the positional term of [CLS] (position 0, an encoder's) by trained per-head
+    /// Replace the positional term of `[CLS]` (position 0, an encoder's) by trained per-head
     /// values. Required.
     pub untie_cls: bool,
     /// The paper's (default) or the authors' code's.
@@ -125,7 +125,7 @@ pub struct TupeA {
 }
 
 /// TUPE-R: TUPE-A plus T5's relative bias (as `relative`, with the same defaults), summed before
-/// the [CLS] reset (in the code form, given [CLS] buckets of its own). In TOML:
+/// the `[CLS]` reset (in the code form, given `[CLS]` buckets of its own). In TOML:
 /// `posenc = { type = "tupe_r", untie_cls = true, buckets = 32, max_distance = 128 }`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -140,7 +140,7 @@ pub struct TupeR {
 }
 
 impl TupeR {
-    /// Its TUPE-A part: the same table, projections and [CLS] settings without the relative bias.
+    /// Its TUPE-A part: the same table, projections and `[CLS]` settings without the relative bias.
     pub fn absolute(&self) -> TupeA {
         TupeA {
             untie_cls: self.untie_cls,

@@ -1,0 +1,11 @@
+//! The front door: what a program that trains, evaluates or studies models with posflow imports,
+//! in one `use posflow::prelude::*;`.
+
+pub use crate::backend::{Backend, DeviceChoice, select_backend};
+pub use crate::data::{Batch, CharTokenizer, TaskTokenizer};
+pub use crate::error::{Error, Result};
+pub use crate::inference::SavedModel;
+pub use crate::study::Study;
+pub use crate::train::{
+    EvalReport, EvalSet, FitSummary, Progress, RunConfig, StepStats, Task, TrainBatch, Trainer, fit,
+};
