@@ -6,6 +6,7 @@ pub use crate::data::{Batch, CharTokenizer, TaskTokenizer};
 pub use crate::error::{Error, Result};
 pub use crate::inference::SavedModel;
 pub use crate::study::Study;
-pub use crate::train::{
-    EvalReport, EvalSet, FitSummary, Progress, RunConfig, StepStats, Task, TrainBatch, Trainer, fit,
-};
+pub use crate::train::{EvalReport, EvalSet, RunConfig, StepStats, Task, TrainBatch, Trainer};
+/// Natively only: the page steps a trainer itself, awaiting each step.
+#[cfg(not(target_arch = "wasm32"))]
+pub use crate::train::{FitSummary, Progress, fit};
