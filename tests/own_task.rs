@@ -133,3 +133,52 @@ fn a_vocabulary_other_than_the_task_s_is_refused() {
         "{err}"
     );
 }
+
+/// A task of one's own named in `[data]` (`task = "custom"`): its checkpoint records that data
+/// and not another's, and posflow, which cannot load it, says so when asked to resume it.
+#[test]
+fn a_custom_source_is_recorded_in_its_checkpoint_and_cannot_be_resumed_without_its_program() {
+    let dir = std::env::temp_dir().join(format!("posflow-own-task-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let checkpoint = dir.join("alphabet.safetensors");
+    let custom = RUN.replace(
+        "[data]\ntask = \"moby_dick\"\nseq_len = 16",
+        "[data]\ntask = \"custom\"\nsource = \"alphabet\"\ndescription = \"a-j over and over\"",
+    );
+    let mut run = RunConfig::from_toml(&custom, "own task").unwrap();
+    run.train.steps = 4;
+    run.train.checkpoint = Some(checkpoint.clone());
+    let task = Alphabet {
+        tokenizer: CharTokenizer::from_text(LETTERS),
+        len: 16,
+    };
+    let backend: Rc<dyn Backend> = Rc::new(CpuBackend::new());
+    let mut trainer = Trainer::with_task(backend, run, Box::new(task)).unwrap();
+    struct Quiet;
+    impl posflow::train::Progress for Quiet {}
+    posflow::train::fit(&mut trainer, &mut Quiet).unwrap();
+    let saved = posflow::checkpoint::Checkpoint::load(&checkpoint).unwrap();
+    let recorded = posflow::train::saved_run(saved.metadata()).unwrap();
+    assert_eq!(
+        recorded.data,
+        posflow::train::DataConfig::Custom {
+            source: "alphabet".into(),
+            description: "a-j over and over".into()
+        }
+    );
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_posflow"))
+        .args(["--device", "cpu", "train", "--resume"])
+        .arg(&checkpoint)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("[data] task = \"custom\" (source \"alphabet\") is data a program of its own supplies"),
+        "{err}"
+    );
+    let empty = custom.replace("source = \"alphabet\"", "source = \" \"");
+    let err = RunConfig::from_toml(&empty, "own task").unwrap_err().to_string();
+    assert!(err.contains("source must name the data"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

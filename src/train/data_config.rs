@@ -89,6 +89,11 @@ pub enum DataConfig {
     /// curriculum); `eval_lengths` are input lengths. Needs a `token_classifier` with the task's
     /// output classes.
     Chomsky { name: ChomskyTask, train_max_len: usize },
+    /// Data a program supplies itself (a `Task` of its own, trained through
+    /// `Trainer::with_task`): its name and what it is, so that the run and its checkpoints record
+    /// the data they were trained on. posflow cannot load it: a checkpoint of it resumes from that
+    /// program, and `posflow train --resume` says so.
+    Custom { source: String, description: String },
 }
 
 /// How a classification set is split and read.
@@ -172,6 +177,8 @@ struct DataSpec {
     tokenization: Option<Tokenization>,
     vocabulary: Option<Vocabulary>,
     name: Option<ChomskyTask>,
+    source: Option<String>,
+    description: Option<String>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -189,6 +196,7 @@ enum TaskName {
     Spam,
     Stress,
     Chomsky,
+    Custom,
 }
 
 impl TryFrom<DataSpec> for DataConfig {
@@ -208,6 +216,8 @@ impl TryFrom<DataSpec> for DataConfig {
             ("tokenization", spec.tokenization.is_some()),
             ("vocabulary", spec.vocabulary.is_some()),
             ("name", spec.name.is_some()),
+            ("source", spec.source.is_some()),
+            ("description", spec.description.is_some()),
         ];
         let takes: &[&str] = match spec.task {
             T::MobyDick => &["seq_len", "valid_fraction"],
@@ -226,6 +236,7 @@ impl TryFrom<DataSpec> for DataConfig {
             T::TextPairs => &["path", "tokenization", "train_max_len", "valid_fraction"],
             T::Names | T::Spam | T::Stress => &["train_max_len", "valid_fraction", "vocabulary"],
             T::Chomsky => &["name", "train_max_len"],
+            T::Custom => &["source", "description"],
         };
         refuse_other_settings(&given, takes)?;
         fn needs<V>(key: &str, value: Option<V>) -> std::result::Result<V, String> {
@@ -280,6 +291,15 @@ impl TryFrom<DataSpec> for DataConfig {
                     }
                     n => n,
                 },
+            },
+            T::Custom => Self::Custom {
+                source: match needs("source", spec.source)? {
+                    source if source.trim().is_empty() => {
+                        return Err("source must name the data (e.g. \"my-corpus\")".into());
+                    }
+                    source => source,
+                },
+                description: spec.description.unwrap_or_default(),
             },
             T::Names | T::Spam | T::Stress => {
                 let settings = ClassSettings {
@@ -414,7 +434,21 @@ impl DataConfig {
             Self::Names(s) | Self::Spam(s) | Self::Stress(s) => Some(s.train_max_len + 1),
             // The longest input and its placeholders.
             Self::Chomsky { name, train_max_len } => Some(name.sequence_len(train_max_len)),
+            // The program's own task says (`Task::train_len`).
+            Self::Custom { .. } => None,
         }
+    }
+
+    /// Refused where posflow would load the data itself: a custom source is a program's own.
+    pub(super) fn custom_source_error(&self) -> Option<Error> {
+        let Self::Custom { source, .. } = self else {
+            return None;
+        };
+        Some(Error::Input(format!(
+            "[data] task = \"custom\" (source \"{source}\") is data a program of its own supplies \
+             (a `Task`, trained through `Trainer::with_task`); posflow cannot load it: train or \
+             resume this run from that program"
+        )))
     }
 
     /// The longest training length in the unit its evaluation bins count, and that unit: a

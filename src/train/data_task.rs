@@ -109,6 +109,7 @@ impl DataConfig {
             Self::CmudictPairs { .. } | Self::TextPairs { .. } => {
                 return Ok(TaskTokenizer::Pairs(self.pairs()?.tokenizer().clone()));
             }
+            Self::Custom { .. } => return Err(self.custom_source_error().expect("a custom source")),
         }))
     }
 
@@ -247,6 +248,7 @@ impl DataTask {
                 let data = ClassData::new(examples, set.class_names(), &tokenizer, &split)?;
                 Self::Classes { tokenizer, data }
             }
+            DataConfig::Custom { .. } => return Err(config.custom_source_error().expect("a custom source")),
         })
     }
 
