@@ -1,5 +1,5 @@
 //! posflow's Transformer against the same model in PyTorch, without Python: each checkpoint under
-//! `tests/reference/models/` (from `examples/reference_checkpoints.rs`) is built from its own
+//! `tests/reference/models/` (from `tests/tools/reference_checkpoints.rs`) is built from its own
 //! config (`Model::build` for `Tokens`, or for `Pairs` with its stored pairs), restored, and run
 //! forward and backward on its stored batch; logits, loss and every
 //! gradient must match `<name>.expected.safetensors`, which `tests/reference/model_reference.py`

@@ -110,7 +110,7 @@ def save_checkpoint(checkpoint: Checkpoint, path):
 
 def reference_batch(checkpoint: Checkpoint):
     """(the model's inputs, targets) stored in the checkpoint's training state by
-    examples/reference_checkpoints.rs: inputs (tokens [B, L], key mask or None, and a randomized
+    tests/tools/reference_checkpoints.rs: inputs (tokens [B, L], key mask or None, and a randomized
     model's positions [L]), or a seq2seq
     model's (source [B, S], source mask, target_in [B, T])."""
     batch = checkpoint.training.get("reference_batch")

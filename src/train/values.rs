@@ -4,7 +4,7 @@
 //! package with it), and what `tests/model_reference.rs` compares with PyTorch's values.
 //!
 //! The batch is the checkpoint's own (`reference_batch` in its training state, as
-//! `examples/reference_checkpoints.rs` stores it) or a safetensors file of i32 tensors: `tokens`
+//! `tests/tools/reference_checkpoints.rs` stores it) or a safetensors file of i32 tensors: `tokens`
 //! `[B, L]` and `targets` (the model kind's), with `mask` `[B, L]` (1 for a token, 0 for padding)
 //! and `positions` `[L]` (for randomized positions) where they apply; a seq2seq model's `source`,
 //! `source_mask` `[B, S]`, `target_in` and `targets` `[B, T]`. Both come from someone else, so
@@ -185,7 +185,7 @@ fn build<'a>(model: &Model, g: &mut Graph, batch: &'a ValueBatch) -> Result<Buil
     }
 }
 
-/// The batch `examples/reference_checkpoints.rs` stores in a checkpoint's training state.
+/// The batch `tests/tools/reference_checkpoints.rs` stores in a checkpoint's training state.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StoredTokens {

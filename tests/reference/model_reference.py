@@ -22,7 +22,7 @@ and cross q) over target positions, and `decoder.cross.`'s [2, decoder_layers, D
 source positions.
 
     python3 model_reference.py generate [DIR]
-        writes the checkpoints of examples/reference_checkpoints.rs to DIR (default: models/ beside
+        writes the checkpoints of tests/tools/reference_checkpoints.rs to DIR (default: models/ beside
         this script) with cargo, then `<name>.expected.safetensors` beside each: `logits`, `loss`
         and `grad/<param>` (float32) on the batch stored in the checkpoint. tests/model_reference.rs
         compares posflow's values with these. The same in two steps:
@@ -69,7 +69,7 @@ def load(path):
 
 
 def reference_batch(cfg, metadata):
-    """(the model's inputs, targets) stored by examples/reference_checkpoints.rs."""
+    """(the model's inputs, targets) stored by tests/tools/reference_checkpoints.rs."""
     return stored_batch(metadata)
 
 
