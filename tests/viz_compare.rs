@@ -28,11 +28,11 @@ fn tiny() -> CompareSettings {
     CompareSettings {
         choices: vec![
             Choice {
-                encoding: Encoding::Rope,
+                encoding: Encoding::named("rope").unwrap(),
                 randomized: false,
             },
             Choice {
-                encoding: Encoding::Rope,
+                encoding: Encoding::named("rope").unwrap(),
                 randomized: true,
             },
         ],
@@ -205,7 +205,7 @@ fn randomized_floater_s_caution_shows_in_the_tab() {
     harness.step();
     assert!(harness.query_by_label_contains(caution).is_none());
     let mut settings = tiny();
-    settings.choices[1].encoding = Encoding::Floater;
+    settings.choices[1].encoding = Encoding::named("floater").unwrap();
     handle.set_compare_settings(settings);
     harness.step();
     harness.get_by_label_contains(caution);

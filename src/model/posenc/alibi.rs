@@ -19,7 +19,8 @@ use serde::{Deserialize, Serialize};
 
 use super::encoding::is_default;
 use super::encoding::{
-    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms,
+    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, Preset,
+    Presets,
 };
 use super::positions::Positions;
 use crate::error::Result;
@@ -165,6 +166,17 @@ pub fn alibi_table(len: usize, heads: usize, bidirectional: bool, left_offset: f
             slopes.iter().map(move |m| (-m * distance) as f32)
         })
         .collect()
+}
+
+/// In an encoder, with Ruoss et al.'s offset of half a position to the left.
+impl Presets for Alibi {
+    const PRESETS: &'static [Preset] = &[Preset {
+        name: "alibi",
+        label: "ALiBi",
+        posenc: r#"{ type = "alibi" }"#,
+        encoder_posenc: Some(r#"{ type = "alibi", left_offset = 0.5 }"#),
+        reads_positions: true,
+    }];
 }
 
 #[cfg(test)]

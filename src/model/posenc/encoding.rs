@@ -141,6 +141,35 @@ pub enum Drawn {
     },
 }
 
+/// A ready-made setting of an encoding, under a name unique over the registry: what the Compare
+/// tab offers, the benchmarks time and the studies' generators write.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Preset {
+    pub name: &'static str,
+    pub label: &'static str,
+    /// Its `posenc` as TOML, for a causal LM or a seq2seq model.
+    pub posenc: &'static str,
+    /// Its `posenc` in an encoder (a token classifier), where it differs.
+    pub encoder_posenc: Option<&'static str>,
+    /// Whether it reads where the tokens sit, so that randomized positions mean something.
+    pub reads_positions: bool,
+}
+
+impl Preset {
+    /// Its `posenc` for a model that is an encoder or not.
+    pub fn posenc_for(&self, encoder: bool) -> &'static str {
+        match self.encoder_posenc {
+            Some(posenc) if encoder => posenc,
+            _ => self.posenc,
+        }
+    }
+}
+
+/// An encoding's presets, listed beside its settings in its own file; the registry gathers them.
+pub trait Presets {
+    const PRESETS: &'static [Preset];
+}
+
 /// A position encoding: its settings, checked against the model, and its terms for every model
 /// shape (a batch of sequences, a seq2seq decoder and its cross-attention, one decoding step).
 pub trait Encoding {

@@ -71,7 +71,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::encoding::{
-    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, is_default,
+    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, Preset,
+    Presets, is_default,
 };
 use super::positions::Positions;
 use super::sinusoidal::{self, SinusoidLayout, Sinusoidal};
@@ -757,4 +758,26 @@ impl FloaterConfig {
             },
         }
     }
+}
+
+/// The authors' form (compatible, Δ 0.01), its flow solved again every 100 steps; and at
+/// Δ 0.01·255/2048, so that positions 0..2048 solve the flow within the authors' t = 0..2.55 (2.55 /
+/// 2048, as the horizon studies wrote it).
+impl Presets for FloaterConfig {
+    const PRESETS: &'static [Preset] = &[
+        Preset {
+            name: "floater",
+            label: "FLOATER (Δ 0.01)",
+            posenc: r#"{ type = "floater", resolve_every = 100 }"#,
+            encoder_posenc: None,
+            reads_positions: true,
+        },
+        Preset {
+            name: "floater_horizon",
+            label: "FLOATER (Δ 0.01·255/2048)",
+            posenc: r#"{ type = "floater", resolve_every = 100, delta = 0.0012451171875 }"#,
+            encoder_posenc: None,
+            reads_positions: true,
+        },
+    ];
 }

@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::encoding::{Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms};
+use super::encoding::{
+    Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, Preset, Presets,
+};
 use super::positions::{Positions, check_rows};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, TensorId};
@@ -100,4 +102,14 @@ pub(super) fn build(g: &mut Graph, at: Positions, max_len: usize, d: usize) -> R
 pub(super) fn step_row(g: &mut Graph, dims: ModelDims, t: usize) -> Result<TensorId> {
     let rows = build(g, Positions::contiguous(t + 1), dims.max_len, dims.d_model)?;
     g.slice(rows, 0, t, t + 1)
+}
+
+impl Presets for Learned {
+    const PRESETS: &'static [Preset] = &[Preset {
+        name: "learned",
+        label: "learned table",
+        posenc: r#"{ type = "learned" }"#,
+        encoder_posenc: None,
+        reads_positions: true,
+    }];
 }

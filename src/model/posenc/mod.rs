@@ -29,7 +29,8 @@ mod tupe;
 pub use alibi::{Alibi, alibi_slopes, alibi_table};
 pub(crate) use encoding::is_default;
 pub use encoding::{
-    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms,
+    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, Preset,
+    Presets,
 };
 pub use floater::{
     ENCODINGS_INPUT, FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, QKV_INITIAL_NAME,
@@ -40,7 +41,7 @@ pub use none::NoEncoding;
 pub use positions::{
     MAX_RANDOM_POSITIONS, POSITIONS_INPUT, PairOffsets, Positions, Sampled, sample_positions,
 };
-pub use registry::{PosEnc, TYPES};
+pub use registry::{PosEnc, TYPES, preset, presets};
 pub use relative::{Relative, bucket_matrix, buckets_by_offset, cls_bucket_matrix, relative_bucket};
 pub use rope::Rope;
 pub use sinusoidal::{SinusoidLayout, Sinusoidal, fairseq_table, sinusoid_table, sinusoidal_table};

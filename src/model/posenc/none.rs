@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::encoding::{Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms};
+use super::encoding::{
+    Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, Preset, Presets,
+};
 use super::positions::Positions;
 use crate::error::Result;
 use crate::graph::Graph;
@@ -57,4 +59,14 @@ impl Encoding for NoEncoding {
             drawn: Drawn::Nothing,
         }
     }
+}
+
+impl Presets for NoEncoding {
+    const PRESETS: &'static [Preset] = &[Preset {
+        name: "none",
+        label: "no position encoding",
+        posenc: r#"{ type = "none" }"#,
+        encoder_posenc: None,
+        reads_positions: false,
+    }];
 }

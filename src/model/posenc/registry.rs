@@ -5,7 +5,7 @@
 use serde::de::{self, DeserializeOwned, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::encoding::Encoding;
+use super::encoding::{Encoding, Preset, Presets};
 use super::{alibi, floater, learned, none, relative, rope, sinusoidal, tupe};
 
 /// Declares [`PosEnc`], one variant per encoding holding that encoding's settings, and its
@@ -23,6 +23,11 @@ macro_rules! registry {
 
         /// Every encoding's `type`, in the registry's order.
         pub const TYPES: &[&str] = &[$($tag),*];
+
+        /// Every encoding's presets, in the registry's order.
+        pub fn presets() -> impl Iterator<Item = &'static Preset> {
+            [$(<$settings as Presets>::PRESETS),*].into_iter().flatten()
+        }
 
         impl PosEnc {
             /// The encoding behind the tag.
@@ -62,6 +67,11 @@ registry! {
     Rope = "rope" => rope::Rope,
     /// ALiBi (Press et al., 2022).
     Alibi = "alibi" => alibi::Alibi,
+}
+
+/// The preset named `name`.
+pub fn preset(name: &str) -> Option<&'static Preset> {
+    presets().find(|p| p.name == name)
 }
 
 impl Default for PosEnc {
@@ -171,5 +181,39 @@ impl<'de> MapAccess<'de> for KeyedEntries {
             .ok_or_else(|| de::Error::custom("a setting's value was read before its key"))?;
         seed.deserialize(value)
             .map_err(|e| de::Error::custom(format!("`{key}`: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PosEnc, TYPES, preset, presets};
+
+    /// Every encoding offers a preset, every preset parses as its encoding (in an encoder too),
+    /// and no two presets share a name.
+    #[test]
+    fn every_encoding_has_presets_that_parse_as_it() {
+        let all: Vec<_> = presets().collect();
+        for tag in TYPES {
+            assert!(
+                all.iter()
+                    .any(|p| p.posenc.contains(&format!("type = \"{tag}\""))),
+                "no preset of {tag}"
+            );
+        }
+        for p in &all {
+            for encoder in [false, true] {
+                let toml = format!("posenc = {}", p.posenc_for(encoder));
+                #[derive(serde::Deserialize)]
+                struct Line {
+                    posenc: PosEnc,
+                }
+                let line: Line = toml::from_str(&toml).unwrap_or_else(|e| panic!("{}: {e}", p.name));
+                let tag = serde_json::to_value(line.posenc).unwrap()["type"].clone();
+                assert!(p.posenc.contains(&format!("type = {tag}")), "{}: {tag}", p.name);
+            }
+            assert_eq!(preset(p.name), Some(*p), "{} is not unique", p.name);
+        }
+        assert!(!preset("none").unwrap().reads_positions);
+        assert!(preset("floater_horizon").is_some() && preset("wavelets").is_none());
     }
 }

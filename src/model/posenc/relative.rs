@@ -14,7 +14,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::encoding::{
-    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, is_default,
+    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, Preset,
+    Presets, is_default,
 };
 use super::learned;
 use super::positions::{OffsetInput, OffsetValues, Positions, check_rows};
@@ -319,6 +320,16 @@ fn give_cls_its_buckets(matrix: &mut [i32], len: usize, buckets: usize) {
             *bucket = buckets as i32;
         }
     }
+}
+
+impl Presets for Relative {
+    const PRESETS: &'static [Preset] = &[Preset {
+        name: "relative",
+        label: "T5 relative",
+        posenc: r#"{ type = "relative" }"#,
+        encoder_posenc: None,
+        reads_positions: true,
+    }];
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::encoding::{
-    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms,
+    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, Preset,
+    Presets,
 };
 use super::positions::Positions;
 use crate::error::Result;
@@ -97,4 +98,14 @@ impl Encoding for Rope {
             },
         }
     }
+}
+
+impl Presets for Rope {
+    const PRESETS: &'static [Preset] = &[Preset {
+        name: "rope",
+        label: "RoPE",
+        posenc: r#"{ type = "rope" }"#,
+        encoder_posenc: None,
+        reads_positions: true,
+    }];
 }

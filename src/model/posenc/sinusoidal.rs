@@ -7,7 +7,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::encoding::{
-    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, is_default,
+    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, Preset,
+    Presets, is_default,
 };
 use super::positions::Positions;
 use crate::error::Result;
@@ -184,6 +185,16 @@ pub(super) fn step_row(g: &mut Graph, layout: SinusoidLayout, d: usize, t: usize
     let table = sinusoid_table(layout, t + 1, d);
     let row = g.input(INPUT_NAME, TensorMeta::f32(&[1, d]));
     (row, table[t * d..].to_vec())
+}
+
+impl Presets for Sinusoidal {
+    const PRESETS: &'static [Preset] = &[Preset {
+        name: "sinusoidal",
+        label: "sinusoidal",
+        posenc: r#"{ type = "sinusoidal" }"#,
+        encoder_posenc: None,
+        reads_positions: true,
+    }];
 }
 
 #[cfg(test)]

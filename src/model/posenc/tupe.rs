@@ -63,7 +63,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::encoding::{
-    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, is_default,
+    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, Preset,
+    Presets, is_default,
 };
 use super::positions::{Positions, check_rows};
 use super::relative::{self, t5_buckets, t5_max_distance};
@@ -464,6 +465,26 @@ fn untie_masks(len: usize) -> [Vec<f32>; 3] {
         cell(|i, _| i == 0),
         cell(|i, j| i != 0 && j == 0),
     ]
+}
+
+impl Presets for TupeA {
+    const PRESETS: &'static [Preset] = &[Preset {
+        name: "tupe_a",
+        label: "TUPE-A",
+        posenc: r#"{ type = "tupe_a", untie_cls = false }"#,
+        encoder_posenc: None,
+        reads_positions: true,
+    }];
+}
+
+impl Presets for TupeR {
+    const PRESETS: &'static [Preset] = &[Preset {
+        name: "tupe_r",
+        label: "TUPE-R",
+        posenc: r#"{ type = "tupe_r", untie_cls = false }"#,
+        encoder_posenc: None,
+        reads_positions: true,
+    }];
 }
 
 #[cfg(test)]

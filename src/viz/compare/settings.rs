@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 
 use crate::data::chomsky::ChomskyTask;
 use crate::error::{Error, Result};
+use crate::model::posenc;
 use crate::study::Study;
 
 /// Randomized positions are drawn from 0..L, L as Ruoss et al.
@@ -105,89 +106,39 @@ impl CompareTask {
     }
 }
 
-/// The encodings the tab offers, each one line of a run config's `posenc`.
+/// An encoding the tab offers: one of the registry's presets (`posenc::presets`), so that a new
+/// encoding's preset is offered here without a line in this file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Encoding {
-    None,
-    Sinusoidal,
-    Learned,
-    /// T5's relative bias.
-    Relative,
-    Rope,
-    /// With Ruoss et al.'s encoder offset (half a position to the left).
-    Alibi,
-    TupeA,
-    TupeR,
-    /// The authors' form (compatible, Δ 0.01), its flow solved again every 100 steps.
-    Floater,
-    /// The same at Δ 0.01·255/2048, so that positions 0..2048 solve the flow within the authors'
-    /// t = 0..2.55: the form randomized FLOATER learned with in the horizon studies.
-    FloaterHorizon,
-}
+pub struct Encoding(&'static posenc::Preset);
 
 impl Encoding {
-    pub const ALL: [Encoding; 10] = [
-        Encoding::None,
-        Encoding::Sinusoidal,
-        Encoding::Learned,
-        Encoding::Relative,
-        Encoding::Rope,
-        Encoding::Alibi,
-        Encoding::TupeA,
-        Encoding::TupeR,
-        Encoding::Floater,
-        Encoding::FloaterHorizon,
-    ];
+    /// Every preset, in the registry's order.
+    pub fn all() -> impl Iterator<Item = Encoding> {
+        posenc::presets().map(Encoding)
+    }
+
+    /// The preset named `name` (`sinusoidal`, `floater_horizon`).
+    pub fn named(name: &str) -> Option<Encoding> {
+        posenc::preset(name).map(Encoding)
+    }
 
     pub fn name(self) -> &'static str {
-        match self {
-            Encoding::None => "none",
-            Encoding::Sinusoidal => "sinusoidal",
-            Encoding::Learned => "learned",
-            Encoding::Relative => "relative",
-            Encoding::Rope => "rope",
-            Encoding::Alibi => "alibi",
-            Encoding::TupeA => "tupe_a",
-            Encoding::TupeR => "tupe_r",
-            Encoding::Floater => "floater",
-            Encoding::FloaterHorizon => "floater_horizon",
-        }
+        self.0.name
     }
 
     pub fn label(self) -> &'static str {
-        match self {
-            Encoding::None => "no position encoding",
-            Encoding::Sinusoidal => "sinusoidal",
-            Encoding::Learned => "learned table",
-            Encoding::Relative => "T5 relative",
-            Encoding::Rope => "RoPE",
-            Encoding::Alibi => "ALiBi",
-            Encoding::TupeA => "TUPE-A",
-            Encoding::TupeR => "TUPE-R",
-            Encoding::Floater => "FLOATER (Δ 0.01)",
-            Encoding::FloaterHorizon => "FLOATER (Δ 0.01·255/2048)",
-        }
+        self.0.label
     }
 
-    /// Its `posenc`; ALiBi's encoder offset only where the model is an encoder (the Chomsky
+    /// Whether randomizing its positions means anything.
+    pub fn reads_positions(self) -> bool {
+        self.0.reads_positions
+    }
+
+    /// Its `posenc` (ALiBi's encoder offset only where the model is an encoder: the Chomsky
     /// tasks' token classifier).
     fn posenc(self, encoder: bool) -> &'static str {
-        match self {
-            Encoding::Alibi if !encoder => r#"{ type = "alibi" }"#,
-            Encoding::None => r#"{ type = "none" }"#,
-            Encoding::Sinusoidal => r#"{ type = "sinusoidal" }"#,
-            Encoding::Learned => r#"{ type = "learned" }"#,
-            Encoding::Relative => r#"{ type = "relative" }"#,
-            Encoding::Rope => r#"{ type = "rope" }"#,
-            Encoding::Alibi => r#"{ type = "alibi", left_offset = 0.5 }"#,
-            Encoding::TupeA => r#"{ type = "tupe_a", untie_cls = false }"#,
-            Encoding::TupeR => r#"{ type = "tupe_r", untie_cls = false }"#,
-            Encoding::Floater => r#"{ type = "floater", resolve_every = 100 }"#,
-            // 2.55 / RANDOM_POSITIONS, written as the horizon studies wrote it.
-            Encoding::FloaterHorizon => {
-                r#"{ type = "floater", resolve_every = 100, delta = 0.0012451171875 }"#
-            }
-        }
+        self.0.posenc_for(encoder)
     }
 }
 
@@ -215,17 +166,14 @@ impl Choice {
             Some(base) => (base, true),
             None => (name, false),
         };
-        let encoding = Encoding::ALL
-            .into_iter()
-            .find(|e| e.name() == base)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Encoding::ALL.iter().map(|e| e.name()).collect();
-                Error::Input(format!(
-                    "unknown encoding `{name}`; the encodings are {} (each with `_rand` for randomized \
+        let encoding = Encoding::named(base).ok_or_else(|| {
+            let names: Vec<&str> = Encoding::all().map(|e| e.name()).collect();
+            Error::Input(format!(
+                "unknown encoding `{name}`; the encodings are {} (each with `_rand` for randomized \
                  positions)",
-                    names.join(", ")
-                ))
-            })?;
+                names.join(", ")
+            ))
+        })?;
         Ok(Choice { encoding, randomized })
     }
 }
@@ -328,16 +276,12 @@ impl Default for CompareSettings {
     fn default() -> Self {
         Self {
             task: CompareTask::Chomsky(ChomskyTask::EvenPairs),
-            choices: vec![
-                Choice {
-                    encoding: Encoding::Sinusoidal,
-                    randomized: false,
-                },
-                Choice {
-                    encoding: Encoding::Sinusoidal,
-                    randomized: true,
-                },
-            ],
+            choices: [false, true]
+                .map(|randomized| Choice {
+                    encoding: Encoding::named("sinusoidal").expect("the registry's sinusoidal preset"),
+                    randomized,
+                })
+                .to_vec(),
             seeds: 3,
             train_len: 10,
             test_from: 11,
@@ -358,7 +302,7 @@ impl CompareSettings {
             if self.choices[..i].contains(c) {
                 return refuse(format!("{} is chosen twice", c.label()));
             }
-            if c.randomized && c.encoding == Encoding::None {
+            if c.randomized && !c.encoding.reads_positions() {
                 return refuse(
                     "no position encoding reads no positions: there is nothing to randomize".into(),
                 );
@@ -695,11 +639,11 @@ mod tests {
     #[test]
     fn randomized_floater_comes_with_its_caution() {
         let floater = |randomized| Choice {
-            encoding: Encoding::Floater,
+            encoding: Encoding::named("floater").unwrap(),
             randomized,
         };
         let sinusoidal_rand = Choice {
-            encoding: Encoding::Sinusoidal,
+            encoding: Encoding::named("sinusoidal").unwrap(),
             randomized: true,
         };
         let cautions = with(|s| s.choices = vec![floater(false), floater(true), sinusoidal_rand]).cautions();
@@ -716,7 +660,7 @@ mod tests {
         );
         assert!(with(|s| s.choices = vec![floater(true)]).cautions().len() == 1);
         let horizon = |randomized| Choice {
-            encoding: Encoding::FloaterHorizon,
+            encoding: Encoding::named("floater_horizon").unwrap(),
             randomized,
         };
         assert!(
@@ -764,12 +708,11 @@ mod tests {
     #[test]
     fn every_task_and_encoding_makes_a_valid_study() {
         for task in CompareTask::all() {
-            let choices: Vec<Choice> = Encoding::ALL
-                .into_iter()
+            let choices: Vec<Choice> = Encoding::all()
                 .flat_map(|encoding| {
                     [false, true]
                         .into_iter()
-                        .filter(move |&r| !r || encoding != Encoding::None)
+                        .filter(move |&r| !r || encoding.reads_positions())
                         .map(move |randomized| Choice { encoding, randomized })
                 })
                 .collect();
@@ -797,7 +740,7 @@ mod tests {
         assert!(refusal(&with(|s| s.train_len = 0)).contains("at least 1"));
         let twice = with(|s| s.choices.push(s.choices[0]));
         assert!(refusal(&twice).contains("sinusoidal is chosen twice"));
-        let none = with(|s| s.choices[1].encoding = Encoding::None);
+        let none = with(|s| s.choices[1].encoding = Encoding::named("none").unwrap());
         assert!(refusal(&none).contains("nothing to randomize"));
         // Moby Dick's bins double from 1 (1-32, 33-64, ...): 40-60 after 50 starts no bin.
         let straddles = with(|s| {
@@ -815,7 +758,7 @@ mod tests {
         let s = with(|s| {
             s.task = CompareTask::Chomsky(ChomskyTask::ReverseString);
             s.choices.push(Choice {
-                encoding: Encoding::Floater,
+                encoding: Encoding::named("floater").unwrap(),
                 randomized: true,
             });
             s.seeds = 5;

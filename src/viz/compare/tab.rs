@@ -234,12 +234,12 @@ fn encodings(ui: &mut egui::Ui, settings: &mut CompareSettings) {
         ui.weak("standard");
         ui.weak("randomized");
         ui.end_row();
-        for encoding in Encoding::ALL {
+        for encoding in Encoding::all() {
             ui.label(encoding.label());
             for randomized in [false, true] {
                 let choice = Choice { encoding, randomized };
                 let mut on = settings.choices.contains(&choice);
-                let offered = !randomized || encoding != Encoding::None;
+                let offered = !randomized || encoding.reads_positions();
                 let response = ui.add_enabled(offered || on, egui::Checkbox::without_text(&mut on));
                 response.widget_info(|| {
                     egui::WidgetInfo::selected(egui::Role::CheckBox, offered || on, on, choice.label())
