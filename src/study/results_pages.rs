@@ -110,7 +110,7 @@ fn claims_table(claims: &[&FamilyClaim], with_study: bool) -> String {
     if with_study {
         t.push_str("| study ");
     }
-    t.push_str("| claim | verdict | p | q, study | q, all studies | each half alone | sequences per run |\n");
+    t.push_str("| claim | verdict (all studies adjusted together) | p | q, study | q, all studies | each half alone | sequences per run |\n");
     if with_study {
         t.push_str("|---");
     }
