@@ -18,24 +18,18 @@
 //! impl Progress for Quiet {}
 //!
 //! # fn main() -> posflow::Result<()> {
-//! let run = RunConfig::from_toml(r#"
-//!     [data]
-//!     task = "copy"
-//!     min_len = 1
-//!     max_len = 8
-//!     [model]
-//!     d_model = 32
-//!     heads = 2
-//!     layers = 2
-//!     ffn = 64
-//!     max_len = 64
-//!     kind = { type = "causal_lm" }
-//!     posenc = { type = "rope" }
-//!     [train]
-//!     steps = 200
-//!     batch = 16
-//!     lr = 3e-3
-//! "#, "copy run")?;
+//! let model = ModelConfig {
+//!     vocab: VOCAB_FROM_DATA, // the data's tokenizer sets it
+//!     d_model: 32,
+//!     heads: 2,
+//!     layers: 2,
+//!     ffn: 64,
+//!     max_len: 64,
+//!     posenc: PosEnc::from_preset("rope", false)?,
+//!     ..ModelConfig::default()
+//! };
+//! let data = DataConfig::Copy { min_len: 1, max_len: 8 };
+//! let run = RunConfig::new(data, model, TrainConfig::new(200, 16, 3e-3))?;
 //! let backend = pollster::block_on(select_backend(DeviceChoice::Cpu))?;
 //! let mut trainer = Trainer::new(backend, run)?;
 //! let summary = fit(&mut trainer, &mut Quiet)?;

@@ -128,3 +128,63 @@ fn a_fixed_table_scales_the_embeddings_unless_the_config_says_otherwise() {
     assert_eq!(run("{ type = \"learned\" }", ""), EmbedScale::None);
     assert_eq!(run("{ type = \"rope\" }", ""), EmbedScale::None);
 }
+
+/// A run built in code (`RunConfig::new`, `TrainConfig::new`, `PosEnc::from_preset`) is the run
+/// the same settings in TOML give, defaults included, and is checked as a file is.
+#[test]
+fn a_run_built_in_code_is_the_run_its_toml_gives() {
+    use posflow::prelude::*;
+    let model = ModelConfig {
+        vocab: VOCAB_FROM_DATA,
+        d_model: 32,
+        heads: 2,
+        layers: 2,
+        ffn: 64,
+        max_len: 64,
+        posenc: PosEnc::from_preset("alibi", false).unwrap(),
+        ..ModelConfig::default()
+    };
+    let built = RunConfig::new(
+        DataConfig::Copy {
+            min_len: 1,
+            max_len: 8,
+        },
+        model.clone(),
+        TrainConfig::new(200, 16, 3e-3),
+    )
+    .unwrap();
+    let read = RunConfig::from_toml(
+        r#"
+data = { task = "copy", min_len = 1, max_len = 8 }
+[model]
+d_model = 32
+heads = 2
+layers = 2
+ffn = 64
+max_len = 64
+kind = { type = "causal_lm", tied_head = true }
+posenc = { type = "alibi" }
+[train]
+steps = 200
+batch = 16
+lr = 3e-3
+"#,
+        "code",
+    )
+    .unwrap();
+    assert_eq!(built, read);
+    let err = PosEnc::from_preset("wavelets", false).unwrap_err().to_string();
+    assert!(
+        err.contains("no position encoding preset `wavelets`; the presets are none, sinusoidal"),
+        "{err}"
+    );
+    let bad = RunConfig::new(
+        DataConfig::Copy {
+            min_len: 1,
+            max_len: 8,
+        },
+        ModelConfig { heads: 3, ..model },
+        TrainConfig::new(200, 16, 3e-3),
+    );
+    assert!(bad.is_err());
+}

@@ -156,6 +156,19 @@ fn default_eval_batches() -> usize {
 }
 
 impl TrainConfig {
+    /// `steps` steps of `batch` at learning rate `lr`, every other setting its default (what a
+    /// config file that leaves it out gets): a run's training built in code.
+    pub fn new(steps: usize, batch: usize, lr: f32) -> Self {
+        let table: toml::Table = [
+            ("steps".to_string(), toml::Value::Integer(steps as i64)),
+            ("batch".to_string(), toml::Value::Integer(batch as i64)),
+            ("lr".to_string(), toml::Value::Float(f64::from(lr))),
+        ]
+        .into_iter()
+        .collect();
+        TrainConfig::deserialize(toml::Value::Table(table)).expect("three settings and the defaults")
+    }
+
     /// The batches per length of an evaluation: the final one's (`done`) or the others'.
     pub fn eval_batches_at(&self, done: bool) -> usize {
         match self.final_eval_batches {
@@ -183,6 +196,14 @@ struct RunFile {
 pub const DEFAULT_RUN: &str = include_str!("../../configs/moby_dick.toml");
 
 impl RunConfig {
+    /// A run built in code, checked as a config file is: its data, its model (`vocab`
+    /// [`VOCAB_FROM_DATA`] to take the data's) and its training.
+    pub fn new(data: DataConfig, model: ModelConfig, train: TrainConfig) -> Result<Self> {
+        let run = Self { data, model, train };
+        run.validate()?;
+        Ok(run)
+    }
+
     /// Reads and validates a run from TOML, reading no other file. `origin` names the text in
     /// errors (its path). `vocab` in `[model]` may be left out ([`VOCAB_FROM_DATA`]): the data's
     /// tokenizer sets it when the trainer loads the data.

@@ -74,6 +74,27 @@ pub fn preset(name: &str) -> Option<&'static Preset> {
     presets().find(|p| p.name == name)
 }
 
+impl PosEnc {
+    /// The encoding of the preset `name` (`"rope"`, `"floater"`; [`presets`] lists them), in an
+    /// encoder or not: an encoding chosen in code without writing its settings.
+    pub fn from_preset(name: &str, encoder: bool) -> crate::error::Result<Self> {
+        let preset = preset(name).ok_or_else(|| {
+            let names: Vec<&str> = presets().map(|p| p.name).collect();
+            crate::error::Error::Input(format!(
+                "no position encoding preset `{name}`; the presets are {}",
+                names.join(", ")
+            ))
+        })?;
+        #[derive(Deserialize)]
+        struct Line {
+            posenc: PosEnc,
+        }
+        let line: Line = toml::from_str(&format!("posenc = {}", preset.posenc_for(encoder)))
+            .expect("a preset parses as its encoding (tested)");
+        Ok(line.posenc)
+    }
+}
+
 impl Default for PosEnc {
     /// No position encoding.
     fn default() -> Self {
