@@ -486,7 +486,8 @@ async function checkCompare({ name, flags, url }) {
     assert.ok(status.done, JSON.stringify(status));
     assert.equal(status.runsDone, 4);
     assert.equal(status.verdicts.length, 4, JSON.stringify(status.verdicts));
-    for (const v of status.verdicts) assert.ok(['holds', 'not shown'].includes(v.verdict), JSON.stringify(v));
+    // The results rule's verdicts: a tiny run's models are often near chance, which it calls so.
+    for (const v of status.verdicts) assert.ok(['holds', 'not shown', 'at chance'].includes(v.verdict), JSON.stringify(v));
     console.log(`tiny comparison: ${status.stepsDone} steps in ${wall.toFixed(1)} s wall (${status.seconds.toFixed(1)} s training); verdicts ${JSON.stringify(status.verdicts)}`);
 
     // The curves, the bands and the verdict table are drawn.
