@@ -44,12 +44,7 @@ pub fn study(choice: DeviceChoice, args: StudyArgs) -> posflow::Result<()> {
     } else {
         None
     };
-    let seeds: Vec<u64> = study
-        .seeds
-        .iter()
-        .chain(fresh.iter().flatten())
-        .copied()
-        .collect();
+    let seeds = study.seeds_with(fresh.as_deref());
     let plans = plan_runs(&study, &seeds, &out);
     describe(&study, &seeds, fresh.as_deref(), &plans, &out);
     if args.dry_run {

@@ -230,7 +230,7 @@ pub use results_pages::{
 pub use rule::{DEFAULT_CHANCE_MARGIN, Rule, TestKind};
 #[cfg(not(target_arch = "wasm32"))]
 pub use runner::{BackendFactory, run_study};
-pub use significance::{DEFAULT_LEVEL, OneSided, mean_below, paired, welch};
+pub use significance::{DEFAULT_LEVEL, OneSided, mean_below, welch};
 pub use spec::{Study, StudyTrainer, Variant};
 pub use spread::Spread;
 pub use summary::{BinSummary, StudySummary, VariantSummary, bin_start, summarize};

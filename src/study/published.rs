@@ -52,12 +52,7 @@ impl Published {
             .iter()
             .any(|&seed| study.variants.iter().any(|v| find(&v.name, seed).is_some()));
         let fresh = replicated.then_some(fresh_seeds);
-        let seeds: Vec<u64> = study
-            .seeds
-            .iter()
-            .chain(fresh.iter().flatten())
-            .copied()
-            .collect();
+        let seeds = study.seeds_with(fresh.as_deref());
         let mut results = Vec::new();
         for plan in plan_runs(&study, &seeds, dir) {
             let where_ = || match &archived {

@@ -150,7 +150,7 @@ fn half(outcome: &ClaimOutcome) -> String {
     format!("{}{mark}", optional_p(outcome.p))
 }
 
-fn optional_p(p: Option<f64>) -> String {
+pub(super) fn optional_p(p: Option<f64>) -> String {
     p.map_or("—".into(), p_value)
 }
 

@@ -292,6 +292,15 @@ impl Study {
         })
     }
 
+    /// The file's seeds, then a replication's `fresh` ones: every seed a study's runs take.
+    pub fn seeds_with(&self, fresh: Option<&[u64]>) -> Vec<u64> {
+        self.seeds
+            .iter()
+            .chain(fresh.into_iter().flatten())
+            .copied()
+            .collect()
+    }
+
     /// The rule its claims are judged by.
     pub fn rule(&self) -> Rule {
         Rule {
