@@ -23,15 +23,14 @@
 # the study calls only with what is left (`study-run` with STUDY_SECONDS and timeout_s under
 # it; the whole GPU-sized study is ~4.4 h of the card at 8 jobs: it runs lease by lease,
 # resumed); give the machine back after the last call.
-# Then copy the numbers from each call's table.log into BENCHMARKS.md. The tracked tree is
-# ~106 MB, 92 of it the published studies, which no call reads: before the first call
-# `bash benches/gpu/aside.sh` moves them out of the checkout (13 MiB travel then), after the last
-# `bash benches/gpu/aside.sh back` returns them.
+# Then copy the numbers from each call's table.log into BENCHMARKS.md. The tracked tree (~28 MB)
+# travels whole with every call; the parts fill what is left of the 64 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 peers=${PEERS:-$root/../shared/peers}
-part_limit=$((44 * 1024 * 1024))
+tree=$(git ls-files -z | xargs -0 stat -c %s | awk '{ s += $1 } END { print s }')
+part_limit=$((60 * 1024 * 1024 - tree))
 what=${1:-all}
 case $what in
 all | bench | tests) ;;
@@ -91,7 +90,9 @@ xz -9 -T0 .gpu/posflow-debug
 # The tree's path, and the CLI binary's, as the test binaries have them.
 printf '%s\n%s\n' "$root" "$target/debug/posflow" >.gpu/source_root
 
-# Parts of at most part_limit bytes, each with the CLI binary and the build path.
+# Parts of at most part_limit bytes (with .gl: the Vulkan loader travels with each), each with the
+# CLI binary and the build path.
+part_limit=$((part_limit - $(du -sb .gl | cut -f1)))
 part=0
 used=$part_limit
 extra=$(($(stat -c %s .gpu/posflow-debug.xz) + 4096))

@@ -1,6 +1,7 @@
 //! A study's finished runs in one file: `runs.jsonl.gz`, one compact `result.json` a line, sorted
 //! by variant and seed, gzipped — what `docs/studies/<name>/` publishes in place of a folder of
-//! pretty-printed files (a tenth of their size). `posflow results --pack` writes it from a
+//! pretty-printed files (a tenth of their size), each run's training loss as 10-step means
+//! (`RunResult::published`). `posflow results --pack` writes it from a
 //! study's `runs/` folder, `--unpack` puts the results back there so that `posflow study` finds
 //! those runs done; `posflow results` reads it directly.
 
@@ -21,13 +22,14 @@ pub const ARCHIVE: &str = "runs.jsonl.gz";
 /// ask for unbounded memory.
 const MAX_DECOMPRESSED: u64 = 1 << 30;
 
-/// Writes `results` (in variant, then seed order) to `path`, atomically.
+/// Writes `results` (in variant, then seed order, each as `RunResult::published`) to `path`,
+/// atomically.
 pub fn write_archive(path: &Path, results: &[RunResult]) -> Result<()> {
     let mut sorted: Vec<&RunResult> = results.iter().collect();
     sorted.sort_by(|a, b| (&a.variant, a.seed).cmp(&(&b.variant, b.seed)));
     let mut gz = GzEncoder::new(Vec::new(), Compression::best());
     for result in sorted {
-        let line = serde_json::to_string(result).expect("a result serializes");
+        let line = serde_json::to_string(&result.published()).expect("a result serializes");
         gz.write_all(line.as_bytes())
             .and_then(|()| gz.write_all(b"\n"))
             .map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
@@ -48,7 +50,7 @@ pub fn read_archive(path: &Path) -> Result<Vec<RunResult>> {
         if line.trim().is_empty() {
             continue;
         }
-        let result = serde_json::from_str(&line)
+        let result = RunResult::parse(&line)
             .map_err(|e| Error::Input(format!("{} line {}: {e}", path.display(), i + 1)))?;
         results.push(result);
     }
@@ -149,15 +151,29 @@ mod tests {
         let back = read_archive(&dir.join(ARCHIVE)).unwrap();
         let order: Vec<(&str, u64)> = back.iter().map(|r| (r.variant.as_str(), r.seed)).collect();
         assert_eq!(order, [("a", 0), ("a", 2), ("b", 1)]);
-        assert_eq!(back[2], results[0]);
-        assert_eq!(back[0], results[2]);
+        assert_eq!(back[2], results[0].published());
+        assert_eq!(back[0], results[2].published());
+        // The training loss is kept as the mean of each ten steps.
+        assert_eq!(back[2].train_loss_window, 10);
+        assert_eq!(back[2].train_loss.len(), 5);
+        let first: f64 = results[0].train_loss[..10].iter().map(|&l| l as f64).sum::<f64>() / 10.0;
+        assert_eq!(back[2].train_loss[0], first as f32);
 
         std::fs::remove_dir_all(dir.join("runs/a")).unwrap();
         assert_eq!(unpack(&dir).unwrap(), 2, "b's result was kept");
         assert_eq!(
             RunResult::load(&dir.join("runs/a/seed2/result.json")).unwrap(),
-            results[1]
+            results[1].published()
         );
+
+        // A window posflow does not write is refused, naming the line.
+        let text = String::from_utf8(std::fs::read(dir.join("runs/a/seed2/result.json")).unwrap()).unwrap();
+        let odd = text.replace("\"train_loss_window\": 10", "\"train_loss_window\": 7");
+        let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
+        gz.write_all(odd.replace('\n', "").as_bytes()).unwrap();
+        std::fs::write(dir.join(ARCHIVE), gz.finish().unwrap()).unwrap();
+        let err = read_archive(&dir.join(ARCHIVE)).unwrap_err().to_string();
+        assert!(err.contains("line 1: train_loss_window is 7"), "{err}");
 
         // A name that would leave the folder is refused.
         let mut hostile = results[1].clone();

@@ -161,7 +161,8 @@
 //! `docs/results/` and the README's results block (`results_pages`); `--check` compares instead.
 //! The published runs are one file a study, `docs/studies/<name>/runs.jsonl.gz` (`archive`):
 //! `posflow results --pack DIR` writes it from a study's `DIR/runs/`, `--unpack DIR` puts it
-//! back there.
+//! back there. It keeps each run's training loss as the mean of every ten steps (the run's own
+//! `result.json` and metrics log have every step): the per-step losses were 18 of its 19 MB.
 
 #[cfg(not(target_arch = "wasm32"))]
 mod archive;

@@ -10,7 +10,7 @@ use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
 use super::claims::Metric;
-use super::figure::{Drawn, FONT, seeds};
+use super::figure::{Drawn, FONT, compact_svg, seeds};
 use super::plot_steps::length_by_step;
 use super::results::RunResult;
 use super::spec::{Study, Variant};
@@ -87,7 +87,10 @@ pub fn write_pictures(
 ) -> Result<Vec<(String, String)>> {
     let mut pictures = Vec::new();
     let mut draw = |file: &str, caption: String, drawn: Drawn| -> Result<()> {
-        drawn.map_err(|e| Error::Input(format!("picture {}: {e}", out.join(file).display())))?;
+        let path = out.join(file);
+        drawn
+            .and_then(|()| Ok(compact_svg(&path)?))
+            .map_err(|e| Error::Input(format!("picture {}: {e}", path.display())))?;
         pictures.push((file.to_string(), caption));
         Ok(())
     };
@@ -151,22 +154,33 @@ fn smoothed(losses: &[f32], window: usize) -> Vec<Option<f64>> {
         .collect()
 }
 
-/// Per step of one variant: (step, mean, min, max) over its seeds' smoothed curves.
+/// Along the steps of one variant: (step, mean, min, max) over its seeds' smoothed curves, each
+/// run's losses in the widest window any of them has (published runs keep 10-step means, runs
+/// trained since every step).
 fn band(runs: &[&RunResult], steps: usize) -> Band {
-    let window = (steps / 25).max(1);
-    let curves: Vec<Vec<Option<f64>>> = runs.iter().map(|r| smoothed(&r.train_loss, window)).collect();
-    // At most ~500 points a curve (the picture is 900 pixels wide and the curve a moving average
+    let window = runs.iter().map(|r| r.train_loss_window).max().unwrap_or(1);
+    let curves: Vec<Vec<Option<f64>>> = runs
+        .iter()
+        .map(|r| smoothed(&r.train_loss_in_windows(window), (steps / 25 / window).max(1)))
+        .collect();
+    // At most ~250 points a curve (the picture is 900 pixels wide and the curve a moving average
     // over steps/25): every step of a 5,000-step run made the picture 600 KB.
-    let stride = (steps / 500).max(1);
-    (0..steps)
-        .filter(|step| step % stride == 0 || step + 1 == steps)
-        .filter_map(|step| {
+    let windows = steps.div_ceil(window);
+    let stride = (windows / 250).max(1);
+    (0..windows)
+        .filter(|i| i % stride == 0 || i + 1 == windows)
+        .filter_map(|i| {
             let values: Vec<f64> = curves
                 .iter()
-                .filter_map(|c| c.get(step).copied().flatten())
+                .filter_map(|c| c.get(i).copied().flatten())
                 .collect();
             let spread = Spread::of(&values)?;
-            Some(((step + 1) as f64, spread.mean, spread.min, spread.max))
+            Some((
+                ((i + 1) * window).min(steps) as f64,
+                spread.mean,
+                spread.min,
+                spread.max,
+            ))
         })
         .collect()
 }

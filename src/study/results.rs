@@ -8,6 +8,18 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::train::{ClassScores, DecodedScores, ItemErrors, Record, RunConfig};
 
+/// The steps each training-loss value covers in a published archive: every step's loss made 18
+/// of the published results' 19 MB, and the curves drawn from them average far more steps.
+pub const PUBLISHED_LOSS_WINDOW: usize = 10;
+
+fn every_step() -> usize {
+    1
+}
+
+fn is_every_step(window: &usize) -> bool {
+    *window == 1
+}
+
 /// Loss and accuracy of one length bin at one evaluation, and a seq2seq model's decoding scores.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BinValue {
@@ -45,8 +57,13 @@ pub struct RunResult {
     /// The step the run was resumed at from its checkpoint, if it was: `seconds` then covers only
     /// the steps after it.
     pub resumed_at_step: Option<usize>,
-    /// The training loss of every step, by step index.
+    /// The training loss by step index: each value the mean of `train_loss_window` steps' finite
+    /// losses (NaN where there were none).
     pub train_loss: Vec<f32>,
+    /// The steps each value of `train_loss` covers: 1 as a run writes it, `PUBLISHED_LOSS_WINDOW`
+    /// once published.
+    #[serde(default = "every_step", skip_serializing_if = "is_every_step")]
+    pub train_loss_window: usize,
     /// Every evaluation, in step order; the last is the final one.
     pub evals: Vec<EvalPoint>,
 }
@@ -104,8 +121,63 @@ impl RunResult {
             seconds,
             resumed_at_step,
             train_loss,
+            train_loss_window: 1,
             evals,
         }
+    }
+
+    /// The training loss in windows of `window` steps, a multiple of this result's window: each
+    /// value the mean of the finite values it covers, NaN where there are none.
+    pub fn train_loss_in_windows(&self, window: usize) -> Vec<f32> {
+        assert!(
+            window.is_multiple_of(self.train_loss_window),
+            "windows of {window} steps from windows of {}",
+            self.train_loss_window
+        );
+        self.train_loss
+            .chunks(window / self.train_loss_window)
+            .map(|chunk| {
+                let finite: Vec<f64> = chunk
+                    .iter()
+                    .filter(|l| l.is_finite())
+                    .map(|&l| l as f64)
+                    .collect();
+                if finite.is_empty() {
+                    f32::NAN
+                } else {
+                    (finite.iter().sum::<f64>() / finite.len() as f64) as f32
+                }
+            })
+            .collect()
+    }
+
+    /// This result as published: its training loss in windows of `PUBLISHED_LOSS_WINDOW` steps.
+    pub fn published(&self) -> Self {
+        Self {
+            train_loss: self.train_loss_in_windows(PUBLISHED_LOSS_WINDOW),
+            train_loss_window: PUBLISHED_LOSS_WINDOW,
+            ..self.clone()
+        }
+    }
+
+    /// A result read from a file, refused when its training-loss window is not one posflow
+    /// writes (the curves line windows up across runs).
+    fn checked(self) -> std::result::Result<Self, String> {
+        if self.train_loss_window == 1 || self.train_loss_window == PUBLISHED_LOSS_WINDOW {
+            Ok(self)
+        } else {
+            Err(format!(
+                "train_loss_window is {}: posflow writes 1 (every step) or {PUBLISHED_LOSS_WINDOW}",
+                self.train_loss_window
+            ))
+        }
+    }
+
+    /// Parses one result (a `result.json`, or a line of an archive).
+    pub fn parse(text: &str) -> std::result::Result<Self, String> {
+        serde_json::from_str::<Self>(text)
+            .map_err(|e| e.to_string())?
+            .checked()
     }
 
     /// The final evaluation's value of `bin`, if that bin was evaluated.
@@ -138,14 +210,14 @@ impl RunResult {
     /// Reads a result; `None` when there is none or it does not parse (a run to do again).
     pub fn read(path: &Path) -> Option<Self> {
         let text = std::fs::read_to_string(path).ok()?;
-        serde_json::from_str(&text).ok()
+        Self::parse(&text).ok()
     }
 
     /// Reads a result that must be there (for reports).
     pub fn load(path: &Path) -> Result<Self> {
         let text =
             std::fs::read_to_string(path).map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
-        serde_json::from_str(&text).map_err(|e| Error::Input(format!("{}: {e}", path.display())))
+        Self::parse(&text).map_err(|e| Error::Input(format!("{}: {e}", path.display())))
     }
 }
 

@@ -41,6 +41,7 @@ pub fn run(variant: &str, seed: u64, values: &[f64]) -> RunResult {
         seconds: 1.0,
         resumed_at_step: None,
         train_loss: vec![],
+        train_loss_window: 1,
         evals: values
             .iter()
             .enumerate()
