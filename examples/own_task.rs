@@ -1,21 +1,12 @@
-//! A `Task` of one's own (the digits 0-9 over and over), recorded in its checkpoint as
-//! `[data] task = "custom"` under its own name: `cargo run --example own_task`.
+//! A `Task` of one's own, the digits 0-9 over and over, named in its checkpoint (`--example own_task`).
 use posflow::prelude::*;
 
 struct Counting(CharTokenizer);
-struct Quiet;
-impl Progress for Quiet {}
-
-fn batch(tokens: &CharTokenizer, rows: usize, len: usize, start: usize) -> Result<Batch> {
-    let text: String = (start..start + len + rows)
-        .map(|i| char::from(b'0' + (i % 10) as u8))
-        .collect();
-    let ids = tokens.encode(&text)?;
-    Batch::padded(
-        &(0..rows)
-            .map(|r| (ids[r..r + len].to_vec(), ids[r + 1..r + len + 1].to_vec()))
-            .collect::<Vec<_>>(),
-    )
+impl Counting {
+    fn digits(&self, rows: usize, len: usize, at: usize) -> Result<Batch> {
+        let text = "0123456789".repeat((at % 10 + rows + len) / 10 + 1);
+        Batch::next_tokens(&self.0.encode(&text)?, at % 10..at % 10 + rows, len) // next digit: target
+    }
 }
 
 impl Task for Counting {
@@ -26,33 +17,24 @@ impl Task for Counting {
         16
     }
     fn train_batch(&self, seed: u64, step: usize, rows: usize) -> Result<TrainBatch> {
-        let start = seed as usize + step;
-        Ok(TrainBatch::Tokens(batch(&self.0, rows, 16, start)?))
+        Ok(TrainBatch::Tokens(self.digits(rows, 16, seed as usize + step)?))
     }
     fn eval_sets(&self, lengths: &[usize], rows: usize, batches: usize) -> Vec<EvalSet> {
-        let set = |length| EvalSet {
-            length,
-            batches: (0..batches).map(|b| batch(&self.0, rows, length, b)).collect(),
-        };
-        lengths.iter().map(|&length| set(length)).collect()
+        let set = |&n| EvalSet::new(n, (0..batches).map(|b| self.digits(rows, n, b)).collect());
+        lengths.iter().map(set).collect()
     }
 }
 
 fn main() -> Result<()> {
-    let mut run = RunConfig::from_toml(CONFIG, "own_task")?;
-    run.train.checkpoint = Some("runs/own_task.safetensors".into());
+    let data = DataConfig::custom("counting", "the digits 0-9 over and over");
+    let mut model = ModelConfig::default();
+    (model.vocab, model.posenc) = (VOCAB_FROM_DATA, PosEnc::from_preset("rope", false)?);
+    let mut train = TrainConfig::new(60, 8, 1e-2);
+    (train.eval_lengths, train.checkpoint) = (vec![16, 64], Some("runs/own_task.safetensors".into()));
     let task = Box::new(Counting(CharTokenizer::from_text("0123456789")));
-    let mut trainer = Trainer::with_task(pollster::block_on(select_backend(DeviceChoice::Cpu))?, run, task)?;
-    let summary = fit(&mut trainer, &mut Quiet)?;
-    println!(
-        "loss {:.3} -> {:.3}, its data: {:?}",
-        summary.first_loss,
-        summary.last_loss,
-        trainer.run().data
-    );
+    let backend = pollster::block_on(select_backend(DeviceChoice::Cpu))?;
+    let mut trainer = Trainer::with_task(backend, RunConfig::new(data, model, train)?, task)?;
+    let loss = fit(&mut trainer, &mut ())?.last_loss;
+    println!("loss {loss:.3}; the checkpoint's data: {:?}", trainer.run().data);
     Ok(())
 }
-
-const CONFIG: &str = r#"data = { task = "custom", source = "counting", description = "0-9 over and over" }
-model = { d_model = 16, heads = 2, layers = 1, ffn = 32, max_len = 64, kind = { type = "causal_lm" }, posenc = { type = "rope" } }
-train = { steps = 60, batch = 8, lr = 1e-2, eval_lengths = [16, 64] }"#;

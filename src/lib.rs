@@ -14,9 +14,6 @@
 //! ```
 //! use posflow::prelude::*;
 //!
-//! struct Quiet;
-//! impl Progress for Quiet {}
-//!
 //! # fn main() -> posflow::Result<()> {
 //! let model = ModelConfig {
 //!     vocab: VOCAB_FROM_DATA, // the data's tokenizer sets it
@@ -32,7 +29,7 @@
 //! let run = RunConfig::new(data, model, TrainConfig::new(200, 16, 3e-3))?;
 //! let backend = pollster::block_on(select_backend(DeviceChoice::Cpu))?;
 //! let mut trainer = Trainer::new(backend, run)?;
-//! let summary = fit(&mut trainer, &mut Quiet)?;
+//! let summary = fit(&mut trainer, &mut ())?; // () hears nothing; a Progress of yours, each step
 //! assert!(summary.last_loss < summary.first_loss);
 //! # Ok(())
 //! # }

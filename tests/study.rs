@@ -595,13 +595,18 @@ fn published_results_are_generated_and_checked_against_their_runs() {
     assert!(!o.status.success(), "{err}");
     assert!(
         err.contains("differ from what the published runs generate")
-            && err.trim_end().ends_with(": repo/docs/studies/tiny/training_loss.svg"),
+            && err
+                .trim_end()
+                .ends_with(": repo/docs/studies/tiny/training_loss.svg"),
         "{err}"
     );
     let report = std::fs::read_to_string(published.join("study.md")).unwrap();
     assert!(results(false).status.success());
     assert!(results(true).status.success());
-    assert_eq!(std::fs::read_to_string(published.join("study.md")).unwrap(), report);
+    assert_eq!(
+        std::fs::read_to_string(published.join("study.md")).unwrap(),
+        report
+    );
     // Unpacked where a study's runs go, they are found done.
     let resumed = dir.join("resumed");
     std::fs::create_dir_all(&resumed).unwrap();

@@ -81,6 +81,30 @@ impl Batch {
         })
     }
 
+    /// A language model's rows from one stream of token ids: for each of `starts`, the `len` ids
+    /// from it, and as targets the `len` ids one further on. No padding, no mask.
+    pub fn next_tokens(ids: &[i32], starts: impl IntoIterator<Item = usize>, len: usize) -> Result<Self> {
+        let (mut tokens, mut targets) = (Vec::new(), Vec::new());
+        for start in starts {
+            let window = start.checked_add(len + 1).and_then(|end| ids.get(start..end));
+            let Some(window) = window else {
+                return Err(Error::Input(format!(
+                    "a window of {len} tokens from {start} needs {} ids, the stream has {}",
+                    start.saturating_add(len + 1),
+                    ids.len()
+                )));
+            };
+            tokens.extend_from_slice(&window[..len]);
+            targets.extend_from_slice(&window[1..]);
+        }
+        if len == 0 || tokens.is_empty() {
+            return Err(Error::Input(
+                "a batch needs at least one window of at least one token".into(),
+            ));
+        }
+        Ok(Self::full(len, tokens, targets))
+    }
+
     /// Rows that all have length `len` (language-model windows): no padding, no mask.
     pub(crate) fn full(len: usize, tokens: Vec<i32>, targets: Vec<i32>) -> Self {
         debug_assert!(len > 0 && tokens.len() == targets.len() && tokens.len().is_multiple_of(len));
@@ -146,5 +170,21 @@ mod tests {
         assert_eq!(batch.mask(), None);
         assert_eq!(batch.lengths(), &[3, 3]);
         assert_eq!(batch.counted_targets(), 6);
+    }
+
+    #[test]
+    fn next_token_rows_are_windows_and_their_shifts() {
+        let ids: Vec<i32> = (10..20).collect();
+        let batch = Batch::next_tokens(&ids, [0, 5, 2], 4).unwrap();
+        assert_eq!(batch.shape(), [3, 4]);
+        assert_eq!(batch.tokens(), &[10, 11, 12, 13, 15, 16, 17, 18, 12, 13, 14, 15]);
+        assert_eq!(batch.targets(), &[11, 12, 13, 14, 16, 17, 18, 19, 13, 14, 15, 16]);
+        assert_eq!(batch.mask(), None);
+        // A window whose targets run past the stream, one at the end of usize, none, or empty.
+        let err = Batch::next_tokens(&ids, [6], 4).unwrap_err().to_string();
+        assert_eq!(err, "a window of 4 tokens from 6 needs 11 ids, the stream has 10");
+        assert!(Batch::next_tokens(&ids, [usize::MAX], 4).is_err());
+        assert!(Batch::next_tokens(&ids, [], 4).is_err());
+        assert!(Batch::next_tokens(&ids, [0], 0).is_err());
     }
 }

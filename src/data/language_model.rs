@@ -52,18 +52,12 @@ impl LanguageModelData {
     /// `batch` windows from uniformly random positions in the training part: inputs `x[s..s+len]`
     /// and targets `x[s+1..s+len+1]`.
     pub fn sample_batch<R: Rng + ?Sized>(&self, rng: &mut R, batch: usize, len: usize) -> Result<Batch> {
-        let starts = windows_that_fit("training", self.train.len(), len)?;
+        let positions = windows_that_fit("training", self.train.len(), len)?;
         if batch == 0 {
             return Err(Error::Input("a batch needs at least one window".into()));
         }
-        let mut tokens = Vec::with_capacity(batch * len);
-        let mut targets = Vec::with_capacity(batch * len);
-        for _ in 0..batch {
-            let start = rng.random_range(0..starts);
-            tokens.extend_from_slice(&self.train[start..start + len]);
-            targets.extend_from_slice(&self.train[start + 1..start + len + 1]);
-        }
-        Ok(Batch::full(len, tokens, targets))
+        let starts: Vec<usize> = (0..batch).map(|_| rng.random_range(0..positions)).collect();
+        Batch::next_tokens(&self.train, starts, len)
     }
 
     /// The validation part cut into consecutive windows of `len` (any length, longer than in
@@ -75,17 +69,16 @@ impl LanguageModelData {
             return Err(Error::Input("a batch needs at least one window".into()));
         }
         let windows = (self.valid.len() - 1) / len;
-        let batches = (0..windows)
+        (0..windows)
             .step_by(batch)
             .map(|first| {
-                let rows = batch.min(windows - first);
-                let start = first * len;
-                let tokens = self.valid[start..start + rows * len].to_vec();
-                let targets = self.valid[start + 1..start + rows * len + 1].to_vec();
-                Batch::full(len, tokens, targets)
+                Batch::next_tokens(
+                    &self.valid,
+                    (first..windows.min(first + batch)).map(|w| w * len),
+                    len,
+                )
             })
-            .collect();
-        Ok(batches)
+            .collect()
     }
 }
 

@@ -119,6 +119,14 @@ pub enum Vocabulary {
 }
 
 impl DataConfig {
+    /// Data a program supplies itself ([`DataConfig::Custom`]): its name and what it is.
+    pub fn custom(source: &str, description: &str) -> Self {
+        Self::Custom {
+            source: source.into(),
+            description: description.into(),
+        }
+    }
+
     /// A classification task's set and settings.
     pub fn classes(&self) -> Option<(ClassTask, ClassSettings)> {
         match *self {

@@ -17,6 +17,9 @@ pub trait Progress {
     fn saved(&mut self, _path: &Path, _step: usize) {}
 }
 
+/// Hears nothing: `fit(&mut trainer, &mut ())` trains quietly.
+impl Progress for () {}
+
 /// What [`fit`] did.
 #[derive(Clone, Debug)]
 pub struct FitSummary {

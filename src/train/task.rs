@@ -130,3 +130,10 @@ pub struct EvalSet {
     pub length: usize,
     pub batches: Result<Vec<Batch>>,
 }
+
+impl EvalSet {
+    /// The set of `length`: its batches, or why the data cannot serve that length.
+    pub fn new(length: usize, batches: Result<Vec<Batch>>) -> Self {
+        Self { length, batches }
+    }
+}
