@@ -17,15 +17,12 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from .checks import CheckpointError, check_config, check_parameters, check_training
+
 FORMAT = "posflow/1"
 IGNORE_INDEX = -100
 BOS = 1
 SPECIALS = ["<pad>", "<bos>", "<eos>"]
-
-
-class CheckpointError(ValueError):
-    """A file that is not a posflow checkpoint, or not one this package can read; the message
-    names the file and the problem."""
 
 
 @dataclass
@@ -66,6 +63,8 @@ def load_checkpoint(path) -> Checkpoint:
         raise CheckpointError(f"{path}: its config or training metadata is not JSON: {e}") from e
     if not isinstance(config, dict) or not isinstance(training, dict):
         raise CheckpointError(f"{path}: its config and training metadata must be JSON objects")
+    check_config(path, config)
+    check_training(path, training)
     params, extra = {}, {}
     for name, tensor in tensors.items():
         if name.startswith(("optim.", "state.")):
@@ -74,6 +73,7 @@ def load_checkpoint(path) -> Checkpoint:
             raise CheckpointError(f"{path}: parameter {name} is {tensor.dtype}; posflow's are float32")
         else:
             params[name] = tensor
+    check_parameters(path, params)
     return Checkpoint(
         config=config,
         params=params,

@@ -109,16 +109,16 @@ def posenc_sinusoidal(cfg, p, at):
     return PositionTerms(at_input=table)
 
 
-def table_rows(p, name, at, what):
-    """The rows of learned table `name` at `at`; a position past the table is an error."""
-    table = p[name]
+def table_rows(p, name, at, what, d):
+    """The rows of learned table `name` [rows, d] at `at`; a position past the table is an error."""
+    table = p.shaped(name, None, d)
     if at.extent > table.shape[0]:
         raise ValueError(f"positions up to {at.extent - 1} are over the {what}'s max_len {table.shape[0]}")
     return at.rows(table)
 
 
 def posenc_learned(cfg, p, at):
-    return PositionTerms(at_input=table_rows(p, "pos_emb.weight", at, "learned table"))
+    return PositionTerms(at_input=table_rows(p, "pos_emb.weight", at, "learned table", cfg["d_model"]))
 
 
 def t5_bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
@@ -160,7 +160,8 @@ def relative_buckets(cfg, at, cls_buckets=False):
 
 def relative_bias(cfg, p, at, cls_buckets=False):
     """T5's bias [H, L, L]: b[h, i, j] = posenc.relative.weight[bucket(pos j − pos i), h]."""
-    return p["posenc.relative.weight"][relative_buckets(cfg, at, cls_buckets)].permute(2, 0, 1)
+    table = p.shaped("posenc.relative.weight", None, cfg["heads"])
+    return table[relative_buckets(cfg, at, cls_buckets)].permute(2, 0, 1)
 
 
 def posenc_relative(cfg, p, at):
@@ -260,7 +261,7 @@ def tupe_bias(cfg, p, at, relative):
     and gives TUPE-R's [CLS] row and column buckets of their own."""
     enc = cfg["posenc"]
     code, untie = enc.get("form", "paper") == "code", enc["untie_cls"]
-    table = p["posenc.tupe.weight"]
+    table = p.shaped("posenc.tupe.weight", None, cfg["d_model"])
     length, max_len = len(at.index), table.shape[0] - int(code)
     if at.extent > max_len:
         raise ValueError(f"positions up to {at.extent - 1} are over the TUPE table's max_len {max_len}")
@@ -276,7 +277,8 @@ def tupe_bias(cfg, p, at, relative):
     if relative:
         term = term + relative_bias(cfg, p, at, cls_buckets=code and untie)
     if untie and not code:
-        term = reset_cls(term, p["posenc.tupe.cls_to_others"], p["posenc.tupe.others_to_cls"])
+        heads = cfg["heads"]
+        term = reset_cls(term, p.shaped("posenc.tupe.cls_to_others", heads), p.shaped("posenc.tupe.others_to_cls", heads))
     return term
 
 
@@ -318,8 +320,10 @@ def floater_solve(enc, p, prefix, p0, length):
     from torchdiffeq import odeint, odeint_adjoint
 
     act = {"relu": F.relu, "tanh": torch.tanh}[enc.get("activation", "relu")]
-    w1, b1 = p[f"{prefix}.w1"], p[f"{prefix}.b1"]
-    w2, b2 = p[f"{prefix}.w2"], p[f"{prefix}.b2"]
+    d = p0.shape[-1]
+    w1 = p.shaped(f"{prefix}.w1", None, d + 1)
+    hidden = w1.shape[0]
+    b1, w2, b2 = p.shaped(f"{prefix}.b1", hidden), p.shaped(f"{prefix}.w2", d, hidden + 1), p.shaped(f"{prefix}.b2", d)
 
     def h(t, y):
         tt = t.to(y).expand(y.shape[0], 1)

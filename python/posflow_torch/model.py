@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checkpoint import IGNORE_INDEX, Checkpoint, load_checkpoint, save_checkpoint
+from .checkpoint import IGNORE_INDEX, Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from .encodings import POSENCS, Positions, decoder_terms, layer_norm, position_terms, rotate
 
 SEQ2SEQ = "seq2seq"
@@ -29,6 +29,10 @@ SEQ2SEQ = "seq2seq"
 TRAINING = "_training"
 KINDS = ("causal_lm", "masked_lm", "encoder", "token_classifier", SEQ2SEQ)
 BLOCKS = ("residual", "rk2", "rk2_gated", "rk4")
+
+
+class ShapeMismatch(ValueError):
+    """A parameter whose shape is not the one the model's config gives it."""
 
 
 class Unsupported(ValueError):
@@ -55,9 +59,10 @@ def check_supported(cfg):
 # ---- the Transformer ----------------------------------------------------------------------------
 
 
-def linear(p, prefix, x, bias=True):
-    out = x @ p[f"{prefix}.weight"]
-    return out + p[f"{prefix}.bias"] if bias else out
+def linear(p, prefix, x, out, bias=True):
+    """x @ W + b, W [x's width, out] and b [out] as the config says."""
+    y = x @ p.shaped(f"{prefix}.weight", x.shape[-1], out)
+    return y + p.shaped(f"{prefix}.bias", out) if bias else y
 
 
 def heads(x, h):
@@ -106,7 +111,7 @@ def self_attention(cfg, p, prefix, x, terms, causal, key_mask, qkv_bias=None):
     b, length, d = x.shape
     h = cfg["heads"]
     static = projection_biases(cfg)
-    qkv = linear(p, f"{prefix}.qkv", x, bias=static and terms.qkv_static_bias)
+    qkv = linear(p, f"{prefix}.qkv", x, 3 * d, bias=static and terms.qkv_static_bias)
     if qkv_bias is not None:
         qkv = qkv + qkv_bias
     q, k, v = (heads(t, h) for t in qkv.split(d, dim=-1))
@@ -114,7 +119,7 @@ def self_attention(cfg, p, prefix, x, terms, causal, key_mask, qkv_bias=None):
         q, k = rotate(q, terms.rope), rotate(k, terms.rope)
     scale = 1 / math.sqrt(d // h) if terms.attention_scale is None else terms.attention_scale
     allowed = allowed_keys(b, length, length, causal, key_mask, x.device)
-    return linear(p, f"{prefix}.out", attend(cfg, q, k, v, scale, terms.attention_bias, allowed), bias=static)
+    return linear(p, f"{prefix}.out", attend(cfg, q, k, v, scale, terms.attention_bias, allowed), d, bias=static)
 
 
 class Cross:
@@ -131,19 +136,19 @@ def cross_attention(cfg, p, prefix, x, cross, q_bias, kv_bias):
     h = cfg["heads"]
     static = projection_biases(cfg)
     if q_bias is None:
-        q, kv = linear(p, f"{prefix}.q", x, static), linear(p, f"{prefix}.kv", cross.memory, static)
+        q, kv = linear(p, f"{prefix}.q", x, d, static), linear(p, f"{prefix}.kv", cross.memory, 2 * d, static)
     else:
-        q = x @ p[f"{prefix}.q.weight"] + q_bias
-        kv = cross.memory @ p[f"{prefix}.kv.weight"] + kv_bias
+        q = x @ p.shaped(f"{prefix}.q.weight", d, d) + q_bias
+        kv = cross.memory @ p.shaped(f"{prefix}.kv.weight", d, 2 * d) + kv_bias
     q, k, v = heads(q, h), heads(kv[..., :d], h), heads(kv[..., d:], h)
     allowed = allowed_keys(b, length, cross.memory.shape[1], False, cross.source_mask, x.device)
-    return linear(p, f"{prefix}.out", attend(cfg, q, k, v, 1 / math.sqrt(d // h), None, allowed), static)
+    return linear(p, f"{prefix}.out", attend(cfg, q, k, v, 1 / math.sqrt(d // h), None, allowed), d, static)
 
 
 def feed_forward(cfg, p, prefix, x):
     act = {"gelu": F.gelu, "relu": F.relu}[cfg.get("activation", "gelu")]
-    hidden = drop(cfg, act(linear(p, f"{prefix}.ffn.up", x)), "activation_dropout")
-    return drop(cfg, linear(p, f"{prefix}.ffn.down", hidden), "dropout")
+    hidden = drop(cfg, act(linear(p, f"{prefix}.ffn.up", x, cfg["ffn"])), "activation_dropout")
+    return drop(cfg, linear(p, f"{prefix}.ffn.down", hidden, x.shape[-1]), "dropout")
 
 
 def sub_block(cfg, p, i, y, terms, causal, key_mask, cross):
@@ -271,7 +276,7 @@ def embed(cfg, p, tokens, terms, side_params=None):
     """The token table's rows (· √D), plus the position term at the input, through the embedding
     layer norm `emb_ln` (the stack's own, under `side_params`) where the model has one: BERT's
     post-LN unless `embedding_norm` says otherwise."""
-    x = p["tok_emb.weight"][tokens]
+    x = p.shaped("tok_emb.weight", cfg["vocab"], cfg["d_model"])[tokens]
     if cfg.get("embed_scale", "none") == "sqrt_d":
         x = x * math.sqrt(cfg["d_model"])
     if terms.at_input is not None:
@@ -289,7 +294,7 @@ def side(cfg, layers, bidirectional):
 
 def lm_head(p, x, tied):
     # The tied head reads the table unscaled, whatever embed_scale.
-    return x @ (p["tok_emb.weight"].T if tied else p["lm_head.weight"])
+    return x @ (p["tok_emb.weight"].T if tied else p.shaped("lm_head.weight", x.shape[-1], p["tok_emb.weight"].shape[0]))
 
 
 def token_positions(cfg, length, positions, device):
@@ -323,11 +328,11 @@ def forward_decoder_only(cfg, p, tokens, key_mask=None, positions=None):
         return lm_head(p, x, kind.get("tied_head", True))
     if kind["type"] == "masked_lm":
         # BERT's head: a transform, then the token table (unscaled) and a bias per token.
-        x = F.gelu(linear(p, "mlm_head.dense", final_norm(cfg, p, x)))
-        return layer_norm(p, "mlm_head.ln", x) @ p["tok_emb.weight"].T + p["mlm_head.bias"]
+        x = F.gelu(linear(p, "mlm_head.dense", final_norm(cfg, p, x), cfg["d_model"]))
+        return layer_norm(p, "mlm_head.ln", x) @ p["tok_emb.weight"].T + p.shaped("mlm_head.bias", cfg["vocab"])
     if kind["type"] == "token_classifier":
-        return linear(p, "token_head", final_norm(cfg, p, x))
-    return linear(p, "cls_head", final_norm(cfg, p, x[:, 0]))
+        return linear(p, "token_head", final_norm(cfg, p, x), kind["n_classes"])
+    return linear(p, "cls_head", final_norm(cfg, p, x[:, 0]), kind["n_classes"])
 
 
 def forward_seq2seq(cfg, p, source, source_mask, target_in):
@@ -378,6 +383,15 @@ class UsedParams:
         self.used.add(name)
         return self.params[name]
 
+    def shaped(self, name, *shape):
+        """The parameter `name`, which must have `shape` (None: any size on that axis): posflow
+        refuses a checkpoint whose tensors do not fit its config, and so does this package."""
+        tensor = self[name]
+        if tensor.dim() != len(shape) or any(want not in (None, got) for want, got in zip(shape, tensor.shape)):
+            want = ["any" if n is None else n for n in shape]
+            raise ShapeMismatch(f"parameter {self.prefix + name} is {list(tensor.shape)}; its config needs {want}")
+        return tensor
+
     def prefixed(self, prefix):
         """The parameters under `prefix` (a seq2seq side's), by their names without it."""
         return UsedParams(self.params, self.used, self.prefix + prefix)
@@ -396,12 +410,31 @@ class PosflowModel(nn.Module):
     gives `blocks.0.attn.qkv.weight` etc., so `state_dict()` is a posflow checkpoint's tensors and
     DistributedDataParallel wraps it as it is."""
 
-    def __init__(self, config, params):
+    def __init__(self, config, params, source="the parameters given"):
         check_supported(config)
         super().__init__()
         self.config = config
         for name, value in params.items():
             self._register(name, nn.Parameter(value.clone()))
+        self._check_fit(source)
+
+    def _check_fit(self, source):
+        """One token through the model, in evaluation mode and without gradients: every parameter
+        is read at the shape its config gives it, and none is left over, or `source` (a
+        checkpoint's path) is refused as posflow refuses it."""
+        cfg = self.config
+        token = torch.zeros(1, 1, dtype=torch.long, device=next(self.parameters()).device)
+        if cfg["kind"]["type"] == SEQ2SEQ:
+            inputs = (token, None, token)
+        else:
+            inputs = (token, None, torch.zeros(1, dtype=torch.long) if cfg.get("random_positions") else None)
+        try:
+            with torch.no_grad():
+                forward(dict(cfg, **{TRAINING: False}), dict(self.named_parameters()), inputs)
+        except Unsupported as e:
+            raise Unsupported(f"{source}: {e}") from e
+        except (ShapeMismatch, KeyError, RuntimeError, IndexError) as e:
+            raise CheckpointError(f"{source}: its tensors do not fit its config: {e}") from e
 
     def _register(self, name, parameter):
         """Registers `parameter` under dotted `name` through nested containers (`blocks`, `0`,
@@ -418,7 +451,7 @@ class PosflowModel(nn.Module):
     def from_checkpoint(cls, path, dtype=torch.float32):
         """The model of the posflow checkpoint at `path`, its parameters in `dtype`."""
         checkpoint = load_checkpoint(path)
-        model = cls(checkpoint.config, {k: v.to(dtype) for k, v in checkpoint.params.items()})
+        model = cls(checkpoint.config, {k: v.to(dtype) for k, v in checkpoint.params.items()}, source=path)
         model.checkpoint = checkpoint
         return model
 
