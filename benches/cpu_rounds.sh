@@ -6,7 +6,8 @@
 # Each of ROUNDS rounds (default 3) runs, in turn: `AFTER bench train --device cpu` (the peers'
 # step; default $CARGO_TARGET_DIR/release/posflow), BEFORE's (when given), PyTorch's
 # (../shared/peers/torch_train.py, PYTHON with torch, the same model and step), then
-# `bench train --variants sinusoidal,floater` with each binary; so a change in the machine's load
+# `bench train --variants sinusoidal,floater_every_step` with each binary (FLOATER_BEFORE names
+# that variant for a BEFORE built before it had the name: `floater`); so a change in the machine's load
 # falls on all alike (BENCHMARKS.md quotes ratios within a round and medians over rounds). STEPS
 # timed steps after 3 warmups (default 10; FLOATER's 5); THREADS (default 2) for every engine;
 # FLOATER=0 leaves the FLOATER rows out. TORCH_AVX2=1 adds PyTorch held to its AVX2 paths
@@ -53,7 +54,8 @@ for round in $(seq "$rounds"); do
     [ "$torch_avx2" = 1 ] &&
         echo "  pytorch AVX2:   $(torch_step ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 DNNL_MAX_CPU_ISA=AVX2)"
     [ "$floater" = 0 ] && continue
-    echo "  FLOATER after:  $(step "$after" "--variants sinusoidal,floater" 5)"
-    [ -n "$before" ] && echo "  FLOATER before: $(step "$before" "--variants sinusoidal,floater" 5)"
+    echo "  FLOATER after:  $(step "$after" "--variants sinusoidal,floater_every_step" 5)"
+    [ -n "$before" ] &&
+        echo "  FLOATER before: $(step "$before" "--variants sinusoidal,${FLOATER_BEFORE:-floater_every_step}" 5)"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -130,10 +130,10 @@ enum Bench {
         /// Untimed steps first.
         #[arg(long, default_value_t = posflow::bench::TrainBench::default().warmup)]
         warmup: usize,
-        /// Models to time, each the peers' step with one change: learned (the peers' step),
-        /// sinusoidal, floater (the authors' compatible form, adjoint), floater_backprop,
-        /// floater_cached (re-solved every 10 steps), floater_additive, tupe_a, rope, alibi, rk2,
-        /// rk2_gated, rk4.
+        /// Models to time, each the peers' step with one change: an encoding preset by its name
+        /// (learned is the peers' step; floater is re-solved every 100 steps, as the studies run
+        /// it), floater_every_step (the authors' compatible form solved at every step, adjoint),
+        /// floater_backprop, floater_additive, rk2, rk2_gated or rk4; an unknown name lists them.
         #[arg(long, value_delimiter = ',', default_values_t = ["learned".to_string()])]
         variants: Vec<String>,
     },

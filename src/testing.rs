@@ -415,3 +415,33 @@ pub fn check_reference(family: &str, case: &str, build: &dyn Fn(&mut Graph) -> B
         }
     }
 }
+
+/// A tiny model config as JSON, which config tests edit one field at a time.
+pub(crate) const TINY_CONFIG: &str = r#"{ "vocab": 30, "d_model": 32, "heads": 2, "layers": 2, "ffn": 128, "max_len": 16,
+    "kind": { "type": "causal_lm" }, "posenc": { "type": "sinusoidal" } }"#;
+
+/// `TINY_CONFIG`'s encoding, as it writes it.
+pub(crate) const SINUSOIDAL: &str = r#"{ "type": "sinusoidal" }"#;
+
+/// `TINY_CONFIG` with its encoding replaced by `posenc` (JSON), read.
+pub(crate) fn tiny_with_posenc(posenc: &str) -> crate::error::Result<crate::model::ModelConfig> {
+    crate::model::ModelConfig::from_json(&TINY_CONFIG.replace(SINUSOIDAL, posenc))
+}
+
+/// The error of `TINY_CONFIG` with `from` replaced by `to`.
+pub(crate) fn config_error(from: &str, to: &str) -> String {
+    assert!(TINY_CONFIG.contains(from), "{from} is not in the config");
+    crate::model::ModelConfig::from_json(&TINY_CONFIG.replace(from, to))
+        .unwrap_err()
+        .to_string()
+}
+
+/// The encoding of the preset `name` (as a causal LM has it).
+pub(crate) fn preset(name: &str) -> crate::model::PosEnc {
+    crate::model::PosEnc::from_preset(name, false).unwrap()
+}
+
+/// The encoding of a `posenc` inline table.
+pub(crate) fn posenc(toml: &str) -> crate::model::PosEnc {
+    crate::model::PosEnc::from_inline_toml(toml).unwrap()
+}

@@ -4,9 +4,10 @@
 //! file's `#[cfg(test)] mod tests`, `tests.rs` and `*_tests.rs` files, `testing.rs`) may reach
 //! anywhere and is left out. A module's own `mod.rs` re-exporting its children is no edge.
 //!
-//! Also the position encodings' seam: outside `src/model/posenc/`, no code names an encoding's
-//! variant (`PosEnc::Floater`, …); everything reaches them through the `Encoding` trait, so a new
-//! encoding is a file and a registry line.
+//! Also the position encodings' seam: outside `src/model/posenc/`, nothing under `src/` (tests
+//! and comments included) names an encoding's variant (`PosEnc::Floater`, or any `Type::Floater`);
+//! everything reaches them through the `Encoding` trait and the registry's presets and forms, so a
+//! new encoding is a file and a registry line.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -234,53 +235,93 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-/// The files outside `src/model/posenc/` whose code (tests left out) names a variant of
-/// `PosEnc`, with the first such name.
-fn files_naming_an_encoding(src: &Path) -> Vec<(PathBuf, String)> {
-    let posenc = src.join("model").join("posenc");
-    sources(src)
-        .into_iter()
-        .filter(|file| !file.path.starts_with(&posenc))
-        .filter_map(|file| {
-            let code = &file.code;
-            let at = code.match_indices("PosEnc::").find_map(|(at, m)| {
-                let rest = &code[at + m.len()..];
-                rest.starts_with(|c: char| c.is_ascii_uppercase()).then_some(at)
-            })?;
-            let name: String = code[at..]
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == ':')
-                .collect();
-            Some((file.path, name))
+/// The variants of the registry's `PosEnc` (`Floater = "floater" => …` lines), `None` left out:
+/// it is also `Option`'s.
+fn encoding_variants(src: &Path) -> Vec<String> {
+    let registry = std::fs::read_to_string(src.join("model/posenc/registry.rs")).unwrap();
+    let list = &registry[registry.find("registry! {").expect("the registry's list")..];
+    list.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.trim().split_once(" = \"")?;
+            (rest.contains("\" => ") && name != "None").then(|| name.to_string())
         })
         .collect()
 }
 
+/// The `.rs` files under `src` outside `src/model/posenc/` that name a variant of `variants` as
+/// `Type::Variant` anywhere (tests and comments too), with the first such name.
+fn files_naming_an_encoding(src: &Path, variants: &[String]) -> Vec<(PathBuf, String)> {
+    let posenc = src.join("model").join("posenc");
+    let mut files = Vec::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() && path != posenc {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                if let Some(name) = first_variant_named(&text, variants) {
+                    files.push((path, name));
+                }
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The first `Type::Variant` in `text` (Type capitalised, Variant one of `variants` whole).
+fn first_variant_named(text: &str, variants: &[String]) -> Option<String> {
+    text.match_indices("::").find_map(|(at, _)| {
+        let ty: String = text[..at]
+            .chars()
+            .rev()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        let name: String = text[at + 2..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        (ty.starts_with(|c: char| c.is_ascii_uppercase()) && variants.contains(&name))
+            .then(|| format!("{ty}::{name}"))
+    })
+}
+
 #[test]
 fn only_the_registry_names_an_encoding() {
-    let found = files_naming_an_encoding(&src());
+    let variants = encoding_variants(&src());
+    assert!(variants.len() >= 8, "{variants:?}");
+    let found = files_naming_an_encoding(&src(), &variants);
     assert!(found.is_empty(), "outside src/model/posenc/: {found:?}");
 }
 
-/// The check sees a variant in code, and not in a comment or a test module.
+/// The check sees a variant wherever it is named outside `posenc/`, and only a whole one.
 #[test]
-fn the_encoding_check_sees_a_variant_named_in_code() {
+fn the_encoding_check_sees_a_variant_named_anywhere() {
     let dir = std::env::temp_dir().join(format!("posflow-registry-check-{}", std::process::id()));
     let write = |name: &str, text: &str| {
         std::fs::create_dir_all(dir.join("model/posenc")).unwrap();
         std::fs::write(dir.join(name), text).unwrap();
     };
+    let variants = ["Rope".to_string(), "Floater".to_string(), "TupeA".to_string()];
     write("model/posenc/registry.rs", "fn f() { PosEnc::Rope(x) }\n");
-    write("comment.rs", "// PosEnc::Alibi\nfn f() { PosEnc::default() }\n");
-    write(
-        "tested.rs",
-        "fn f() {}\n#[cfg(test)]\nmod tests {\n    fn g() { PosEnc::Learned(x) }\n}\n",
-    );
-    assert!(files_naming_an_encoding(&dir).is_empty());
+    write("other.rs", "fn f() { PosEnc::default(); Kind::Ropes; x::Rope }\n");
+    assert!(files_naming_an_encoding(&dir, &variants).is_empty());
     write("viz.rs", "fn f(p: PosEnc) { if let PosEnc::Floater(f) = p {} }\n");
-    let found = files_naming_an_encoding(&dir);
+    write("tested.rs", "#[cfg(test)]\nmod tests {\n    // View::TupeA\n}\n");
+    let found = files_naming_an_encoding(&dir, &variants);
     std::fs::remove_dir_all(&dir).unwrap();
-    assert_eq!(found, [(dir.join("viz.rs"), "PosEnc::Floater".to_string())]);
+    assert_eq!(
+        found,
+        [
+            (dir.join("tested.rs"), "View::TupeA".to_string()),
+            (dir.join("viz.rs"), "PosEnc::Floater".to_string())
+        ]
+    );
 }
 
 #[test]

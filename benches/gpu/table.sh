@@ -104,7 +104,7 @@ if [ "$what" = bench ]; then
     for round in 1 2; do
         say "train, round $round: posflow"
         $posflow --device gpu bench train --steps "$steps" --warmup 3 \
-            --variants learned,sinusoidal,floater,floater_backprop,floater_cached,tupe_a,rk4
+            --variants learned,sinusoidal,floater_every_step,floater,floater_backprop,tupe_a,rk4
         say "train, round $round: posflow with the ops' own kernels (not tuned)"
         POSFLOW_TUNE=0 $posflow --device gpu bench train --steps "$steps" --warmup 3 \
             --variants learned,sinusoidal
@@ -113,7 +113,7 @@ if [ "$what" = bench ]; then
     done
     say "train: posflow without subgroup operations"
     POSFLOW_SUBGROUPS=0 $posflow --device gpu bench train --steps "$steps" --warmup 3 \
-        --variants learned,sinusoidal,floater,floater_backprop
+        --variants learned,sinusoidal,floater_every_step,floater_backprop
     # The large shape (d 512, 8 layers, batch 32 x 256), where the products dominate.
     for round in 1 2; do
         say "train large, round $round: posflow"

@@ -13,4 +13,4 @@ mod step;
 pub use decode::{DecodeRow, decode};
 #[cfg(not(target_arch = "wasm32"))]
 pub use matmul::{KernelRow, MatmulRow, matmul, matmul_kernels};
-pub use step::{CACHED_RESOLVE_EVERY, TRAIN_VARIANTS, TrainBench, TrainBenchRow, TrainShape, train};
+pub use step::{OTHER_VARIANTS, TrainBench, TrainBenchRow, TrainShape, train, train_variants};

@@ -10,6 +10,7 @@ use web_time::Instant;
 use crate::backend::Backend;
 use crate::backend::profile::Profile;
 use crate::error::{Error, Result};
+use crate::model::posenc::presets;
 use crate::model::{Block, EmbedScale, Model, ModelConfig, ModelKind, PosEnc};
 use crate::optim::AdamW;
 use crate::train::{BatchShape, TrainingProgram};
@@ -99,27 +100,25 @@ impl TrainShape {
     }
 }
 
-/// `floater_cached` solves FLOATER's ODE every this many steps.
-pub const CACHED_RESOLVE_EVERY: usize = 10;
-
-/// The model variants `bench train` compares with the peers' step: the same sizes with another
-/// position encoding or block. `floater*` are FLOATER as its authors ran it (the compatible form:
-/// the sinusoidal model whose q/k/v biases one ODE generates; Δ 0.01, rk4 at Δ/5), so its
-/// overhead is against `sinusoidal`; `floater_additive` is the additive ablation.
-pub const TRAIN_VARIANTS: [&str; 12] = [
-    "learned",
-    "sinusoidal",
-    "floater",
+/// The variants `bench train` has besides the registry's encoding presets (each by its preset's
+/// name: `sinusoidal`, `floater`, …): FLOATER as its authors ran it solved at every step (the
+/// compatible form: the sinusoidal model whose q/k/v biases one ODE generates; Δ 0.01, rk4 at
+/// Δ/5), with backprop through the solver in place of the adjoint, its additive ablation, and the
+/// Runge-Kutta blocks.
+pub const OTHER_VARIANTS: [&str; 6] = [
+    "floater_every_step",
     "floater_backprop",
-    "floater_cached",
     "floater_additive",
-    "tupe_a",
-    "rope",
-    "alibi",
     "rk2",
     "rk2_gated",
     "rk4",
 ];
+
+/// Every variant `bench train` compares with the peers' step, by name: the same sizes with each
+/// encoding preset of the registry (`learned` is the peers' own), then [`OTHER_VARIANTS`].
+pub fn train_variants() -> Vec<&'static str> {
+    presets().map(|p| p.name).chain(OTHER_VARIANTS).collect()
+}
 
 /// An encoding as a config writes it (the registry reads it, so the bench names none itself).
 fn encoding(toml_table: &str) -> PosEnc {
@@ -127,28 +126,24 @@ fn encoding(toml_table: &str) -> PosEnc {
 }
 
 impl TrainBench {
-    /// The step of `shape` with one thing changed, by name (see [`TRAIN_VARIANTS`]).
+    /// The step of `shape` with one thing changed, by name (see [`train_variants`]).
     pub fn variant(shape: TrainShape, name: &str) -> Result<Self> {
         let mut bench = shape.bench();
         let m = &mut bench.model;
-        let cached = format!("type = \"floater\"\nresolve_every = {CACHED_RESOLVE_EVERY}");
         match name {
-            "learned" => {}
-            "sinusoidal" => m.posenc = encoding(r#"type = "sinusoidal""#),
-            "floater" => m.posenc = encoding(r#"type = "floater""#),
+            "floater_every_step" => m.posenc = encoding(r#"type = "floater""#),
             "floater_backprop" => m.posenc = encoding("type = \"floater\"\ngradient = \"backprop\""),
-            "floater_cached" => m.posenc = encoding(&cached),
             "floater_additive" => m.posenc = encoding("type = \"floater\"\nform = \"additive\""),
-            "tupe_a" => m.posenc = encoding("type = \"tupe_a\"\nuntie_cls = false"),
-            "alibi" => m.posenc = encoding(r#"type = "alibi""#),
-            "rope" => m.posenc = encoding(r#"type = "rope""#),
             "rk2" => m.block = Block::Rk2 { gamma: [0.5, 0.5] },
             "rk2_gated" => m.block = Block::Rk2Gated,
             "rk4" => m.block = Block::Rk4,
+            preset if crate::model::posenc::preset(preset).is_some() => {
+                m.posenc = PosEnc::from_preset(preset, false)?;
+            }
             other => {
                 return Err(Error::Input(format!(
                     "unknown bench variant `{other}`; expected one of {}",
-                    TRAIN_VARIANTS.join(", ")
+                    train_variants().join(", ")
                 )));
             }
         }
@@ -245,14 +240,14 @@ pub async fn train(backend: &Rc<dyn Backend>, bench: &TrainBench, steps: usize) 
 
 #[cfg(test)]
 mod tests {
-    use super::{TRAIN_VARIANTS, TrainBench, TrainShape};
+    use super::{TrainBench, TrainShape, train_variants};
     use crate::model::Model;
 
     /// Every variant is a valid model that differs from the peers' step; unknown names list them.
     #[test]
     fn every_variant_is_a_valid_model() {
         for shape in [TrainShape::Peers, TrainShape::Large] {
-            for name in TRAIN_VARIANTS {
+            for name in train_variants() {
                 let bench = TrainBench::variant(shape, name).unwrap();
                 assert_eq!(name == "learned", bench.model == shape.bench().model, "{name}");
                 assert!(bench.len <= bench.model.max_len, "{name}");

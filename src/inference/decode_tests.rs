@@ -6,12 +6,10 @@ use crate::exec::Executor;
 use crate::graph::Graph;
 use crate::model::Pairs;
 use crate::model::{
-    Activation, Block, EmbedScale, FloaterConfig, GraphOptions, InitScheme, Model, ModelConfig, ModelKind,
-    Norm, PosEnc,
+    Activation, Block, EmbedScale, GraphOptions, InitScheme, Model, ModelConfig, ModelKind, Norm, PosEnc,
 };
-use crate::model::{Learned, Relative, Sinusoidal};
 use crate::params::ParamStore;
-use crate::testing::{cpu, gpu, random_vec};
+use crate::testing::{cpu, gpu, posenc, preset, random_vec};
 
 fn model(vocab: usize, posenc: PosEnc) -> Model {
     Model::new(config(vocab, posenc)).unwrap()
@@ -42,7 +40,7 @@ fn config(vocab: usize, posenc: PosEnc) -> ModelConfig {
 /// decoder's cross-attention between its self-attention and FFN), no embedding layer norm, no
 /// final norms, Xavier-uniform init, ReLU.
 fn fairseq_post(vocab: usize) -> Model {
-    let mut c = config(vocab, PosEnc::Floater(FloaterConfig::default()));
+    let mut c = config(vocab, posenc(r#"{ type = "floater" }"#));
     c.kind = ModelKind::Seq2Seq {
         tied_head: false,
         decoder_layers: 2,
@@ -111,13 +109,7 @@ fn teacher_forced_log_probs(model: &Model, params: &ParamStore, source: &[i32], 
 #[test]
 fn a_beam_as_wide_as_the_vocabulary_finds_the_exhaustive_search_s_best() {
     let (a, b) = (3, 4);
-    let model = model(
-        5,
-        PosEnc::Sinusoidal(Sinusoidal {
-            every_block: false,
-            ..Sinusoidal::default()
-        }),
-    );
+    let model = model(5, preset("sinusoidal"));
     let params = params(&model, cpu(), 1.0);
     let decoder = Seq2SeqDecoder::new(&model, &params).unwrap();
     let sources = [vec![a, b, b], vec![b], vec![a, a, b, a]];
@@ -155,12 +147,8 @@ fn beam_hypotheses_carry_the_teacher_forced_log_probabilities() {
     let mut backends = vec![cpu()];
     backends.extend(gpu());
     for backend in backends {
-        let relative = PosEnc::Relative(Relative {
-            buckets: 8,
-            max_distance: 20,
-            learned_absolute: false,
-        });
-        let floater = PosEnc::Floater(FloaterConfig::default());
+        let relative = posenc(r#"{ type = "relative", buckets = 8, max_distance = 20 }"#);
+        let floater = posenc(r#"{ type = "floater" }"#);
         for model in [model(9, relative), model(9, floater), fairseq_post(9)] {
             let posenc = &model.config().posenc;
             let params = params(&model, backend.clone(), 0.5);
@@ -198,7 +186,7 @@ fn beam_hypotheses_carry_the_teacher_forced_log_probabilities() {
 
 #[test]
 fn bad_requests_are_errors_naming_the_problem() {
-    let model = model(6, PosEnc::Learned(Learned {}));
+    let model = model(6, preset("learned"));
     let params = params(&model, cpu(), 0.1);
     let decoder = Seq2SeqDecoder::new(&model, &params).unwrap();
     let decode = |sources: &[Vec<i32>], beam| {

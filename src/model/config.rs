@@ -178,8 +178,9 @@ pub enum Norm {
 pub enum WordScale {
     /// `1/√Dh`, Vaswani et al.'s.
     Standard,
-    /// `1/√(2·Dh)`, TUPE's (its word and position terms share the factor).
-    Tupe,
+    /// `1/√(2·Dh)`, TUPE's (its word and position terms share the factor): `"tupe"`.
+    #[serde(rename = "tupe")]
+    SqrtTwoDh,
 }
 
 impl WordScale {
@@ -187,7 +188,7 @@ impl WordScale {
     pub fn factor(self, head_dim: usize) -> f32 {
         match self {
             Self::Standard => 1.0 / (head_dim as f32).sqrt(),
-            Self::Tupe => 1.0 / (2.0 * head_dim as f32).sqrt(),
+            Self::SqrtTwoDh => 1.0 / (2.0 * head_dim as f32).sqrt(),
         }
     }
 }

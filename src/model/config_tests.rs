@@ -1,19 +1,7 @@
 //! The model config's parsing and validation.
 
 use super::*;
-use crate::model::TupeForm;
-use crate::model::{Alibi, Relative, Rope, Sinusoidal, TupeA, TupeR};
-
-const TINY: &str = r#"{ "vocab": 30, "d_model": 32, "heads": 2, "layers": 2, "ffn": 128, "max_len": 16,
-    "kind": { "type": "causal_lm" }, "posenc": { "type": "sinusoidal" } }"#;
-
-/// The error of `TINY` with `from` replaced by `to`.
-fn error_of(from: &str, to: &str) -> String {
-    assert!(TINY.contains(from), "{from} is not in the config");
-    ModelConfig::from_json(&TINY.replace(from, to))
-        .unwrap_err()
-        .to_string()
-}
+use crate::testing::{TINY_CONFIG as TINY, config_error as error_of};
 
 #[test]
 fn every_size_over_its_limit_is_refused_naming_the_field() {
@@ -48,13 +36,7 @@ fn defaults_fill_the_optional_fields() {
     let config = ModelConfig::from_json(TINY).unwrap();
     assert_eq!(config.dropout, 0.0);
     assert_eq!(config.kind, ModelKind::CausalLm { tied_head: true });
-    assert_eq!(
-        config.posenc,
-        PosEnc::Sinusoidal(Sinusoidal {
-            every_block: false,
-            ..Sinusoidal::default()
-        })
-    );
+    assert_eq!(config.posenc, PosEnc::from_preset("sinusoidal", false).unwrap());
     assert_eq!(config.embed_scale, EmbedScale::None);
     assert_eq!(config.block, Block::Residual);
     assert_eq!(config.head_dim(), 16);
@@ -141,29 +123,6 @@ fn unknown_encodings_are_errors_listing_the_known_ones() {
 }
 
 #[test]
-fn floater_reads_its_defaults_and_refuses_bad_settings() {
-    let config =
-        ModelConfig::from_json(&TINY.replace(r#"{ "type": "sinusoidal" }"#, r#"{ "type": "floater" }"#))
-            .unwrap();
-    let PosEnc::Floater(floater) = config.posenc else {
-        panic!("{:?}", config.posenc)
-    };
-    // The authors' form and solver: compatible form, Δ 0.01, rk4 at Δ/5, adjoint, ReLU.
-    assert_eq!(floater.form, crate::model::FloaterForm::Bias);
-    assert!(floater.delta == 0.01 && floater.substeps == 5 && floater.resolve_every == 1);
-    assert_eq!(floater.method, crate::model::SolverMethod::Rk4);
-    assert_eq!(floater.gradient, crate::model::GradientMethod::Adjoint);
-    assert_eq!(floater.activation, crate::model::Nonlinearity::Relu);
-    let err = error_of(r#""sinusoidal""#, r#""floater", "delta": -1"#);
-    assert_eq!(
-        err,
-        "model config: posenc: FLOATER's delta must be positive, got -1"
-    );
-    let err = error_of(r#""sinusoidal""#, r#""floater", "method": "dopri5", "rtol": 0"#);
-    assert!(err.contains("dopri5 needs rtol > 0"), "{err}");
-}
-
-#[test]
 fn invalid_sizes_are_errors_naming_the_values() {
     assert_eq!(
         error_of(r#""heads": 2"#, r#""heads": 3"#),
@@ -185,175 +144,6 @@ fn invalid_sizes_are_errors_naming_the_values() {
         r#"{ "type": "encoder", "n_classes": 0 }"#,
     );
     assert!(err.contains("n_classes ≥ 1"), "{err}");
-}
-
-#[test]
-fn relative_encoding_has_t5_s_defaults_and_checks_its_sizes() {
-    let config = ModelConfig::from_json(&TINY.replace(r#""sinusoidal""#, r#""relative""#)).unwrap();
-    assert_eq!(
-        config.posenc,
-        PosEnc::Relative(Relative {
-            buckets: 32,
-            max_distance: 128,
-            learned_absolute: false
-        })
-    );
-    let relative = |fields: &str| {
-        error_of(
-            r#"{ "type": "sinusoidal" }"#,
-            &format!(r#"{{ "type": "relative", {fields} }}"#),
-        )
-    };
-    for buckets in [2, 5000] {
-        let err = relative(&format!(r#""buckets": {buckets}"#));
-        assert!(
-            err.contains(&format!("needs 4 ≤ buckets ≤ 4096, got {buckets}")),
-            "{err}"
-        );
-    }
-    let err = relative(r#""max_distance": 1000000000000"#);
-    assert!(
-        err.contains("max_distance is 1000000000000, over posflow's limit"),
-        "{err}"
-    );
-    let err = relative(r#""buckets": 32, "max_distance": 16"#);
-    assert!(err.contains("max_distance > buckets / 2 = 16, got 16"), "{err}");
-    let err = relative(r#""buckets": 32, "distance": 16"#);
-    assert!(err.contains("unknown field `distance`"), "{err}");
-}
-
-#[test]
-fn tupe_reads_both_variants_and_unties_cls_only_in_an_encoder() {
-    let with = |posenc: &str, kind: &str| {
-        TINY.replace(r#"{ "type": "sinusoidal" }"#, posenc)
-            .replace(r#"{ "type": "causal_lm" }"#, kind)
-    };
-    let encoder = r#"{ "type": "encoder", "n_classes": 2 }"#;
-    let config =
-        ModelConfig::from_json(&with(r#"{ "type": "tupe_a", "untie_cls": true }"#, encoder)).unwrap();
-    assert_eq!(
-        config.posenc,
-        PosEnc::TupeA(TupeA {
-            untie_cls: true,
-            form: TupeForm::Paper
-        })
-    );
-    let config =
-        ModelConfig::from_json(&with(r#"{ "type": "tupe_r", "untie_cls": true }"#, encoder)).unwrap();
-    assert_eq!(
-        config.posenc,
-        PosEnc::TupeR(TupeR {
-            untie_cls: true,
-            buckets: 32,
-            max_distance: 128,
-            form: TupeForm::Paper
-        })
-    );
-    let lm = r#"{ "type": "causal_lm" }"#;
-    let config = ModelConfig::from_json(&with(r#"{ "type": "tupe_a", "untie_cls": false }"#, lm)).unwrap();
-    assert_eq!(
-        config.posenc,
-        PosEnc::TupeA(TupeA {
-            untie_cls: false,
-            form: TupeForm::Paper
-        })
-    );
-    let err = ModelConfig::from_json(&with(r#"{ "type": "tupe_r", "untie_cls": true }"#, lm))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains(
-            "untie_cls resets the positional term of [CLS] (position 0), which only an encoder (a classifier or a masked LM) has"
-        ),
-        "{err}"
-    );
-    let err = ModelConfig::from_json(&with(r#"{ "type": "tupe_a" }"#, lm))
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("missing field `untie_cls`"), "{err}");
-    let err = ModelConfig::from_json(&with(
-        r#"{ "type": "tupe_r", "untie_cls": false, "buckets": 32, "max_distance": 8 }"#,
-        lm,
-    ))
-    .unwrap_err()
-    .to_string();
-    assert!(err.contains("max_distance > buckets / 2 = 16, got 8"), "{err}");
-    let err = ModelConfig::from_json(&with(
-        r#"{ "type": "tupe_a", "untie_cls": false, "buckets": 8 }"#,
-        lm,
-    ))
-    .unwrap_err()
-    .to_string();
-    assert!(err.contains("unknown field `buckets`"), "{err}");
-}
-
-#[test]
-fn rope_reads_its_base_and_refuses_what_it_cannot_turn() {
-    let sinusoidal = r#"{ "type": "sinusoidal" }"#;
-    let rope = |posenc: &str| ModelConfig::from_json(&TINY.replace(sinusoidal, posenc));
-    assert_eq!(
-        rope(r#"{ "type": "rope" }"#).unwrap().posenc,
-        PosEnc::Rope(Rope { base: 10_000.0 })
-    );
-    assert_eq!(
-        rope(r#"{ "type": "rope", "base": 500 }"#).unwrap().posenc,
-        PosEnc::Rope(Rope { base: 500.0 })
-    );
-    let err = rope(r#"{ "type": "rope", "base": 1 }"#).unwrap_err().to_string();
-    assert!(
-        err.contains("rope's base must be finite and above 1, got 1"),
-        "{err}"
-    );
-    let err = rope(r#"{ "type": "rope", "buckets": 8 }"#)
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("unknown field `buckets`, expected `base`"), "{err}");
-    let odd = TINY
-        .replace(sinusoidal, r#"{ "type": "rope" }"#)
-        .replace(r#""heads": 2"#, r#""heads": 4"#)
-        .replace(r#""d_model": 32"#, r#""d_model": 36"#);
-    let err = ModelConfig::from_json(&odd).unwrap_err().to_string();
-    assert!(
-        err.contains("the head width d_model / heads = 36 / 4 = 9 must be even"),
-        "{err}"
-    );
-    let seq2seq = TINY.replace(sinusoidal, r#"{ "type": "rope" }"#).replace(
-        r#"{ "type": "causal_lm" }"#,
-        r#"{ "type": "seq2seq", "decoder_layers": 1 }"#,
-    );
-    let err = ModelConfig::from_json(&seq2seq).unwrap_err().to_string();
-    assert!(err.contains("a seq2seq model cannot have it yet"), "{err}");
-}
-
-#[test]
-fn alibi_takes_its_left_offset_and_no_seq2seq_model() {
-    let sinusoidal = r#"{ "type": "sinusoidal" }"#;
-    let alibi = |posenc: &str| ModelConfig::from_json(&TINY.replace(sinusoidal, posenc));
-    assert_eq!(
-        alibi(r#"{ "type": "alibi" }"#).unwrap().posenc,
-        PosEnc::Alibi(Alibi::default())
-    );
-    let err = alibi(r#"{ "type": "alibi", "base": 2 }"#)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("unknown field `base`, expected `left_offset`"),
-        "{err}"
-    );
-    // A causal model sees keys on the left only: nothing for the offset to tell apart.
-    let err = alibi(r#"{ "type": "alibi", "left_offset": 0.5 }"#)
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("a causal model sees only keys on the left"), "{err}");
-    let seq2seq = TINY.replace(sinusoidal, r#"{ "type": "alibi" }"#).replace(
-        r#"{ "type": "causal_lm" }"#,
-        r#"{ "type": "seq2seq", "decoder_layers": 1 }"#,
-    );
-    let err = ModelConfig::from_json(&seq2seq).unwrap_err().to_string();
-    assert!(
-        err.contains("alibi is for the causal LM and the encoder so far"),
-        "{err}"
-    );
 }
 
 #[test]
@@ -415,89 +205,6 @@ fn block_reads_every_kind_with_rk2_s_default_gamma() {
         infinite.validate().unwrap_err().to_string(),
         "model config: block.gamma must be finite, got [0.5, inf]"
     );
-}
-
-#[test]
-fn tupe_reads_its_form_and_refuses_floater_s() {
-    let encoder = |posenc: &str| {
-        TINY.replace(r#"{ "type": "sinusoidal" }"#, posenc)
-            .replace(r#"{ "type": "causal_lm" }"#, r#"{ "type": "masked_lm" }"#)
-    };
-    let config = ModelConfig::from_json(&encoder(
-        r#"{ "type": "tupe_r", "untie_cls": true, "form": "code" }"#,
-    ))
-    .unwrap();
-    assert_eq!(
-        config.posenc,
-        PosEnc::TupeR(TupeR {
-            untie_cls: true,
-            buckets: 32,
-            max_distance: 128,
-            form: TupeForm::Code
-        })
-    );
-    // The paper's form is the default, and is left out of a saved config (older readers).
-    let paper = ModelConfig::from_json(&encoder(
-        r#"{ "type": "tupe_a", "untie_cls": true, "form": "paper" }"#,
-    ))
-    .unwrap();
-    assert_eq!(
-        paper.posenc,
-        PosEnc::TupeA(TupeA {
-            untie_cls: true,
-            form: TupeForm::Paper
-        })
-    );
-    assert!(!serde_json::to_string(&paper).unwrap().contains("form"));
-    assert!(
-        serde_json::to_string(&config)
-            .unwrap()
-            .contains(r#""form":"code""#)
-    );
-    let err = ModelConfig::from_json(&encoder(
-        r#"{ "type": "tupe_a", "untie_cls": true, "form": "bias" }"#,
-    ))
-    .unwrap_err()
-    .to_string();
-    assert!(
-        err.contains("tupe_a: `form`: unknown variant `bias`, expected `paper` or `code`"),
-        "{err}"
-    );
-    let err = error_of(
-        r#"{ "type": "sinusoidal" }"#,
-        r#"{ "type": "floater", "form": "code" }"#,
-    );
-    assert!(
-        err.contains("floater: `form`: unknown variant `code`, expected `additive` or `bias`"),
-        "{err}"
-    );
-    let err = error_of(
-        r#"{ "type": "sinusoidal" }"#,
-        r#"{ "type": "learned", "form": "code" }"#,
-    );
-    assert!(err.contains("unknown field `form`, there are no fields"), "{err}");
-}
-
-#[test]
-fn relative_adds_a_learned_table_only_when_asked() {
-    let config = ModelConfig::from_json(&TINY.replace(
-        r#"{ "type": "sinusoidal" }"#,
-        r#"{ "type": "relative", "learned_absolute": true }"#,
-    ))
-    .unwrap();
-    assert_eq!(
-        config.posenc,
-        PosEnc::Relative(Relative {
-            buckets: 32,
-            max_distance: 128,
-            learned_absolute: true
-        })
-    );
-    // The table bounds the length, as a learned encoding's.
-    assert!(config.posenc.has_table());
-    let t5 = ModelConfig::from_json(&TINY.replace(r#""sinusoidal""#, r#""relative""#)).unwrap();
-    assert!(!t5.posenc.has_table());
-    assert!(!serde_json::to_string(&t5).unwrap().contains("learned_absolute"));
 }
 
 #[test]
@@ -583,7 +290,7 @@ fn word_scale_overrides_the_encoding_s_factor() {
     // TUPE's own factor stands unless the config sets one.
     assert_eq!(sinusoidal.attention_scale(tupe_scale), 1.0 / 32f32.sqrt());
     let cooler = config(&TINY.replace(r#""max_len": 16,"#, r#""max_len": 16, "word_scale": "tupe","#));
-    assert_eq!(cooler.word_scale, Some(WordScale::Tupe));
+    assert_eq!(cooler.word_scale, Some(WordScale::SqrtTwoDh));
     assert_eq!(cooler.attention_scale(None), 1.0 / 32f32.sqrt());
     let standard = config(&TINY.replace(r#""max_len": 16,"#, r#""max_len": 16, "word_scale": "standard","#));
     assert_eq!(standard.attention_scale(tupe_scale), 0.25);

@@ -69,7 +69,7 @@ impl Stack {
             attention_bias: positions
                 .attention_bias
                 .map(AttentionBias::Dense)
-                .or(positions.relative_bias.map(AttentionBias::Relative)),
+                .or(positions.relative_bias.map(AttentionBias::Bucketed)),
             attention_scale: c.attention_scale(positions.attention_scale),
             dropout: self.dropout,
             rk_stage: c.rk_stage,

@@ -1,6 +1,4 @@
 use super::Study;
-use crate::model::Learned;
-use crate::model::PosEnc;
 use crate::study::TestKind;
 
 /// A tiny copy-task study; `rest` adds variants and claims.
@@ -70,7 +68,7 @@ order = ["relative", "learned"]
         panic!()
     };
     assert_eq!(relative.run, s.base);
-    assert_eq!(learned.run.model.posenc, PosEnc::Learned(Learned {}));
+    assert_eq!(learned.run.model.posenc, crate::testing::preset("learned"));
     assert_eq!((learned.run.train.steps, learned.run.model.d_model), (6, 16));
     assert_eq!(learned.label(), "learned table");
     assert_eq!(relative.bins, vec!["1-32", "33-64"]);

@@ -92,7 +92,7 @@ pub(crate) enum Job {
         checkpoint: usize,
         text: String,
     },
-    Tupe {
+    PositionCorrelation {
         checkpoint: usize,
     },
     Completion {
@@ -142,7 +142,7 @@ async fn run_job(state: Rc<RefCell<State>>, job: Job) {
             let result = attention::attention_view(&checkpoint(i), &text).await;
             state.borrow_mut().attention_maps.store(&(i, text), result);
         }
-        Job::Tupe { checkpoint: i } => {
+        Job::PositionCorrelation { checkpoint: i } => {
             let result = tupe::tupe_correlation(&checkpoint(i).saved).await;
             state.borrow_mut().tupe.entry(i).or_default().store(&(), result);
         }

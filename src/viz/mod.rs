@@ -51,7 +51,7 @@ use crate::train::Record;
 pub enum View {
     PositionEncodings,
     Attention,
-    Tupe,
+    PositionCorrelation,
     Metrics,
     Prompt,
     Translate,
@@ -62,7 +62,7 @@ impl View {
     pub const ALL: [View; 7] = [
         View::PositionEncodings,
         View::Attention,
-        View::Tupe,
+        View::PositionCorrelation,
         View::Metrics,
         View::Prompt,
         View::Translate,
@@ -74,7 +74,7 @@ impl View {
         match self {
             View::PositionEncodings => "Position encodings",
             View::Attention => "Attention",
-            View::Tupe => "TUPE correlation",
+            View::PositionCorrelation => "TUPE correlation",
             View::Metrics => "Loss curves",
             View::Prompt => "Prompt",
             View::Translate => "Translate",
@@ -87,7 +87,7 @@ impl View {
         match self {
             View::PositionEncodings => "position_encodings",
             View::Attention => "attention",
-            View::Tupe => "tupe",
+            View::PositionCorrelation => "tupe",
             View::Metrics => "metrics",
             View::Prompt => "prompt",
             View::Translate => "translate",
@@ -265,7 +265,7 @@ fn view_contents(ui: &mut egui::Ui, s: &mut State, view: View, jobs: &mut Vec<Jo
         .show(ui, |ui| match view {
             View::PositionEncodings => posenc::show(ui, s, jobs),
             View::Attention => attention::show(ui, s, jobs),
-            View::Tupe => tupe::show(ui, s, jobs),
+            View::PositionCorrelation => tupe::show(ui, s, jobs),
             View::Metrics => metrics::show(ui, s),
             View::Prompt => prompt::show(ui, s, jobs),
             View::Translate => translate::show(ui, s, jobs),

@@ -120,7 +120,7 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State, jobs: &mut Vec<Job>) {
     }
     let computed = s.tupe.entry(index).or_default();
     if computed.request(()) {
-        jobs.push(Job::Tupe { checkpoint: index });
+        jobs.push(Job::PositionCorrelation { checkpoint: index });
     }
     show_result(ui, computed.result(), |ui, tupe| {
         ui.label(

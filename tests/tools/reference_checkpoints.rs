@@ -402,7 +402,7 @@ fn tupe_cases() -> Vec<Case> {
         Case {
             name: "lm_bert_r_word_scale_tupe_padded",
             config: ModelConfig {
-                word_scale: Some(WordScale::Tupe),
+                word_scale: Some(WordScale::SqrtTwoDh),
                 ..config(
                     ModelKind::CausalLm { tied_head: true },
                     PosEnc::Relative(Relative {

@@ -7,7 +7,7 @@
 //! The attention op looks the bias up inside its kernels as a relative bias whose "buckets" are
 //! the offsets themselves: a constant table `[2L − 1, H]` of each offset's bias per head, and the
 //! identity bucket list. So no `[H, L, L]` tensor exists at any length, and the table gets no
-//! gradient (`RelativeBias::trained` false).
+//! gradient (`BucketedBias::trained` false).
 //!
 //! An encoder's symmetric distance cannot tell a key on the left from one on the right.
 //! Delétang et al.'s and Ruoss et al.'s encoder counts keys left of the query `left_offset` = 0.5
@@ -25,7 +25,7 @@ use super::encoding::{
 use super::positions::Positions;
 use crate::error::Result;
 use crate::graph::Graph;
-use crate::ops::attention::RelativeBias;
+use crate::ops::attention::BucketedBias;
 use crate::tensor::TensorMeta;
 
 /// The slopes follow from the number of heads; an encoder may count keys on the left nearer.
@@ -91,7 +91,7 @@ impl Encoding for Alibi {
         };
         let reach = extent as i64 - 1;
         let ids = at.offset_buckets(g, OFFSETS_INPUT, |offset| (offset + reach) as i32, false);
-        terms.relative_bias = Some(RelativeBias {
+        terms.relative_bias = Some(BucketedBias {
             table,
             buckets: terms.read(ids),
             trained: false,
@@ -232,5 +232,42 @@ mod tests {
         // Offsets −2, −1, 0, 1, 2.
         let want = [-1.5 * m, -0.5 * m, 0.0, -m, -2.0 * m].map(|b| b as f32);
         assert_eq!(table, want);
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use crate::model::{ModelConfig, PosEnc};
+    use crate::testing::{SINUSOIDAL, TINY_CONFIG, tiny_with_posenc};
+
+    #[test]
+    fn alibi_takes_its_left_offset_and_no_seq2seq_model() {
+        let alibi = tiny_with_posenc;
+        assert_eq!(
+            alibi(r#"{ "type": "alibi" }"#).unwrap().posenc,
+            PosEnc::Alibi(Alibi::default())
+        );
+        let err = alibi(r#"{ "type": "alibi", "base": 2 }"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("unknown field `base`, expected `left_offset`"),
+            "{err}"
+        );
+        // A causal model sees keys on the left only: nothing for the offset to tell apart.
+        let err = alibi(r#"{ "type": "alibi", "left_offset": 0.5 }"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("a causal model sees only keys on the left"), "{err}");
+        let seq2seq = TINY_CONFIG.replace(SINUSOIDAL, r#"{ "type": "alibi" }"#).replace(
+            r#"{ "type": "causal_lm" }"#,
+            r#"{ "type": "seq2seq", "decoder_layers": 1 }"#,
+        );
+        let err = ModelConfig::from_json(&seq2seq).unwrap_err().to_string();
+        assert!(
+            err.contains("alibi is for the causal LM and the encoder so far"),
+            "{err}"
+        );
     }
 }

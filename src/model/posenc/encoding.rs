@@ -6,7 +6,7 @@
 use super::positions::{OffsetInput, OffsetValues, PairOffsets, Positions};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, TensorId};
-use crate::ops::attention::RelativeBias;
+use crate::ops::attention::BucketedBias;
 
 /// The sizes of the model an encoding is built for: all it reads of a model config
 /// ([`crate::model::ModelConfig::dims`]).
@@ -76,7 +76,7 @@ pub struct PositionTerms {
     /// A relative bias (T5's trained table, ALiBi's fixed one), added to every layer's attention
     /// logits inside the attention kernels, so that no `[heads, L, L]` tensor exists at any
     /// length.
-    pub relative_bias: Option<RelativeBias>,
+    pub relative_bias: Option<BucketedBias>,
     /// The attention op's factor on q·k when it is not the usual `1/√Dh` (TUPE: `1/√(2·Dh)`).
     pub attention_scale: Option<f32>,
     /// Constant inputs and their values, written before each run.
@@ -168,6 +168,9 @@ impl Preset {
 /// An encoding's presets, listed beside its settings in its own file; the registry gathers them.
 pub trait Presets {
     const PRESETS: &'static [Preset];
+    /// Its forms besides the presets' that the tests build every model kind with (the
+    /// sinusoidal table at every block, FLOATER's additive form), as `posenc` TOML.
+    const OTHER_FORMS: &'static [&'static str] = &[];
 }
 
 /// A position encoding: its settings, checked against the model, and its terms for every model

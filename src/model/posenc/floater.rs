@@ -780,4 +780,14 @@ impl Presets for FloaterConfig {
             reads_positions: true,
         },
     ];
+    const OTHER_FORMS: &'static [&'static str] = &[
+        // Solved at every step: the presets cache the solve, which a seq2seq model refuses.
+        r#"{ type = "floater" }"#,
+        r#"{ type = "floater", form = "additive" }"#,
+        r#"{ type = "floater", sinusoid = "fairseq" }"#,
+    ];
 }
+
+#[cfg(test)]
+#[path = "floater_config_tests.rs"]
+mod config_tests;

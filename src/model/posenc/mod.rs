@@ -41,6 +41,8 @@ pub use none::NoEncoding;
 pub use positions::{
     MAX_RANDOM_POSITIONS, POSITIONS_INPUT, PairOffsets, Positions, Sampled, sample_positions,
 };
+#[cfg(test)]
+pub(crate) use registry::every_form;
 pub use registry::{PosEnc, TYPES, preset, presets};
 pub use relative::{Relative, bucket_matrix, buckets_by_offset, cls_bucket_matrix, relative_bucket};
 pub use rope::Rope;

@@ -29,6 +29,12 @@ macro_rules! registry {
             [$(<$settings as Presets>::PRESETS),*].into_iter().flatten()
         }
 
+        /// Every encoding's other forms (`Presets::OTHER_FORMS`), in the registry's order.
+        #[cfg(test)]
+        fn other_forms() -> impl Iterator<Item = &'static &'static str> {
+            [$(<$settings as Presets>::OTHER_FORMS),*].into_iter().flatten()
+        }
+
         impl PosEnc {
             /// The encoding behind the tag.
             pub fn encoding(&self) -> &(dyn Encoding + 'static) {
@@ -85,14 +91,38 @@ impl PosEnc {
                 names.join(", ")
             ))
         })?;
+        Ok(Self::from_inline_toml(preset.posenc_for(encoder))
+            .expect("a preset parses as its encoding (tested)"))
+    }
+
+    /// The encoding of a `posenc` inline table, `{ type = "rope", base = 500.0 }`.
+    pub(crate) fn from_inline_toml(posenc: &str) -> crate::error::Result<Self> {
         #[derive(Deserialize)]
         struct Line {
             posenc: PosEnc,
         }
-        let line: Line = toml::from_str(&format!("posenc = {}", preset.posenc_for(encoder)))
-            .expect("a preset parses as its encoding (tested)");
+        let line: Line = toml::from_str(&format!("posenc = {posenc}"))
+            .map_err(|e| crate::error::Error::Input(format!("posenc = {posenc}: {e}")))?;
         Ok(line.posenc)
     }
+}
+
+/// Every form of every encoding that the tests build each model kind with: each preset as a
+/// causal LM and as an encoder has it, and each encoding's other forms. A new encoding's file is
+/// all it takes for the tests to cover it.
+#[cfg(test)]
+pub(crate) fn every_form() -> Vec<PosEnc> {
+    let mut forms: Vec<PosEnc> = Vec::new();
+    let texts = presets()
+        .flat_map(|p| [p.posenc_for(false), p.posenc_for(true)])
+        .chain(other_forms().copied());
+    for text in texts {
+        let form = PosEnc::from_inline_toml(text).unwrap_or_else(|e| panic!("{e}"));
+        if !forms.contains(&form) {
+            forms.push(form);
+        }
+    }
+    forms
 }
 
 impl Default for PosEnc {

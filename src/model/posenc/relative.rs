@@ -3,7 +3,7 @@
 //!
 //! The bucket indices depend only on the length, so the host computes them once per graph, as a
 //! constant input: the bucket of each offset, i32 `[2L − 1]`, which the attention op looks up in
-//! its kernels with the table ([`crate::ops::attention::RelativeBias`]), so that nothing is
+//! its kernels with the table ([`crate::ops::attention::BucketedBias`]), so that nothing is
 //! `[L, L]`. Any length works; offsets beyond `max_distance` share the last bucket. TUPE-R adds
 //! the bias to its dense positional term instead ([`build_dense`]), at lengths up to `max_len`.
 //!
@@ -21,7 +21,7 @@ use super::learned;
 use super::positions::{OffsetInput, OffsetValues, Positions, check_rows};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, TensorId};
-use crate::ops::attention::RelativeBias;
+use crate::ops::attention::BucketedBias;
 use crate::tensor::TensorMeta;
 
 pub const PARAM_NAME: &str = "posenc.relative.weight";
@@ -108,7 +108,7 @@ impl Relative {
         values: Vec<i32>,
         at_input: Option<TensorId>,
     ) -> Result<PositionTerms> {
-        let bias = RelativeBias {
+        let bias = BucketedBias {
             table: table(g, dims.heads, self.buckets)?,
             buckets: g.input(INPUT_NAME, TensorMeta::i32(&[values.len()])),
             trained: true,
@@ -160,7 +160,7 @@ impl Encoding for Relative {
         };
         let bucket = |offset| relative_bucket(offset, bidirectional, buckets, max_distance);
         let ids = at.offset_buckets(g, INPUT_NAME, bucket, false);
-        terms.relative_bias = Some(RelativeBias {
+        terms.relative_bias = Some(BucketedBias {
             table: table(g, dims.heads, buckets)?,
             buckets: terms.read(ids),
             trained: true,
@@ -378,5 +378,70 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use crate::model::{ModelConfig, PosEnc};
+    use crate::testing::{TINY_CONFIG, config_error};
+
+    #[test]
+    fn relative_encoding_has_t5_s_defaults_and_checks_its_sizes() {
+        let config =
+            ModelConfig::from_json(&TINY_CONFIG.replace(r#""sinusoidal""#, r#""relative""#)).unwrap();
+        assert_eq!(
+            config.posenc,
+            PosEnc::Relative(Relative {
+                buckets: 32,
+                max_distance: 128,
+                learned_absolute: false
+            })
+        );
+        let relative = |fields: &str| {
+            config_error(
+                r#"{ "type": "sinusoidal" }"#,
+                &format!(r#"{{ "type": "relative", {fields} }}"#),
+            )
+        };
+        for buckets in [2, 5000] {
+            let err = relative(&format!(r#""buckets": {buckets}"#));
+            assert!(
+                err.contains(&format!("needs 4 ≤ buckets ≤ 4096, got {buckets}")),
+                "{err}"
+            );
+        }
+        let err = relative(r#""max_distance": 1000000000000"#);
+        assert!(
+            err.contains("max_distance is 1000000000000, over posflow's limit"),
+            "{err}"
+        );
+        let err = relative(r#""buckets": 32, "max_distance": 16"#);
+        assert!(err.contains("max_distance > buckets / 2 = 16, got 16"), "{err}");
+        let err = relative(r#""buckets": 32, "distance": 16"#);
+        assert!(err.contains("unknown field `distance`"), "{err}");
+    }
+
+    #[test]
+    fn relative_adds_a_learned_table_only_when_asked() {
+        let config = ModelConfig::from_json(&TINY_CONFIG.replace(
+            r#"{ "type": "sinusoidal" }"#,
+            r#"{ "type": "relative", "learned_absolute": true }"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            config.posenc,
+            PosEnc::Relative(Relative {
+                buckets: 32,
+                max_distance: 128,
+                learned_absolute: true
+            })
+        );
+        // The table bounds the length, as a learned encoding's.
+        assert!(config.posenc.has_table());
+        let t5 = ModelConfig::from_json(&TINY_CONFIG.replace(r#""sinusoidal""#, r#""relative""#)).unwrap();
+        assert!(!t5.posenc.has_table());
+        assert!(!serde_json::to_string(&t5).unwrap().contains("learned_absolute"));
     }
 }

@@ -109,3 +109,47 @@ impl Presets for Rope {
         reads_positions: true,
     }];
 }
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use crate::model::{ModelConfig, PosEnc};
+    use crate::testing::{SINUSOIDAL, TINY_CONFIG, tiny_with_posenc};
+
+    #[test]
+    fn rope_reads_its_base_and_refuses_what_it_cannot_turn() {
+        let rope = tiny_with_posenc;
+        assert_eq!(
+            rope(r#"{ "type": "rope" }"#).unwrap().posenc,
+            PosEnc::Rope(Rope { base: 10_000.0 })
+        );
+        assert_eq!(
+            rope(r#"{ "type": "rope", "base": 500 }"#).unwrap().posenc,
+            PosEnc::Rope(Rope { base: 500.0 })
+        );
+        let err = rope(r#"{ "type": "rope", "base": 1 }"#).unwrap_err().to_string();
+        assert!(
+            err.contains("rope's base must be finite and above 1, got 1"),
+            "{err}"
+        );
+        let err = rope(r#"{ "type": "rope", "buckets": 8 }"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `buckets`, expected `base`"), "{err}");
+        let odd = TINY_CONFIG
+            .replace(SINUSOIDAL, r#"{ "type": "rope" }"#)
+            .replace(r#""heads": 2"#, r#""heads": 4"#)
+            .replace(r#""d_model": 32"#, r#""d_model": 36"#);
+        let err = ModelConfig::from_json(&odd).unwrap_err().to_string();
+        assert!(
+            err.contains("the head width d_model / heads = 36 / 4 = 9 must be even"),
+            "{err}"
+        );
+        let seq2seq = TINY_CONFIG.replace(SINUSOIDAL, r#"{ "type": "rope" }"#).replace(
+            r#"{ "type": "causal_lm" }"#,
+            r#"{ "type": "seq2seq", "decoder_layers": 1 }"#,
+        );
+        let err = ModelConfig::from_json(&seq2seq).unwrap_err().to_string();
+        assert!(err.contains("a seq2seq model cannot have it yet"), "{err}");
+    }
+}

@@ -195,6 +195,7 @@ impl Presets for Sinusoidal {
         encoder_posenc: None,
         reads_positions: true,
     }];
+    const OTHER_FORMS: &'static [&'static str] = &[r#"{ type = "sinusoidal", every_block = true }"#];
 }
 
 #[cfg(test)]

@@ -686,3 +686,7 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "tupe_config_tests.rs"]
+mod config_tests;

@@ -8,14 +8,13 @@ use crate::backend::Backend;
 use crate::data::{Pair, PairBatch};
 use crate::exec::Executor;
 use crate::graph::{Graph, TensorId};
+use crate::model::posenc::every_form;
 use crate::model::{
-    Activation, Block, EmbedScale, FloaterConfig, FloaterForm, GraphOptions, InitScheme, Model, ModelConfig,
-    ModelKind, Norm, PosEnc, TupeForm,
+    Activation, Block, EmbedScale, GraphOptions, InitScheme, Model, ModelConfig, ModelKind, Norm, PosEnc,
 };
 use crate::model::{DecoderFlow, DecodingStep, Pairs, Sources, Tokens};
-use crate::model::{Learned, NoEncoding, Relative, SinusoidLayout, Sinusoidal, TupeA, TupeR};
 use crate::params::ParamStore;
-use crate::testing::{assert_close, cpu, gpu};
+use crate::testing::{assert_close, cpu, gpu, posenc, preset};
 
 pub(crate) fn config(posenc: PosEnc, block: Block, decoder_block: Block) -> ModelConfig {
     ModelConfig {
@@ -50,40 +49,26 @@ fn fairseq_post(posenc: PosEnc) -> ModelConfig {
     }
 }
 
+/// Every form of every encoding a seq2seq model can have (the others refuse it by name: RoPE
+/// and ALiBi, and FLOATER's cached solve).
 pub(crate) fn every_posenc() -> Vec<PosEnc> {
-    let floater = FloaterConfig::default();
-    vec![
-        PosEnc::None(NoEncoding {}),
-        PosEnc::Sinusoidal(Sinusoidal {
-            every_block: false,
-            ..Sinusoidal::default()
-        }),
-        PosEnc::Sinusoidal(Sinusoidal {
-            every_block: true,
-            ..Sinusoidal::default()
-        }),
-        PosEnc::Learned(Learned {}),
-        PosEnc::Relative(Relative {
-            buckets: 8,
-            max_distance: 20,
-            learned_absolute: false,
-        }),
-        PosEnc::TupeA(TupeA {
-            untie_cls: false,
-            form: TupeForm::Paper,
-        }),
-        PosEnc::TupeR(TupeR {
-            untie_cls: false,
-            buckets: 8,
-            max_distance: 20,
-            form: TupeForm::Paper,
-        }),
-        PosEnc::Floater(floater),
-        PosEnc::Floater(FloaterConfig {
-            form: FloaterForm::Additive,
-            ..floater
-        }),
-    ]
+    every_form()
+        .into_iter()
+        .filter(
+            |&posenc| match Model::new(config(posenc, Block::Residual, Block::Residual)) {
+                Ok(_) => true,
+                Err(e) => {
+                    let e = e.to_string();
+                    let refused = [
+                        "a seq2seq model cannot have it",
+                        "for the decoder-only models only",
+                    ];
+                    assert!(refused.iter().any(|r| e.contains(r)), "{posenc:?}: {e}");
+                    false
+                }
+            },
+        )
+        .collect()
 }
 
 /// Two pairs of different lengths, padded: sources [2, 5], targets [2, 4].
@@ -182,7 +167,7 @@ fn each_side_has_its_own_position_parameters_and_floater_three_flows() {
         let g = model.declare_params().unwrap();
         g.params().map(|(name, _)| name.to_string()).collect()
     };
-    let learned = names(PosEnc::Learned(Learned {}));
+    let learned = names(preset("learned"));
     assert!(
         learned.contains(&"encoder.pos_emb.weight".to_string()),
         "{learned:?}"
@@ -194,14 +179,14 @@ fn each_side_has_its_own_position_parameters_and_floater_three_flows() {
     assert!(learned.contains(&"tok_emb.weight".to_string()));
     assert!(learned.contains(&"decoder.blocks.0.cross.kv.bias".to_string()));
     assert!(!learned.contains(&"lm_head.weight".to_string()));
-    let floater = names(PosEnc::Floater(FloaterConfig::default()));
+    let floater = names(posenc(r#"{ type = "floater" }"#));
     for (name, shape) in [
         ("encoder.posenc.floater.qkv_initial", [3, 2, 8]),
         ("decoder.posenc.floater.qkv_initial", [4, 1, 8]),
         ("decoder.cross.posenc.floater.qkv_initial", [2, 1, 8]),
     ] {
         let model = Model::new(config(
-            PosEnc::Floater(FloaterConfig::default()),
+            posenc(r#"{ type = "floater" }"#),
             Block::Residual,
             Block::Residual,
         ))
@@ -222,12 +207,7 @@ fn each_side_has_its_own_position_parameters_and_floater_three_flows() {
 
 #[test]
 fn a_source_longer_than_a_learned_table_is_an_error_naming_both_lengths() {
-    let model = Model::new(config(
-        PosEnc::Learned(Learned {}),
-        Block::Residual,
-        Block::Residual,
-    ))
-    .unwrap();
+    let model = Model::new(config(preset("learned"), Block::Residual, Block::Residual)).unwrap();
     let mut g = Graph::new();
     let err = model
         .build(
@@ -393,23 +373,14 @@ fn cached_incremental_decoding_gives_the_full_decoder_s_logits() {
     for backend in backends {
         let mut models = Vec::new();
         for (posenc, decoder_block) in every_posenc().into_iter().map(|p| (p, Block::Residual)).chain([
-            (
-                PosEnc::Sinusoidal(Sinusoidal {
-                    every_block: false,
-                    ..Sinusoidal::default()
-                }),
-                Block::Rk4,
-            ),
-            (PosEnc::Floater(FloaterConfig::default()), Block::Rk2Gated),
+            (preset("sinusoidal"), Block::Rk4),
+            (posenc(r#"{ type = "floater" }"#), Block::Rk2Gated),
         ]) {
             let model = Model::new(config(posenc, Block::Rk2 { gamma: [0.5, 0.5] }, decoder_block)).unwrap();
             models.push((format!("{posenc:?}, decoder {decoder_block:?}"), model));
         }
         // fairseq's post-LN decoder layer: its cross-attention between self-attention and FFN.
-        let floater = PosEnc::Floater(FloaterConfig {
-            sinusoid: SinusoidLayout::Fairseq,
-            ..FloaterConfig::default()
-        });
+        let floater = posenc(r#"{ type = "floater", sinusoid = "fairseq" }"#);
         models.push((
             "FLOATER in fairseq's post-LN backbone".into(),
             Model::new(fairseq_post(floater)).unwrap(),

@@ -59,8 +59,8 @@ impl Op for AttentionBackward {
         match self.0.bias {
             BiasKind::None => {}
             BiasKind::Dense => metas.push(TensorMeta::f32(&[d.h, d.lq, d.lk])),
-            BiasKind::Relative { trained: true } => metas.push(TensorMeta::f32(&[d.b, d.h, d.lq, d.buckets])),
-            BiasKind::Relative { trained: false } => {}
+            BiasKind::Bucketed { trained: true } => metas.push(TensorMeta::f32(&[d.b, d.h, d.lq, d.buckets])),
+            BiasKind::Bucketed { trained: false } => {}
         }
         Ok(metas)
     }
@@ -78,7 +78,7 @@ impl Op for AttentionBackward {
         let scratch = || BackwardScratch::new(pr.d);
         // The relative bias's per-row sums of one (b, h) are written by that (b, h)'s task.
         let by_bucket: Vec<Option<&mut [f32]>> = match (self.0.bias, bias_grad.first_mut()) {
-            (BiasKind::Relative { trained: true }, Some(sums)) => {
+            (BiasKind::Bucketed { trained: true }, Some(sums)) => {
                 sums.data.chunks_mut(lq * pr.d.buckets).map(Some).collect()
             }
             _ => (0..pr.d.b * pr.d.h).map(|_| None).collect(),
@@ -132,8 +132,8 @@ impl Op for AttentionBackward {
         let (out, lse, dout) = (Arg::In(fwd), Arg::In(fwd + 1), Arg::In(fwd + 2));
         let uniform = self.0.uniform(d);
         let dispatch = |entry, args, workgroups| Dispatch::new(entry, &uniform, args, workgroups);
-        let relative = matches!(self.0.bias, BiasKind::Relative { .. });
-        let trained = self.0.bias == BiasKind::Relative { trained: true };
+        let relative = matches!(self.0.bias, BiasKind::Bucketed { .. });
+        let trained = self.0.bias == BiasKind::Bucketed { trained: true };
         // lse and D per row, then 1/0 visibility per key, then (relative bias) the bucket of
         // each offset or pair, so that the passes after it need one buffer less.
         let offsets = d.bucket_list();

@@ -17,7 +17,7 @@ enum Bias<'a> {
     /// `[H, Lq, Lk]`.
     Dense(&'a [f32]),
     /// The table `[buckets, H]` and the bucket of query i and key j at `Dims::bucket_row(i) + j`.
-    Relative {
+    Bucketed {
         table: &'a [f32],
         buckets: &'a [i32],
     },
@@ -45,7 +45,7 @@ impl<'a> Problem<'a> {
         let bias = match (slots.bias, slots.buckets) {
             (None, _) => Bias::None,
             (Some(i), None) => Bias::Dense(inputs[i].data),
-            (Some(i), Some(ids)) => Bias::Relative {
+            (Some(i), Some(ids)) => Bias::Bucketed {
                 table: inputs[i].data,
                 buckets: inputs[ids].ints(),
             },
@@ -100,7 +100,7 @@ impl<'a> Problem<'a> {
         match self.bias {
             Bias::None => 0.0,
             Bias::Dense(bias) => bias[(h * lq + i) * lk + j],
-            Bias::Relative { table, buckets } => {
+            Bias::Bucketed { table, buckets } => {
                 table[buckets[self.d.bucket_row(i) + j] as usize * heads + h]
             }
         }
@@ -333,7 +333,7 @@ impl<'a> Problem<'a> {
     /// key in ascending order: row i's share of the table's gradient.
     #[inline(always)]
     pub fn sum_by_bucket(&self, i: usize, ds: &[f32], sums: &mut [f32]) {
-        let Bias::Relative { buckets, .. } = self.bias else {
+        let Bias::Bucketed { buckets, .. } = self.bias else {
             unreachable!("only the relative bias has buckets")
         };
         sums.fill(0.0);

@@ -39,7 +39,7 @@ mod tiles;
 
 pub use backward::AttentionBackward;
 pub use probs::AttentionProbs;
-pub use relative::RelativeBias;
+pub use relative::BucketedBias;
 
 use rayon::prelude::*;
 
@@ -122,9 +122,9 @@ pub enum BiasKind {
     None,
     /// One input: the bias f32 `[H, Lq, Lk]`.
     Dense,
-    /// Two inputs: the table f32 `[buckets, H]` and the bucket of each offset or pair ([`RelativeBias`]),
+    /// Two inputs: the table f32 `[buckets, H]` and the bucket of each offset or pair ([`BucketedBias`]),
     /// the table trained or constant.
-    Relative {
+    Bucketed {
         trained: bool,
     },
 }
@@ -134,7 +134,7 @@ impl BiasKind {
         match self {
             Self::None => 0,
             Self::Dense => 1,
-            Self::Relative { .. } => 2,
+            Self::Bucketed { .. } => 2,
         }
     }
 
@@ -143,8 +143,8 @@ impl BiasKind {
         match self {
             Self::None => 0,
             Self::Dense => 1,
-            Self::Relative { trained: true } => 2,
-            Self::Relative { trained: false } => 3,
+            Self::Bucketed { trained: true } => 2,
+            Self::Bucketed { trained: false } => 3,
         }
     }
 }
@@ -171,8 +171,9 @@ pub enum AttentionBias {
     /// it; TUPE's lengths are bounded by its learned position table's `max_len`, so that is
     /// bounded too.
     Dense(TensorId),
-    /// T5's relative bias, looked up inside the kernels: memory linear in L.
-    Relative(RelativeBias),
+    /// A table read by bucket inside the kernels (T5's relative bias, ALiBi's distances): memory
+    /// linear in L.
+    Bucketed(BucketedBias),
 }
 
 /// The options of [`Graph::attention`]: `AttentionOpts::new(scale)`, then what the attention
@@ -292,7 +293,7 @@ impl Attention {
         let n = self.bias.inputs();
         Slots {
             bias: (n >= 1).then_some(first),
-            buckets: matches!(self.bias, BiasKind::Relative { .. }).then_some(first + 1),
+            buckets: matches!(self.bias, BiasKind::Bucketed { .. }).then_some(first + 1),
             mask: self.has_key_mask.then_some(first + n),
             seed: self
                 .dropout
@@ -319,11 +320,11 @@ impl Attention {
             dh: s[3],
             // The table `[buckets, H]` is the first optional input.
             buckets: match self.bias {
-                BiasKind::Relative { .. } => inputs[first].shape[0],
+                BiasKind::Bucketed { .. } => inputs[first].shape[0],
                 _ => 0,
             },
             pair_buckets: match self.bias {
-                BiasKind::Relative { .. } => inputs[first + 1].rank() == 2,
+                BiasKind::Bucketed { .. } => inputs[first + 1].rank() == 2,
                 _ => false,
             },
         }
@@ -356,7 +357,7 @@ impl Attention {
         let slots = self.slots(first);
         let listed = |inputs: &[&TensorMeta]| {
             let bias = match self.bias {
-                BiasKind::Relative { .. } => "table",
+                BiasKind::Bucketed { .. } => "table",
                 _ => "bias",
             };
             let named = [("q", Some(0)), ("k", Some(1)), ("v", with_v.then_some(2))]
@@ -420,7 +421,7 @@ impl Attention {
                     );
                 }
             }
-            BiasKind::Relative { .. } => relative::check(inputs[first], inputs[first + 1], h, lq, lk)
+            BiasKind::Bucketed { .. } => relative::check(inputs[first], inputs[first + 1], h, lq, lk)
                 .or_else(|e| shape_err(op, format!("{e}; got {}", listed(inputs))))?,
         }
         if let Some(i) = slots.mask
@@ -523,11 +524,11 @@ impl Op for Attention {
         match self.bias {
             BiasKind::None => {}
             BiasKind::Dense => result.push(Some(grads[3])),
-            BiasKind::Relative { trained: true } => {
+            BiasKind::Bucketed { trained: true } => {
                 // The bucket ids are integers: no gradient.
                 result.extend([Some(relative::table_gradient(g, grads[3])?), None]);
             }
-            BiasKind::Relative { trained: false } => result.extend([None, None]),
+            BiasKind::Bucketed { trained: false } => result.extend([None, None]),
         }
         // The key mask and the seed are integers: no gradient.
         result.extend(std::iter::repeat_n(
@@ -546,7 +547,7 @@ impl AttentionOpts {
             bias: match self.bias {
                 None => BiasKind::None,
                 Some(AttentionBias::Dense(_)) => BiasKind::Dense,
-                Some(AttentionBias::Relative(bias)) => BiasKind::Relative {
+                Some(AttentionBias::Bucketed(bias)) => BiasKind::Bucketed {
                     trained: bias.trained,
                 },
             },
@@ -559,7 +560,7 @@ impl AttentionOpts {
         let bias = match self.bias {
             None => vec![],
             Some(AttentionBias::Dense(bias)) => vec![bias],
-            Some(AttentionBias::Relative(r)) => vec![r.table, r.buckets],
+            Some(AttentionBias::Bucketed(r)) => vec![r.table, r.buckets],
         };
         let seed = self.dropout.map(|(seed, _)| seed);
         bias.into_iter().chain(self.key_mask).chain(seed).collect()

@@ -25,7 +25,7 @@ use crate::tensor::{DType, TensorMeta};
 
 /// T5's relative bias as the attention op reads it (see the module doc).
 #[derive(Clone, Copy, Debug)]
-pub struct RelativeBias {
+pub struct BucketedBias {
     /// f32 `[buckets, H]`: each head's bias for each bucket.
     pub table: TensorId,
     /// i32 `[Lq + Lk − 1]`: entry `j − i + Lq − 1` is the bucket of query i and key j (of the

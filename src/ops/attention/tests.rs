@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use super::{AttentionBackward, AttentionBias, AttentionOpts, RelativeBias};
+use super::{AttentionBackward, AttentionBias, AttentionOpts, BucketedBias};
 use crate::backend::Backend;
 use crate::exec::Executor;
 use crate::graph::Op;
@@ -25,14 +25,14 @@ enum Bias {
     Dense,
     /// The parameter `table` `[buckets, H]` and the input `buckets` `[Lq + Lk − 1]` (or
     /// `[Lq, Lk]`, `per_pair`) with these values.
-    Relative {
+    Bucketed {
         buckets: usize,
         ids: Vec<i32>,
         per_pair: bool,
     },
     /// ALiBi: the input `table` `[2L − 1, H]` (`alibi_table`, no gradient) and the identity
     /// `buckets`.
-    Alibi,
+    PerOffset,
 }
 
 /// One attention problem: q, k, v (and the bias's table) are parameters, the key mask (and the
@@ -106,7 +106,7 @@ impl Case {
     fn relative(self, buckets: usize, max_distance: usize) -> Self {
         let ids = buckets_by_offset(self.shape[2], !self.causal, buckets, max_distance);
         Self {
-            bias: Bias::Relative {
+            bias: Bias::Bucketed {
                 buckets,
                 ids,
                 per_pair: false,
@@ -118,7 +118,7 @@ impl Case {
     /// ALiBi's constant bias (square problems only: a table row per offset of one length).
     fn alibi(self) -> Self {
         Self {
-            bias: Bias::Alibi,
+            bias: Bias::PerOffset,
             ..self
         }
     }
@@ -128,7 +128,7 @@ impl Case {
     fn scrambled(self, buckets: usize) -> Self {
         let ids = random_ints(self.shape[2] + self.lk() - 1, buckets as i32, 5);
         Self {
-            bias: Bias::Relative {
+            bias: Bias::Bucketed {
                 buckets,
                 ids,
                 per_pair: false,
@@ -142,7 +142,7 @@ impl Case {
     fn per_pair(self, buckets: usize) -> Self {
         let ids = random_ints(self.shape[2] * self.lk(), buckets as i32, 7);
         Self {
-            bias: Bias::Relative {
+            bias: Bias::Bucketed {
                 buckets,
                 ids,
                 per_pair: true,
@@ -154,7 +154,7 @@ impl Case {
     /// The same relative bias given per pair instead of per offset: entry (i, j) is the bucket of
     /// offset j − i.
     fn given_per_pair(self) -> Self {
-        let Bias::Relative {
+        let Bias::Bucketed {
             buckets,
             ids,
             per_pair: false,
@@ -165,7 +165,7 @@ impl Case {
         let (lq, lk) = (self.shape[2], self.lk());
         let ids = (0..lq * lk).map(|t| ids[t % lk + lq - 1 - t / lk]).collect();
         Self {
-            bias: Bias::Relative {
+            bias: Bias::Bucketed {
                 buckets: *buckets,
                 ids,
                 per_pair: true,
@@ -203,7 +203,7 @@ impl Case {
         let bias = match &self.bias {
             Bias::None => None,
             Bias::Dense => Some(AttentionBias::Dense(param(g, "bias", &[h, lq, lk]))),
-            Bias::Relative {
+            Bias::Bucketed {
                 buckets,
                 ids,
                 per_pair,
@@ -216,20 +216,20 @@ impl Case {
                 };
                 let (buckets, feed) = int_input(g, "buckets", &shape, ids.clone());
                 feeds.push(feed);
-                Some(AttentionBias::Relative(RelativeBias {
+                Some(AttentionBias::Bucketed(BucketedBias {
                     table,
                     buckets,
                     trained: true,
                 }))
             }
-            Bias::Alibi => {
+            Bias::PerOffset => {
                 let table = g.input("table", TensorMeta::f32(&[2 * lq - 1, h]));
                 let values = alibi_table(lq, h, !self.causal, 0.0);
                 feeds.push((table, Feed::F32(values)));
                 let ids = (0..2 * lq as i32 - 1).collect();
                 let (buckets, feed) = int_input(g, "buckets", &[2 * lq - 1], ids);
                 feeds.push(feed);
-                Some(AttentionBias::Relative(RelativeBias {
+                Some(AttentionBias::Bucketed(BucketedBias {
                     table,
                     buckets,
                     trained: false,
@@ -575,7 +575,7 @@ fn bad_shapes_name_the_op_and_every_shape() {
         "{err}"
     );
     // L = 5 needs 9 buckets, one per offset −4..=4.
-    let relative = plain.with_bias(AttentionBias::Relative(RelativeBias {
+    let relative = plain.with_bias(AttentionBias::Bucketed(BucketedBias {
         table,
         buckets,
         trained: true,

@@ -73,7 +73,7 @@ fn relative_bias_matches_the_dense_bias_of_its_table() {
         Case::new([2, 2, 23, 8]).causal().relative(8, 12),
     ];
     for case in cases {
-        let Bias::Relative { buckets, ids, .. } = case.bias.clone() else {
+        let Bias::Bucketed { buckets, ids, .. } = case.bias.clone() else {
             unreachable!("relative cases")
         };
         let relative = case.attention();
