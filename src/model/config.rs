@@ -377,7 +377,7 @@ impl From<Block> for BlockSpec {
 /// another field would surprise, and `none` keeps earlier configs and checkpoints meaning what
 /// they meant. Set `sqrt_d` with an additive fixed table (`sinusoidal`): that table has
 /// amplitude 1, so GPT-2's N(0, 0.02) embeddings are drowned by it after the first layer norm and
-/// the model barely learns which token is where (see the copy-task tests in `tests/model.rs`).
+/// the model barely learns which token is where (see the copy-task tests in `tests/suite/model.rs`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EmbedScale {

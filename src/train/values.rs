@@ -1,7 +1,7 @@
 //! A checkpoint's values on one batch, read out: its logits, its loss and the gradient of every
 //! parameter, with the positions a randomized model read. What a port of posflow's models to
 //! another framework is checked against (`posflow forward`; `python/tests` checks the PyTorch
-//! package with it), and what `tests/model_reference.rs` compares with PyTorch's values.
+//! package with it), and what `tests/suite/model_reference.rs` compares with PyTorch's values.
 //!
 //! The batch is the checkpoint's own (`reference_batch` in its training state, as
 //! `tests/tools/reference_checkpoints.rs` stores it) or a safetensors file of i32 tensors: `tokens`

@@ -24,7 +24,7 @@ source positions.
     python3 model_reference.py generate [DIR]
         writes the checkpoints of tests/tools/reference_checkpoints.rs to DIR (default: models/ beside
         this script) with cargo, then `<name>.expected.safetensors` beside each: `logits`, `loss`
-        and `grad/<param>` (float32) on the batch stored in the checkpoint. tests/model_reference.rs
+        and `grad/<param>` (float32) on the batch stored in the checkpoint. tests/suite/model_reference.rs
         compares posflow's values with these. The same in two steps:
             cargo run --example reference_checkpoints -- tests/reference/models
             python3 tests/reference/model_reference.py expect tests/reference/models/*.safetensors

@@ -1,14 +1,11 @@
 //! Files and flags from someone else, through the `posflow` binary: a checkpoint never chooses a
 //! path posflow reads or writes, absurd sizes are refused at once naming the field, every flag at
 //! 0 is a usage error, NaN weights and escape sequences are caught. Each row of the README's
-//! bad-input table has its test here or in tests/cli.rs.
+//! bad-input table has its test here or in tests/suite/cli.rs.
 
-#[path = "common/binary.rs"]
-mod binary;
-#[path = "common/rewrite.rs"]
-mod rewrite;
-#[path = "common/scratch.rs"]
-mod scratch_dir;
+use crate::common::binary;
+use crate::common::rewrite;
+use crate::common::scratch as scratch_dir;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -17,7 +17,7 @@ use posflow::model::{
 use posflow::params::ParamStore;
 use posflow::train::Trainer;
 
-mod common;
+use crate::common;
 use common::moby_run;
 use posflow::model::Sinusoidal;
 use posflow::model::Tokens;

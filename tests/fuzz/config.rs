@@ -6,7 +6,7 @@
 //! field, its key. `POSFLOW_FUZZ_MUTANTS` sets the mutants per family (default below); run with
 //! `--nocapture` to see the counts.
 
-mod fuzz;
+use crate::mutants as fuzz;
 
 use std::path::Path;
 use std::rc::Rc;

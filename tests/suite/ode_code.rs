@@ -2,14 +2,11 @@
 //! histories, learned RK2 coefficients) and the dropout sites their code has (attention
 //! probabilities, FFN activations): parameters, the configs' refusals, and dropout drawn per
 //! seed at each site. Fidelity against the authors' loop is
-//! `tests/model_reference.rs`'s `*_code_*` cases (`tests/reference/authors_ode.py`).
+//! `tests/suite/model_reference.rs`'s `*_code_*` cases (`tests/reference/authors_ode.py`).
 
-#[path = "common/binary.rs"]
-mod binary;
-#[path = "common/models.rs"]
-mod models;
-#[path = "common/scratch.rs"]
-mod scratch_dir;
+use crate::common::binary;
+use crate::common::models;
+use crate::common::scratch as scratch_dir;
 
 use std::path::Path;
 

@@ -1,8 +1,5 @@
-//! The small models and position encodings the model test files share (included with `#[path]`
-//! by tests/model.rs, tests/model_training.rs, tests/ode_code.rs and tests/tupe_code.rs).
-
-// Each including file uses part of this.
-#![allow(dead_code)]
+//! The small models and position encodings the model test files share (model.rs,
+//! model_training.rs, ode_code.rs, random_positions.rs and tupe_code.rs).
 
 use std::rc::Rc;
 

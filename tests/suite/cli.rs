@@ -1,9 +1,7 @@
 //! The `posflow` binary as a user runs it: commands, the global --device flag, errors.
 
-#[path = "common/binary.rs"]
-mod binary;
-#[path = "common/scratch.rs"]
-mod scratch_dir;
+use crate::common::binary;
+use crate::common::scratch as scratch_dir;
 
 use binary::posflow_in;
 use scratch_dir::scratch;

@@ -4,8 +4,7 @@
 //! encodings in the checkpoint for that (run state, `state.*`); a tampered or unknown run-state
 //! tensor is refused, and an export drops it.
 
-#[path = "common/rewrite.rs"]
-mod rewrite;
+use crate::common::rewrite;
 
 use std::collections::BTreeMap;
 use std::rc::Rc;

@@ -1,10 +1,8 @@
 //! Masked-LM pretraining and classifier fine-tuning as a user runs them: the shipped configs on
 //! the CPU and the GPU (lavapipe in CI), the loss on hidden tokens only, and the refusals.
 
-#[path = "common/binary.rs"]
-mod binary;
-#[path = "common/scratch.rs"]
-mod scratch_dir;
+use crate::common::binary;
+use crate::common::scratch as scratch_dir;
 
 use std::path::Path;
 use std::process::Output;

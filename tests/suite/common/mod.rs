@@ -1,4 +1,10 @@
-//! What several test files share: a small Moby Dick run.
+//! What several test files share: running the binary, small models, editing safetensors files,
+//! scratch directories, and a small Moby Dick run.
+
+pub mod binary;
+pub mod models;
+pub mod rewrite;
+pub mod scratch;
 
 use posflow::train::RunConfig;
 

@@ -9,8 +9,8 @@
 //! it. `POSFLOW_FUZZ_MUTANTS` sets the mutants per family (default below); run with
 //! `--nocapture` to see the counts.
 
-mod fuzz;
-mod safetensors_edits;
+use crate::mutants as fuzz;
+use crate::safetensors_edits;
 
 use std::rc::Rc;
 

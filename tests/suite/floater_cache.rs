@@ -15,7 +15,7 @@ use posflow::model::{
 use posflow::params::ParamStore;
 use posflow::train::{RunConfig, Trainer};
 
-mod common;
+use crate::common;
 
 fn cpu() -> Rc<dyn Backend> {
     Rc::new(CpuBackend::new())

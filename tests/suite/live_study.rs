@@ -2,8 +2,7 @@
 //! study run by `posflow study`'s runner: the same runs give the same numbers bit for bit on the
 //! CPU backend, and the same verdicts.
 
-#[path = "common/scratch.rs"]
-mod scratch_dir;
+use crate::common::scratch as scratch_dir;
 
 use std::rc::Rc;
 use std::time::Instant;

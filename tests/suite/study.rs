@@ -1,10 +1,8 @@
 //! `posflow study` as a user runs it: a tiny copy-task study to the end (report, JSON, pictures),
 //! a study killed after its first run and started again, and bad studies refused before training.
 
-#[path = "common/binary.rs"]
-mod binary;
-#[path = "common/scratch.rs"]
-mod scratch_dir;
+use crate::common::binary;
+use crate::common::scratch as scratch_dir;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

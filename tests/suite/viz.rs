@@ -2,10 +2,8 @@
 //! completions), its errors, and its pictures (`posflow viz --export`).
 #![cfg(feature = "viz")]
 
-#[path = "common/binary.rs"]
-mod binary;
-#[path = "common/scratch.rs"]
-mod scratch_dir;
+use crate::common::binary;
+use crate::common::scratch as scratch_dir;
 
 use binary::posflow_in;
 use scratch_dir::scratch;

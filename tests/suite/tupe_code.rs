@@ -1,15 +1,12 @@
 //! TUPE as its authors ran it and the paper's baselines around it: the code form's parameters
 //! (`form = "code"`), the post-LN backbone (`norm = "post"`), BERT-R (`learned_absolute`), the
 //! word-temperature control (`word_scale`), and the shipped configs trained and evaluated as a
-//! user runs them. Fidelity against the authors' encoder is `tests/model_reference.rs`'s
+//! user runs them. Fidelity against the authors' encoder is `tests/suite/model_reference.rs`'s
 //! `mlm_code_*` cases (`tests/reference/authors_tupe.py`).
 
-#[path = "common/binary.rs"]
-mod binary;
-#[path = "common/models.rs"]
-mod models;
-#[path = "common/scratch.rs"]
-mod scratch_dir;
+use crate::common::binary;
+use crate::common::models;
+use crate::common::scratch as scratch_dir;
 
 use std::path::Path;
 

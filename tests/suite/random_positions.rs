@@ -3,8 +3,7 @@
 //! positions drawn from a larger range the GPU computes what the CPU does; every run draws its own
 //! positions from a seed; and the config refuses what cannot work, naming why.
 
-#[path = "common/models.rs"]
-mod models;
+use crate::common::models;
 
 use std::rc::Rc;
 

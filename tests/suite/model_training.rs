@@ -1,8 +1,7 @@
 //! Training the Transformer of `posflow::model` on small tasks: the copy task with each position
 //! encoding and with Runge-Kutta blocks, and a majority vote read from an encoder's [CLS].
 
-#[path = "common/models.rs"]
-mod models;
+use crate::common::models;
 
 use models::*;
 use posflow::Graph;

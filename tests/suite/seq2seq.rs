@@ -3,10 +3,8 @@
 //! the pair vocabulary; `posflow train` and `posflow translate` run it as a user does, and bad
 //! input (an empty source, an unknown character, a malformed pairs file) is a clear error.
 
-#[path = "common/binary.rs"]
-mod binary;
-#[path = "common/scratch.rs"]
-mod scratch_dir;
+use crate::common::binary;
+use crate::common::scratch as scratch_dir;
 
 use std::rc::Rc;
 

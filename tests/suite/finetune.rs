@@ -11,7 +11,7 @@ use posflow::model::Model;
 use posflow::params::ParamStore;
 use posflow::train::{FineTune, FineTuneSettings, RunConfig, Trainer};
 
-mod common;
+use crate::common;
 
 fn cpu() -> Rc<dyn Backend> {
     Rc::new(CpuBackend::new())

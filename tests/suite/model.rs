@@ -1,8 +1,7 @@
 //! The Transformer of `posflow::model`: shapes, parameter names, causality, key masking, length
-//! limits, GPU-vs-CPU agreement and dropout. Training on small tasks is tests/model_training.rs.
+//! limits, GPU-vs-CPU agreement and dropout. Training on small tasks is tests/suite/model_training.rs.
 
-#[path = "common/models.rs"]
-mod models;
+use crate::common::models;
 
 use std::rc::Rc;
 

@@ -2,10 +2,8 @@
 //! seeds) trained frame by frame to its verdicts, equal to `posflow study`'s runner on the study
 //! file the tab writes; bad settings refused with the reason in the tab; Stop keeps what finished.
 
-#[path = "common/binary.rs"]
-mod binary;
-#[path = "common/scratch.rs"]
-mod scratch_dir;
+use crate::common::binary;
+use crate::common::scratch as scratch_dir;
 
 use std::rc::Rc;
 

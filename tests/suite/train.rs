@@ -3,8 +3,7 @@
 //! diverging run stops with a clear error and leaves the last checkpoint intact, and bad run
 //! configs are explained.
 
-#[path = "common/scratch.rs"]
-mod scratch_dir;
+use crate::common::scratch as scratch_dir;
 
 use posflow::model::GraphOptions;
 

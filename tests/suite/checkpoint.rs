@@ -2,10 +2,8 @@
 //! error for every bad file with the model left untouched, and saves that never destroy the
 //! previous checkpoint. `tests/reference/read_checkpoint.py` opens the round trip's file in PyTorch.
 
-#[path = "common/rewrite.rs"]
-mod rewrite;
-#[path = "common/scratch.rs"]
-mod scratch_dir;
+use crate::common::rewrite;
+use crate::common::scratch as scratch_dir;
 
 use rewrite::rewritten;
 use scratch_dir::scratch;
