@@ -2,7 +2,7 @@
 //! encodings (FLOATER), untied positional attention (TUPE) and Runge-Kutta blocks (ODE
 //! Transformer), natively on any GPU or on the CPU, and in the browser.
 //!
-//! The floors, bottom up, each importing only those below it: [`kernel`] (how a CPU reference
+//! The floors, bottom up, each importing only those below it: `kernel` (how a CPU reference
 //! sees tensors and how GPU work is described) → [`graph`] (a static graph of [`graph::Op`]s,
 //! autodiff) → [`backend`] (CPU and wgpu) → [`params`] → [`exec`] (planner, executor) → [`ops`]
 //! (shape rules, CPU references, GPU dispatches, gradients; [`ode`] is their numeric library) →
@@ -36,6 +36,9 @@
 //! ```
 
 pub mod backend;
+// Internals that the binary, the benchmarks and the page reach, hidden from the library's docs:
+// the benchmarks, the kernels' descriptions and sources, and the memory accounting.
+#[doc(hidden)]
 pub mod bench;
 pub mod checkpoint;
 pub mod data;
@@ -43,7 +46,9 @@ pub mod error;
 pub mod exec;
 pub mod graph;
 pub mod inference;
+#[doc(hidden)]
 pub mod kernel;
+#[doc(hidden)]
 pub mod memory;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod mlp;
@@ -58,6 +63,7 @@ mod product;
 #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
 pub use product::page_threads;
 pub mod score;
+#[doc(hidden)]
 pub mod shaders;
 pub mod study;
 pub mod tensor;
