@@ -34,9 +34,20 @@ TRAINED = "1-10"
 # (a task with one answer symbol per example scores 32 tokens a batch, so it takes more batches), whether
 # Delétang et al. report a standard Transformer solving it (>= 90% past training), their best
 # standard Transformer score (their Table 2, the max over 5 encodings, 10 seeds and 3 learning rates;
-# None where our notes have no number), and whether it also runs learned and TUPE-A.
+# None where our notes have no number), whether it also runs learned and TUPE-A, and whether its
+# claims rest on every length (`every_length`: EVERY_LENGTH's evaluation, fixed 2026-12-07 before
+# its runs; bucket_sort's re-run is studies/pending/chomsky_bucket_sort.toml until it is done).
+
+# The evaluation a claim about a band needs: every input length 2-100, 512 sequences each at the
+# final evaluation (the papers' count: 16 batches of 32), one batch each during training.
+EVERY_LENGTH = dict(eval_lengths=list(range(2, 101)), eval_batches=1, final_eval_batches=16)
+EVERY_LENGTH_TEXT = (
+    "Its evaluation (fixed 2026-12-07, before its runs): every input length 2-100, so that each "
+    "band holds every length in it, with 512 sequences per length at the final evaluation (the "
+    "papers' count; 32 per length at the evaluations during training)."
+)
 TASKS = {
-    "even_pairs": dict(level="regular", classes=2, steps=1500, eval_batches=8, solved=True, published=None, tables=True),
+    "even_pairs": dict(level="regular", classes=2, steps=1500, eval_batches=8, solved=True, published=None, tables=True, every_length=True),
     "cycle_navigation": dict(level="regular", classes=5, steps=1500, eval_batches=8, solved=False, published=None, tables=False),
     "stack_manipulation": dict(level="deterministic context-free", classes=3, steps=4000, split=True, eval_batches=2, solved=False, published=57.5, tables=False),
     "reverse_string": dict(level="deterministic context-free", classes=2, steps=4000, split=True, eval_batches=2, solved=False, published=62.3, tables=False),
@@ -200,8 +211,9 @@ def study(task, spec, gpu=None, part=None):
         tupe_text="; TUPE-A against the learned table" if spec["tables"] else "",
     )
     fields["protocol"] = (GPU_PROTOCOL if gpu else CPU_PROTOCOL).format(**fields)
+    every = spec.get("every_length") and not gpu
     lines = []
-    for paragraph in HEADER:
+    for paragraph in HEADER + ([EVERY_LENGTH_TEXT] if every else []):
         if lines:
             lines.append("#")
         lines += textwrap.wrap(paragraph.format(**fields), 96, initial_indent="# ", subsequent_indent="# ")
@@ -240,9 +252,9 @@ def study(task, spec, gpu=None, part=None):
         "weight_decay = 0.0",
         "clip_grad_norm = 1.0",
         f"eval_every = {steps // 3}",
-        f"eval_lengths = {value(EVAL_LENGTHS)}",
-        f"eval_batches = {spec['eval_batches']}",
-    ]
+        f"eval_lengths = {value(EVERY_LENGTH['eval_lengths'] if every else EVAL_LENGTHS)}",
+        f"eval_batches = {EVERY_LENGTH['eval_batches'] if every else spec['eval_batches']}",
+    ] + ([f"final_eval_batches = {EVERY_LENGTH['final_eval_batches']}"] if every else [])
     chosen = variants(spec["tables"], part)
     names = {v[0] for v in chosen}
     if part == "main":
@@ -311,10 +323,19 @@ HORIZON_HEADER = [
 ]
 
 
+# A horizon study whose task's own study was run again with EVERY_LENGTH's evaluation keeps the
+# evaluation both had when it ran.
+HORIZON_RERUN_TEXT = (
+    "chomsky_{task}.toml has since been run again with every input length 2-100 evaluated (its "
+    "evaluation alone changed); this file keeps the evaluation both had when it ran, so its runs "
+    "are no longer that file's."
+)
+
+
 def horizon_study(task, spec):
     """chomsky_<task>_floater_horizon.toml: the task's base, the randomized variants the claims
     compare with, and randomized FLOATER at HORIZON_DELTA."""
-    base = study(task, spec, part="main" if spec.get("split") else None)
+    base = study(task, dict(spec, every_length=False), part="main" if spec.get("split") else None)
     base = base[base.index("[study]"):base.index("[[variant]]")].rstrip() + "\n"
     base = base.replace(f'name = "chomsky_{task}"', f'name = "chomsky_{task}_floater_horizon"', 1)
     base = re.sub(
@@ -326,7 +347,8 @@ def horizon_study(task, spec):
     fields = dict(task=task, level=spec["level"], range=RANGE, last=RANGE - 1,
                   far_t=f"{(RANGE - 1) * 0.01:.2f}", delta=HORIZON_DELTA, past=PAST)
     lines = []
-    for paragraph in HORIZON_HEADER:
+    rerun = [HORIZON_RERUN_TEXT] if spec.get("every_length") else []
+    for paragraph in HORIZON_HEADER + rerun:
         if lines:
             lines.append("#")
         lines += textwrap.wrap(paragraph.format(**fields), 96, initial_indent="# ", subsequent_indent="# ")
