@@ -30,7 +30,7 @@ impl EncodingCache {
             Positions::contiguous(len),
             EncodingSource::Solve,
         )?;
-        let Some(encodings) = terms.encodings else {
+        let Some(encodings) = terms.inputs.encodings else {
             return Ok(None);
         };
         Ok(Some(Self {

@@ -15,9 +15,10 @@
 //! same parameters, its layer norms after each residual add).
 
 use super::config::{Activation, Block, Coefficients, ModelConfig, Norm, RkStage};
+use super::posenc::AttentionTerms;
 use crate::error::Result;
 use crate::graph::{Graph, Init, TensorId};
-use crate::ops::attention::{AttentionBias, AttentionOpts};
+use crate::ops::attention::AttentionOpts;
 
 /// Layer normalisation's epsilon (PyTorch's default).
 pub const LN_EPS: f32 = 1e-5;
@@ -32,9 +33,9 @@ pub(super) struct BlockInputs {
     /// Each position attends only to itself and earlier ones (the causal LM, a decoder).
     pub causal: bool,
     pub key_mask: Option<TensorId>,
-    /// Added to every layer's attention logits.
-    pub attention_bias: Option<AttentionBias>,
-    /// The factor on q·k.
+    /// What position adds inside every block's attention (its `scale` is `attention_scale`'s).
+    pub attention: AttentionTerms,
+    /// The factor on q·k: the encoding's, or the config's `word_scale`.
     pub attention_scale: f32,
     /// The step's seed and each site's drop probability, in training graphs of a model with
     /// dropout.
@@ -43,11 +44,6 @@ pub(super) struct BlockInputs {
     pub rk_stage: RkStage,
     /// The stack's dropout salts start here, so that no two stacks of a graph share a mask.
     pub salt_base: u32,
-    /// `[L, 3D]` per block: its q|k|v biases (FLOATER's compatible form), in place of the
-    /// projection's static bias; empty when none.
-    pub qkv_bias: Vec<TensorId>,
-    /// RoPE's `[L, Dh]` table: the self-attention's queries and keys are turned by it.
-    pub rope: Option<TensorId>,
     /// Probed graphs ([`super::GraphOptions::probed`]): each block also outputs its attention
     /// probabilities ([`BlockOutput::attention_probs`]).
     pub probed: bool,
@@ -258,7 +254,7 @@ impl BlockParams {
             c,
             &format!("{prefix}.attn.qkv"),
             3 * d,
-            !shared.qkv_bias.is_empty(),
+            !shared.attention.qkv_bias.is_empty(),
         )?;
         let out = attention_out(g, c, &format!("{prefix}.attn.out"), out_init)?;
         let cross = match &shared.cross {
@@ -572,13 +568,13 @@ fn self_attention(
     salt: u32,
 ) -> Result<Attended> {
     let mut qkv = p.qkv.apply(g, x)?;
-    if let Some(&bias) = shared.qkv_bias.get(p.layer) {
+    if let Some(&bias) = shared.attention.qkv_bias.get(p.layer) {
         qkv = g.add(qkv, bias)?;
     }
     let [mut q, mut k, v] = g.split_heads(qkv, 3, c.heads)?[..] else {
         unreachable!("split_heads returns one tensor per part")
     };
-    if let Some(table) = shared.rope {
+    if let Some(table) = shared.attention.rope {
         q = g.rope(q, table)?;
         k = g.rope(k, table)?;
     }
@@ -588,7 +584,7 @@ fn self_attention(
     };
     let opts = AttentionOpts::new(shared.attention_scale)
         .causal(shared.causal)
-        .with_bias(shared.attention_bias)
+        .with_bias(shared.attention.bias)
         .with_key_mask(shared.key_mask);
     let opts = probability_dropout(opts, shared, salt + site_offset(shared.layers, ATTENTION_SITES))?;
     let probs = probed.then(|| g.attention_probs(q, all_k, opts)).transpose()?;
@@ -718,12 +714,10 @@ mod tests {
                 cache: Vec::new(),
                 causal: true,
                 key_mask: None,
-                attention_bias: None,
+                attention: AttentionTerms::default(),
                 attention_scale: 1.0 / (c.head_dim() as f32).sqrt(),
                 dropout: None,
                 rk_stage: RkStage::SubBlock,
-                qkv_bias: Vec::new(),
-                rope: None,
                 probed: false,
             };
             Built {

@@ -9,7 +9,6 @@ use super::history::LayerHistory;
 use super::posenc::PositionTerms;
 use crate::error::Result;
 use crate::graph::{Graph, TensorId};
-use crate::ops::attention::AttentionBias;
 
 /// What one stack is: its blocks, which way it attends, and what it reads besides its input and
 /// its position terms.
@@ -65,17 +64,11 @@ impl Stack {
             layers: self.layers,
             causal: self.causal,
             key_mask: self.key_mask,
-            // At most one is set: TUPE's dense term, or a relative bias (T5's, ALiBi's).
-            attention_bias: positions
-                .attention_bias
-                .map(AttentionBias::Dense)
-                .or(positions.relative_bias.map(AttentionBias::Bucketed)),
-            attention_scale: c.attention_scale(positions.attention_scale),
+            attention: positions.attention.clone(),
+            attention_scale: c.attention_scale(positions.attention.scale),
             dropout: self.dropout,
             rk_stage: c.rk_stage,
             salt_base: self.salt_base,
-            qkv_bias: positions.qkv_bias.clone(),
-            rope: positions.rope,
             probed: self.probed,
             cross: self.cross,
             cache: self.cache,

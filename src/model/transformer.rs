@@ -296,7 +296,7 @@ impl GraphShape for Tokens {
                 .iter()
                 .any(|node| node.inputs.contains(&sampled.input))
                 .then_some(sampled.input),
-            pair_offsets: positions.pair_offsets,
+            pair_offsets: positions.inputs.pair_offsets,
             drawn: Cell::new(false),
         });
         Ok(ModelGraph {
@@ -309,8 +309,8 @@ impl GraphShape for Tokens {
             loss,
             kind: c.kind,
             vocab: c.vocab,
-            constants: positions.constants,
-            encodings: positions.encodings,
+            constants: positions.inputs.constants,
+            encodings: positions.inputs.encodings,
             encodings_source: options.encodings(),
             dropout_seed: dropout.map(|d| d.seed),
             attention_probs,

@@ -140,11 +140,18 @@ fn wanted_terms(terms: &PositionTerms, side: &str, wanted: &mut Vec<Wanted>) {
             });
         }
     }
-    wanted.extend(terms.qkv_bias.iter().enumerate().map(|(i, &tensor)| Wanted {
-        label: format!("{side}block {i}:"),
-        tensor,
-        parts: &["q bias", "k bias", "v bias"],
-    }));
+    wanted.extend(
+        terms
+            .attention
+            .qkv_bias
+            .iter()
+            .enumerate()
+            .map(|(i, &tensor)| Wanted {
+                label: format!("{side}block {i}:"),
+                tensor,
+                parts: &["q bias", "k bias", "v bias"],
+            }),
+    );
 }
 
 /// Builds the model's position terms alone for `len` positions, runs it, and reads every term it adds to
@@ -160,7 +167,7 @@ async fn computed(saved: &SavedModel, len: usize) -> Result<Vec<EncodingMap>> {
     )?;
     let mut wanted = Vec::new();
     wanted_terms(&terms, "", &mut wanted);
-    read_maps(saved, &g, &terms.constants, wanted, len).await
+    read_maps(saved, &g, &terms.inputs.constants, wanted, len).await
 }
 
 /// A seq2seq model's position terms on both sides for `len` positions: the encoder's (source
@@ -185,6 +192,7 @@ async fn computed_both_sides(saved: &SavedModel, len: usize) -> Result<Vec<Encod
     wanted_terms(&decoder_terms, "decoder: ", &mut wanted);
     wanted.extend(
         decoder_terms
+            .attention
             .cross_q_bias
             .iter()
             .enumerate()
@@ -199,8 +207,8 @@ async fn computed_both_sides(saved: &SavedModel, len: usize) -> Result<Vec<Encod
         tensor,
         parts: &["k bias", "v bias"],
     }));
-    let mut constants = encoder_terms.constants;
-    constants.extend(decoder_terms.constants);
+    let mut constants = encoder_terms.inputs.constants;
+    constants.extend(decoder_terms.inputs.constants);
     read_maps(saved, &g, &constants, wanted, len).await
 }
 

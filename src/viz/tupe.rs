@@ -11,6 +11,7 @@ use crate::exec::Executor;
 use crate::graph::Graph;
 use crate::inference::SavedModel;
 use crate::model::posenc::{Constant, Encoding, EncodingSource, Positions, TupeA, TupeForm};
+use crate::ops::attention::AttentionBias;
 
 /// θ1 and θ2 `[H]` (names from `model/mod.rs`'s parameter table).
 const CLS_TO_OTHERS: &str = "posenc.tupe.cls_to_others";
@@ -90,11 +91,11 @@ async fn absolute_term(
             EncodingSource::Solve,
         )
     })?;
-    let bias = terms
-        .attention_bias
-        .ok_or_else(|| Error::Graph("TUPE-A built no attention bias".into()))?;
+    let Some(AttentionBias::Dense(bias)) = terms.attention.bias else {
+        return Err(Error::Graph("TUPE-A built no attention bias".into()));
+    };
     let exec = Executor::new(&g, &[bias], &saved.params)?;
-    for (t, values) in &terms.constants {
+    for (t, values) in &terms.inputs.constants {
         match values {
             Constant::F32(v) => exec.set_f32(*t, v)?,
             Constant::I32(v) => exec.set_i32(*t, v)?,

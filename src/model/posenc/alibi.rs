@@ -19,13 +19,13 @@ use serde::{Deserialize, Serialize};
 
 use super::encoding::is_default;
 use super::encoding::{
-    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, Preset,
-    Presets,
+    AttentionTerms, Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts,
+    PositionTerms, Preset, Presets, TermInputs,
 };
 use super::positions::Positions;
 use crate::error::Result;
 use crate::graph::Graph;
-use crate::ops::attention::BucketedBias;
+use crate::ops::attention::{AttentionBias, BucketedBias};
 use crate::tensor::TensorMeta;
 
 /// The slopes follow from the number of heads; an encoder may count keys on the left nearer.
@@ -77,7 +77,7 @@ impl Encoding for Alibi {
             TABLE_INPUT,
             TensorMeta::f32(&[(2 * extent).saturating_sub(1), dims.heads]),
         );
-        let mut terms = PositionTerms {
+        let mut inputs = TermInputs {
             constants: vec![(
                 table,
                 Constant::F32(alibi_table(
@@ -87,16 +87,20 @@ impl Encoding for Alibi {
                     self.left_offset,
                 )),
             )],
-            ..PositionTerms::default()
+            ..TermInputs::default()
         };
         let reach = extent as i64 - 1;
         let ids = at.offset_buckets(g, OFFSETS_INPUT, |offset| (offset + reach) as i32, false);
-        terms.relative_bias = Some(BucketedBias {
+        let bias = BucketedBias {
             table,
-            buckets: terms.read(ids),
+            buckets: inputs.read(ids),
             trained: false,
-        });
-        Ok(terms)
+        };
+        Ok(PositionTerms {
+            attention: AttentionTerms::biased(AttentionBias::Bucketed(bias)),
+            inputs,
+            ..PositionTerms::default()
+        })
     }
 
     fn describe(&self, dims: ModelDims, _: bool, len: usize) -> Description {

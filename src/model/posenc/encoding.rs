@@ -6,7 +6,7 @@
 use super::positions::{OffsetInput, OffsetValues, PairOffsets, Positions};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, TensorId};
-use crate::ops::attention::BucketedBias;
+use crate::ops::attention::AttentionBias;
 
 /// The sizes of the model an encoding is built for: all it reads of a model config
 /// ([`crate::model::ModelConfig::dims`]).
@@ -57,28 +57,56 @@ pub enum EncodingSource {
     Input,
 }
 
-/// The position terms of one graph: what the model adds where. An encoding fills the fields it
-/// has; the stack builder reads them all.
+/// The position terms of one graph, grouped by where each enters the model: the residual stream
+/// (at the input, at each block's input), every block's attention ([`AttentionTerms`], which a
+/// block reads whole), and the graph inputs they are read from ([`TermInputs`]). An encoding fills
+/// what it has; a new kind of term extends one group.
 #[derive(Clone, Debug, Default)]
 pub struct PositionTerms {
     /// `[L, d_model]`, added to the token embeddings (broadcast over the batch).
     pub at_input: Option<TensorId>,
     /// `[L, d_model]` per block, added to the input of block i; empty when none.
     pub at_block: Vec<TensorId>,
+    /// What every block's attention reads.
+    pub attention: AttentionTerms,
+    /// The graph inputs the terms are read from, and how each is written.
+    pub inputs: TermInputs,
+}
+
+/// What position adds inside attention, for every block alike (the per-block lists indexed by
+/// block): a bias on the logits, their scale, a rotation of queries and keys, and biases on the
+/// projections.
+#[derive(Clone, Debug, Default)]
+pub struct AttentionTerms {
+    /// Added to every layer's attention logits: TUPE's dense `[heads, L, L]` term (its length
+    /// bounded by its table's `max_len`), or a table read by bucket inside the kernels (T5's
+    /// trained one, ALiBi's fixed one), so that no `[heads, L, L]` tensor exists at any length.
+    pub bias: Option<AttentionBias>,
+    /// The factor on q·k when it is not the usual `1/√Dh` (TUPE: `1/√(2·Dh)`).
+    pub scale: Option<f32>,
+    /// RoPE: the `[L, Dh]` table ([`crate::ops::rope::rope_table`]) every layer's queries and
+    /// keys are turned by.
+    pub rope: Option<TensorId>,
     /// `[L, 3·d_model]` per block, added to its q|k|v projection (FLOATER's compatible form).
     pub qkv_bias: Vec<TensorId>,
     /// `[L, d_model]` per decoder block, added to its cross-attention's q projection (FLOATER's
     /// compatible form in a seq2seq decoder); empty elsewhere.
     pub cross_q_bias: Vec<TensorId>,
-    /// `[heads, L, L]`, added to every layer's attention logits (shared by the batch): TUPE's
-    /// positional term, whose length is bounded by its table's `max_len`.
-    pub attention_bias: Option<TensorId>,
-    /// A relative bias (T5's trained table, ALiBi's fixed one), added to every layer's attention
-    /// logits inside the attention kernels, so that no `[heads, L, L]` tensor exists at any
-    /// length.
-    pub relative_bias: Option<BucketedBias>,
-    /// The attention op's factor on q·k when it is not the usual `1/√Dh` (TUPE: `1/√(2·Dh)`).
-    pub attention_scale: Option<f32>,
+}
+
+impl AttentionTerms {
+    /// A bias on the logits, nothing else.
+    pub fn biased(bias: AttentionBias) -> Self {
+        Self {
+            bias: Some(bias),
+            ..Self::default()
+        }
+    }
+}
+
+/// The graph inputs position terms are read from, and how each is written.
+#[derive(Clone, Debug, Default)]
+pub struct TermInputs {
     /// Constant inputs and their values, written before each run.
     pub constants: Vec<(TensorId, Constant)>,
     /// Randomized positions: the inputs that hold a value per pair's offset, written each time
@@ -87,12 +115,9 @@ pub struct PositionTerms {
     /// FLOATER: every block's encodings in one tensor ([`super::encodings_shape`]), solved by the
     /// graph or its input ([`EncodingSource`]).
     pub encodings: Option<TensorId>,
-    /// RoPE: the `[L, Dh]` table ([`crate::ops::rope::rope_table`]) every layer's queries and
-    /// keys are turned by.
-    pub rope: Option<TensorId>,
 }
 
-impl PositionTerms {
+impl TermInputs {
     /// Records how `offsets`' input is written and returns it.
     pub fn read(&mut self, offsets: OffsetInput) -> TensorId {
         let input = offsets.input;

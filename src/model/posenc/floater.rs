@@ -71,8 +71,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::encoding::{
-    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, Preset,
-    Presets, is_default,
+    AttentionTerms, Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts,
+    PositionTerms, Preset, Presets, TermInputs, is_default,
 };
 use super::positions::Positions;
 use super::sinusoidal::{self, SinusoidLayout, Sinusoidal};
@@ -270,9 +270,15 @@ impl Encoding for FloaterConfig {
                 let terms = build_bias(g, self, at, d, layers, source)?;
                 Ok(PositionTerms {
                     at_input: Some(at.rows(g, table)?),
-                    qkv_bias: terms.per_block,
-                    encodings: Some(terms.encodings),
-                    constants: vec![(table, Constant::F32(values))],
+                    attention: AttentionTerms {
+                        qkv_bias: terms.per_block,
+                        ..AttentionTerms::default()
+                    },
+                    inputs: TermInputs {
+                        constants: vec![(table, Constant::F32(values))],
+                        encodings: Some(terms.encodings),
+                        ..TermInputs::default()
+                    },
                     ..PositionTerms::default()
                 })
             }
@@ -302,7 +308,7 @@ impl Encoding for FloaterConfig {
     }
 
     /// The flow is solved once for every position ([`Encoding::decoder_terms`]); the step reads its
-    /// row t as the input [`PositionTerms::encodings`] `[1, rows, D]`.
+    /// row t as the input [`TermInputs::encodings`] `[1, rows, D]`.
     fn step_terms(&self, g: &mut Graph, dims: ModelDims, t: usize) -> Result<PositionTerms> {
         let (d, layers) = (dims.d_model, dims.layers);
         match self.form {
@@ -380,7 +386,10 @@ impl FloaterConfig {
     /// model's input.
     fn additive(&self, terms: FloaterTerms) -> PositionTerms {
         let mut positions = PositionTerms {
-            encodings: Some(terms.encodings),
+            inputs: TermInputs {
+                encodings: Some(terms.encodings),
+                ..TermInputs::default()
+            },
             ..PositionTerms::default()
         };
         if self.every_block {
@@ -412,10 +421,16 @@ impl FloaterConfig {
         }
         Ok(PositionTerms {
             at_input: Some(table),
-            qkv_bias,
-            cross_q_bias,
-            encodings: Some(encodings),
-            constants: vec![(table, Constant::F32(values))],
+            attention: AttentionTerms {
+                qkv_bias,
+                cross_q_bias,
+                ..AttentionTerms::default()
+            },
+            inputs: TermInputs {
+                constants: vec![(table, Constant::F32(values))],
+                encodings: Some(encodings),
+                ..TermInputs::default()
+            },
             ..PositionTerms::default()
         })
     }

@@ -29,8 +29,8 @@ mod tupe;
 pub use alibi::{Alibi, alibi_slopes, alibi_table};
 pub(crate) use encoding::is_default;
 pub use encoding::{
-    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, Preset,
-    Presets,
+    AttentionTerms, Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts,
+    PositionTerms, Preset, Presets, TermInputs,
 };
 pub use floater::{
     ENCODINGS_INPUT, FloaterConfig, FloaterForm, GradientMethod, Nonlinearity, QKV_INITIAL_NAME,
@@ -53,6 +53,7 @@ pub use tupe::{TupeA, TupeForm, TupeR};
 mod tests {
     use super::*;
     use crate::graph::Graph;
+    use crate::ops::attention::AttentionBias;
 
     /// d_model 8, 2 heads, 1 layer, a table of 4.
     fn dims(bidirectional: bool) -> ModelDims {
@@ -88,12 +89,16 @@ mod tests {
                 )
                 .unwrap();
             assert!(terms.at_input.is_none() && terms.at_block.is_empty());
-            assert!(terms.attention_bias.is_none());
-            let bias = terms.relative_bias.unwrap();
+            let Some(AttentionBias::Bucketed(bias)) = terms.attention.bias else {
+                panic!("{kind:?}: {:?}", terms.attention.bias)
+            };
             assert_eq!(g.info(bias.table).meta.shape, [8, 2]);
             assert_eq!(g.info(bias.buckets).meta.shape, [11]);
-            let [(input, Constant::I32(buckets))] = terms.constants.as_slice() else {
-                panic!("{kind:?}: expected one i32 constant, got {:?}", terms.constants);
+            let [(input, Constant::I32(buckets))] = terms.inputs.constants.as_slice() else {
+                panic!(
+                    "{kind:?}: expected one i32 constant, got {:?}",
+                    terms.inputs.constants
+                );
             };
             assert_eq!(*input, bias.buckets);
             assert_eq!(buckets, &buckets_by_offset(6, bidirectional, 8, 20), "{kind:?}");
@@ -136,15 +141,18 @@ mod tests {
                 )
                 .unwrap();
             assert!(terms.at_input.is_none() && terms.at_block.is_empty());
-            assert_eq!(g.info(terms.attention_bias.unwrap()).meta.shape, [2, 4, 4]);
+            let Some(AttentionBias::Dense(bias)) = terms.attention.bias else {
+                panic!("{posenc:?}: {:?}", terms.attention.bias)
+            };
+            assert_eq!(g.info(bias).meta.shape, [2, 4, 4]);
             // d_model 8, 2 heads: Dh = 4.
-            assert_eq!(terms.attention_scale, Some(1.0 / 8f32.sqrt()), "{posenc:?}");
-            assert_eq!(terms.constants.len(), n_constants, "{posenc:?}");
+            assert_eq!(terms.attention.scale, Some(1.0 / 8f32.sqrt()), "{posenc:?}");
+            assert_eq!(terms.inputs.constants.len(), n_constants, "{posenc:?}");
             if let Some(bidirectional) = bidirectional {
-                let Some((_, Constant::I32(buckets))) = terms.constants.first() else {
+                let Some((_, Constant::I32(buckets))) = terms.inputs.constants.first() else {
                     panic!(
                         "{posenc:?}: expected the buckets first, got {:?}",
-                        terms.constants
+                        terms.inputs.constants
                     );
                 };
                 assert_eq!(buckets, &bucket_matrix(4, bidirectional, 8, 20), "{posenc:?}");
@@ -242,9 +250,14 @@ mod tests {
             )
             .unwrap();
         let table = terms.at_input.unwrap();
-        let values = terms.constants.iter().find(|(t, _)| *t == table).map(|(_, c)| c);
+        let values = terms
+            .inputs
+            .constants
+            .iter()
+            .find(|(t, _)| *t == table)
+            .map(|(_, c)| c);
         let Some(Constant::F32(values)) = values else {
-            panic!("{:?}", terms.constants)
+            panic!("{:?}", terms.inputs.constants)
         };
         assert_eq!(values, &fairseq_table(5, 8));
         let facts = |d_model| ModelFacts {

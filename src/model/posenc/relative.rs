@@ -14,14 +14,14 @@
 use serde::{Deserialize, Serialize};
 
 use super::encoding::{
-    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, Preset,
-    Presets, is_default,
+    AttentionTerms, Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts,
+    PositionTerms, Preset, Presets, TermInputs, is_default,
 };
 use super::learned;
 use super::positions::{OffsetInput, OffsetValues, Positions, check_rows};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, TensorId};
-use crate::ops::attention::BucketedBias;
+use crate::ops::attention::{AttentionBias, BucketedBias};
 use crate::tensor::TensorMeta;
 
 pub const PARAM_NAME: &str = "posenc.relative.weight";
@@ -115,8 +115,11 @@ impl Relative {
         };
         Ok(PositionTerms {
             at_input,
-            relative_bias: Some(bias),
-            constants: vec![(bias.buckets, Constant::I32(values))],
+            attention: AttentionTerms::biased(AttentionBias::Bucketed(bias)),
+            inputs: TermInputs {
+                constants: vec![(bias.buckets, Constant::I32(values))],
+                ..TermInputs::default()
+            },
             ..PositionTerms::default()
         })
     }
@@ -151,21 +154,24 @@ impl Encoding for Relative {
         _: EncodingSource,
     ) -> Result<PositionTerms> {
         let (bidirectional, buckets, max_distance) = (dims.bidirectional, self.buckets, self.max_distance);
-        let mut terms = PositionTerms {
-            at_input: self
-                .learned_absolute
-                .then(|| learned::build(g, at, dims.max_len, dims.d_model))
-                .transpose()?,
-            ..PositionTerms::default()
-        };
+        let at_input = self
+            .learned_absolute
+            .then(|| learned::build(g, at, dims.max_len, dims.d_model))
+            .transpose()?;
         let bucket = |offset| relative_bucket(offset, bidirectional, buckets, max_distance);
         let ids = at.offset_buckets(g, INPUT_NAME, bucket, false);
-        terms.relative_bias = Some(BucketedBias {
+        let mut inputs = TermInputs::default();
+        let bias = BucketedBias {
             table: table(g, dims.heads, buckets)?,
-            buckets: terms.read(ids),
+            buckets: inputs.read(ids),
             trained: true,
-        });
-        Ok(terms)
+        };
+        Ok(PositionTerms {
+            at_input,
+            attention: AttentionTerms::biased(AttentionBias::Bucketed(bias)),
+            inputs,
+            ..PositionTerms::default()
+        })
     }
 
     fn step_terms(&self, g: &mut Graph, dims: ModelDims, t: usize) -> Result<PositionTerms> {

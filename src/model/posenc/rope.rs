@@ -6,8 +6,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::encoding::{
-    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, Preset,
-    Presets,
+    AttentionTerms, Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts,
+    PositionTerms, Preset, Presets, TermInputs,
 };
 use super::positions::Positions;
 use crate::error::Result;
@@ -75,8 +75,14 @@ impl Encoding for Rope {
         let (extent, dh) = (at.extent(), dims.head_dim());
         let table = g.input(INPUT_NAME, TensorMeta::f32(&[extent, dh]));
         Ok(PositionTerms {
-            rope: Some(at.rows(g, table)?),
-            constants: vec![(table, Constant::F32(rope_table(extent, dh, self.base)))],
+            attention: AttentionTerms {
+                rope: Some(at.rows(g, table)?),
+                ..AttentionTerms::default()
+            },
+            inputs: TermInputs {
+                constants: vec![(table, Constant::F32(rope_table(extent, dh, self.base)))],
+                ..TermInputs::default()
+            },
             ..PositionTerms::default()
         })
     }

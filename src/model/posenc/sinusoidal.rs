@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::encoding::{
     Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, Preset,
-    Presets, is_default,
+    Presets, TermInputs, is_default,
 };
 use super::positions::Positions;
 use crate::error::Result;
@@ -81,7 +81,10 @@ impl Sinusoidal {
     /// settings add them; the table input holds `values`.
     fn placed(&self, table: TensorId, values: Vec<f32>, rows: TensorId, layers: usize) -> PositionTerms {
         let mut terms = PositionTerms {
-            constants: vec![(table, Constant::F32(values))],
+            inputs: TermInputs {
+                constants: vec![(table, Constant::F32(values))],
+                ..TermInputs::default()
+            },
             ..PositionTerms::default()
         };
         if self.every_block {

@@ -63,14 +63,15 @@
 use serde::{Deserialize, Serialize};
 
 use super::encoding::{
-    Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts, PositionTerms, Preset,
-    Presets, is_default,
+    AttentionTerms, Constant, Description, Drawn, Encoding, EncodingSource, ModelDims, ModelFacts,
+    PositionTerms, Preset, Presets, TermInputs, is_default,
 };
 use super::positions::{Positions, check_rows};
 use super::relative::{self, t5_buckets, t5_max_distance};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, TensorId};
 use crate::model::LN_EPS;
+use crate::ops::attention::AttentionBias;
 use crate::tensor::TensorMeta;
 
 /// The position table `[max_len, D]` (the code form: `[max_len + 1, D]`).
@@ -167,10 +168,16 @@ fn tupe_terms(
         untie_cls,
         form,
     };
-    let (bias, mut terms) = tupe.build(g)?;
-    terms.attention_bias = Some(bias);
-    terms.attention_scale = Some(tupe.scale());
-    Ok(terms)
+    let (bias, inputs) = tupe.build(g)?;
+    Ok(PositionTerms {
+        attention: AttentionTerms {
+            bias: Some(AttentionBias::Dense(bias)),
+            scale: Some(tupe.scale()),
+            ..AttentionTerms::default()
+        },
+        inputs,
+        ..PositionTerms::default()
+    })
 }
 
 /// TUPE's terms for the query at `t`: row t of the `[H, t + 1, t + 1]` term of the first t + 1
@@ -183,8 +190,8 @@ fn tupe_step(
     settings: (bool, TupeForm),
 ) -> Result<PositionTerms> {
     let mut terms = tupe_terms(g, dims, Positions::contiguous(t + 1), relative, settings)?;
-    if let Some(square) = terms.attention_bias {
-        terms.attention_bias = Some(g.slice(square, 1, t, t + 1)?);
+    if let Some(AttentionBias::Dense(square)) = terms.attention.bias {
+        terms.attention.bias = Some(AttentionBias::Dense(g.slice(square, 1, t, t + 1)?));
     }
     Ok(terms)
 }
@@ -328,8 +335,8 @@ impl Tupe {
         1.0 / (2.0 * (self.d_model / self.heads) as f32).sqrt()
     }
 
-    /// The `[H, L, L]` position-only attention bias, and the terms holding the inputs it reads.
-    pub fn build(&self, g: &mut Graph) -> Result<(TensorId, PositionTerms)> {
+    /// The `[H, L, L]` position-only attention bias, and the inputs it reads.
+    pub fn build(&self, g: &mut Graph) -> Result<(TensorId, TermInputs)> {
         let (at, d) = (self.at, self.d_model);
         let len = at.len;
         if at.extent() > self.max_len {
@@ -375,7 +382,7 @@ impl Tupe {
         );
         let correlation = g.matmul_t(q, k, false, true)?;
         let correlation = g.scale(correlation, self.scale())?;
-        let mut terms = PositionTerms::default();
+        let mut terms = TermInputs::default();
         let mut term = if with_row0 {
             let positions = g.slice(correlation, 1, 1, rows)?;
             let positions = g.slice(positions, 2, 1, rows)?;

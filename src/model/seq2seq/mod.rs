@@ -274,7 +274,7 @@ impl GraphShape for Pairs {
                 cross: Some(CrossInputs {
                     keys_values: memory,
                     key_mask: source_mask,
-                    q_bias: positions.cross_q_bias.clone(),
+                    q_bias: positions.attention.cross_q_bias.clone(),
                 }),
                 cache: Vec::new(),
             };
@@ -287,8 +287,8 @@ impl GraphShape for Pairs {
         let loss = g.cross_entropy(logits, targets, IGNORE_INDEX)?;
         g.name(loss, "loss");
 
-        let mut constants = encoded.positions.constants;
-        constants.extend(decoder_positions.constants);
+        let mut constants = encoded.positions.inputs.constants;
+        constants.extend(decoder_positions.inputs.constants);
         Ok(Seq2SeqGraph {
             batch,
             source_len,

@@ -99,7 +99,7 @@ impl GraphShape for Sources {
             source: encoded.source,
             source_mask: encoded.source_mask,
             keys_values,
-            constants: encoded.positions.constants,
+            constants: encoded.positions.inputs.constants,
         })
     }
 }
@@ -120,7 +120,7 @@ impl GraphShape for DecoderFlow {
         let c = model.config();
         let sides = Sides::of(c)?;
         let terms = g.with_param_prefix("decoder.", |g| c.posenc.decoder_terms(g, sides.decoder, len))?;
-        Ok(terms.encodings)
+        Ok(terms.inputs.encodings)
     }
 }
 
@@ -195,7 +195,7 @@ impl GraphShape for DecodingStep {
                 cross: Some(CrossInputs {
                     keys_values: memory.clone(),
                     key_mask: source_mask,
-                    q_bias: positions.cross_q_bias.clone(),
+                    q_bias: positions.attention.cross_q_bias.clone(),
                 }),
                 cache: cache.clone(),
             };
@@ -213,8 +213,8 @@ impl GraphShape for DecodingStep {
             cache,
             logits,
             keys_values: blocks.into_iter().map(|b| b.keys_values).collect(),
-            encodings: positions.encodings,
-            constants: positions.constants,
+            encodings: positions.inputs.encodings,
+            constants: positions.inputs.constants,
         })
     }
 }
