@@ -17,6 +17,7 @@
 mod alibi;
 mod encoding;
 mod floater;
+mod floater_choices;
 mod learned;
 mod none;
 mod positions;
