@@ -235,7 +235,7 @@ pub trait Encoding {
 
     /// One incremental decoding step's terms: the decoder's, for its one query at position `t`
     /// over the keys 0..=t. Everything is the step graph's own but FLOATER's flow, solved once
-    /// for every position and read as the input [`PositionTerms::encodings`].
+    /// for every position and read as the input [`TermInputs::encodings`].
     fn step_terms(&self, _g: &mut Graph, _dims: ModelDims, _t: usize) -> Result<PositionTerms> {
         Err(Error::Input(format!(
             "{} is for the causal LM and the encoder so far; a seq2seq decoder cannot have it yet",
