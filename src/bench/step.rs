@@ -41,7 +41,7 @@ impl Default for TrainBench {
                 dropout: 0.0,
                 max_len: 128,
                 kind: ModelKind::CausalLm { tied_head: true },
-                posenc: encoding(r#"type = "learned""#),
+                posenc: PosEnc::from_inline_toml(r#"{ type = "learned" }"#).expect("a valid setting"),
                 embed_scale: EmbedScale::None,
                 block: Block::Residual,
                 ..ModelConfig::default()
@@ -120,20 +120,20 @@ pub fn train_variants() -> Vec<&'static str> {
     presets().map(|p| p.name).chain(OTHER_VARIANTS).collect()
 }
 
-/// An encoding as a config writes it (the registry reads it, so the bench names none itself).
-fn encoding(toml_table: &str) -> PosEnc {
-    toml::from_str(toml_table).expect("the bench's encodings are valid settings")
-}
-
 impl TrainBench {
     /// The step of `shape` with one thing changed, by name (see [`train_variants`]).
     pub fn variant(shape: TrainShape, name: &str) -> Result<Self> {
         let mut bench = shape.bench();
         let m = &mut bench.model;
         match name {
-            "floater_every_step" => m.posenc = encoding(r#"type = "floater""#),
-            "floater_backprop" => m.posenc = encoding("type = \"floater\"\ngradient = \"backprop\""),
-            "floater_additive" => m.posenc = encoding("type = \"floater\"\nform = \"additive\""),
+            // As a config writes them: the registry reads them, so the bench names no encoding.
+            "floater_every_step" => m.posenc = PosEnc::from_inline_toml(r#"{ type = "floater" }"#)?,
+            "floater_backprop" => {
+                m.posenc = PosEnc::from_inline_toml(r#"{ type = "floater", gradient = "backprop" }"#)?
+            }
+            "floater_additive" => {
+                m.posenc = PosEnc::from_inline_toml(r#"{ type = "floater", form = "additive" }"#)?
+            }
             "rk2" => m.block = Block::Rk2 { gamma: [0.5, 0.5] },
             "rk2_gated" => m.block = Block::Rk2Gated,
             "rk4" => m.block = Block::Rk4,

@@ -12,7 +12,7 @@ use plotters::prelude::*;
 use super::claims::Metric;
 use super::figure::{Drawn, FONT, compact_svg, seeds};
 use super::plot_steps::length_by_step;
-use super::results::RunResult;
+use super::results::{RunResult, finite_mean};
 use super::spec::{Study, Variant};
 use super::spread::Spread;
 use super::summary::{StudySummary, bin_start};
@@ -144,12 +144,7 @@ fn smoothed(losses: &[f32], window: usize) -> Vec<Option<f64>> {
     (0..losses.len())
         .map(|i| {
             let from = (i + 1).saturating_sub(window);
-            let seen: Vec<f64> = losses[from..=i]
-                .iter()
-                .filter(|l| l.is_finite())
-                .map(|&l| l as f64)
-                .collect();
-            (!seen.is_empty()).then(|| seen.iter().sum::<f64>() / seen.len() as f64)
+            finite_mean(&losses[from..=i])
         })
         .collect()
 }

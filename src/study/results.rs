@@ -20,6 +20,16 @@ fn is_every_step(window: &usize) -> bool {
     *window == 1
 }
 
+/// The mean of the finite values of `losses` (a step without a loss is NaN), if there are any.
+pub(super) fn finite_mean(losses: &[f32]) -> Option<f64> {
+    let finite: Vec<f64> = losses
+        .iter()
+        .filter(|l| l.is_finite())
+        .map(|&l| l as f64)
+        .collect();
+    (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64)
+}
+
 /// Loss and accuracy of one length bin at one evaluation, and a seq2seq model's decoding scores.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BinValue {
@@ -136,18 +146,7 @@ impl RunResult {
         );
         self.train_loss
             .chunks(window / self.train_loss_window)
-            .map(|chunk| {
-                let finite: Vec<f64> = chunk
-                    .iter()
-                    .filter(|l| l.is_finite())
-                    .map(|&l| l as f64)
-                    .collect();
-                if finite.is_empty() {
-                    f32::NAN
-                } else {
-                    (finite.iter().sum::<f64>() / finite.len() as f64) as f32
-                }
-            })
+            .map(|chunk| finite_mean(chunk).map_or(f32::NAN, |mean| mean as f32))
             .collect()
     }
 

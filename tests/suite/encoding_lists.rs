@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use posflow::checkpoint::Checkpoint;
 use posflow::model::posenc::{TYPES, preset};
 
 fn read(path: &str) -> String {
@@ -38,13 +39,10 @@ fn the_pytorch_port_has_every_encoding_and_no_other() {
     assert_eq!(port, registry());
 }
 
-/// The `posenc` type of the config in a safetensors file's metadata.
+/// The `posenc` type of a checkpoint's model config.
 fn posenc_type(path: &Path) -> String {
-    let bytes = std::fs::read(path).unwrap();
-    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
-    let config: serde_json::Value =
-        serde_json::from_str(header["__metadata__"]["config"].as_str().unwrap()).unwrap();
+    let metadata = Checkpoint::read_metadata(path).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&metadata.config).unwrap();
     config["posenc"]["type"].as_str().unwrap().to_string()
 }
 

@@ -7,18 +7,16 @@
 #   bash tests/tools/throwaway_encoding.sh     (CI runs it; CARGO_TARGET_DIR is shared)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+root=$(pwd)
 copy=$(mktemp -d)
 trap 'rm -rf "$copy"' EXIT
 git ls-files -z | xargs -0 cp --parents -t "$copy"
 cp tests/tools/throwaway_encoding.rs "$copy/src/model/posenc/ramp.rs"
 cd "$copy"
-cp src/model/posenc/mod.rs /tmp/posflow-posenc-mod.rs.orig
-cp src/model/posenc/registry.rs /tmp/posflow-registry.rs.orig
 sed -i 's/^mod none;$/mod none;\nmod ramp;/' src/model/posenc/mod.rs
 sed -i 's|^    Alibi = "alibi" => alibi::Alibi,$|&\n    Ramp = "ramp" => super::ramp::Ramp,|' src/model/posenc/registry.rs
 echo "the tree's changes besides the new file:"
-diff /tmp/posflow-posenc-mod.rs.orig src/model/posenc/mod.rs || true
-diff /tmp/posflow-registry.rs.orig src/model/posenc/registry.rs || true
-rm -f /tmp/posflow-posenc-mod.rs.orig /tmp/posflow-registry.rs.orig
+diff "$root/src/model/posenc/mod.rs" src/model/posenc/mod.rs || true
+diff "$root/src/model/posenc/registry.rs" src/model/posenc/registry.rs || true
 [ "$(grep -c 'Ramp = "ramp"' src/model/posenc/registry.rs)" = 1 ] || { echo "the registry line was not added" >&2; exit 1; }
 cargo test --lib --quiet -- posenc:: model::seq2seq:: inference::decode_tests bench:: 2>&1 | tail -5

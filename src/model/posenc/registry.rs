@@ -253,13 +253,9 @@ mod tests {
         }
         for p in &all {
             for encoder in [false, true] {
-                let toml = format!("posenc = {}", p.posenc_for(encoder));
-                #[derive(serde::Deserialize)]
-                struct Line {
-                    posenc: PosEnc,
-                }
-                let line: Line = toml::from_str(&toml).unwrap_or_else(|e| panic!("{}: {e}", p.name));
-                let tag = serde_json::to_value(line.posenc).unwrap()["type"].clone();
+                let posenc = PosEnc::from_inline_toml(p.posenc_for(encoder))
+                    .unwrap_or_else(|e| panic!("{}: {e}", p.name));
+                let tag = serde_json::to_value(posenc).unwrap()["type"].clone();
                 assert!(p.posenc.contains(&format!("type = {tag}")), "{}: {tag}", p.name);
             }
             assert_eq!(preset(p.name), Some(*p), "{} is not unique", p.name);
