@@ -12,7 +12,7 @@ fn table(backend: &Rc<dyn Backend>, sizes: &[usize]) {
     println!("{:>6}  {:>12}  {:>9}", "size", "ms/matmul", "GFLOP/s");
     for &size in sizes {
         // About a second of work per size at a few GFLOP/s, and at least three runs.
-        let repeats = (4e9 / (2.0 * (size as f64).powi(3))).clamp(3.0, 50.0) as usize;
+        let repeats = (4e9 / (2.0 * (size as f64 * size as f64 * size as f64))).clamp(3.0, 50.0) as usize;
         match bench::matmul(backend, &[size], repeats) {
             Ok(rows) => {
                 for r in rows {

@@ -35,6 +35,7 @@
 //! # }
 //! ```
 
+pub mod arithmetic;
 pub mod backend;
 // Internals that the binary, the benchmarks and the page reach, hidden from the library's docs:
 // the benchmarks, the kernels' descriptions and sources, and the memory accounting.
@@ -48,6 +49,7 @@ pub mod graph;
 pub mod inference;
 #[doc(hidden)]
 pub mod kernel;
+mod math;
 #[doc(hidden)]
 pub mod memory;
 #[cfg(not(target_arch = "wasm32"))]

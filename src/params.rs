@@ -10,6 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::backend::{Backend, BackendKind, Buffer, f32_words, words_f32};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, Source};
+use crate::math;
 use crate::memory::check_host_fits;
 use crate::tensor::TensorMeta;
 
@@ -138,7 +139,7 @@ fn initial_values(init: Init, n: usize, seed: u64, name: &str) -> Vec<f32> {
 fn standard_normal(rng: &mut ChaCha8Rng) -> f32 {
     let u1 = 1.0 - rng.random::<f64>();
     let u2 = rng.random::<f64>();
-    ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+    ((-2.0 * math::ln(u1)).sqrt() * math::cos(std::f64::consts::TAU * u2)) as f32
 }
 
 /// A stable hash of a parameter's name (std's hasher may change between releases).

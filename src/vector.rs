@@ -24,7 +24,7 @@ macro_rules! vectorised_fn {
                     // SAFETY: the CPU has AVX-512F, the only feature `avx512` is compiled for.
                     return unsafe { avx512($($arg),*) };
                 }
-                if std::arch::is_x86_feature_detected!("avx2") {
+                if $crate::vector::wide_allowed() && std::arch::is_x86_feature_detected!("avx2") {
                     // SAFETY: the CPU has AVX2, the only feature `avx2` is compiled for.
                     return unsafe { avx2($($arg),*) };
                 }
@@ -42,10 +42,20 @@ pub(crate) use vectorised_fn;
 pub(crate) fn avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        cfg!(feature = "avx512") && std::arch::is_x86_feature_detected!("avx512f")
+        cfg!(feature = "avx512") && wide_allowed() && std::arch::is_x86_feature_detected!("avx512f")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         false
     }
+}
+
+/// Whether the loops may run wider than the baseline: not with `POSFLOW_BASELINE_VECTORS=1` in the
+/// environment (read once), which keeps every one at SSE2's four lanes, so that a test (or anyone)
+/// can see that the bits do not depend on the width.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn wide_allowed() -> bool {
+    static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WIDE.get_or_init(|| std::env::var("POSFLOW_BASELINE_VECTORS").as_deref() != Ok("1"))
 }

@@ -1,5 +1,7 @@
 //! The CPU backend: runs each op's reference implementation. It defines the semantics the GPU
-//! kernels are tested against, and it is what runs when the machine has no real GPU.
+//! kernels are tested against, and it is what runs when the machine has no real GPU. It computes
+//! in one [`Arithmetic`]: the machine's fastest, or the portable one that gives the same bits
+//! everywhere.
 //!
 //! With `POSFLOW_PROFILE=1` in the environment, each compiled program times every op kind and
 //! prints the totals to stderr when it is dropped.
@@ -9,16 +11,28 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use super::profile::{self, Clock, Profile};
 use super::{Backend, BackendKind, Buffer, Compiled, Program, ReadFuture};
+use crate::arithmetic::Arithmetic;
 use crate::error::{Error, Result};
 use crate::kernel::{In, Out};
 use web_time::Instant;
 
 #[derive(Debug, Default)]
-pub struct CpuBackend;
+pub struct CpuBackend {
+    arithmetic: Arithmetic,
+}
 
 impl CpuBackend {
+    /// The CPU backend in the native arithmetic.
     pub fn new() -> Self {
-        Self
+        Self::default()
+    }
+
+    pub fn with_arithmetic(arithmetic: Arithmetic) -> Self {
+        Self { arithmetic }
+    }
+
+    pub fn arithmetic(&self) -> Arithmetic {
+        self.arithmetic
     }
 
     /// Makes the calling thread worker 0 of a new rayon pool of `threads` threads (0: rayon's
@@ -58,10 +72,14 @@ impl Backend for CpuBackend {
     fn describe(&self) -> String {
         // In the page rayon has no threads ("cpu (1 threads)" even in the threaded build): its
         // CPU threads are the products' helpers, which the page reports itself, live.
+        let arithmetic = match self.arithmetic {
+            Arithmetic::Native => "",
+            Arithmetic::Portable => ", portable arithmetic",
+        };
         if cfg!(target_arch = "wasm32") {
-            return "cpu (WebAssembly)".to_string();
+            return format!("cpu (WebAssembly{arithmetic})");
         }
-        format!("cpu ({} threads)", rayon::current_num_threads())
+        format!("cpu ({} threads{arithmetic})", rayon::current_num_threads())
     }
 
     fn alloc(&self, words: usize, label: &str) -> Result<Buffer> {
@@ -109,6 +127,7 @@ impl Backend for CpuBackend {
         }
         Ok(Box::new(CpuProgram {
             program: program.clone(),
+            arithmetic: self.arithmetic,
             profile: profile::requested().then(|| RefCell::new(Profile::new(Clock::Host))),
         }))
     }
@@ -116,6 +135,7 @@ impl Backend for CpuBackend {
 
 struct CpuProgram {
     program: Program,
+    arithmetic: Arithmetic,
     profile: Option<RefCell<Profile>>,
 }
 
@@ -173,7 +193,7 @@ impl Compiled for CpuProgram {
                         data: &mut d[..b.meta.numel()],
                     })
                     .collect();
-                step.op.cpu(&inputs, &mut outputs);
+                step.op.cpu_in(self.arithmetic, &inputs, &mut outputs);
             }
             for (o, data) in step.outputs.iter().zip(out_data) {
                 *cpu_buffer(&o.buffer).write().expect("buffer lock") = data;

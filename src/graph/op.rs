@@ -5,6 +5,7 @@
 use std::fmt;
 
 use super::{Graph, TensorId};
+use crate::arithmetic::Arithmetic;
 use crate::error::{Error, Result};
 use crate::kernel::{AdapterKind, GpuKernels, In, Out};
 use crate::tensor::TensorMeta;
@@ -25,6 +26,13 @@ pub trait Op: fmt::Debug {
 
     /// The CPU reference: the semantics every GPU kernel is tested against.
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]);
+
+    /// [`Op::cpu`] in the CPU backend's arithmetic: an op with matrix products (whose order the
+    /// arithmetic sets) runs them in it; every other op's sums have one order already.
+    fn cpu_in(&self, arithmetic: Arithmetic, inputs: &[In], outputs: &mut [Out]) {
+        let _ = arithmetic;
+        self.cpu(inputs, outputs);
+    }
 
     /// The GPU dispatches that compute the same outputs.
     fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> GpuKernels;

@@ -20,6 +20,7 @@ use crate::data::{BOS, EOS, PAD};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::Graph;
+use crate::math;
 use crate::model::{DecoderFlow, DecodingStep, GraphOptions, Sources};
 use crate::model::{DecoderStep, Model, ModelKind};
 use crate::params::ParamStore;
@@ -393,7 +394,7 @@ impl Search {
                     self.finished.push(Hypothesis {
                         tokens: parent.tokens.clone(),
                         token_log_probs: log_probs,
-                        score: sum / length.powf(length_penalty),
+                        score: sum / math::powf(length, length_penalty),
                     });
                 }
             } else if next.len() < beam {
@@ -444,7 +445,7 @@ fn row_tokens(searches: &[Search], beam: usize, rows: usize) -> Vec<i32> {
 /// the first position (no empty output), everything but EOS at the last one allowed.
 fn allowed_log_probs(logits: &[f32], t: usize, max_len: usize) -> Vec<f32> {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let log_total = logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln() + max;
+    let log_total = math::ln(logits.iter().map(|&l| math::exp(l - max)).sum::<f32>()) + max;
     let last = t + 1 >= max_len;
     logits
         .iter()

@@ -4,6 +4,7 @@ use super::{DecodeOptions, Seq2SeqDecoder};
 use crate::data::{EOS, Pair, PairBatch};
 use crate::exec::Executor;
 use crate::graph::Graph;
+use crate::math;
 use crate::model::Pairs;
 use crate::model::{
     Activation, Block, EmbedScale, GraphOptions, InitScheme, Model, ModelConfig, ModelKind, Norm, PosEnc,
@@ -97,7 +98,7 @@ fn teacher_forced_log_probs(model: &Model, params: &ParamStore, source: &[i32], 
         .zip(logits.chunks(vocab))
         .map(|(&token, row)| {
             let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let log_total = row.iter().map(|&l| (l - max).exp()).sum::<f32>().ln() + max;
+            let log_total = math::ln(row.iter().map(|&l| math::exp(l - max)).sum::<f32>()) + max;
             row[token as usize] - log_total
         })
         .collect()
@@ -125,7 +126,7 @@ fn a_beam_as_wide_as_the_vocabulary_finds_the_exhaustive_search_s_best() {
             let candidates: [&[i32]; 6] = [&[a], &[b], &[a, a], &[a, b], &[b, a], &[b, b]];
             let score = |target: &[i32]| {
                 let log_probs = teacher_forced_log_probs(&model, &params, source, target);
-                log_probs.iter().sum::<f32>() / (log_probs.len() as f32).powf(length_penalty)
+                log_probs.iter().sum::<f32>() / math::powf(log_probs.len() as f32, length_penalty)
             };
             let best = candidates
                 .iter()

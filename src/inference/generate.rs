@@ -10,6 +10,7 @@ use crate::data::{BOS, CharTokenizer, EOS, IGNORE_INDEX, PAD};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::Graph;
+use crate::math;
 use crate::model::GraphOptions;
 use crate::model::Tokens;
 use crate::model::posenc::sample_positions;
@@ -151,7 +152,7 @@ impl Generator {
 /// The probabilities of `logits`, computed from their maximum so that none overflows.
 pub(super) fn softmax(logits: &[f32]) -> Vec<f32> {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let exps: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
+    let exps: Vec<f32> = logits.iter().map(|&l| math::exp(l - max)).collect();
     let total: f32 = exps.iter().sum();
     exps.iter().map(|e| e / total).collect()
 }
@@ -169,7 +170,7 @@ fn pick<R: Rng + ?Sized>(probs: &[f32], temperature: f32, rng: &mut R) -> i32 {
     }
     let weights: Vec<f64> = probs
         .iter()
-        .map(|&p| f64::from(p).powf(1.0 / f64::from(temperature)))
+        .map(|&p| math::powf(f64::from(p), 1.0 / f64::from(temperature)))
         .collect();
     let total: f64 = weights.iter().sum();
     let mut target = rng.random::<f64>() * total;

@@ -190,7 +190,7 @@ mod tests {
             .map(|&t| {
                 let x = &emb[t as usize * d..(t as usize + 1) * d];
                 let mean = x.iter().sum::<f32>() / d as f32;
-                let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / d as f32;
+                let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
                 let rstd = 1.0 / (var + LN_EPS).sqrt();
                 (0..d).map(|i| (x[i] - mean) * rstd * gain[i] + bias[i]).collect()
             })
@@ -209,9 +209,9 @@ mod tests {
                     })
                     .collect();
                 let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let total: f32 = scores.iter().map(|s| (s - max).exp()).sum();
+                let total: f32 = scores.iter().map(|s| crate::math::exp(s - max)).sum();
                 for (j, s) in scores.iter().enumerate() {
-                    out[(h * len + i) * len + j] = (s - max).exp() / total;
+                    out[(h * len + i) * len + j] = crate::math::exp(s - max) / total;
                 }
             }
         }

@@ -2,6 +2,8 @@
 
 use std::ops::Range;
 
+use crate::arithmetic::Arithmetic;
+use crate::math;
 use crate::product::{Strides, product};
 use crate::vector::vectorised_fn;
 
@@ -65,7 +67,7 @@ impl Activation {
     fn apply(self, z: f32) -> f32 {
         match self {
             Activation::Relu => z.max(0.0),
-            Activation::Tanh => z.tanh(),
+            Activation::Tanh => math::tanh(z),
         }
     }
 
@@ -152,6 +154,9 @@ pub struct FloaterDynamics {
     pub dim: usize,
     pub hidden: usize,
     pub activation: Activation,
+    /// The arithmetic of the parameters' gradient, a matrix product (the flow's own sums have one
+    /// order).
+    pub arithmetic: Arithmetic,
 }
 
 impl FloaterDynamics {
@@ -271,7 +276,7 @@ impl Dynamics for FloaterDynamics {
         };
         let (w1, b1, w2, b2) = (self.w1(), self.b1(), self.w2(), self.b2());
         for (sum, w, b) in [(second, w2, b2), (first, w1, b1)] {
-            let product = sum.product(factors, f, weights);
+            let product = sum.product(factors, f, weights, self.arithmetic);
             let n = sum.len + 2;
             for (i, row) in product.chunks_exact(n).enumerate() {
                 let weight_row = &mut dtheta[w.start + i * (n - 1)..w.start + (i + 1) * (n - 1)];
@@ -293,7 +298,7 @@ struct OuterSum {
 }
 
 impl OuterSum {
-    fn product(&self, factors: &[f32], f: usize, weights: &[f32]) -> Vec<f32> {
+    fn product(&self, factors: &[f32], f: usize, weights: &[f32], arithmetic: Arithmetic) -> Vec<f32> {
         let n = self.len + 2;
         let mut right = Vec::with_capacity(weights.len() * n);
         for (factor, &w) in factors.chunks_exact(f).zip(weights) {
@@ -305,7 +310,18 @@ impl OuterSum {
         // The left operand (i, r) = lhs[r·f + i], the right (r, j) = right[r·n + j]; `product`
         // checks that both lie inside their slices.
         let (sl, sr) = (Strides { rows: 1, cols: f }, Strides { rows: n, cols: 1 });
-        product(self.rows, n, weights.len(), lhs, sl, &right, sr, &mut out, false);
+        product(
+            self.rows,
+            n,
+            weights.len(),
+            lhs,
+            sl,
+            &right,
+            sr,
+            &mut out,
+            false,
+            arithmetic,
+        );
         out
     }
 }

@@ -2,6 +2,7 @@
 //! decreasing for the adjoint): fixed grids and dopri5 with torchdiffeq's step-size controller.
 
 use crate::error::Result;
+use crate::math;
 use crate::vector::vectorised_fn;
 
 use super::field::Field;
@@ -292,7 +293,7 @@ fn initial_step(field: &mut impl Field, tol: &Tolerance, t0: f64, dir: f64, z0: 
     let h1 = if d1 <= 1e-15 && d2 <= 1e-15 {
         (h0 * 1e-3).max(1e-6)
     } else {
-        (0.01 / d1.max(d2)).powf(1.0 / 5.0)
+        math::powf(0.01 / d1.max(d2), 1.0 / 5.0)
     };
     (100.0 * h0).min(h1)
 }
@@ -304,7 +305,7 @@ fn next_step(h: f64, error_ratio: f64) -> f64 {
         return h * 10.0;
     }
     let dfactor = if error_ratio < 1.0 { 1.0 } else { 0.2 };
-    h * (0.9 / error_ratio.powf(1.0 / 5.0)).max(dfactor).min(10.0)
+    h * (0.9 / math::powf(error_ratio, 1.0 / 5.0)).max(dfactor).min(10.0)
 }
 
 /// Adaptive Dormand-Prince 5(4) exactly as torchdiffeq steps it: steps ignore the output times

@@ -2,6 +2,7 @@
 //! against finite differences and against the adjoint, and the errors.
 
 use super::*;
+use crate::arithmetic::Arithmetic;
 use crate::testing::{assert_close, random_vec};
 
 const DIM: usize = 6;
@@ -16,6 +17,7 @@ fn floater(activation: Activation) -> FloaterDynamics {
         dim: DIM,
         hidden: DIM,
         activation,
+        arithmetic: Arithmetic::Native,
     }
 }
 
@@ -290,6 +292,7 @@ fn fused_adjoint_stage_matches_eval_and_vjp() {
             dim: d,
             hidden: k,
             activation,
+            arithmetic: Arithmetic::Native,
         };
         let raw: Vec<f32> = random_vec(dynamics.param_len(), 7)
             .iter()

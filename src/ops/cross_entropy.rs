@@ -12,6 +12,7 @@ use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, RowKernels, Vjp
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
+use crate::math;
 use crate::tensor::{DType, TensorMeta};
 
 /// Checks logits [.., V] (V > 0) against targets [..]; returns (rows, V).
@@ -43,7 +44,7 @@ fn counted(target: i32, ignore_index: i32, vocab: usize) -> Option<usize> {
 /// A row's max and sum of exp(x - max): softmax(x)_j = exp(x_j - max) / sum.
 fn row_stats(row: &[f32]) -> (f32, f32) {
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    (max, row.iter().map(|&x| (x - max).exp()).sum())
+    (max, row.iter().map(|&x| math::exp(x - max)).sum())
 }
 
 uniform! {
@@ -88,7 +89,7 @@ impl Op for CrossEntropy {
             .map(|(row, &t)| {
                 let t = counted(t, self.ignore_index, vocab)?;
                 let (max, sum) = row_stats(row);
-                let lse = sum.ln() + max;
+                let lse = math::ln(sum) + max;
                 Some((f64::from(lse - row[t]), lse))
             })
             .collect();
@@ -205,7 +206,7 @@ impl Op for CrossEntropyBackward {
                 };
                 for (j, (o, &x)) in out.iter_mut().zip(row).enumerate() {
                     let onehot = if j == t { 1.0 } else { 0.0 };
-                    *o = ((x - lse).exp() - onehot) * scale;
+                    *o = (math::exp(x - lse) - onehot) * scale;
                 }
             });
     }

@@ -13,6 +13,7 @@ use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, 
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
+use crate::math;
 use crate::tensor::{DType, TensorMeta};
 
 uniform! {
@@ -29,10 +30,10 @@ pub fn rope_table(len: usize, head_dim: usize, base: f64) -> Vec<f32> {
     let mut table = Vec::with_capacity(len * 2 * half);
     for l in 0..len {
         let angles: Vec<f64> = (0..half)
-            .map(|i| l as f64 * base.powf(-2.0 * i as f64 / head_dim as f64))
+            .map(|i| l as f64 * math::powf(base, -2.0 * i as f64 / head_dim as f64))
             .collect();
-        table.extend(angles.iter().map(|a| a.cos() as f32));
-        table.extend(angles.iter().map(|a| a.sin() as f32));
+        table.extend(angles.iter().map(|a| math::cos(*a) as f32));
+        table.extend(angles.iter().map(|a| math::sin(*a) as f32));
     }
     table
 }

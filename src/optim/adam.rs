@@ -13,6 +13,7 @@ use crate::backend::{Backend, Bound, Buffer, Step, f32_words, words_f32};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::graph::{Gradients, Graph};
+use crate::math;
 use crate::params::ParamStore;
 use crate::tensor::TensorMeta;
 
@@ -259,14 +260,14 @@ impl Optimizer {
     /// Call before each run of the training plan: advances the step count and sets the learning rate.
     pub fn prepare_step(&mut self, lr: f32) -> Result<()> {
         // The count may come from a checkpoint (`set_step`), so it may be anything: saturate
-        // rather than overflow, and clamp t to i32 rather than wrap it negative. β^t is 0 in f32
-        // long before i32::MAX, so the clamped bias corrections are the exact ones, 1.
+        // rather than overflow. β^t is 0 in f32 long before t loses precision as an f32, so the
+        // bias corrections of huge counts are the exact ones, 1.
         self.step = self.step.saturating_add(1);
-        let t = i32::try_from(self.step).unwrap_or(i32::MAX);
+        let t = self.step as f32;
         let schedule = [
             lr,
-            1.0 - self.config.beta1.powi(t),
-            1.0 - self.config.beta2.powi(t),
+            1.0 - math::powf(self.config.beta1, t),
+            1.0 - math::powf(self.config.beta2, t),
         ];
         self.backend.write(&self.schedule.buffer, f32_words(&schedule))
     }

@@ -236,69 +236,12 @@ mod lanes {
 
 #[cfg(test)]
 mod tests {
-    use super::{Strides, product};
-
-    /// The plain loop: each output its k-ordered sum of products.
-    fn plain(m: usize, n: usize, k: usize, a: &[f32], sa: Strides, b: &[f32], sb: Strides) -> Vec<f32> {
-        let mut out = vec![0.0; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                let mut sum = 0.0f32;
-                for kk in 0..k {
-                    sum += a[i * sa.rows + kk * sa.cols] * b[kk * sb.rows + j * sb.cols];
-                }
-                out[i * n + j] = sum;
-            }
-        }
-        out
-    }
-
-    fn values(len: usize, seed: f32) -> Vec<f32> {
-        (0..len).map(|i| ((i as f32 + seed) * 0.7123).sin()).collect()
-    }
-
     #[test]
     fn every_tile_and_edge_equals_the_plain_loop_bit_for_bit() {
-        // Rows past a whole tile (1-3 left), columns past a whole panel (65: the tied head's
-        // vocabulary), one column, k in three passes (600), and both operands transposed or not;
-        // the last two large enough to be shared with helper threads, in uneven tasks.
+        // Threaded products shared with the page's helper threads, in uneven tasks.
         crate::product::page_threads::tests::start_helpers();
-        for (m, n, k) in [
-            (1, 1, 1),
-            (4, 8, 3),
-            (5, 9, 17),
-            (7, 65, 32),
-            (13, 16, 1),
-            (16, 3, 40),
-            (2, 130, 64),
-            (6, 11, 600),
-            (70, 129, 300),
-            (257, 65, 40),
-        ] {
-            for (trans_a, trans_b) in [(false, false), (true, false), (false, true), (true, true)] {
-                let sa = if trans_a {
-                    Strides { rows: 1, cols: m }
-                } else {
-                    Strides { rows: k, cols: 1 }
-                };
-                let sb = if trans_b {
-                    Strides { rows: 1, cols: k }
-                } else {
-                    Strides { rows: n, cols: 1 }
-                };
-                let (a, b) = (values(m * k, 1.0), values(k * n, 2.0));
-                let expected = plain(m, n, k, &a, sa, &b, sb);
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                for threaded in [false, true] {
-                    let mut dst = vec![f32::NAN; m * n];
-                    product(m, n, k, &a, sa, &b, sb, &mut dst, threaded);
-                    assert_eq!(
-                        bits(&dst),
-                        bits(&expected),
-                        "{m}x{k}·{k}x{n}, transposed {trans_a}/{trans_b}, threaded {threaded}"
-                    );
-                }
-            }
-        }
+        crate::product::tests::check_portable_order(&|m, n, k, a, sa, b, sb, dst, threaded| {
+            super::product(m, n, k, a, sa, b, sb, dst, threaded)
+        });
     }
 }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use super::tokenize_13a;
 use crate::error::{Error, Result};
+use crate::math;
 
 /// The longest n-gram counted.
 pub const MAX_ORDER: usize = 4;
@@ -91,7 +92,7 @@ fn score(counts: [usize; MAX_ORDER], totals: [usize; MAX_ORDER], sys_len: usize,
     let bp = if sys_len >= ref_len {
         1.0
     } else if sys_len > 0 {
-        (1.0 - ref_len as f64 / sys_len as f64).exp()
+        math::exp(1.0 - ref_len as f64 / sys_len as f64)
     } else {
         0.0
     };
@@ -116,7 +117,7 @@ fn score(counts: [usize; MAX_ORDER], totals: [usize; MAX_ORDER], sys_len: usize,
     let score = if precisions.contains(&0.0) {
         0.0
     } else {
-        bp * (precisions.iter().map(|p| p.ln()).sum::<f64>() / MAX_ORDER as f64).exp()
+        bp * math::exp(precisions.iter().map(|&p| math::ln(p)).sum::<f64>() / MAX_ORDER as f64)
     };
     Bleu {
         score,
@@ -208,11 +209,11 @@ mod tests {
         // Orders 2, 3, 4 have no match: smoothed to 100/(2·6), 100/(4·5), 100/(8·4).
         let expected = [200.0 / 7.0, 100.0 / 12.0, 100.0 / 20.0, 100.0 / 32.0];
         assert_eq!(bleu.precisions, expected);
-        let geometric_mean = expected.iter().product::<f64>().powf(0.25);
+        let geometric_mean = math::powf(expected.iter().product::<f64>(), 0.25);
         assert!((bleu.score - geometric_mean).abs() < 1e-9);
         // Four of six tokens: BP = exp(1 − 6/4), every precision 100.
         let bleu = corpus_bleu(&["the cat sat on"], &[cat]).unwrap();
-        assert!((bleu.score - 100.0 * (-0.5f64).exp()).abs() < 1e-9);
+        assert!((bleu.score - 100.0 * math::exp(-0.5f64)).abs() < 1e-9);
         // An empty corpus has nothing to match.
         assert_eq!(corpus_bleu::<&str, &str>(&[], &[]).unwrap().score, 0.0);
     }

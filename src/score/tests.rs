@@ -1,6 +1,7 @@
 //! SequenceScores on hand-made sequences, every sum and ratio exact.
 
 use super::*;
+use crate::math;
 
 /// Records `hypothesis` against `reference` (one character per token) with the same strings as
 /// texts.
@@ -132,7 +133,7 @@ fn words_are_the_tokens_and_texts_go_to_bleu() {
     assert_eq!(phonemes.bleu(), expected);
     // Every n-gram of the hypotheses matches; only the brevity penalty, exp(1 − 9/8), is left.
     assert_eq!((expected.counts, expected.totals), ([8, 6, 4, 2], [8, 6, 4, 2]));
-    assert!((expected.score - 100.0 * (1.0f64 - 9.0 / 8.0).exp()).abs() < 1e-9);
+    assert!((expected.score - 100.0 * math::exp(1.0f64 - 9.0 / 8.0)).abs() < 1e-9);
 }
 
 /// Bins start at the training length: trained on words of up to 8 letters, a 9-letter word is

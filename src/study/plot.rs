@@ -17,6 +17,7 @@ use super::spec::{Study, Variant};
 use super::spread::Spread;
 use super::summary::{StudySummary, bin_start};
 use crate::error::{Error, Result};
+use crate::math;
 use crate::train::LengthUnit;
 
 /// One variant's training curve: (step, mean, min, max) over its seeds.
@@ -251,7 +252,7 @@ fn curves(path: &Path, study: &Study, title: &str, y_desc: &str, bands: &[(usize
     // Losses that fall by orders of magnitude (the copy task's) are drawn on a log axis: log10 of
     // the loss on a linear axis, labelled with the loss itself.
     let log = hi / lo > 20.0;
-    let y = |loss: f64| if log { loss.log10() } else { loss };
+    let y = |loss: f64| if log { math::log10(loss) } else { loss };
     let steps = study
         .variants
         .iter()
@@ -280,9 +281,9 @@ fn curves(path: &Path, study: &Study, title: &str, y_desc: &str, bands: &[(usize
         .y_label_area_size(64)
         .build_cartesian_2d(0f64..steps, y(lo)..y(hi))?;
     let loss_label = |v: &f64| {
-        let loss = if log { 10f64.powf(*v) } else { *v };
+        let loss = if log { math::powf(10f64, *v) } else { *v };
         // Three significant digits, however small the loss gets.
-        let decimals = (2.0 - loss.abs().log10().floor()).clamp(0.0, 8.0) as usize;
+        let decimals = (2.0 - math::log10(loss.abs()).floor()).clamp(0.0, 8.0) as usize;
         format!("{loss:.decimals$}")
     };
     let y_desc = if log {

@@ -37,7 +37,7 @@ pub fn welch(better: &[f64], worse: &[f64], lower_is_better: bool, level: f64) -
     };
     let (va, vb) = (a.variance / a.n, b.variance / b.n);
     let se = (va + vb).sqrt();
-    let df = (va + vb).powi(2) / (va * va / (a.n - 1.0) + vb * vb / (b.n - 1.0));
+    let df = (va + vb) * (va + vb) / (va * va / (a.n - 1.0) + vb * vb / (b.n - 1.0));
     Some(one_sided(estimate, se, df, level))
 }
 
@@ -73,7 +73,7 @@ impl Moments {
         }
         let n = values.len() as f64;
         let mean = values.iter().sum::<f64>() / n;
-        let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        let variance = values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / (n - 1.0);
         Some(Self { n, mean, variance })
     }
 }

@@ -25,6 +25,6 @@ impl SplitMix {
     /// A standard normal draw (Box–Muller).
     pub fn normal(&mut self) -> f64 {
         let (u, v) = (self.unit(), self.unit());
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+        (-2.0 * crate::math::ln(u)).sqrt() * crate::math::cos(std::f64::consts::TAU * v)
     }
 }

@@ -22,7 +22,7 @@ impl Spread {
         }
         let mean = values.iter().sum::<f64>() / n as f64;
         let sd = if n > 1 {
-            (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+            (values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / (n - 1) as f64).sqrt()
         } else {
             0.0
         };

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use super::data_config::{DataConfig, MAX_SEQUENCE};
 use super::{Decay, Schedule};
+use crate::arithmetic::Arithmetic;
 use crate::error::{Error, Result};
 use crate::model::{EmbedScale, ModelConfig, ModelKind};
 use crate::optim::AdamW;
@@ -121,6 +122,10 @@ pub struct TrainConfig {
     /// A text to continue after training, to show what the model learned.
     #[serde(default)]
     pub sample_prompt: Option<String>,
+    /// The CPU backend's arithmetic: `native` (the fastest here) or `portable` (the same bits on
+    /// every machine and in the page; a GPU run refuses it). Written only when portable.
+    #[serde(default, skip_serializing_if = "Arithmetic::is_native")]
+    pub arithmetic: Arithmetic,
 }
 
 fn default_decay() -> Decay {

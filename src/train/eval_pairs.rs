@@ -9,6 +9,7 @@ use crate::error::Result;
 use crate::exec::Executor;
 use crate::graph::Graph;
 use crate::inference::{DecodeOptions, Seq2SeqDecoder};
+use crate::math;
 use crate::model::Pairs;
 use crate::model::{GraphOptions, Model, Seq2SeqGraph};
 use crate::params::ParamStore;
@@ -109,7 +110,7 @@ async fn forced_totals(
             continue;
         }
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let log_total = row.iter().map(|&l| (l - max).exp()).sum::<f32>().ln() + max;
+        let log_total = math::ln(row.iter().map(|&l| math::exp(l - max)).sum::<f32>()) + max;
         totals.loss_sum += f64::from(log_total - row[target as usize]);
         totals.tokens += 1;
         let argmax = row

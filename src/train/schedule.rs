@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::math;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -59,7 +60,7 @@ impl Schedule {
             Decay::Constant => self.peak_lr,
             Decay::Linear => self.peak_lr + (floor - self.peak_lr) * progress,
             Decay::Cosine => {
-                floor + 0.5 * (self.peak_lr - floor) * (1.0 + (std::f32::consts::PI * progress).cos())
+                floor + 0.5 * (self.peak_lr - floor) * (1.0 + math::cos(std::f32::consts::PI * progress))
             }
         }
     }

@@ -25,6 +25,7 @@ use super::encoding::{
 use super::positions::Positions;
 use crate::error::Result;
 use crate::graph::Graph;
+use crate::math;
 use crate::ops::attention::{AttentionBias, BucketedBias};
 use crate::tensor::TensorMeta;
 
@@ -137,8 +138,8 @@ pub const OFFSETS_INPUT: &str = "posenc.alibi.offsets";
 /// every other slope of twice that power's, as many as are missing.
 pub fn alibi_slopes(heads: usize) -> Vec<f64> {
     fn power_of_two(n: usize) -> Vec<f64> {
-        let start = 2f64.powf(-(2f64.powf(-((n as f64).log2() - 3.0))));
-        (0..n).map(|i| start * start.powi(i as i32)).collect()
+        let start = math::powf(2f64, -(math::powf(2f64, -(math::log2(n as f64) - 3.0))));
+        (0..n).map(|i| start * math::powf(start, i as f64)).collect()
     }
     if heads.is_power_of_two() {
         return power_of_two(heads);

@@ -21,6 +21,7 @@ use super::learned;
 use super::positions::{OffsetInput, OffsetValues, Positions, check_rows};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Init, TensorId};
+use crate::math;
 use crate::ops::attention::{AttentionBias, BucketedBias};
 use crate::tensor::TensorMeta;
 
@@ -245,8 +246,8 @@ pub fn relative_bucket(relative: i64, bidirectional: bool, buckets: usize, max_d
     let bucket = if distance < max_exact {
         distance
     } else {
-        let ratio = (distance as f32 / max_exact as f32).ln()
-            / ((max_distance as f64 / max_exact as f64).ln() as f32);
+        let ratio = math::ln(distance as f32 / max_exact as f32)
+            / (math::ln(max_distance as f64 / max_exact as f64) as f32);
         let log_spaced = max_exact + (ratio * (buckets - max_exact) as f32) as i64;
         log_spaced.min(buckets - 1)
     };

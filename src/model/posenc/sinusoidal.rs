@@ -13,6 +13,7 @@ use super::encoding::{
 use super::positions::Positions;
 use crate::error::Result;
 use crate::graph::{Graph, TensorId};
+use crate::math;
 use crate::tensor::TensorMeta;
 
 /// The graph input that holds the table.
@@ -61,16 +62,16 @@ pub fn sinusoid_table(layout: SinusoidLayout, len: usize, d: usize) -> Vec<f32> 
 /// `ω_i = exp(−i·ln(10000)/(h − 1))`, each step in f32 as fairseq's `get_embedding`.
 pub fn fairseq_table(len: usize, d: usize) -> Vec<f32> {
     let half = d / 2;
-    let step = (10000f64.ln() / (half as f64 - 1.0)) as f32;
-    let frequencies: Vec<f32> = (0..half).map(|i| (i as f32 * -step).exp()).collect();
+    let step = (math::ln(10000f64) / (half as f64 - 1.0)) as f32;
+    let frequencies: Vec<f32> = (0..half).map(|i| math::exp(i as f32 * -step)).collect();
     let mut table = vec![0.0; len * d];
     for (p, row) in table.chunks_mut(d).enumerate() {
         let r = (p + FAIRSEQ_FIRST_ROW) as f32;
         let (sines, cosines) = row.split_at_mut(half);
         for ((sine, cosine), &w) in sines.iter_mut().zip(cosines).zip(&frequencies) {
             let angle = r * w;
-            *sine = angle.sin();
-            *cosine = angle.cos();
+            *sine = math::sin(angle);
+            *cosine = math::cos(angle);
         }
     }
     table
@@ -169,9 +170,9 @@ pub fn sinusoidal_table(len: usize, d: usize) -> Vec<f32> {
     let mut table = vec![0.0; len * d];
     for (p, row) in table.chunks_mut(d).enumerate() {
         for (i, pair) in row.chunks_mut(2).enumerate() {
-            let angle = p as f64 * 10000f64.powf(-((2 * i) as f64) / d as f64);
-            pair[0] = angle.sin() as f32;
-            pair[1] = angle.cos() as f32;
+            let angle = p as f64 * math::powf(10000f64, -((2 * i) as f64) / d as f64);
+            pair[0] = math::sin(angle) as f32;
+            pair[1] = math::cos(angle) as f32;
         }
     }
     table
@@ -241,11 +242,11 @@ mod tests {
     #[test]
     fn the_fairseq_layout_is_a_setting_of_its_own() {
         let row = &fairseq_table(1, 8)[..];
-        let step = 10000f64.ln() / 3.0;
+        let step = math::ln(10000f64) / 3.0;
         for i in 0..4 {
-            let angle = 2.0 * (-(i as f64) * step).exp();
-            assert!((row[i] as f64 - angle.sin()).abs() < 1e-6, "{row:?}");
-            assert!((row[4 + i] as f64 - angle.cos()).abs() < 1e-6, "{row:?}");
+            let angle = 2.0 * math::exp(-(i as f64) * step);
+            assert!((row[i] as f64 - math::sin(angle)).abs() < 1e-6, "{row:?}");
+            assert!((row[4 + i] as f64 - math::cos(angle)).abs() < 1e-6, "{row:?}");
         }
         let fairseq: Sinusoidal = toml::from_str(r#"layout = "fairseq""#).unwrap();
         assert_eq!(fairseq.name(), "sinusoidal (fairseq layout)");
@@ -287,7 +288,7 @@ mod tests {
         assert_eq!(&t[..d], &[0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]);
         // Position 3, pair 1: ω = 10000^(−2/8) = 0.1.
         let angle = 3.0f64 * 0.1;
-        assert!((t[3 * d + 2] - angle.sin() as f32).abs() < 1e-7);
-        assert!((t[3 * d + 3] - angle.cos() as f32).abs() < 1e-7);
+        assert!((t[3 * d + 2] - math::sin(angle) as f32).abs() < 1e-7);
+        assert!((t[3 * d + 3] - math::cos(angle) as f32).abs() < 1e-7);
     }
 }

@@ -4,6 +4,7 @@
 use super::{Attention, Dims, In};
 use std::ops::Range;
 
+use crate::math;
 use crate::ops::dropout::DropMask;
 use crate::ops::unary::exp;
 use crate::vector::vectorised_fn;
@@ -245,7 +246,7 @@ impl<'a> Problem<'a> {
             for s in p.iter_mut() {
                 *s /= total;
             }
-            *lse = maxima[r] + total.ln();
+            *lse = maxima[r] + math::ln(total);
         }
     }
 

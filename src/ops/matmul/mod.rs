@@ -9,6 +9,7 @@ use rayon::prelude::*;
 use super::par::PAR_CHUNK;
 use super::unary::{Activation, UnaryBackward, UnaryKind};
 use super::{AdapterKind, Arg, Dispatch, GpuKernels, In, Op, Out, VjpArgs, grid, word};
+use crate::arithmetic::Arithmetic;
 use crate::error::{Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::uniform;
@@ -207,7 +208,17 @@ const SMALL_PRODUCT: usize = 1 << 18;
 
 impl MatMul {
     /// One product of the batch into `dst`, with strides for the transposes.
-    fn product(&self, l: &Layout, a: &[f32], b: &[f32], index: usize, dst: &mut [f32], threaded: bool) {
+    #[allow(clippy::too_many_arguments)]
+    fn product(
+        &self,
+        l: &Layout,
+        a: &[f32],
+        b: &[f32],
+        index: usize,
+        dst: &mut [f32],
+        threaded: bool,
+        arithmetic: Arithmetic,
+    ) {
         let a = &a[index * l.a_batch..][..l.m * l.k];
         let b = &b[index * l.b_batch..][..l.k * l.n];
         let sa = if self.trans_a {
@@ -220,7 +231,7 @@ impl MatMul {
         } else {
             Strides { rows: l.n, cols: 1 }
         };
-        product(l.m, l.n, l.k, a, sa, b, sb, dst, threaded);
+        product(l.m, l.n, l.k, a, sa, b, sb, dst, threaded, arithmetic);
     }
 
     /// d loss / d a for this product (batched like the product, before any sum over a batch).
@@ -312,6 +323,10 @@ impl Op for MatMul {
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
+        self.cpu_in(Arithmetic::Native, inputs, outputs);
+    }
+
+    fn cpu_in(&self, arithmetic: Arithmetic, inputs: &[In], outputs: &mut [Out]) {
         let (_, l) = self
             .plan(inputs[0].meta, inputs[1].meta)
             .expect("shapes checked by infer");
@@ -324,10 +339,10 @@ impl Op for MatMul {
         if l.batch > 1 && per * l.k < SMALL_PRODUCT {
             out.par_chunks_mut(per)
                 .enumerate()
-                .for_each(|(i, dst)| self.product(&l, a, b, i, dst, false));
+                .for_each(|(i, dst)| self.product(&l, a, b, i, dst, false, arithmetic));
         } else {
             for (i, dst) in out.chunks_mut(per).enumerate() {
-                self.product(&l, a, b, i, dst, true);
+                self.product(&l, a, b, i, dst, true, arithmetic);
             }
         }
         if !self.bias {

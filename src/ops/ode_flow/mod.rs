@@ -38,6 +38,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::{GpuKernels, In, Op, Out, VjpArgs};
+use crate::arithmetic::Arithmetic;
 use crate::error::{Error, Result, shape_err};
 use crate::graph::{Graph, TensorId};
 use crate::kernel::AdapterKind;
@@ -125,6 +126,7 @@ impl OdeFlow {
             dim: self.dim,
             hidden: self.hidden,
             activation: self.activation,
+            arithmetic: Arithmetic::Native,
         }
     }
 
@@ -383,12 +385,19 @@ impl Op for OdeFlowBackward {
     }
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
+        self.cpu_in(Arithmetic::Native, inputs, outputs);
+    }
+
+    fn cpu_in(&self, arithmetic: Arithmetic, inputs: &[In], outputs: &mut [Out]) {
         let flow = &self.flow;
         let theta = inputs[0].data;
         let (positions, blocks, d) = (flow.grid.positions, inputs[1].shape()[1], flow.dim);
         let n = positions * blocks * d;
         let (traj, upstream) = (&inputs[1].data[..n], &inputs[2].data[..n]);
-        let dynamics = flow.dynamics();
+        let dynamics = FloaterDynamics {
+            arithmetic,
+            ..flow.dynamics()
+        };
         // Fixed grids: the blocks in groups, in parallel (a group's rows share each pass over θ;
         // the rows do not interact, see OdeFlow::cpu); dopri5: all blocks at once.
         let per_group = match flow.method {
