@@ -49,7 +49,7 @@ pub mod graph;
 pub mod inference;
 #[doc(hidden)]
 pub mod kernel;
-mod math;
+pub mod math;
 #[doc(hidden)]
 pub mod memory;
 #[cfg(not(target_arch = "wasm32"))]

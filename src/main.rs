@@ -8,7 +8,8 @@ use std::rc::Rc;
 
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use posflow::backend::{Backend, DeviceChoice, gpu::list_adapters, select_backend};
+use posflow::arithmetic::Arithmetic;
+use posflow::backend::{Backend, DeviceChoice, gpu::list_adapters, in_arithmetic, select_backend};
 use posflow::mlp::{MlpConfig, train_mlp};
 
 use cli::forward::{ForwardArgs, forward};
@@ -20,7 +21,7 @@ use cli::train::{TrainArgs, train};
 use cli::translate::{BenchDecodeArgs, TranslateArgs, bench_decode, translate};
 #[cfg(feature = "viz")]
 use cli::viz::{VizArgs, viz};
-use cli::{at_least_one, positive};
+use cli::{arithmetic, at_least_one, positive};
 
 #[derive(Parser)]
 #[command(
@@ -120,10 +121,15 @@ enum Bench {
     /// ms/step and tokens/s of one training step (forward, backward, AdamW) of a 4-layer
     /// d_model-128 causal LM on batches of 16 × 128 tokens (or the large shape).
     Train {
-        /// peers (the peers' step) or large (8 layers, d_model 512, 8 heads, FFN 2048, batch
-        /// 32 × 256: where the products dominate).
+        /// peers (the peers' step), large (8 layers, d_model 512, 8 heads, FFN 2048, batch
+        /// 32 × 256: where the products dominate) or study (the studies' Chomsky model: 5 post-LN
+        /// layers, d_model 64, 8 heads, FFN 256, batch 32 × 40).
         #[arg(long, default_value = "peers")]
         shape: String,
+        /// The CPU backend's arithmetic: native (the fastest here) or portable (the same bits
+        /// on every machine).
+        #[arg(long, default_value = "native", value_parser = arithmetic)]
+        arithmetic: Arithmetic,
         /// Timed steps (at least 1).
         #[arg(long, default_value_t = 10, value_parser = at_least_one)]
         steps: usize,
@@ -195,6 +201,7 @@ fn run(cli: Cli) -> posflow::Result<()> {
             what:
                 Bench::Train {
                     shape,
+                    arithmetic,
                     steps,
                     warmup,
                     variants,
@@ -202,7 +209,9 @@ fn run(cli: Cli) -> posflow::Result<()> {
         } => {
             // A misspelt shape is named before any adapter is opened.
             let shape = posflow::bench::TrainShape::parse(&shape)?;
-            bench_train(&backend(choice)?, shape, steps, warmup, &variants)
+            let backend = in_arithmetic(pollster::block_on(select_backend(choice))?, arithmetic)?;
+            println!("device: {}", backend.describe());
+            bench_train(&backend, shape, steps, warmup, &variants)
         }
     }
 }

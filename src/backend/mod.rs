@@ -17,7 +17,7 @@ mod select;
 
 pub use cpu::CpuBackend;
 pub use gpu::{GpuBackend, GpuView, Tuned, Tuning};
-pub use select::{DeviceChoice, select_backend};
+pub use select::{DeviceChoice, in_arithmetic, select_backend};
 #[cfg(not(target_arch = "wasm32"))]
 pub use select::{gpu_backend_for_tests, gpu_for_tests};
 

@@ -6,7 +6,8 @@ use std::rc::Rc;
 use std::str::FromStr;
 
 use super::gpu::SoftwareAdapters;
-use super::{Backend, CpuBackend, GpuBackend};
+use super::{Backend, BackendKind, CpuBackend, GpuBackend};
+use crate::arithmetic::Arithmetic;
 use crate::error::{Error, Result};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -66,6 +67,20 @@ pub async fn select_backend(choice: DeviceChoice) -> Result<Rc<dyn Backend>> {
             Err(e @ Error::Input(_)) => Err(e),
             Err(_) => Ok(Rc::new(CpuBackend::new())),
         },
+    }
+}
+
+/// `backend` computing in `arithmetic`: the CPU backend in it, a GPU as it is (its sums are its
+/// own), or an error for a portable run on a GPU.
+pub fn in_arithmetic(backend: Rc<dyn Backend>, arithmetic: Arithmetic) -> Result<Rc<dyn Backend>> {
+    match (backend.kind(), arithmetic) {
+        (BackendKind::Cpu, _) => Ok(Rc::new(CpuBackend::with_arithmetic(arithmetic))),
+        (BackendKind::Gpu, Arithmetic::Native) => Ok(backend),
+        (BackendKind::Gpu, Arithmetic::Portable) => Err(Error::Input(format!(
+            "[train] arithmetic = \"portable\" needs the CPU backend (--device cpu): {} sums in \
+             its own order",
+            backend.describe()
+        ))),
     }
 }
 

@@ -11,7 +11,8 @@ use crate::backend::Backend;
 use crate::backend::profile::Profile;
 use crate::error::{Error, Result};
 use crate::model::posenc::presets;
-use crate::model::{Block, EmbedScale, Model, ModelConfig, ModelKind, PosEnc};
+use crate::model::{Block, EmbedScale, Model, ModelConfig, ModelKind, Norm, PosEnc};
+use crate::ops::unary::Activation;
 use crate::optim::AdamW;
 use crate::train::{BatchShape, TrainingProgram};
 
@@ -62,15 +63,21 @@ pub enum TrainShape {
     Peers,
     /// 8 layers, d_model 512, 8 heads, FFN 2048, batch 32 × 256.
     Large,
+    /// The studies' model (the Chomsky tasks'): 5 post-LN layers, d_model 64, 8 heads of width
+    /// 8, FFN 256 with ReLU, dropout 0.1, embeddings × √d, no attention biases, every position
+    /// classified into 2 classes; batch 32 × 40 tokens (`reverse_string` at its training lengths:
+    /// 20 symbols and 20 placeholders).
+    Study,
 }
 
 impl TrainShape {
-    pub const NAMES: [&'static str; 2] = ["peers", "large"];
+    pub const NAMES: [&'static str; 3] = ["peers", "large", "study"];
 
     pub fn parse(name: &str) -> Result<Self> {
         match name {
             "peers" => Ok(Self::Peers),
             "large" => Ok(Self::Large),
+            "study" => Ok(Self::Study),
             other => Err(Error::Input(format!(
                 "unknown bench shape `{other}`; expected one of {}",
                 Self::NAMES.join(", ")
@@ -94,6 +101,27 @@ impl TrainShape {
                 },
                 batch: 32,
                 len: 256,
+                ..peers
+            },
+            Self::Study => TrainBench {
+                model: ModelConfig {
+                    vocab: 8,
+                    d_model: 64,
+                    heads: 8,
+                    layers: 5,
+                    ffn: 256,
+                    dropout: 0.1,
+                    max_len: 40,
+                    kind: ModelKind::TokenClassifier { n_classes: 2 },
+                    norm: Norm::Post,
+                    embedding_norm: Some(false),
+                    attention_biases: Some(false),
+                    activation: Activation::Relu,
+                    embed_scale: EmbedScale::SqrtD,
+                    ..peers.model
+                },
+                batch: 32,
+                len: 40,
                 ..peers
             },
         }
@@ -146,6 +174,10 @@ impl TrainBench {
                     train_variants().join(", ")
                 )));
             }
+        }
+        if m.block != Block::Residual {
+            // A Runge-Kutta block steps a pre-norm sub-block (the study shape is post-norm).
+            m.norm = Norm::Pre;
         }
         if m.posenc.adds_a_fixed_table() {
             // The sinusoidal table needs scaled embeddings to be heard, as in every config.
@@ -205,10 +237,13 @@ pub async fn train(backend: &Rc<dyn Backend>, bench: &TrainBench, steps: usize) 
         let row: Vec<i32> = (0..batch * (len + 1))
             .map(|_| rng.random_range(0..vocab as i32))
             .collect();
-        let (tokens, targets): (Vec<i32>, Vec<i32>) = row
+        let (tokens, mut targets): (Vec<i32>, Vec<i32>) = row
             .chunks(len + 1)
             .flat_map(|r| r[..len].iter().copied().zip(r[1..].iter().copied()))
             .unzip();
+        if let ModelKind::TokenClassifier { n_classes } = bench.model.kind {
+            targets.iter_mut().for_each(|t| *t %= n_classes as i32);
+        }
         let start = Instant::now();
         program.launch(step, bench.optimizer.lr, |graph, exec| {
             graph.as_tokens()?.feed(exec, &tokens, &targets, None)
@@ -246,7 +281,7 @@ mod tests {
     /// Every variant is a valid model that differs from the peers' step; unknown names list them.
     #[test]
     fn every_variant_is_a_valid_model() {
-        for shape in [TrainShape::Peers, TrainShape::Large] {
+        for shape in [TrainShape::Peers, TrainShape::Large, TrainShape::Study] {
             for name in train_variants() {
                 let bench = TrainBench::variant(shape, name).unwrap();
                 assert_eq!(name == "learned", bench.model == shape.bench().model, "{name}");
@@ -280,5 +315,35 @@ mod tests {
         assert_eq!(TrainShape::parse("peers").unwrap().bench(), TrainBench::default());
         let err = TrainShape::parse("huge").unwrap_err().to_string();
         assert!(err.contains("`huge`") && err.contains("large"), "{err}");
+    }
+
+    /// The study shape is the model of the Chomsky studies (`configs/chomsky_reverse_string.toml`
+    /// is one), at that config's training lengths.
+    #[test]
+    fn the_study_shape_is_the_studies_model() {
+        let text = include_str!("../../configs/chomsky_reverse_string.toml");
+        let run = crate::train::RunConfig::from_toml(text, "chomsky_reverse_string.toml").unwrap();
+        let (study, bench) = (run.model, TrainShape::parse("study").unwrap().bench());
+        let m = &bench.model;
+        assert_eq!(
+            (m.d_model, m.heads, m.layers, m.ffn, m.kind),
+            (study.d_model, study.heads, study.layers, study.ffn, study.kind)
+        );
+        assert_eq!(
+            (m.norm, m.activation, m.dropout),
+            (study.norm, study.activation, study.dropout)
+        );
+        assert_eq!(
+            (m.embed_scale, m.embedding_norm),
+            (study.embed_scale, study.embedding_norm)
+        );
+        assert_eq!(m.attention_biases, study.attention_biases);
+        let (_, train_max_len) = run.data.chomsky().unwrap();
+        assert_eq!(
+            bench.len,
+            2 * train_max_len,
+            "{} symbols and as many placeholders",
+            train_max_len
+        );
     }
 }

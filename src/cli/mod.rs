@@ -21,6 +21,18 @@ pub fn at_least_one(s: &str) -> Result<usize, String> {
     }
 }
 
+/// The CPU backend's arithmetic, by its name in a run config.
+pub fn arithmetic(s: &str) -> Result<posflow::arithmetic::Arithmetic, String> {
+    use posflow::arithmetic::Arithmetic;
+    match s {
+        "native" => Ok(Arithmetic::Native),
+        "portable" => Ok(Arithmetic::Portable),
+        other => Err(format!(
+            "unknown arithmetic `{other}`: expected native or portable"
+        )),
+    }
+}
+
 /// A sequence length posflow can build a graph for.
 pub fn sequence_length(s: &str) -> Result<usize, String> {
     let max = posflow::train::MAX_SEQUENCE;

@@ -10,6 +10,7 @@ use super::report_claims::claims_markdown;
 use super::results::{EvalPoint, RunResult};
 use super::spec::Study;
 use super::summary::{StudySummary, bin_start};
+use crate::arithmetic::Arithmetic;
 use crate::error::Result;
 use crate::model::ModelKind;
 use crate::train::LengthUnit;
@@ -90,6 +91,20 @@ pub fn write_reports(
     crate::checkpoint::write_atomically(&out.join("study.md"), markdown(&report, study).as_bytes())
 }
 
+/// Which arithmetic the runs computed in, and so how closely they re-run elsewhere.
+fn arithmetic(device: &str, arithmetic: Arithmetic) -> &'static str {
+    match arithmetic {
+        _ if !device.starts_with("cpu") => {
+            "the GPU's own (re-runs on another GPU or on the CPU agree to rounding, not to the bit)"
+        }
+        Arithmetic::Native => {
+            "native (the products by the `gemm` crate, whose kernels follow the CPU: re-runs on this \
+             machine give the same bits, on another CPU agree to rounding)"
+        }
+        Arithmetic::Portable => "portable (the same bits on every machine and in the page)",
+    }
+}
+
 fn markdown(r: &Report, study: &Study) -> String {
     let mut md = String::new();
     let s = r.summary;
@@ -146,7 +161,8 @@ fn markdown(r: &Report, study: &Study) -> String {
     }
     let seeds: Vec<String> = r.seeds.iter().map(u64::to_string).collect();
     let _ = writeln!(md, "- Seeds: {}", seeds.join(", "));
-    let _ = writeln!(md, "- Device: {}\n", r.device);
+    let _ = writeln!(md, "- Device: {}", r.device);
+    let _ = writeln!(md, "- Arithmetic: {}\n", arithmetic(r.device, b.train.arithmetic));
     let _ = writeln!(
         md,
         "| variant | label | overrides of the base | warm start from |\n|---|---|---|---|"

@@ -10,28 +10,13 @@ use super::eval::{EvalReport, Evaluator};
 use super::program::{BatchShape, TrainGraph, TrainingProgram};
 use super::saved::{RUN_KEY, check_same_tokenizer, saved_run};
 use super::task::{Task, TrainBatch};
-use crate::arithmetic::Arithmetic;
-use crate::backend::{Backend, BackendKind, CpuBackend};
+use crate::backend::{Backend, in_arithmetic};
 use crate::checkpoint::{Checkpoint, Metadata, TrainingState};
 use crate::data::TaskTokenizer;
 use crate::error::{Error, Result};
 use crate::model::posenc::{QKV_INITIAL_NAME, qkv_initial_from_static_biases};
 use crate::model::{Model, ModelConfig};
 use crate::params::ParamStore;
-
-/// `backend` computing in `arithmetic`: the CPU backend in it, a GPU as it is (its sums are its
-/// own), or an error for a portable run on a GPU.
-fn in_arithmetic(backend: Rc<dyn Backend>, arithmetic: Arithmetic) -> Result<Rc<dyn Backend>> {
-    match (backend.kind(), arithmetic) {
-        (BackendKind::Cpu, _) => Ok(Rc::new(CpuBackend::with_arithmetic(arithmetic))),
-        (BackendKind::Gpu, Arithmetic::Native) => Ok(backend),
-        (BackendKind::Gpu, Arithmetic::Portable) => Err(Error::Input(format!(
-            "[train] arithmetic = \"portable\" needs the CPU backend (--device cpu): {} sums in \
-             its own order",
-            backend.describe()
-        ))),
-    }
-}
 
 /// What one step did.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -164,6 +164,7 @@ impl Viewer {
     /// A viewer that runs models on `backend` (the CPU backend is plenty for the small models it
     /// shows) and their jobs through `spawner`.
     pub fn new(backend: Rc<dyn Backend>, spawner: Spawner) -> Self {
+        let compare = compare::Comparing::on(backend.kind());
         let state = State {
             backend,
             checkpoints: Vec::new(),
@@ -183,7 +184,7 @@ impl Viewer {
             translate: translate::Settings::default(),
             translation: Computed::default(),
             fine_tune: finetune::FineTuning::default(),
-            compare: compare::Comparing::default(),
+            compare,
             prompt_field: None,
             pending: 0,
             queue: VecDeque::new(),

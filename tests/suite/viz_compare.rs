@@ -10,6 +10,7 @@ use std::rc::Rc;
 use eframe::egui;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
+use posflow::arithmetic::Arithmetic;
 use posflow::backend::Backend;
 use posflow::backend::cpu::CpuBackend;
 use posflow::checkpoint::Checkpoint;
@@ -135,8 +136,10 @@ fn a_tiny_comparison_trains_to_verdicts_that_posflow_study_gives_too() {
     assert_eq!(handle.compare_status().error, None);
     assert_eq!(handle.checkpoints(), ["rope_seed1"]);
 
-    // The study file the tab writes, run natively, gives the page's numbers bit for bit.
+    // The study file the tab writes, run natively, gives the page's numbers bit for bit: both
+    // in the portable arithmetic, which the file asks for.
     let toml = handle.compare_study_toml().unwrap();
+    assert!(toml.contains("arithmetic = \"portable\""), "{toml}");
     let study = Study::from_toml(&toml, "compare.toml").unwrap();
     let dir = scratch("viz_compare", "native");
     let native = run_study(&plan_runs(&study, &study.seeds, &dir), 1, &|| Ok(cpu()), &Quiet).unwrap();
@@ -144,6 +147,7 @@ fn a_tiny_comparison_trains_to_verdicts_that_posflow_study_gives_too() {
     assert_eq!(page.len(), native.len());
     for (p, n) in page.iter().zip(&native) {
         assert_eq!((&p.variant, p.seed), (&n.variant, n.seed));
+        assert_eq!(n.run.train.arithmetic, Arithmetic::Portable);
         let bits = |l: &[f32]| l.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(
             bits(&p.train_loss),

@@ -3,6 +3,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use posflow::arithmetic::Arithmetic;
 use posflow::backend::{Backend, BackendKind, CpuBackend, GpuBackend, gpu::SoftwareAdapters};
 use posflow::checkpoint::Checkpoint;
 use posflow::data::{BOS, PairTokenizer, TaskTokenizer};
@@ -90,7 +91,9 @@ impl Session {
                 (Rc::new(gpu), device, None)
             }
             Err(why) => {
-                let cpu = CpuBackend::new();
+                // The page's products are the portable order whatever it is asked; saying so
+                // keeps what it reports true.
+                let cpu = CpuBackend::with_arithmetic(Arithmetic::Portable);
                 let device = cpu.describe();
                 (Rc::new(cpu), device, Some(why))
             }

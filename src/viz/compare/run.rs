@@ -8,7 +8,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use super::settings::CompareSettings;
-use crate::backend::Backend;
+use crate::arithmetic::Arithmetic;
+use crate::backend::{Backend, BackendKind};
 use crate::error::Result;
 use crate::study::{ClaimReport, LiveStudy, RunResult, StudySummary, judge_claims};
 use crate::viz::{Job, State};
@@ -41,9 +42,11 @@ pub struct CompareStatus {
 }
 
 /// The tab's settings and its comparison.
-#[derive(Default)]
 pub(crate) struct Comparing {
     pub settings: CompareSettings,
+    /// The arithmetic its runs compute in: the portable one on the CPU (so that `posflow study`
+    /// of its file re-runs it to the bit), a GPU's own on a GPU.
+    arithmetic: Arithmetic,
     pub(super) run: Option<Run>,
     pub(super) error: Option<String>,
 }
@@ -107,6 +110,24 @@ impl Snapshot {
 }
 
 impl Comparing {
+    /// The tab of a viewer whose models run on a backend of `kind`.
+    pub fn on(kind: BackendKind) -> Self {
+        Self {
+            settings: CompareSettings::default(),
+            arithmetic: match kind {
+                BackendKind::Cpu => Arithmetic::Portable,
+                BackendKind::Gpu => Arithmetic::Native,
+            },
+            run: None,
+            error: None,
+        }
+    }
+
+    /// The study file of the settings as they stand, in the tab's arithmetic.
+    fn settings_study_toml(&self) -> Result<String> {
+        self.settings.study_toml_in(self.arithmetic)
+    }
+
     fn running(&self) -> bool {
         self.run.as_ref().is_some_and(|r| r.running)
     }
@@ -163,7 +184,7 @@ impl Comparing {
     pub fn study_toml(&self) -> Result<String> {
         match &self.run {
             Some(run) => Ok(run.study_toml.clone()),
-            None => self.settings.study_toml(),
+            None => self.settings_study_toml(),
         }
     }
 }
@@ -185,7 +206,7 @@ fn new_run(s: &State) -> Result<Run> {
             "the last comparison's step is still running: start again when it is done".into(),
         ));
     }
-    let study_toml = s.compare.settings.study_toml()?;
+    let study_toml = s.compare.settings_study_toml()?;
     let study = crate::study::Study::from_toml(&study_toml, "the comparison")?;
     let start = web_time::Instant::now();
     let live = LiveStudy::new(study, Box::new(move || start.elapsed().as_secs_f64()))?;

@@ -11,6 +11,7 @@
 
 use std::fmt::Write as _;
 
+use crate::arithmetic::Arithmetic;
 use crate::data::chomsky::ChomskyTask;
 use crate::error::{Error, Result};
 use crate::model::posenc;
@@ -397,13 +398,23 @@ impl CompareSettings {
         )
     }
 
-    /// The study without claims: the variants as they will run.
-    fn variants_toml(&self) -> String {
+    /// The study without claims: the variants as they will run in `arithmetic`.
+    fn variants_toml(&self, arithmetic: Arithmetic) -> String {
         let s = self.preset.sizes();
         let seeds: Vec<String> = (0..self.seeds).map(|k| k.to_string()).collect();
+        let (how, arithmetic_line) = match arithmetic {
+            Arithmetic::Portable => (
+                "in the portable arithmetic, to the\n# bit",
+                "arithmetic = \"portable\"\n",
+            ),
+            Arithmetic::Native => (
+                "on a GPU: natively they agree to\n# rounding, not to the bit (each GPU sums in its own order)",
+                "",
+            ),
+        };
         let mut text = format!(
             "# Written by posflow's Compare tab; `posflow study FILE` trains the same runs with the\n\
-             # same seeds natively.\n\n\
+             # same seeds natively. The tab trained them {how}.\n\n\
              [study]\n\
              name = \"compare_{task}\"\n\
              description = \"{description}\"\n\
@@ -433,7 +444,8 @@ impl CompareSettings {
              clip_grad_norm = 1.0\n\
              eval_every = {eval_every}\n\
              eval_lengths = {eval_lengths:?}\n\
-             eval_batches = 1\n",
+             eval_batches = 1\n\
+             {arithmetic_line}",
             task = self.task.name(),
             description = self.description(),
             seeds = seeds.join(", "),
@@ -466,11 +478,16 @@ impl CompareSettings {
         text
     }
 
-    /// The study file that reproduces the comparison, claims included; checked by parsing it as
-    /// `posflow study` does.
+    /// The study file that reproduces the comparison on the page's CPU (in the portable
+    /// arithmetic), claims included; checked by parsing it as `posflow study` does.
     pub fn study_toml(&self) -> Result<String> {
+        self.study_toml_in(Arithmetic::Portable)
+    }
+
+    /// [`CompareSettings::study_toml`] for runs in `arithmetic` (the native one: a GPU's).
+    pub fn study_toml_in(&self, arithmetic: Arithmetic) -> Result<String> {
         self.check()?;
-        let mut text = self.variants_toml();
+        let mut text = self.variants_toml(arithmetic);
         let study = Study::from_toml(&text, "the comparison")?;
         let train_units = self.task.bin_units(self.train_len);
         let bins: Vec<&String> = study.variants[0]
@@ -515,7 +532,7 @@ impl CompareSettings {
         if self.check().is_err() {
             return Vec::new();
         }
-        let Ok(study) = Study::from_toml(&self.variants_toml(), "the comparison") else {
+        let Ok(study) = Study::from_toml(&self.variants_toml(Arithmetic::Portable), "the comparison") else {
             return Vec::new();
         };
         let mut cautions: Vec<String> = Vec::new();
