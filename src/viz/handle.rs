@@ -219,6 +219,12 @@ impl ViewerHandle {
         self.state.borrow().compare.status()
     }
 
+    /// How closely `posflow study` of the tab's file re-runs what the tab trains (to the bit in
+    /// the portable arithmetic of the CPU, to rounding on a GPU), as the tab says it.
+    pub fn compare_reproduction(&self) -> &'static str {
+        self.state.borrow().compare.reproduction()
+    }
+
     /// The files the views offered to save since the last call (the Compare tab's "Download"
     /// buttons), for the page or the window to save.
     pub fn take_downloads(&self) -> Vec<super::Download> {

@@ -278,7 +278,7 @@ pub fn stop_compare() -> Result<(), JsError> {
 /// `{stepsDone, stepsTotal, runsDone, runsTotal, running, done, seconds, wallSeconds, verdicts:
 /// [{name, verdict}], error, refusal}`: where the comparison stands (`seconds` training,
 /// `wallSeconds` since Start); `refusal` is why the settings as they stand cannot run (null when
-/// they can).
+/// they can); `reproduction` how closely `posflow study` of its file re-runs it.
 #[wasm_bindgen(js_name = compareStatus)]
 pub fn compare_status() -> Result<JsValue, JsError> {
     let handle = &viewer()?.handle;
@@ -301,6 +301,7 @@ pub fn compare_status() -> Result<JsValue, JsError> {
         "verdicts": verdicts,
         "error": s.error,
         "refusal": refusal,
+        "reproduction": handle.compare_reproduction(),
     }))
 }
 

@@ -123,6 +123,20 @@ impl Comparing {
         }
     }
 
+    /// How closely `posflow study` of the tab's file re-runs what the tab trains.
+    pub fn reproduction(&self) -> &'static str {
+        match self.arithmetic {
+            Arithmetic::Portable => {
+                "Computed in the portable arithmetic: `posflow study` of the study file gives these \
+                 numbers to the bit, on any machine."
+            }
+            Arithmetic::Native => {
+                "Computed on this GPU, which sums in its own order: `posflow study` of the study \
+                 file re-runs these numbers to rounding, not to the bit."
+            }
+        }
+    }
+
     /// The study file of the settings as they stand, in the tab's arithmetic.
     fn settings_study_toml(&self) -> Result<String> {
         self.settings.study_toml_in(self.arithmetic)

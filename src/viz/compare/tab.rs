@@ -90,6 +90,7 @@ fn take_home(ui: &mut egui::Ui, s: &mut State) {
         ui.weak("link:");
         ui.monospace(format!("?{}", s.compare.settings.to_query()));
     });
+    ui.weak(s.compare.reproduction());
 }
 
 /// Every finished run, with its checkpoint: shown in the viewer's other tabs (position
