@@ -296,10 +296,12 @@ async function boot() {
   const choice = new URLSearchParams(location.search).get('backend') ?? 'auto';
   const started = await wasm.start(choice, Boolean(navigator.gpu));
   Object.assign(state, started);
-  if (started.fallback) {
+  const warnings = [];
+  if (started.notice) warnings.push(`${started.notice}.`);
+  if (started.fallback) warnings.push(`Running on the CPU in WebAssembly (same results): ${started.fallback}.`);
+  if (warnings.length > 0) {
     $('backend-warning').hidden = false;
-    $('backend-warning').textContent =
-      `Running on the CPU in WebAssembly (same results): ${started.fallback}.`;
+    $('backend-warning').textContent = warnings.join(' ');
   }
   await wasm.mountViewer($('viewer'));
   api.selectView('prompt');

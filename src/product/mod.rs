@@ -6,6 +6,8 @@
 
 use crate::arithmetic::Arithmetic;
 
+// The page's SIMD128 builds compute in `simd128.rs`'s tiles, the same order.
+#[cfg(any(test, not(all(target_arch = "wasm32", target_feature = "simd128"))))]
 mod ordered;
 /// The page's helper threads, in a page built with atomics (web/build.sh's threaded build).
 #[cfg(any(test, all(target_arch = "wasm32", target_feature = "atomics")))]

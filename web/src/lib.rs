@@ -98,16 +98,24 @@ pub fn serve_products() {
 
 /// Starts the backend that `backend` (`auto`, `webgpu` or `cpu`; the page's `?backend=`) asks
 /// for, where `has_webgpu` says whether the browser has the WebGPU API, and returns `{backend:
-/// "webgpu" | "cpu", device, fallback}`; `fallback` says why the page runs on the CPU, or is null.
-/// `auto` takes a hardware WebGPU adapter and otherwise the CPU backend.
+/// "webgpu" | "cpu", device, fallback, notice}`; `fallback` says why the page runs on the CPU, or
+/// is null. `auto` takes a hardware WebGPU adapter and otherwise the CPU backend; any other name
+/// starts as `auto`, and `notice` says so (null otherwise), so that a mistyped link still opens.
 #[wasm_bindgen]
 pub async fn start(backend: &str, has_webgpu: bool) -> Result<JsValue, JsError> {
-    let choice = BackendChoice::parse(backend).map_err(|e| JsError::new(&e))?;
+    let (choice, notice) = match BackendChoice::parse(backend) {
+        Ok(choice) => (choice, None),
+        Err(why) => (
+            BackendChoice::Auto,
+            Some(format!("{why}; the page started as auto")),
+        ),
+    };
     let session = Rc::new(Session::start(choice, has_webgpu).await);
     let status = json!({
         "backend": session.backend_name(),
         "device": session.device,
         "fallback": session.fallback,
+        "notice": notice,
     });
     SESSION.with(|s| *s.borrow_mut() = Some(session));
     to_js(&status)

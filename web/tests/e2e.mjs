@@ -531,7 +531,7 @@ async function checkCompare({ name, flags, url, query: compareQuery, exact }) {
 }
 
 // Without ?backend=, a software WebGPU adapter (SwiftShader) is passed over for the CPU backend,
-// and the page says why; an unknown ?backend= is an error on the page.
+// and the page says why; an unknown ?backend= starts as auto, and the page says that too.
 async function checkBackendChoice(url, expected) {
   console.log('\n== auto on a software WebGPU adapter: expecting backend cpu');
   const browser = await launch(WEBGPU_FLAGS);
@@ -549,10 +549,12 @@ async function checkBackendChoice(url, expected) {
     assert.equal(text, expected.completion.slice(0, PROMPT.length + SHORT));
 
     await page.goto(`${url}?backend=metal`);
-    await page.waitForFunction(() => window.posflow?.status().error, undefined, POLL);
-    const error = (await page.evaluate(() => window.posflow.status())).error;
-    assert.match(error, /\?backend=metal is not a backend/);
-    console.log(`?backend=metal → ${error}`);
+    const fallen = await startedStatus(page, POLL);
+    assert.equal(fallen.error, null, `?backend=metal stopped the page: ${fallen.error}`);
+    assert.equal(fallen.backend, 'cpu', `?backend=metal started ${fallen.backend}, not auto's choice`);
+    const notice = await page.locator('#backend-warning').textContent();
+    assert.match(notice, /\?backend=metal is not a backend: use auto, webgpu or cpu; the page started as auto/);
+    console.log(`?backend=metal → ${notice}`);
   } finally {
     await browser.close();
   }

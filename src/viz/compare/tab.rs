@@ -4,7 +4,9 @@
 //! claim's verdict with its one-sided interval.
 
 use eframe::egui;
-use egui_plot::{FilledArea, Legend, Line, LineStyle, Plot, PlotPoints, Points, VLine};
+use egui_plot::{
+    ColorConflictHandling, FilledArea, Legend, Line, LineStyle, Plot, PlotPoints, Points, VLine,
+};
 
 use super::run::{self, Run, Snapshot};
 use super::settings::{Choice, CompareSettings, CompareTask, Encoding, MAX_SEEDS, Preset};
@@ -34,7 +36,6 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State) {
          `posflow study` gives: a one-sided Welch test at 95% over the seeds.",
     );
     let running = s.compare.run.as_ref().is_some_and(|r| r.running);
-    ui.add_enabled_ui(!running, |ui| controls(ui, &mut s.compare.settings));
     let refusal = s.compare.settings.check().err().map(|e| e.to_string());
     ui.horizontal(|ui| {
         if running {
@@ -67,10 +68,14 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State) {
         ui.colored_label(ui.visuals().error_fg_color, e);
     }
     take_home(ui, s);
+    // The answer first: the verdicts and their pictures above the settings, so that they are in
+    // view without scrolling when a comparison ends.
     if let Some(run) = &s.compare.run {
         ui.separator();
         results(ui, run);
+        ui.separator();
     }
+    ui.add_enabled_ui(!running, |ui| controls(ui, &mut s.compare.settings));
     runs(ui, s);
 }
 
@@ -280,6 +285,7 @@ fn results(ui: &mut egui::Ui, run: &Run) {
         snap.runs_total,
         if run.running { left } else { String::new() }
     )));
+    verdicts(ui, snap);
     let height = ((ui.available_height() - 120.0) / 2.0).clamp(180.0, 360.0);
     ui.columns(2, |columns| {
         columns[0].strong("Training loss, every run (moving average of 10 steps)");
@@ -290,7 +296,6 @@ fn results(ui: &mut egui::Ui, run: &Run) {
         ));
         by_length(&mut columns[1], snap, height);
     });
-    verdicts(ui, snap);
 }
 
 fn training_losses(ui: &mut egui::Ui, snap: &Snapshot, height: f32) {
@@ -343,7 +348,9 @@ fn by_length(ui: &mut egui::Ui, snap: &Snapshot, height: f32) {
     };
     Plot::new("posflow.compare.length")
         .height(height)
-        .legend(Legend::default())
+        // A variant's band and line share its legend entry: the mark takes the line's colour
+        // (the default greys out a name whose items differ in colour).
+        .legend(Legend::default().color_conflict_handling(ColorConflictHandling::PickLast))
         .x_axis_label("length (a bin's longest)")
         .y_axis_label(metric.name())
         .show(ui, |plot| {
