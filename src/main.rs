@@ -339,9 +339,15 @@ fn bench_train(
 ) -> posflow::Result<()> {
     let base = shape.bench();
     let m = &base.model;
+    let kind = match m.kind {
+        posflow::model::ModelKind::TokenClassifier { n_classes } => {
+            format!("token classifier ({n_classes} classes), {:?}-norm", m.norm)
+        }
+        _ => "causal LM, tied head".to_string(),
+    };
     println!(
-        "model: causal LM, {} layers, d_model {}, {} heads, FFN {}, vocab {}, tied head; batch {} x {} \
-         tokens; AdamW, clipping {:?}; {warmup} warmup + {steps} timed steps",
+        "model: {kind}, {} layers, d_model {}, {} heads, FFN {}, vocab {}; batch {} x {} tokens; AdamW, \
+         clipping {:?}; {warmup} warmup + {steps} timed steps",
         m.layers, m.d_model, m.heads, m.ffn, m.vocab, base.batch, base.len, base.optimizer.max_grad_norm
     );
     println!(

@@ -389,7 +389,7 @@ async function checkPage({ name, flags, backend, url, expected, files }) {
 
 // Two encodings × two seeds of the tiny preset: seconds.
 const COMPARE_QUERY = 'task=even_pairs&enc=rope,rope_rand&seeds=2&train=10&test=11-40&preset=tiny';
-// The same with the fast preset's runs of 1,000 steps and more, where any drift between the page
+// The same with the fast preset's runs of 4,000 steps, where any drift between the page
 // and native posflow would have grown: for the CPU in wasm, whose numbers must be native ones to
 // the bit (both in the portable arithmetic).
 const COMPARE_QUERY_FAST = COMPARE_QUERY.replace('preset=tiny', 'preset=fast');
