@@ -423,7 +423,9 @@ function nativeStudy(toml) {
 }
 
 // The largest difference between the page's runs and native ones: training losses and every
-// evaluated loss and accuracy.
+// evaluated loss and accuracy. A training loss is an f32, which the page hands over widened to a
+// double and result.json writes as its shortest decimal: both are read back as f32 (Math.fround)
+// to compare; the evaluated numbers are doubles on both sides.
 function largestDifference(page, native) {
   assert.equal(page.length, native.length, 'the page and posflow study ran different numbers of runs');
   let largest = 0;
@@ -441,10 +443,16 @@ function largestDifference(page, native) {
         pairs.push([b.loss, m.loss], [b.accuracy, m.accuracy]);
       });
     });
-    for (const [a, b] of pairs) {
+    pairs.forEach(([wide, written], i) => {
+      const f32 = i < p.train_loss.length;
+      const [a, b] = f32 ? [Math.fround(wide), Math.fround(written)] : [wide, written];
+      if (identical && a !== b) {
+        const where = i < p.train_loss.length ? `training loss at step ${i}` : `evaluated number ${i - p.train_loss.length}`;
+        console.log(`first difference: ${p.variant}/seed${p.seed}, ${where}: page ${a}, native ${b}`);
+      }
       identical &&= a === b;
       largest = Math.max(largest, Math.abs(a - b) / Math.max(1, Math.abs(b)));
-    }
+    });
   }
   return { largest, identical };
 }
