@@ -90,6 +90,15 @@ fn a_tiny_comparison_trains_to_verdicts_that_posflow_study_gives_too() {
             "rope_rand_beats_rope_21_40",
         ]
     );
+    // Apart from them, the sanity checks: 24 steps teach neither model the training lengths, and
+    // the tab says so before its verdicts.
+    assert_eq!(
+        status.sanity,
+        [
+            ("rope_learns".to_string(), "not shown".to_string()),
+            ("rope_rand_learns".to_string(), "not shown".to_string())
+        ]
+    );
     for pair in status.verdicts.chunks(2) {
         assert!(pair.iter().filter(|(_, v)| v == "holds").count() <= 1, "{pair:?}");
         // 24 steps of even pairs leave both models near 50%: the results rule says "at chance".
@@ -102,6 +111,7 @@ fn a_tiny_comparison_trains_to_verdicts_that_posflow_study_gives_too() {
     harness.step();
     harness.get_by_label_contains("96 of 96 steps, 4 of 4 runs");
     harness.get_by_label_contains("Verdicts");
+    harness.get_by_label_contains("Not learned: rope, rope_rand did not show");
     harness.get_by_label("RoPE > RoPE, randomized in accuracy at 11-20");
 
     // Take it home: the study file, and any run's checkpoint, which also opens in the viewer.

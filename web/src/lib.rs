@@ -286,17 +286,20 @@ pub fn stop_compare() -> Result<(), JsError> {
 /// `{stepsDone, stepsTotal, runsDone, runsTotal, running, done, seconds, wallSeconds, verdicts:
 /// [{name, verdict}], error, refusal}`: where the comparison stands (`seconds` training,
 /// `wallSeconds` since Start); `refusal` is why the settings as they stand cannot run (null when
-/// they can); `reproduction` how closely `posflow study` of its file re-runs it.
+/// they can); `reproduction` how closely `posflow study` of its file re-runs it; `sanity` each
+/// encoding's sanity check (did it learn the training lengths), apart from the `verdicts`.
 #[wasm_bindgen(js_name = compareStatus)]
 pub fn compare_status() -> Result<JsValue, JsError> {
     let handle = &viewer()?.handle;
     let s = handle.compare_status();
     let refusal = handle.compare_study_toml().err().map(|e| e.to_string());
-    let verdicts: Vec<Value> = s
-        .verdicts
-        .iter()
-        .map(|(name, verdict)| json!({"name": name, "verdict": verdict}))
-        .collect();
+    let named = |claims: &[(String, String)]| -> Vec<Value> {
+        claims
+            .iter()
+            .map(|(name, verdict)| json!({"name": name, "verdict": verdict}))
+            .collect()
+    };
+    let (verdicts, sanity) = (named(&s.verdicts), named(&s.sanity));
     to_js(&json!({
         "stepsDone": s.steps_done,
         "stepsTotal": s.steps_total,
@@ -307,6 +310,7 @@ pub fn compare_status() -> Result<JsValue, JsError> {
         "seconds": s.seconds,
         "wallSeconds": s.wall_seconds,
         "verdicts": verdicts,
+        "sanity": sanity,
         "error": s.error,
         "refusal": refusal,
         "reproduction": handle.compare_reproduction(),

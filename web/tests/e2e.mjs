@@ -502,6 +502,10 @@ async function checkCompare({ name, flags, url, query: compareQuery, exact }) {
     assert.equal(status.verdicts.length, 4, JSON.stringify(status.verdicts));
     // The results rule's verdicts: a tiny run's models are often near chance, which it calls so.
     for (const v of status.verdicts) assert.ok(['holds', 'not shown', 'at chance'].includes(v.verdict), JSON.stringify(v));
+    // Apart from them, each encoding's sanity check: did it learn the training lengths?
+    assert.deepEqual(status.sanity.map((v) => v.name), ['rope_learns', 'rope_rand_learns']);
+    for (const v of status.sanity) assert.ok(['holds', 'not shown'].includes(v.verdict), JSON.stringify(v));
+    console.log(`learned the training lengths: ${JSON.stringify(status.sanity)}`);
     console.log(`comparison: ${status.stepsDone} steps in ${wall.toFixed(1)} s wall (${status.seconds.toFixed(1)} s training); verdicts ${JSON.stringify(status.verdicts)}`);
     assert.match(status.reproduction, exact ? /to the bit/ : /to rounding, not to the bit/);
     console.log(`the tab says: ${status.reproduction}`);

@@ -11,7 +11,7 @@ use super::settings::CompareSettings;
 use crate::arithmetic::Arithmetic;
 use crate::backend::{Backend, BackendKind};
 use crate::error::Result;
-use crate::study::{ClaimReport, LiveStudy, RunResult, StudySummary, judge_claims};
+use crate::study::{ClaimKind, ClaimReport, LiveStudy, RunResult, StudySummary, judge_claims};
 use crate::viz::{Job, State};
 
 /// A job steps for about this long before handing the study back to the frames: long enough
@@ -35,8 +35,10 @@ pub struct CompareStatus {
     pub seconds: f64,
     /// Seconds since Start, frames and pauses included (what the time left is reckoned from).
     pub wall_seconds: f64,
-    /// Each claim's name and verdict ("holds" or "not shown"), once done.
+    /// Each comparative claim's name and verdict ("holds", "not shown", "at chance"), once done.
     pub verdicts: Vec<(String, String)>,
+    /// Each sanity check's (each encoding learned the training lengths): name and verdict.
+    pub sanity: Vec<(String, String)>,
     /// Why the last start or step failed.
     pub error: Option<String>,
 }
@@ -159,12 +161,16 @@ impl Comparing {
             };
         };
         let snap = &run.snapshot;
-        let verdicts = snap.verdicts.as_ref().map_or_else(Vec::new, |claims| {
-            claims
-                .iter()
-                .map(|c| (c.claim.name().to_string(), c.verdict.word().to_string()))
-                .collect()
-        });
+        let of_kind = |kind: ClaimKind| {
+            snap.verdicts.as_ref().map_or_else(Vec::new, |claims| {
+                claims
+                    .iter()
+                    .filter(|c| c.kind == kind)
+                    .map(|c| (c.claim.name().to_string(), c.verdict.word().to_string()))
+                    .collect()
+            })
+        };
+        let (verdicts, sanity) = (of_kind(ClaimKind::Comparative), of_kind(ClaimKind::Sanity));
         CompareStatus {
             steps_done: snap.steps_done,
             steps_total: snap.steps_total,
@@ -175,6 +181,7 @@ impl Comparing {
             seconds: snap.seconds,
             wall_seconds: run.wall_seconds,
             verdicts,
+            sanity,
             error: self.error.clone(),
         }
     }

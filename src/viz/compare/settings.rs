@@ -260,6 +260,9 @@ impl Preset {
     }
 }
 
+/// The accuracy on the training lengths above which a model learned them (the studies' bound).
+const LEARNED: f64 = 0.9;
+
 /// Everything the tab asks, as the visitor set it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CompareSettings {
@@ -507,6 +510,11 @@ impl CompareSettings {
             )));
         }
         let metric = self.task.metric();
+        let train_bin = study.variants[0]
+            .bins
+            .iter()
+            .rfind(|b| crate::study::bin_start(b) <= train_units)
+            .cloned();
         for (i, a) in self.choices.iter().enumerate() {
             for b in &self.choices[i + 1..] {
                 for bin in &bins {
@@ -523,6 +531,21 @@ impl CompareSettings {
                         );
                     }
                 }
+            }
+        }
+        // The results rule's sanity check, apart from the comparisons: did each model learn the
+        // training lengths at all? (A verdict past them between models that did not says little.)
+        if let (Some(bin), "accuracy") = (train_bin, metric) {
+            for c in &self.choices {
+                let _ = write!(
+                    text,
+                    "\n[[claim]]\nname = \"{f}_learns\"\ntext = \"{fl} learns the training lengths: accuracy above \
+                     {percent}% at {bin}\"\nkind = \"bound\"\nmetric = \"accuracy\"\nbin = \"{bin}\"\n\
+                     variant = \"{f}\"\nbound = {LEARNED}\nbeats = true\n",
+                    f = c.name(),
+                    fl = c.label(),
+                    percent = LEARNED * 100.0,
+                );
             }
         }
         Ok(text)
@@ -721,8 +744,17 @@ mod tests {
                 "sinusoidal_rand_beats_sinusoidal_11_20",
                 "sinusoidal_beats_sinusoidal_rand_21_40",
                 "sinusoidal_rand_beats_sinusoidal_21_40",
+                "sinusoidal_learns",
+                "sinusoidal_rand_learns",
             ]
         );
+        // The sanity checks: each variant above 90% accuracy in the training lengths' bin.
+        let toml = CompareSettings::default().study_toml().unwrap();
+        assert!(
+            toml.contains("bin = \"1-10\"\nvariant = \"sinusoidal_rand\"\nbound = 0.9\nbeats = true"),
+            "{toml}"
+        );
+        assert_eq!(study.claims[4].kind(), crate::study::ClaimKind::Sanity);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use egui_plot::{
 
 use super::run::{self, Run, Snapshot};
 use super::settings::{Choice, CompareSettings, CompareTask, Encoding, MAX_SEEDS, Preset};
-use crate::study::{Measured, bin_start};
+use crate::study::{ClaimKind, ClaimReport, Measured, Verdict, bin_start};
 use crate::viz::{Download, LoadedCheckpoint, State};
 
 /// One colour per variant, in the settings' order.
@@ -405,12 +405,59 @@ fn by_length(ui: &mut egui::Ui, snap: &Snapshot, height: f32) {
         });
 }
 
+/// The results rule's sanity checks, before the verdicts: whether each encoding's models learned
+/// the training lengths, and, where one did not, what that means for the comparisons.
+fn sanity_checks(ui: &mut egui::Ui, claims: &[ClaimReport]) {
+    let checks: Vec<&ClaimReport> = claims.iter().filter(|c| c.kind == ClaimKind::Sanity).collect();
+    if checks.is_empty() {
+        return;
+    }
+    let unlearned: Vec<&str> = checks
+        .iter()
+        .filter(|c| c.verdict != Verdict::Holds)
+        .filter_map(|c| c.claim.variants().first().copied())
+        .collect();
+    if !unlearned.is_empty() {
+        ui.colored_label(
+            ui.visuals().warn_fg_color,
+            format!(
+                "Not learned: {} did not show that it learned the training lengths, so a verdict past \
+                 them compares models that never learned the task and says little about length \
+                 generalization (train longer: a larger size).",
+                unlearned.join(", ")
+            ),
+        );
+    }
+    ui.strong("Sanity checks: did each learn the training lengths? (one-sided test at 95% over the seeds)");
+    egui::Grid::new("posflow.compare.sanity")
+        .striped(true)
+        .num_columns(2)
+        .show(ui, |ui| {
+            for c in checks {
+                ui.label(c.claim.text());
+                let learned = c.verdict == Verdict::Holds;
+                let word = egui::RichText::new(if learned { "yes" } else { "no" }).strong();
+                if learned {
+                    ui.colored_label(egui::Color32::from_rgb(44, 160, 44), word);
+                } else {
+                    ui.colored_label(ui.visuals().warn_fg_color, word);
+                }
+                ui.end_row();
+            }
+        });
+}
+
 fn verdicts(ui: &mut egui::Ui, snap: &Snapshot) {
     let Some(claims) = &snap.verdicts else {
         ui.weak("The verdicts come when every run has finished.");
         return;
     };
+    sanity_checks(ui, claims);
     ui.strong("Verdicts (each claim fixed before training; one-sided Welch test at 95%)");
+    let claims: Vec<&ClaimReport> = claims
+        .iter()
+        .filter(|c| c.kind == ClaimKind::Comparative)
+        .collect();
     egui::Grid::new("posflow.compare.verdicts")
         .striped(true)
         .num_columns(4)
