@@ -453,19 +453,23 @@ fn verdicts(ui: &mut egui::Ui, snap: &Snapshot) {
         return;
     };
     sanity_checks(ui, claims);
-    ui.strong("Verdicts (each claim fixed before training; one-sided Welch test at 95%)");
+    ui.strong(
+        "Verdicts (each claim fixed before training; one-sided Welch test at 95%, its p adjusted over \
+         the comparisons by Benjamini–Hochberg: q; \"at chance\" where both sides are)",
+    );
     let claims: Vec<&ClaimReport> = claims
         .iter()
         .filter(|c| c.kind == ClaimKind::Comparative)
         .collect();
     egui::Grid::new("posflow.compare.verdicts")
         .striped(true)
-        .num_columns(4)
+        .num_columns(5)
         .show(ui, |ui| {
             ui.strong("claim");
             ui.strong("verdict");
             ui.strong("difference (95% lower bound)");
             ui.strong("p");
+            ui.strong("q");
             ui.end_row();
             for c in claims {
                 ui.label(c.claim.text());
@@ -490,6 +494,10 @@ fn verdicts(ui: &mut egui::Ui, snap: &Snapshot) {
                         ui.weak("—");
                     }
                 }
+                match c.q {
+                    Some(q) => ui.label(format!("{q:.4}")),
+                    None => ui.weak("—"),
+                };
                 ui.end_row();
             }
         });
