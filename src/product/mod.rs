@@ -24,6 +24,42 @@ pub struct Strides {
     pub cols: usize,
 }
 
+/// One pass of the k-ordered tiles (`ordered.rs` natively, `simd128.rs` in the page): `depth`
+/// values of k from `from`, b already packed in `panels` ([`pack_panels`]); each later pass adds
+/// to the sums the earlier ones stored (a stored f32 is the register's value, so the order holds).
+struct Pass<'a> {
+    n: usize,
+    a: &'a [f32],
+    sa: Strides,
+    from: usize,
+    depth: usize,
+    panels: &'a [f32],
+}
+
+/// b's rows `from..from + depth` in panels of C columns, each `depth` rows of C values in a row
+/// (the order the tiles read them in); the columns past n are zeros, and their sums are not
+/// stored. `panels` holds `n.div_ceil(C) * depth * C` values.
+fn pack_panels<const C: usize>(
+    b: &[f32],
+    sb: Strides,
+    n: usize,
+    (from, depth): (usize, usize),
+    panels: &mut [f32],
+) {
+    for (p, panel) in panels.chunks_exact_mut(depth * C).enumerate() {
+        for (kk, row) in panel.chunks_exact_mut(C).enumerate() {
+            for (j, v) in row.iter_mut().enumerate() {
+                let column = p * C + j;
+                *v = if column < n {
+                    b[(from + kk) * sb.rows + column * sb.cols]
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+}
+
 /// `dst[m, n] = a · b` for `a` m × k and `b` k × n at the given strides, in `arithmetic`; `dst`
 /// is row-major and only written. `threaded` lets the product be split across the current rayon
 /// pool (or the page's helper threads).

@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use super::Strides;
+use super::{Pass, Strides, pack_panels};
 use crate::vector::vectorised_fn;
 
 /// Output rows per tile.
@@ -42,8 +42,7 @@ pub fn product(
     }
 }
 
-/// [`product`] with panels of C columns: DEPTH values of k at a time, each later pass adding to
-/// the sums the earlier ones stored (a stored f32 is the register's value, so the order holds).
+/// [`product`] with panels of C columns, DEPTH values of k a pass.
 fn passes<const C: usize>(
     m: usize,
     n: usize,
@@ -56,21 +55,8 @@ fn passes<const C: usize>(
     let mut panels = vec![0.0f32; n.div_ceil(C) * DEPTH * C];
     for from in (0..k).step_by(DEPTH) {
         let depth = (k - from).min(DEPTH);
-        // b in panels of C columns, each `depth` rows of C values in a row (the order the tiles
-        // read them in); the columns past n are zeros, and their sums are not stored.
         let panels = &mut panels[..n.div_ceil(C) * depth * C];
-        for (p, panel) in panels.chunks_exact_mut(depth * C).enumerate() {
-            for (kk, row) in panel.chunks_exact_mut(C).enumerate() {
-                for (j, v) in row.iter_mut().enumerate() {
-                    let column = p * C + j;
-                    *v = if column < n {
-                        b[(from + kk) * sb.rows + column * sb.cols]
-                    } else {
-                        0.0
-                    };
-                }
-            }
-        }
+        pack_panels::<C>(b, sb, n, (from, depth), panels);
         let pass = Pass {
             n,
             a,
@@ -90,16 +76,6 @@ fn passes<const C: usize>(
             }
         }
     }
-}
-
-/// One pass of `depth` values of k from `from`, b already packed in `panels`.
-struct Pass<'a> {
-    n: usize,
-    a: &'a [f32],
-    sa: Strides,
-    from: usize,
-    depth: usize,
-    panels: &'a [f32],
 }
 
 /// The pass's sums for one tile of output rows (`rows`, up to ROWS of them, the first `first`).

@@ -4,7 +4,7 @@
 //! Every output is its k-ordered sum of products, each a multiply then an add (SIMD128 has no
 //! fused multiply-add), so it equals the plain loop bit for bit.
 
-use super::Strides;
+use super::{Pass, Strides, pack_panels};
 use lanes::F32x4;
 
 /// Output rows per tile: each holds two vectors of sums, eight in all, beside the two vectors of
@@ -42,16 +42,8 @@ pub fn product(
     // each later slice adds to the sums the earlier ones stored, in k order still.
     for from in (0..k).step_by(DEPTH) {
         let depth = (k - from).min(DEPTH);
-        // b in panels of COLS columns, each `depth` rows of COLS values in a row (the order the
-        // tiles read them in); the columns past n are zeros, and their sums are not stored.
         let panels = &mut panels[..n.div_ceil(COLS) * depth * COLS];
-        for (p, panel) in panels.chunks_exact_mut(depth * COLS).enumerate() {
-            for (kk, row) in panel.chunks_exact_mut(COLS).enumerate() {
-                for (j, v) in row.iter_mut().enumerate().take(n - p * COLS) {
-                    *v = b[(from + kk) * sb.rows + (p * COLS + j) * sb.cols];
-                }
-            }
-        }
+        pack_panels::<COLS>(b, sb, n, (from, depth), panels);
         let pass = Pass {
             n,
             a,
@@ -91,16 +83,6 @@ fn share_pass(pass: &Pass, m: usize, dst: &mut [f32], block: &mut [f32]) {
     #[cfg(not(any(test, target_feature = "atomics")))]
     let _ = m;
     pass.tiles(dst, 0, block);
-}
-
-/// One pass of `depth` values of k from `from`, b already packed in `panels`.
-struct Pass<'a> {
-    n: usize,
-    a: &'a [f32],
-    sa: Strides,
-    from: usize,
-    depth: usize,
-    panels: &'a [f32],
 }
 
 impl Pass<'_> {
