@@ -31,10 +31,6 @@ impl CpuBackend {
         Self { arithmetic }
     }
 
-    pub fn arithmetic(&self) -> Arithmetic {
-        self.arithmetic
-    }
-
     /// Makes the calling thread worker 0 of a new rayon pool of `threads` threads (0: rayon's
     /// default, `RAYON_NUM_THREADS` or every core), for a thread that runs ops for as long as
     /// the returned pool is kept: each op's parallel loop then starts on this thread and is
