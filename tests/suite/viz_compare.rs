@@ -16,7 +16,7 @@ use posflow::backend::cpu::CpuBackend;
 use posflow::checkpoint::Checkpoint;
 use posflow::study::{Study, StudyProgress, plan_runs, run_study};
 use posflow::viz::compare::{Choice, CompareSettings, Encoding, Preset};
-use posflow::viz::{Spawner, View, Viewer, ViewerHandle};
+use posflow::viz::{ClaimStatus, Spawner, View, Viewer, ViewerHandle};
 use scratch_dir::scratch;
 
 fn cpu() -> Rc<dyn Backend> {
@@ -80,7 +80,7 @@ fn a_tiny_comparison_trains_to_verdicts_that_posflow_study_gives_too() {
     assert!(status.done);
     assert_eq!((status.runs_done, status.steps_done), (4, 96));
     // Both ways, in each bin past the training length (11-20, 21-40): at most one way holds.
-    let names: Vec<&str> = status.verdicts.iter().map(|(n, _)| n.as_str()).collect();
+    let names: Vec<&str> = status.verdicts.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(
         names,
         [
@@ -92,19 +92,33 @@ fn a_tiny_comparison_trains_to_verdicts_that_posflow_study_gives_too() {
     );
     // Apart from them, the sanity checks: 24 steps teach neither model the training lengths, and
     // the tab says so before its verdicts.
+    let sanity: Vec<(&str, &str)> = status
+        .sanity
+        .iter()
+        .map(|c| (c.name.as_str(), c.verdict.as_str()))
+        .collect();
     assert_eq!(
-        status.sanity,
-        [
-            ("rope_learns".to_string(), "not shown".to_string()),
-            ("rope_rand_learns".to_string(), "not shown".to_string())
-        ]
+        sanity,
+        [("rope_learns", "not shown"), ("rope_rand_learns", "not shown")]
+    );
+    // Every length of each bin, 64 sequences a length (8 batches of 8, so that the smallest bin,
+    // 2-10, holds ≥ 512): 9, 10 and 20 lengths.
+    let sequences =
+        |claims: &[ClaimStatus]| -> Vec<Option<usize>> { claims.iter().map(|c| c.sequences).collect() };
+    assert_eq!(sequences(&status.sanity), [Some(9 * 64); 2]);
+    assert_eq!(
+        sequences(&status.verdicts),
+        [Some(10 * 64), Some(10 * 64), Some(20 * 64), Some(20 * 64)]
     );
     for pair in status.verdicts.chunks(2) {
-        assert!(pair.iter().filter(|(_, v)| v == "holds").count() <= 1, "{pair:?}");
+        assert!(
+            pair.iter().filter(|c| c.verdict == "holds").count() <= 1,
+            "{pair:?}"
+        );
         // 24 steps of even pairs leave both models near 50%: the results rule says "at chance".
         assert!(
             pair.iter()
-                .all(|(_, v)| ["holds", "not shown", "at chance"].contains(&v.as_str())),
+                .all(|c| ["holds", "not shown", "at chance"].contains(&c.verdict.as_str())),
             "{pair:?}"
         );
     }

@@ -284,19 +284,20 @@ pub fn stop_compare() -> Result<(), JsError> {
 }
 
 /// `{stepsDone, stepsTotal, runsDone, runsTotal, running, done, seconds, wallSeconds, verdicts:
-/// [{name, verdict}], error, refusal}`: where the comparison stands (`seconds` training,
+/// [{name, verdict, sequences}], error, refusal}`: where the comparison stands (`seconds` training,
 /// `wallSeconds` since Start); `refusal` is why the settings as they stand cannot run (null when
 /// they can); `reproduction` how closely `posflow study` of its file re-runs it; `sanity` each
-/// encoding's sanity check (did it learn the training lengths), apart from the `verdicts`.
+/// encoding's sanity check (did it learn the training lengths), apart from the `verdicts`; a
+/// claim's `sequences` are those each run was evaluated on in its bin.
 #[wasm_bindgen(js_name = compareStatus)]
 pub fn compare_status() -> Result<JsValue, JsError> {
     let handle = &viewer()?.handle;
     let s = handle.compare_status();
     let refusal = handle.compare_study_toml().err().map(|e| e.to_string());
-    let named = |claims: &[(String, String)]| -> Vec<Value> {
+    let named = |claims: &[posflow::viz::ClaimStatus]| -> Vec<Value> {
         claims
             .iter()
-            .map(|(name, verdict)| json!({"name": name, "verdict": verdict}))
+            .map(|c| json!({"name": c.name, "verdict": c.verdict, "sequences": c.sequences}))
             .collect()
     };
     let (verdicts, sanity) = (named(&s.verdicts), named(&s.sanity));

@@ -401,6 +401,8 @@ const COMPARE_REFUSALS = [
   ['enc=', 'choose at least one encoding'],
   ['seeds=0', 'seeds must be 1 to 5, got 0'],
   ['train=10&test=10-40', 'the test lengths must be longer than the training length'],
+  ['test=15-30', 'no length bin past the training length lies wholly in the test lengths'],
+  ['test=11-500', 'test lengths up to 160 fit'],
 ];
 const COMPARE_BAD_LINKS = [['task=sorting', 'unknown task `sorting`']];
 
@@ -506,6 +508,8 @@ async function checkCompare({ name, flags, url, query: compareQuery, exact }) {
     assert.deepEqual(status.sanity.map((v) => v.name), ['rope_learns', 'rope_rand_learns']);
     for (const v of status.sanity) assert.ok(['holds', 'not shown'].includes(v.verdict), JSON.stringify(v));
     console.log(`learned the training lengths: ${JSON.stringify(status.sanity)}`);
+    // Each claim's bin holds every length in it, with at least 512 sequences a run in all.
+    for (const v of [...status.verdicts, ...status.sanity]) assert.ok(v.sequences >= 512, JSON.stringify(v));
     console.log(`comparison: ${status.stepsDone} steps in ${wall.toFixed(1)} s wall (${status.seconds.toFixed(1)} s training); verdicts ${JSON.stringify(status.verdicts)}`);
     assert.match(status.reproduction, exact ? /to the bit/ : /to rounding, not to the bit/);
     console.log(`the tab says: ${status.reproduction}`);

@@ -35,12 +35,22 @@ pub struct CompareStatus {
     pub seconds: f64,
     /// Seconds since Start, frames and pauses included (what the time left is reckoned from).
     pub wall_seconds: f64,
-    /// Each comparative claim's name and verdict ("holds", "not shown", "at chance"), once done.
-    pub verdicts: Vec<(String, String)>,
-    /// Each sanity check's (each encoding learned the training lengths): name and verdict.
-    pub sanity: Vec<(String, String)>,
+    /// Each comparative claim's verdict ("holds", "not shown", "at chance"), once done.
+    pub verdicts: Vec<ClaimStatus>,
+    /// Each sanity check's (each encoding learned the training lengths).
+    pub sanity: Vec<ClaimStatus>,
     /// Why the last start or step failed.
     pub error: Option<String>,
+}
+
+/// One claim's verdict, as the tab shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimStatus {
+    pub name: String,
+    /// "holds", "not shown" or "at chance".
+    pub verdict: String,
+    /// Sequences each run was evaluated on in the claim's bin (the fewest over its runs).
+    pub sequences: Option<usize>,
 }
 
 /// The tab's settings and its comparison.
@@ -166,7 +176,11 @@ impl Comparing {
                 claims
                     .iter()
                     .filter(|c| c.kind == kind)
-                    .map(|c| (c.claim.name().to_string(), c.verdict.word().to_string()))
+                    .map(|c| ClaimStatus {
+                        name: c.claim.name().to_string(),
+                        verdict: c.verdict.word().to_string(),
+                        sequences: c.items,
+                    })
                     .collect()
             })
         };

@@ -17,95 +17,14 @@ use crate::error::{Error, Result};
 use crate::model::posenc;
 use crate::study::Study;
 
+use super::evaluation::EvalPlan;
+use super::task::CompareTask;
+
 /// Randomized positions are drawn from 0..L, L as Ruoss et al.
 pub const RANDOM_POSITIONS: usize = 2048;
 
 /// The most seeds a comparison trains.
 pub const MAX_SEEDS: usize = 5;
-
-/// The tasks the tab offers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CompareTask {
-    Chomsky(ChomskyTask),
-    /// `abc|abc`, a causal LM.
-    Copy,
-    /// `abc|cba`, a causal LM.
-    Reverse,
-    /// Next character of Moby Dick, a causal LM.
-    MobyDick,
-}
-
-impl CompareTask {
-    pub fn all() -> Vec<CompareTask> {
-        let mut tasks: Vec<CompareTask> = ChomskyTask::ALL.into_iter().map(CompareTask::Chomsky).collect();
-        tasks.extend([CompareTask::Copy, CompareTask::Reverse, CompareTask::MobyDick]);
-        tasks
-    }
-
-    /// The name in URLs and study files.
-    pub fn name(self) -> String {
-        match self {
-            CompareTask::Chomsky(task) => toml::Value::try_from(task)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .expect("a Chomsky task serializes to its name"),
-            CompareTask::Copy => "copy".into(),
-            CompareTask::Reverse => "reverse".into(),
-            CompareTask::MobyDick => "moby_dick".into(),
-        }
-    }
-
-    pub fn from_name(name: &str) -> Result<CompareTask> {
-        Self::all().into_iter().find(|t| t.name() == name).ok_or_else(|| {
-            let names: Vec<String> = Self::all().into_iter().map(CompareTask::name).collect();
-            Error::Input(format!(
-                "unknown task `{name}`; the tasks are {}",
-                names.join(", ")
-            ))
-        })
-    }
-
-    /// The model is an encoder (the Chomsky tasks' token classifier); the others are causal LMs.
-    pub fn encoder(self) -> bool {
-        matches!(self, CompareTask::Chomsky(_))
-    }
-
-    /// What the length counts.
-    pub fn unit(self) -> &'static str {
-        match self {
-            CompareTask::Chomsky(_) => "input symbols",
-            CompareTask::Copy | CompareTask::Reverse => "string symbols",
-            CompareTask::MobyDick => "characters",
-        }
-    }
-
-    /// Test lengths past this would not fit 2,048 positions (an answer, or a copy, is as long
-    /// as the input or twice it).
-    pub fn max_length(self) -> usize {
-        match self {
-            CompareTask::Chomsky(_) => 500,
-            CompareTask::Copy | CompareTask::Reverse => 1000,
-            CompareTask::MobyDick => 2048,
-        }
-    }
-
-    /// A length in the unit the task's evaluation bins count: sequence tokens for copy and
-    /// reverse (`abc|abc` and its two markers: 2n + 2), the length itself otherwise.
-    fn bin_units(self, length: usize) -> usize {
-        match self {
-            CompareTask::Copy | CompareTask::Reverse => 2 * length + 2,
-            _ => length,
-        }
-    }
-
-    /// Scored by accuracy, or (Moby Dick's characters) by loss.
-    fn metric(self) -> &'static str {
-        match self {
-            CompareTask::MobyDick => "loss",
-            _ => "accuracy",
-        }
-    }
-}
 
 /// An encoding the tab offers: one of the registry's presets (`posenc::presets`), so that a new
 /// encoding's preset is offered here without a line in this file.
@@ -344,22 +263,18 @@ impl CompareSettings {
                 self.test_to
             ));
         }
-        Ok(())
+        self.evaluation().map(|_| ())
     }
 
-    /// The evaluation lengths, in the task's unit: the training length and half of it, and
-    /// the test range's start, middle and end.
-    fn eval_lengths(&self) -> Vec<usize> {
-        let mut lengths = vec![
-            (self.train_len / 2).max(1),
+    /// What the comparison evaluates: every length of the training bin and of each bin wholly
+    /// inside the test lengths, with enough sequences for a claim on each bin.
+    pub fn evaluation(&self) -> Result<EvalPlan> {
+        EvalPlan::new(
+            self.task,
             self.train_len,
-            self.test_from,
-            (self.test_from + self.test_to) / 2,
-            self.test_to,
-        ];
-        lengths.sort_unstable();
-        lengths.dedup();
-        lengths.into_iter().map(|n| self.task.bin_units(n)).collect()
+            self.test_from..=self.test_to,
+            self.preset.sizes().batch,
+        )
     }
 
     fn data_toml(&self) -> String {
@@ -405,7 +320,7 @@ impl CompareSettings {
     }
 
     /// The study without claims: the variants as they will run in `arithmetic`.
-    fn variants_toml(&self, arithmetic: Arithmetic) -> String {
+    fn variants_toml(&self, arithmetic: Arithmetic, plan: &EvalPlan) -> String {
         let s = self.preset.sizes();
         let seeds: Vec<String> = (0..self.seeds).map(|k| k.to_string()).collect();
         let (how, arithmetic_line) = match arithmetic {
@@ -451,6 +366,7 @@ impl CompareSettings {
              eval_every = {eval_every}\n\
              eval_lengths = {eval_lengths:?}\n\
              eval_batches = 1\n\
+             final_eval_batches = {final_batches}\n\
              {arithmetic_line}",
             task = self.task.name(),
             description = self.description(),
@@ -465,7 +381,8 @@ impl CompareSettings {
             steps = s.steps,
             batch = s.batch,
             eval_every = s.steps / 4,
-            eval_lengths = self.eval_lengths(),
+            eval_lengths = plan.eval_lengths(),
+            final_batches = plan.final_batches,
         );
         for c in &self.choices {
             let random = if c.randomized {
@@ -485,7 +402,8 @@ impl CompareSettings {
     }
 
     /// The study file that reproduces the comparison on the page's CPU (in the portable
-    /// arithmetic), claims included; checked by parsing it as `posflow study` does.
+    /// arithmetic), claims included, once the settings pass [`CompareSettings::check`]
+    /// ([`CompareSettings::study`] parses it as `posflow study` does).
     pub fn study_toml(&self) -> Result<String> {
         self.study_toml_in(Arithmetic::Portable)
     }
@@ -493,31 +411,12 @@ impl CompareSettings {
     /// [`CompareSettings::study_toml`] for runs in `arithmetic` (the native one: a GPU's).
     pub fn study_toml_in(&self, arithmetic: Arithmetic) -> Result<String> {
         self.check()?;
-        let mut text = self.variants_toml(arithmetic);
-        let study = Study::from_toml(&text, "the comparison")?;
-        let train_units = self.task.bin_units(self.train_len);
-        let bins: Vec<&String> = study.variants[0]
-            .bins
-            .iter()
-            .filter(|b| crate::study::bin_start(b) > train_units)
-            .collect();
-        if bins.is_empty() {
-            return Err(Error::Input(format!(
-                "no length bin starts past the training length ({} {}): choose test lengths further \
-                 out",
-                self.train_len,
-                self.task.unit()
-            )));
-        }
+        let plan = self.evaluation()?;
+        let mut text = self.variants_toml(arithmetic, &plan);
         let metric = self.task.metric();
-        let train_bin = study.variants[0]
-            .bins
-            .iter()
-            .rfind(|b| crate::study::bin_start(b) <= train_units)
-            .cloned();
         for (i, a) in self.choices.iter().enumerate() {
             for b in &self.choices[i + 1..] {
-                for bin in &bins {
+                for bin in plan.tested.iter().map(|b| &b.label) {
                     for (first, second) in [(a, b), (b, a)] {
                         let _ = write!(
                             text,
@@ -535,7 +434,8 @@ impl CompareSettings {
         }
         // The results rule's sanity check, apart from the comparisons: did each model learn the
         // training lengths at all? (A verdict past them between models that did not says little.)
-        if let (Some(bin), "accuracy") = (train_bin, metric) {
+        if metric == "accuracy" {
+            let bin = &plan.training.label;
             for c in &self.choices {
                 let _ = write!(
                     text,
@@ -558,7 +458,11 @@ impl CompareSettings {
         if self.check().is_err() {
             return Vec::new();
         }
-        let Ok(study) = Study::from_toml(&self.variants_toml(Arithmetic::Portable), "the comparison") else {
+        let Ok(plan) = self.evaluation() else {
+            return Vec::new();
+        };
+        let Ok(study) = Study::from_toml(&self.variants_toml(Arithmetic::Portable, &plan), "the comparison")
+        else {
             return Vec::new();
         };
         let mut cautions: Vec<String> = Vec::new();
@@ -662,196 +566,5 @@ fn percent_decoded(value: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn with(f: impl FnOnce(&mut CompareSettings)) -> CompareSettings {
-        let mut s = CompareSettings::default();
-        f(&mut s);
-        s
-    }
-
-    fn refusal(s: &CompareSettings) -> String {
-        s.study_toml().expect_err("refused").to_string()
-    }
-
-    /// Randomized FLOATER comes with its caution (its flow solved to t = 20.47 at positions of
-    /// 0..2048), once however it is reached; standard FLOATER, FLOATER at the horizon's Δ (its
-    /// flow within t ≤ 2.55 at every randomized position) and the randomized sinusoidal table
-    /// with none; refused settings with none.
-    #[test]
-    fn randomized_floater_comes_with_its_caution() {
-        let floater = |randomized| Choice {
-            encoding: Encoding::named("floater").unwrap(),
-            randomized,
-        };
-        let sinusoidal_rand = Choice {
-            encoding: Encoding::named("sinusoidal").unwrap(),
-            randomized: true,
-        };
-        let cautions = with(|s| s.choices = vec![floater(false), floater(true), sinusoidal_rand]).cautions();
-        assert_eq!(cautions.len(), 1, "{cautions:?}");
-        assert!(
-            cautions[0].contains("solve the flow to t = 20.47"),
-            "{}",
-            cautions[0]
-        );
-        assert!(
-            with(|s| s.choices = vec![floater(false), sinusoidal_rand])
-                .cautions()
-                .is_empty()
-        );
-        assert!(with(|s| s.choices = vec![floater(true)]).cautions().len() == 1);
-        let horizon = |randomized| Choice {
-            encoding: Encoding::named("floater_horizon").unwrap(),
-            randomized,
-        };
-        assert!(
-            with(|s| s.choices = vec![horizon(false), horizon(true)])
-                .cautions()
-                .is_empty()
-        );
-        assert!(
-            with(|s| {
-                s.choices = vec![floater(true)];
-                s.seeds = 0;
-            })
-            .cautions()
-            .is_empty()
-        );
-    }
-
-    #[test]
-    fn the_default_comparison_is_a_study_with_claims_both_ways_past_the_training_length() {
-        let study = CompareSettings::default().study().unwrap();
-        assert_eq!(study.name, "compare_even_pairs");
-        assert_eq!(study.seeds, [0, 1, 2]);
-        let names: Vec<&str> = study.variants.iter().map(|v| v.name.as_str()).collect();
-        assert_eq!(names, ["sinusoidal", "sinusoidal_rand"]);
-        assert_eq!(
-            study.variants[1].run.model.random_positions,
-            Some(RANDOM_POSITIONS)
-        );
-        assert_eq!(study.variants[0].run.model.random_positions, None);
-        assert_eq!(study.variants[0].run.train.eval_lengths, [5, 10, 11, 25, 40]);
-        // Bins anchored at 10: 1-10, 11-20, 21-40; claims on the two past it, both ways.
-        assert_eq!(study.variants[0].bins, ["1-10", "11-20", "21-40"]);
-        let claims: Vec<String> = study.claims.iter().map(|c| c.name().to_string()).collect();
-        assert_eq!(
-            claims,
-            [
-                "sinusoidal_beats_sinusoidal_rand_11_20",
-                "sinusoidal_rand_beats_sinusoidal_11_20",
-                "sinusoidal_beats_sinusoidal_rand_21_40",
-                "sinusoidal_rand_beats_sinusoidal_21_40",
-                "sinusoidal_learns",
-                "sinusoidal_rand_learns",
-            ]
-        );
-        // The sanity checks: each variant above 90% accuracy in the training lengths' bin.
-        let toml = CompareSettings::default().study_toml().unwrap();
-        assert!(
-            toml.contains("bin = \"1-10\"\nvariant = \"sinusoidal_rand\"\nbound = 0.9\nbeats = true"),
-            "{toml}"
-        );
-        assert_eq!(study.claims[4].kind(), crate::study::ClaimKind::Sanity);
-    }
-
-    #[test]
-    fn every_task_and_encoding_makes_a_valid_study() {
-        for task in CompareTask::all() {
-            let choices: Vec<Choice> = Encoding::all()
-                .flat_map(|encoding| {
-                    [false, true]
-                        .into_iter()
-                        .filter(move |&r| !r || encoding.reads_positions())
-                        .map(move |randomized| Choice { encoding, randomized })
-                })
-                .collect();
-            let s = with(|s| {
-                s.task = task;
-                s.choices = choices.clone();
-                s.train_len = 16;
-                s.test_from = 40;
-                s.test_to = 100;
-            });
-            let study = s.study().unwrap_or_else(|e| panic!("{}: {e}", task.name()));
-            assert_eq!(study.variants.len(), choices.len(), "{}", task.name());
-            assert!(!study.claims.is_empty());
-        }
-    }
-
-    #[test]
-    fn bad_settings_are_refused_with_the_reason() {
-        assert!(refusal(&with(|s| s.choices.clear())).contains("at least one encoding"));
-        assert!(refusal(&with(|s| s.seeds = 0)).contains("seeds must be 1 to 5, got 0"));
-        assert!(refusal(&with(|s| s.seeds = 6)).contains("got 6"));
-        assert!(refusal(&with(|s| s.test_from = 10)).contains("longer than the training length"));
-        assert!(refusal(&with(|s| s.test_to = 5)).contains("must not be before the start"));
-        assert!(refusal(&with(|s| s.test_to = 501)).contains("up to 500"));
-        assert!(refusal(&with(|s| s.train_len = 0)).contains("at least 1"));
-        let twice = with(|s| s.choices.push(s.choices[0]));
-        assert!(refusal(&twice).contains("sinusoidal is chosen twice"));
-        let none = with(|s| s.choices[1].encoding = Encoding::named("none").unwrap());
-        assert!(refusal(&none).contains("nothing to randomize"));
-        // Moby Dick's bins double from 1 (1-32, 33-64, ...): 40-60 after 50 starts no bin.
-        let straddles = with(|s| {
-            s.task = CompareTask::MobyDick;
-            s.choices.truncate(1);
-            s.train_len = 50;
-            s.test_from = 51;
-            s.test_to = 60;
-        });
-        assert!(refusal(&straddles).contains("no length bin starts past the training length"));
-    }
-
-    #[test]
-    fn a_query_holds_the_settings_and_bad_ones_are_refused() {
-        let s = with(|s| {
-            s.task = CompareTask::Chomsky(ChomskyTask::ReverseString);
-            s.choices.push(Choice {
-                encoding: Encoding::named("floater").unwrap(),
-                randomized: true,
-            });
-            s.seeds = 5;
-            s.test_to = 60;
-            s.preset = Preset::Paper;
-        });
-        let query = s.to_query();
-        assert_eq!(
-            query,
-            "task=reverse_string&enc=sinusoidal,sinusoidal_rand,floater_rand&seeds=5&train=10&test=11-60&preset=paper"
-        );
-        assert_eq!(CompareSettings::from_query(&format!("?{query}")).unwrap(), s);
-        assert_eq!(
-            CompareSettings::from_query("").unwrap(),
-            CompareSettings::default()
-        );
-        let err = |q: &str| CompareSettings::from_query(q).unwrap_err().to_string();
-        assert!(err("task=sorting").contains("unknown task `sorting`"));
-        assert!(err("enc=sinusoidal,wavelets").contains("unknown encoding `wavelets`"));
-        assert!(err("seeds=three").contains("seeds must be a whole number"));
-        assert!(err("test=20").contains("FROM-TO"));
-        assert!(err("colour=red").contains("unknown setting `colour`"));
-        assert!(err("preset=huge").contains("unknown preset"));
-        // A query may hold settings that the check then refuses.
-        let zero = CompareSettings::from_query("seeds=0").unwrap();
-        assert!(zero.check().unwrap_err().to_string().contains("seeds must be"));
-        // Numbers past the machine's integers are refused as numbers; the largest that parse are
-        // refused by the check, before any arithmetic on them (the training length's +1, the
-        // test range's end).
-        assert!(err("seeds=18446744073709551616").contains("seeds must be a whole number"));
-        for (query, says) in [
-            ("seeds=18446744073709551615", "seeds must be 1 to"),
-            (
-                "train=18446744073709551615&test=11-40",
-                "must be longer than the training length",
-            ),
-            ("test=11-18446744073709551615", "is longer"),
-        ] {
-            let settings = CompareSettings::from_query(query).unwrap();
-            let why = settings.check().unwrap_err().to_string();
-            assert!(why.contains(says), "{query}: {why}");
-        }
-    }
-}
+#[path = "settings_tests.rs"]
+mod tests;

@@ -9,7 +9,8 @@ use egui_plot::{
 };
 
 use super::run::{self, Run, Snapshot};
-use super::settings::{Choice, CompareSettings, CompareTask, Encoding, MAX_SEEDS, Preset};
+use super::settings::{Choice, CompareSettings, Encoding, MAX_SEEDS, Preset};
+use super::task::CompareTask;
 use crate::study::{ClaimKind, ClaimReport, Measured, Verdict, bin_start};
 use crate::viz::{Download, LoadedCheckpoint, State};
 
@@ -62,6 +63,9 @@ pub(crate) fn show(ui: &mut egui::Ui, s: &mut State) {
     if !running {
         for caution in s.compare.settings.cautions() {
             ui.colored_label(ui.visuals().warn_fg_color, caution);
+        }
+        if let Ok(plan) = s.compare.settings.evaluation() {
+            ui.weak(plan.describe());
         }
     }
     if let Some(e) = &s.compare.error {
@@ -431,10 +435,14 @@ fn sanity_checks(ui: &mut egui::Ui, claims: &[ClaimReport]) {
     ui.strong("Sanity checks: did each learn the training lengths? (one-sided test at 95% over the seeds)");
     egui::Grid::new("posflow.compare.sanity")
         .striped(true)
-        .num_columns(2)
+        .num_columns(3)
         .show(ui, |ui| {
             for c in checks {
                 ui.label(c.claim.text());
+                match c.items {
+                    Some(n) => ui.weak(format!("{n} sequences a run")),
+                    None => ui.weak("—"),
+                };
                 let learned = c.verdict == Verdict::Holds;
                 let word = egui::RichText::new(if learned { "yes" } else { "no" }).strong();
                 if learned {
@@ -463,9 +471,12 @@ fn verdicts(ui: &mut egui::Ui, snap: &Snapshot) {
         .collect();
     egui::Grid::new("posflow.compare.verdicts")
         .striped(true)
-        .num_columns(5)
+        .num_columns(6)
         .show(ui, |ui| {
             ui.strong("claim");
+            ui.strong("sequences a run").on_hover_text(
+                "sequences each run was evaluated on in the claim's bin (the fewest over its runs)",
+            );
             ui.strong("verdict");
             ui.strong("difference (95% lower bound)");
             ui.strong("p");
@@ -473,6 +484,7 @@ fn verdicts(ui: &mut egui::Ui, snap: &Snapshot) {
             ui.end_row();
             for c in claims {
                 ui.label(c.claim.text());
+                evaluated(ui, c);
                 let holds = c.verdict == crate::study::Verdict::Holds;
                 let word = egui::RichText::new(c.verdict.word()).strong();
                 if holds {
@@ -501,4 +513,12 @@ fn verdicts(ui: &mut egui::Ui, snap: &Snapshot) {
                 ui.end_row();
             }
         });
+}
+
+/// The evaluation's size behind a claim: the sequences each run scored in its bin.
+fn evaluated(ui: &mut egui::Ui, c: &ClaimReport) {
+    match c.items {
+        Some(n) => ui.label(n.to_string()),
+        None => ui.weak("—"),
+    };
 }
