@@ -36,7 +36,7 @@ use std::rc::Rc;
 
 use eframe::egui;
 
-pub use compare::CompareStatus;
+pub use compare::{ClaimStatus, CompareStatus};
 pub use finetune::FineTuneStatus;
 pub use handle::ViewerHandle;
 pub(crate) use jobs::{Computed, Job};
