@@ -9,8 +9,8 @@
 use std::cell::RefCell;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
-use super::profile::{self, Clock, Profile};
-use super::{Backend, BackendKind, Buffer, Compiled, Program, ReadFuture};
+use super::profile::{self, Clock, Profile, Work};
+use super::{Backend, BackendKind, Buffer, Compiled, Program, ReadFuture, Step};
 use crate::arithmetic::Arithmetic;
 use crate::error::{Error, Result};
 use crate::kernel::{In, Out};
@@ -121,10 +121,16 @@ impl Backend for CpuBackend {
                 }
             }
         }
+        let profile = profile::requested().then(|| RefCell::new(Profile::new(Clock::Host)));
+        let work = match profile {
+            Some(_) => program.iter().map(Step::work).collect(),
+            None => Vec::new(),
+        };
         Ok(Box::new(CpuProgram {
             program: program.clone(),
             arithmetic: self.arithmetic,
-            profile: profile::requested().then(|| RefCell::new(Profile::new(Clock::Host))),
+            profile,
+            work,
         }))
     }
 }
@@ -133,6 +139,8 @@ struct CpuProgram {
     program: Program,
     arithmetic: Arithmetic,
     profile: Option<RefCell<Profile>>,
+    /// Each step's work, when profiled.
+    work: Vec<Work>,
 }
 
 impl Drop for CpuProgram {
@@ -156,7 +164,7 @@ impl Compiled for CpuProgram {
         if let Some(profile) = &self.profile {
             profile.borrow_mut().start_run();
         }
-        for step in &self.program {
+        for (i, step) in self.program.iter().enumerate() {
             let start = self.profile.as_ref().map(|_| Instant::now());
             // Outputs are moved out of their locks while inputs are read, so one op can read the
             // same buffer twice (x * x) without holding a write lock on it.
@@ -195,9 +203,9 @@ impl Compiled for CpuProgram {
                 *cpu_buffer(&o.buffer).write().expect("buffer lock") = data;
             }
             if let (Some(profile), Some(start)) = (&self.profile, start) {
-                profile
-                    .borrow_mut()
-                    .record(step.op.name(), start.elapsed().as_secs_f64());
+                let mut profile = profile.borrow_mut();
+                profile.record(step.op.name(), start.elapsed().as_secs_f64());
+                profile.count(step.op.name(), self.work[i]);
             }
         }
         Ok(())

@@ -73,6 +73,15 @@ pub struct Step {
     pub outputs: Vec<Bound>,
 }
 
+impl Step {
+    /// What one execution of the step does, for the profile.
+    pub fn work(&self) -> profile::Work {
+        let inputs: Vec<&TensorMeta> = self.inputs.iter().map(|b| &b.meta).collect();
+        let outputs: Vec<&TensorMeta> = self.outputs.iter().map(|b| &b.meta).collect();
+        profile::Work::of(self.op.as_ref(), &inputs, &outputs)
+    }
+}
+
 /// Steps run in order, as one submission on the GPU.
 pub type Program = Vec<Step>;
 

@@ -57,6 +57,14 @@ pub trait Op: fmt::Debug {
         Err(Error::Graph(format!("{} has no gradient", self.name())))
     }
 
+    /// The floating-point operations one execution does in its products (a multiply-add counts
+    /// 2), as the shapes give them: what the profile divides by time for GFLOP/s. `None` (the
+    /// default) for ops whose cost is their memory traffic: elementwise ops, norms, copies.
+    fn flops(&self, inputs: &[&TensorMeta], outputs: &[&TensorMeta]) -> Option<u64> {
+        let _ = (inputs, outputs);
+        None
+    }
+
     /// True for ops whose single output is a view of input 0 (reshape): it shares the input's
     /// buffer and no kernel runs.
     fn is_view(&self) -> bool {

@@ -1,6 +1,7 @@
 //! `POSFLOW_PROFILE`'s GPU table: every dispatch of every run but the first is timed and
 //! counted under its op kind, with timestamp queries where the adapter has them (lavapipe has)
-//! and on the host otherwise; a program compiled without profiling keeps no table.
+//! and on the host otherwise, with each op kind's work; a program compiled without profiling keeps
+//! no table.
 
 use std::rc::Rc;
 
@@ -79,6 +80,15 @@ fn gpu_profile_times_every_dispatch_under_its_op_kind() {
             RUNS - 1
         );
     }
+    // Each op kind's work, counted once a step however many dispatches it takes: the product's
+    // 2·m·n·k flops and its operands' bytes; the softmax's cost is its memory alone.
+    let counted = (RUNS - 1) as u64;
+    let matmul = profile.ops.iter().find(|op| op.name == "matmul").unwrap();
+    assert_eq!(matmul.work.flops, Some(counted * 2 * 37 * 29 * 53));
+    assert_eq!(matmul.work.bytes, counted * 4 * (37 * 29 + 29 * 53 + 37 * 53));
+    let softmax = profile.ops.iter().find(|op| op.name == "softmax").unwrap();
+    assert_eq!(softmax.work.flops, None);
+    assert_eq!(softmax.work.bytes, counted * 4 * 2 * 37 * 53);
     let table = profile.to_string();
     assert!(
         table.contains("dispatches/run") && table.contains("matmul"),

@@ -13,9 +13,9 @@ use wgpu::util::DeviceExt;
 #[cfg(not(target_arch = "wasm32"))]
 use super::timestamps::Timestamps;
 use super::{GpuBackend, GpuView, gpu_view};
-#[cfg(not(target_arch = "wasm32"))]
-use crate::backend::profile::Clock;
 use crate::backend::profile::Profile;
+#[cfg(not(target_arch = "wasm32"))]
+use crate::backend::profile::{Clock, Work};
 use crate::backend::{Compiled, Program, Step};
 use crate::error::{Error, Result};
 use crate::kernel::{Arg, Dispatch, Repeat};
@@ -269,6 +269,9 @@ pub(super) struct GpuProgram {
     profile: Option<RefCell<Profile>>,
     #[cfg(not(target_arch = "wasm32"))]
     timestamps: Option<Timestamps>,
+    /// Each step's work, when profiled.
+    #[cfg(not(target_arch = "wasm32"))]
+    work: Vec<Work>,
 }
 
 impl GpuProgram {
@@ -328,6 +331,11 @@ impl GpuProgram {
             }),
             #[cfg(not(target_arch = "wasm32"))]
             timestamps,
+            #[cfg(not(target_arch = "wasm32"))]
+            work: match gpu.profile {
+                true => program.iter().map(Step::work).collect(),
+                false => Vec::new(),
+            },
         })
     }
 
@@ -514,7 +522,11 @@ impl Compiled for GpuProgram {
     fn run(&self) -> Result<()> {
         #[cfg(not(target_arch = "wasm32"))]
         if let Some(profile) = &self.profile {
-            profile.borrow_mut().start_run();
+            let mut profile = profile.borrow_mut();
+            profile.start_run();
+            for (name, work) in self.op_names.iter().zip(&self.work) {
+                profile.count(name, *work);
+            }
         }
         let count = self.dispatches.borrow().len();
         let mut start = 0;

@@ -124,6 +124,12 @@ impl Op for AttentionBackward {
         }
     }
 
+    /// Five products of the forward's size: the scores recomputed, dout·vᵀ, pᵀ·dout, dS·k and
+    /// dSᵀ·q.
+    fn flops(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> Option<u64> {
+        Some(5 * self.0.dims(inputs, 3).products())
+    }
+
     fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let d = self.0.dims(inputs, 3);
         let kernels = Kernels::choose(adapter, &d);

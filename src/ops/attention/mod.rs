@@ -247,6 +247,15 @@ struct Dims {
 }
 
 impl Dims {
+    /// The floating-point operations of one product the size of q·kᵀ over every head: each
+    /// query with each key, a multiply-add per head dimension.
+    fn products(&self) -> u64 {
+        2 * [self.b, self.h, self.lq, self.lk, self.dh]
+            .iter()
+            .map(|&x| x as u64)
+            .product::<u64>()
+    }
+
     /// Query rows.
     fn rows(&self) -> usize {
         self.b * self.h * self.lq
@@ -476,6 +485,11 @@ impl Op for Attention {
                 || (vec![0.0; lk * dh], vec![0.0; tiles::GROUP * lk]),
                 |(k_t, p), (bh, (out, lse))| forward_head(&pr, bh, k_t, p, out, lse),
             );
+    }
+
+    /// q·kᵀ and p·v, every key of every query counted (a causal mask's hidden half too).
+    fn flops(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> Option<u64> {
+        Some(2 * self.dims(inputs, 3).products())
     }
 
     fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {

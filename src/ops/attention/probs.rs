@@ -38,6 +38,11 @@ impl Op for AttentionProbs {
         );
     }
 
+    /// q·kᵀ.
+    fn flops(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> Option<u64> {
+        Some(self.0.dims(inputs, 2).products())
+    }
+
     fn gpu(&self, _adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let d = self.0.dims(inputs, 2);
         let [bias, mask, buckets] = self.0.optional_args(2);

@@ -362,6 +362,16 @@ impl Op for MatMul {
         }
     }
 
+    fn flops(&self, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> Option<u64> {
+        let (_, l) = self.plan(inputs[0], inputs[1]).ok()?;
+        Some(
+            2 * [l.batch, l.m, l.n, l.k]
+                .iter()
+                .map(|&x| x as u64)
+                .product::<u64>(),
+        )
+    }
+
     fn gpu(&self, adapter: AdapterKind, inputs: &[&TensorMeta], _outputs: &[&TensorMeta]) -> GpuKernels {
         let (_, l) = self.plan(inputs[0], inputs[1]).expect("shapes checked by infer");
         self.kernels(&l, &self.kernel_for(adapter, &l))
