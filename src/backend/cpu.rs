@@ -145,7 +145,8 @@ struct CpuProgram {
 
 impl Drop for CpuProgram {
     fn drop(&mut self) {
-        if let Some(profile) = &self.profile {
+        // A program run once (an evaluation set of one batch) has nothing counted.
+        if let Some(profile) = self.profile.as_ref().filter(|p| p.borrow().runs > 0) {
             eprint!("{}", profile.borrow());
         }
     }

@@ -577,7 +577,8 @@ impl Compiled for GpuProgram {
 #[cfg(not(target_arch = "wasm32"))]
 impl Drop for GpuProgram {
     fn drop(&mut self) {
-        if let Some(profile) = &self.profile {
+        // A program run once (an evaluation set of one batch) has nothing counted.
+        if let Some(profile) = self.profile.as_ref().filter(|p| p.borrow().runs > 0) {
             eprint!("{}", profile.borrow());
         }
     }
