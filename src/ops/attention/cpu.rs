@@ -167,19 +167,42 @@ impl<'a> Problem<'a> {
         let (seen, hidden) = s.split_at_mut(self.key_end(i));
         hidden.fill(f32::NEG_INFINITY);
         let scale = self.op.scale;
-        if matches!(self.bias, Bias::None) && self.mask.is_none() {
-            // Every key before `end` is visible.
-            for s in seen.iter_mut() {
-                *s = *s * scale + 0.0;
+        // Keys before `key_end` are hidden by the key mask alone (the causal bound is the end),
+        // so each form below is one loop without branches, vectorised: the same value
+        // s·scale + bias where visible as key by key, −∞ where hidden.
+        let visible = self.mask.map(|m| &m[b * self.d.lk..][..seen.len()]);
+        match (self.bias, visible) {
+            (Bias::None, None) => {
+                for s in seen.iter_mut() {
+                    *s = *s * scale + 0.0;
+                }
             }
-            return;
-        }
-        for (j, s) in seen.iter_mut().enumerate() {
-            *s = if self.visible(b, i, j) {
-                *s * scale + self.bias(h, i, j)
-            } else {
-                f32::NEG_INFINITY
-            };
+            (Bias::None, Some(visible)) => {
+                for (s, &m) in seen.iter_mut().zip(visible) {
+                    let v = *s * scale + 0.0;
+                    *s = if m != 0 { v } else { f32::NEG_INFINITY };
+                }
+            }
+            (Bias::Dense(bias), visible) => {
+                let bias = &bias[(h * lq + i) * self.d.lk..][..seen.len()];
+                for (j, (s, &bias)) in seen.iter_mut().zip(bias).enumerate() {
+                    let v = *s * scale + bias;
+                    *s = if visible.is_none_or(|m| m[j] != 0) {
+                        v
+                    } else {
+                        f32::NEG_INFINITY
+                    };
+                }
+            }
+            (Bias::Bucketed { .. }, _) => {
+                for (j, s) in seen.iter_mut().enumerate() {
+                    *s = if self.visible(b, i, j) {
+                        *s * scale + self.bias(h, i, j)
+                    } else {
+                        f32::NEG_INFINITY
+                    };
+                }
+            }
         }
     }
 
