@@ -8,13 +8,18 @@
 #   4. the Moby Dick studies' model training (extrapolation, sinusoidal) and its evaluation at
 #      64-1024 characters.
 # A profile table is printed per compiled program when it is dropped, the first run of each left
-# out. Record the machine and load printed first beside the figures.
+# out. One thread by default (THREADS), as each run of a study with --jobs 2 on 2 cores. Run it with
+# nothing else running: beside even a nice-19 job, fine-grained threads wait on each other (the
+# Chomsky step on 2 threads took 47-52 ms beside a study, 21 ms alone). Record the machine and load
+# printed first beside the figures.
 #   bash benches/profile_studies.sh            (POSFLOW: the binary, default target/release/posflow;
-#                                              STEPS: training steps profiled, default 30)
+#                                              STEPS: training steps profiled, default 30;
+#                                              THREADS: CPU threads, default 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 posflow=${POSFLOW:-target/release/posflow}
 steps=${STEPS:-30}
+export RAYON_NUM_THREADS=${THREADS:-1}
 [ -x "$posflow" ] || { echo "$posflow is missing: cargo build --release --bin posflow (or set POSFLOW)" >&2; exit 1; }
 posflow=$(realpath "$posflow")
 work=$(mktemp -d)
@@ -22,7 +27,7 @@ trap 'rm -rf "$work"' EXIT
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 wide=$(grep -qw avx512f /proc/cpuinfo && echo "AVX-512" || (grep -qw avx2 /proc/cpuinfo && echo "AVX2" || echo "neither AVX2 nor AVX-512"))
-echo "machine: $cpu, $(nproc) threads, $wide; load $(cut -d' ' -f1-3 /proc/loadavg); $($posflow --version)"
+echo "machine: $cpu, $(nproc) threads, $wide; load $(cut -d' ' -f1-3 /proc/loadavg); $($posflow --version); profiled on $RAYON_NUM_THREADS thread(s)"
 
 # Trains `config` (written from STUDY VARIANT and the settings after them) with the profile on;
 # prints the profile tables and the run's last lines.
