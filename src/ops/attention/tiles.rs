@@ -25,16 +25,18 @@ fn wide_registers() -> bool {
 /// order; `keys_t` is one (b, h)'s keys transposed, `[Dh, lk]`.
 #[inline(always)]
 pub(super) fn dots(xs: &[&[f32]], keys_t: &[f32], lk: usize, n: usize, out: &mut [f32], stride: usize) {
+    let mut tiled = 0;
     if wide_registers() {
-        dots_in_tiles::<32>(xs, keys_t, (lk, n), out, stride);
-    } else {
-        dots_in_tiles::<16>(xs, keys_t, (lk, n), out, stride);
+        tiled = key_tiles::<32>(xs, keys_t, (lk, n), out, stride, tiled);
     }
+    // Then one tile of 16 where 16 to 31 keys are left (a training length's row, say), so that
+    // fewer keys go one row at a time.
+    tiled = key_tiles::<16>(xs, keys_t, (lk, n), out, stride, tiled);
+    keys_by_rows(xs, keys_t, (lk, n), out, stride, tiled);
 }
 
-/// [`dots`] with a full group's keys in tiles of `KEYS`, while they stay within `lk` and start
-/// below `n`; the keys past the last tile one row at a time.
-#[inline(always)]
+/// [`dots`] in tiles of `KEYS` alone, then the keys past them one row at a time.
+#[cfg(test)]
 fn dots_in_tiles<const KEYS: usize>(
     xs: &[&[f32]],
     keys_t: &[f32],
@@ -42,7 +44,21 @@ fn dots_in_tiles<const KEYS: usize>(
     out: &mut [f32],
     stride: usize,
 ) {
-    let mut tiled = 0;
+    let tiled = key_tiles::<KEYS>(xs, keys_t, (lk, n), out, stride, 0);
+    keys_by_rows(xs, keys_t, (lk, n), out, stride, tiled);
+}
+
+/// [`dots`] for a full group's keys from `tiled` on in tiles of `KEYS`, while they stay within
+/// `lk` and start below `n`; returns where the tiles stop.
+#[inline(always)]
+fn key_tiles<const KEYS: usize>(
+    xs: &[&[f32]],
+    keys_t: &[f32],
+    (lk, n): (usize, usize),
+    out: &mut [f32],
+    stride: usize,
+    mut tiled: usize,
+) -> usize {
     if let [x0, x1, x2, x3] = *xs {
         while tiled < n && tiled + KEYS <= lk {
             // Four named rows of sums, so that they stay in registers.
@@ -66,10 +82,23 @@ fn dots_in_tiles<const KEYS: usize>(
             tiled += KEYS;
         }
     }
+    tiled
+}
+
+/// [`dots`] for the keys from `tiled` to `n` (all of them for a group of fewer rows), one row at
+/// a time.
+#[inline(always)]
+fn keys_by_rows(
+    xs: &[&[f32]],
+    keys_t: &[f32],
+    (lk, n): (usize, usize),
+    out: &mut [f32],
+    stride: usize,
+    tiled: usize,
+) {
     if tiled >= n {
         return;
     }
-    // The keys past the last tile (all of them for a group of fewer rows), one row at a time.
     for (r, x) in xs.iter().enumerate() {
         let o = &mut out[r * stride + tiled..r * stride + n];
         o.fill(0.0);
@@ -210,7 +239,14 @@ mod tests {
 
     #[test]
     fn grouped_scores_are_the_bits_of_one_row_at_a_time() {
-        for (dh, lk, n) in [(5, 77, 71), (8, 64, 33), (32, 40, 40)] {
+        for (dh, lk, n) in [
+            (5, 77, 71),
+            (8, 64, 33),
+            (32, 40, 40),
+            (8, 20, 20),
+            (8, 50, 50),
+            (8, 50, 17),
+        ] {
             let keys_t: Vec<f32> = (0..dh * lk).map(value).collect();
             let rows: Vec<Vec<f32>> = (0..GROUP)
                 .map(|r| (0..dh).map(|d| value(1000 + r * dh + d)).collect())
