@@ -80,6 +80,15 @@ impl EvalPlan {
                 .take(4)
                 .map(|b| format!("{}-{}", b.lengths.start(), b.lengths.end()))
                 .collect();
+            if past.is_empty() {
+                return Err(Error::Input(format!(
+                    "no whole length bin lies past the training length {train_len} within the \
+                     longest length {} {} for {}: choose a shorter training length",
+                    task.max_length(),
+                    task.unit(),
+                    task.name()
+                )));
+            }
             return Err(Error::Input(format!(
                 "no length bin past the training length lies wholly in the test lengths {}-{} {}: \
                  the bins past {train_len} are {}, …; choose test lengths that hold one",
@@ -257,6 +266,14 @@ mod tests {
             "{none}"
         );
         assert!(none.contains("11-20, 21-40, 41-80"), "{none}");
+        // Training to Moby Dick's longest window leaves no bin past it.
+        let none = EvalPlan::new(CompareTask::MobyDick, 2000, 2001..=2048, 16)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            none.contains("no whole length bin lies past the training length 2000"),
+            "{none}"
+        );
     }
 
     #[test]
