@@ -7,8 +7,8 @@
 use std::ops::RangeInclusive;
 
 use super::task::CompareTask;
-use crate::data::{LengthBins, source_bin, source_bin_lengths};
 use crate::error::{Error, Result};
+use crate::train::EvalBins;
 
 /// The fewest sequences a bin holds at the final evaluation, over all its lengths: the bin's
 /// accuracy then has a sampling error of at most 0.5/√512 ≈ 2.2 points even were every sequence
@@ -191,32 +191,28 @@ impl EvalPlan {
 }
 
 /// The task's whole length bins within its longest length, each with the lengths (in the task's
-/// unit) whose sequences it holds: a Chomsky task's bins double from the training length, the
-/// others' (sequence tokens) from 32. An evaluation set is at least 2 tokens long, so a Chomsky
-/// task's first bin starts at 2.
+/// unit) whose sequences it holds, binned as the task's evaluation sets are ([`EvalBins`]): a
+/// Chomsky task's bins double from the training length, the others' (sequence tokens) from 32.
+/// An evaluation set is at least 2 tokens long, so a Chomsky task's first bin starts at 2.
 fn bins(task: CompareTask, train_len: usize) -> Vec<PlanBin> {
-    let bin_of = |n: usize| match task {
-        CompareTask::Chomsky(_) => source_bin(n, train_len),
-        _ => LengthBins::bin_of(task.bin_units(n)),
+    let binning = match task {
+        CompareTask::Chomsky(_) => EvalBins::SetLength {
+            train_max_len: train_len,
+        },
+        _ => EvalBins::RowLength,
     };
-    let label = |bin: usize| {
-        let units = match task {
-            CompareTask::Chomsky(_) => source_bin_lengths(bin, train_len),
-            _ => LengthBins::bin_lengths(bin),
-        };
-        format!("{}-{}", units.start(), units.end())
-    };
-    let mut bins: Vec<(usize, PlanBin)> = Vec::new();
+    let mut bins: Vec<(RangeInclusive<usize>, PlanBin)> = Vec::new();
     // One length past the longest, so that the bin it falls in, cut short, is then dropped.
     let past = task.max_length() + 1;
     for n in (1..=past).filter(|&n| task.bin_units(n) >= MIN_EVAL_LENGTH) {
-        let bin = bin_of(n);
+        let units = task.bin_units(n);
+        let bin = binning.bin_lengths(units, units);
         match bins.last_mut() {
             Some((last, b)) if *last == bin => b.lengths = *b.lengths.start()..=n,
             _ => bins.push((
-                bin,
+                bin.clone(),
                 PlanBin {
-                    label: label(bin),
+                    label: format!("{}-{}", bin.start(), bin.end()),
                     lengths: n..=n,
                 },
             )),
