@@ -220,6 +220,11 @@ impl Default for CompareSettings {
 impl CompareSettings {
     /// Why these settings cannot run, if they cannot.
     pub fn check(&self) -> Result<()> {
+        self.checked_plan().map(drop)
+    }
+
+    /// The evaluation of settings that can run, or why they cannot.
+    fn checked_plan(&self) -> Result<EvalPlan> {
         let refuse = |why: String| Err(Error::Input(why));
         if self.choices.is_empty() {
             return refuse("choose at least one encoding to compare".into());
@@ -263,7 +268,7 @@ impl CompareSettings {
                 self.test_to
             ));
         }
-        self.evaluation().map(|_| ())
+        self.evaluation()
     }
 
     /// What the comparison evaluates: every length of the training bin and of each bin wholly
@@ -410,8 +415,7 @@ impl CompareSettings {
 
     /// [`CompareSettings::study_toml`] for runs in `arithmetic` (the native one: a GPU's).
     pub fn study_toml_in(&self, arithmetic: Arithmetic) -> Result<String> {
-        self.check()?;
-        let plan = self.evaluation()?;
+        let plan = self.checked_plan()?;
         let mut text = self.variants_toml(arithmetic, &plan);
         let metric = self.task.metric();
         for (i, a) in self.choices.iter().enumerate() {
@@ -455,10 +459,7 @@ impl CompareSettings {
     /// past its authors' range of t at randomized positions), each once; none for settings that
     /// are refused. Reads the variants alone (one parse, no claims): the tab asks every frame.
     pub fn cautions(&self) -> Vec<String> {
-        if self.check().is_err() {
-            return Vec::new();
-        }
-        let Ok(plan) = self.evaluation() else {
+        let Ok(plan) = self.checked_plan() else {
             return Vec::new();
         };
         let Ok(study) = Study::from_toml(&self.variants_toml(Arithmetic::Portable, &plan), "the comparison")
