@@ -39,7 +39,7 @@ pub enum Clock {
 }
 
 /// What one execution of an op does.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Work {
     /// Floating-point operations of its products ([`Op::flops`]); `None` for an op whose cost is
     /// its memory traffic.
@@ -117,12 +117,7 @@ impl Profile {
             return;
         }
         let op = self.op(name);
-        let first = op.work == Work::default();
-        op.work.flops = match (op.work.flops, work.flops) {
-            (Some(a), Some(b)) => Some(a + b),
-            (None, Some(b)) if first => Some(b),
-            _ => None,
-        };
+        op.work.flops = op.work.flops.zip(work.flops).map(|(a, b)| a + b);
         op.work.bytes += work.bytes;
     }
 
@@ -130,11 +125,15 @@ impl Profile {
         let i = match self.ops.iter().position(|op| op.name == name) {
             Some(i) => i,
             None => {
+                // Flops counted from 0 until an execution counts none.
                 self.ops.push(OpTime {
                     name,
                     calls: 0,
                     seconds: 0.0,
-                    work: Work::default(),
+                    work: Work {
+                        flops: Some(0),
+                        bytes: 0,
+                    },
                 });
                 self.ops.len() - 1
             }
