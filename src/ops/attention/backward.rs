@@ -3,8 +3,7 @@
 
 use rayon::prelude::*;
 
-use super::cpu::{BackwardScratch, Problem, backward_head};
-use super::tiles::GROUP;
+use super::cpu::{BackwardScratch, BiasGradient, Problem, backward_head};
 use super::{Arg, Attention, BiasKind, Dims, Dispatch, GpuKernels, In, Kernels, Op, Out, grid};
 use crate::error::{Result, shape_err};
 use crate::kernel::AdapterKind;
@@ -105,20 +104,12 @@ impl Op for AttentionBackward {
                 .for_each_init(scratch, |s, (h, db)| {
                     db.fill(0.0);
                     for b in 0..batch {
-                        let bh = b * heads + h;
-                        pr.transposed(pr.k, bh, &mut s.k_t);
-                        pr.transposed(pr.v, bh, &mut s.v_t);
-                        for first in (0..lq).step_by(GROUP) {
-                            let rows = GROUP.min(lq - first);
-                            let (p, ds, dp, z) = (&mut s.p, &mut s.ds, &mut s.dp, &mut s.z);
-                            pr.p_and_ds((bh * lq + first, rows), (&s.k_t, &s.v_t), saved, p, ds, (dp, z));
-                            let db = db[first * lk..].chunks_exact_mut(lk);
-                            for (db, ds) in db.zip(ds.chunks_exact(lk)).take(rows) {
-                                for (d, s) in db.iter_mut().zip(ds) {
-                                    *d += s;
-                                }
-                            }
-                        }
+                        let mut sums = BiasGradient {
+                            saved,
+                            scratch: s,
+                            dbias: db,
+                        };
+                        pr.for_each_block(b * heads + h, &mut sums);
                     }
                 });
         }

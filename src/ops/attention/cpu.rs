@@ -1,5 +1,6 @@
-//! The CPU reference of attention: scores, probabilities and gradients row by row, one task per
-//! (batch entry, head).
+//! The CPU reference of attention, one task per (batch entry, head): its query rows in blocks
+//! held in vector lanes (`lanes.rs`) for the scores, probabilities, out and dq; dk and dv in
+//! register tiles of key rows (`tiles.rs`).
 
 use super::{Attention, Dims, In};
 use std::ops::Range;
@@ -9,7 +10,23 @@ use crate::ops::dropout::DropMask;
 use crate::ops::unary::exp;
 use crate::vector::vectorised_fn;
 
-use super::tiles::{self, GROUP};
+use super::lanes::{self, HALF, LANES};
+use super::tiles;
+
+/// Query rows `first .. first + n` of one (b, h) in the lanes of a block; the lanes from `n` on
+/// hold no query and see no key.
+#[derive(Clone, Copy)]
+pub(super) struct Block {
+    pub bh: usize,
+    pub first: usize,
+    pub n: usize,
+}
+
+/// Work done on a block of `W` lanes, for [`Problem::for_each_block`]: the lane count is a
+/// constant of the code, so that each lane loop is one vector operation.
+pub(super) trait OnBlock {
+    fn run<const W: usize>(&mut self, pr: &Problem<'_>, block: Block);
+}
 
 /// The bias as the CPU reads it.
 #[derive(Clone, Copy)]
@@ -66,47 +83,6 @@ impl<'a> Problem<'a> {
         }
     }
 
-    /// Multiplies `p`, the rows from query row `first` on laid end to end (row r at `r·Lk`), by
-    /// their dropout factors Z (query row `row` = (b·H + h)·Lq + i and key j: the mask's factor
-    /// at `row·Lk + j`, 0 or 1/(1 − p)), in one loop over the span; nothing without dropout.
-    #[inline(always)]
-    fn keep_span(&self, first: usize, p: &mut [f32]) {
-        let Some((mask, stream)) = self.dropout else {
-            return;
-        };
-        let start = first * self.d.lk;
-        for (i, p) in p.iter_mut().enumerate() {
-            *p *= mask.factor(stream, start + i);
-        }
-    }
-
-    /// `z` ← the dropout factors Z of the rows from query row `first` on, laid end to end as in
-    /// [`Problem::keep_span`]; all 1 without dropout.
-    #[inline(always)]
-    fn factors(&self, first: usize, z: &mut [f32]) {
-        z.fill(1.0);
-        self.keep_span(first, z);
-    }
-
-    fn visible(&self, b: usize, i: usize, j: usize) -> bool {
-        let Dims { lq, lk, .. } = self.d;
-        // Query i sits at key position i + Lk − Lq.
-        !(self.op.causal && j + lq > i + lk) && self.mask.is_none_or(|m| m[b * lk + j] != 0)
-    }
-
-    /// The bias of query i and key j in head h.
-    #[inline(always)]
-    fn bias(&self, h: usize, i: usize, j: usize) -> f32 {
-        let Dims { h: heads, lq, lk, .. } = self.d;
-        match self.bias {
-            Bias::None => 0.0,
-            Bias::Dense(bias) => bias[(h * lq + i) * lk + j],
-            Bias::Bucketed { table, buckets } => {
-                table[buckets[self.d.bucket_row(i) + j] as usize * heads + h]
-            }
-        }
-    }
-
     /// Row `row` (= (b·H + h)·L + i, L the tensor's length) of a [.., L, Dh] tensor.
     pub fn at<'x>(&self, x: &'x [f32], row: usize) -> &'x [f32] {
         &x[row * self.d.dh..][..self.d.dh]
@@ -115,26 +91,6 @@ impl<'a> Problem<'a> {
     /// The `[len, Dh]` part of (b, h) `bh` in a `[B, H, len, Dh]` tensor.
     pub fn head<'x>(&self, x: &'x [f32], bh: usize, len: usize) -> &'x [f32] {
         &x[bh * len * self.d.dh..][..len * self.d.dh]
-    }
-
-    /// Rows `first .. first + rows` of a tensor ([`Problem::at`]), `rows ≤ GROUP`; the entries
-    /// past them repeat the last.
-    #[inline(always)]
-    fn group_rows<'x>(&self, x: &'x [f32], first: usize, rows: usize) -> [&'x [f32]; GROUP] {
-        std::array::from_fn(|r| self.at(x, first + r.min(rows - 1)))
-    }
-
-    /// Key rows `bh·Lk ..` of a `[.., Lk, Dh]` tensor (k or v) transposed into `t`
-    /// (`[Dh, Lk]`), so that the dot products of one row with every key are vectorised over the
-    /// keys.
-    #[inline(always)]
-    pub fn transposed(&self, x: &[f32], bh: usize, t: &mut [f32]) {
-        let Dims { lk, dh, .. } = self.d;
-        for (j, row) in x[bh * lk * dh..][..lk * dh].chunks_exact(dh).enumerate() {
-            for (d, &v) in row.iter().enumerate() {
-                t[d * lk + j] = v;
-            }
-        }
     }
 
     /// How many keys query `i` may see at most: keys from there on are hidden whatever the mask.
@@ -157,296 +113,341 @@ impl<'a> Problem<'a> {
         }
     }
 
-    /// Turns the dot products in `s[..key_end]` of query row `row` into its scores: scaled, the
-    /// bias added, −∞ where hidden (and for every key from `key_end` on).
+    /// Runs `work` on (b, h) `bh`'s query rows in blocks of [`LANES`], the last block of at most
+    /// [`HALF`] rows in a block of half as many lanes.
     #[inline(always)]
-    fn finish_scores(&self, row: usize, s: &mut [f32]) {
-        let Dims { h: heads, lq, .. } = self.d;
-        let (bh, i) = (row / lq, row % lq);
-        let (b, h) = (bh / heads, bh % heads);
-        let (seen, hidden) = s.split_at_mut(self.key_end(i));
-        hidden.fill(f32::NEG_INFINITY);
-        let scale = self.op.scale;
-        // Keys before `key_end` are hidden by the key mask alone (the causal bound is the end),
-        // so each form below is one loop without branches, vectorised: the same value
-        // s·scale + bias where visible as key by key, −∞ where hidden.
-        let visible = self.mask.map(|m| &m[b * self.d.lk..][..seen.len()]);
-        match (self.bias, visible) {
-            (Bias::None, None) => {
-                for s in seen.iter_mut() {
-                    *s = *s * scale + 0.0;
-                }
-            }
-            (Bias::None, Some(visible)) => {
-                for (s, &m) in seen.iter_mut().zip(visible) {
-                    let v = *s * scale + 0.0;
-                    *s = if m != 0 { v } else { f32::NEG_INFINITY };
-                }
-            }
-            (Bias::Dense(bias), visible) => {
-                let bias = &bias[(h * lq + i) * self.d.lk..][..seen.len()];
-                for (j, (s, &bias)) in seen.iter_mut().zip(bias).enumerate() {
-                    let v = *s * scale + bias;
-                    *s = if visible.is_none_or(|m| m[j] != 0) {
-                        v
-                    } else {
-                        f32::NEG_INFINITY
-                    };
-                }
-            }
-            (Bias::Bucketed { .. }, _) => {
-                for (j, s) in seen.iter_mut().enumerate() {
-                    *s = if self.visible(b, i, j) {
-                        *s * scale + self.bias(h, i, j)
-                    } else {
-                        f32::NEG_INFINITY
-                    };
-                }
-            }
-        }
-    }
-
-    /// The scores of `rows` consecutive query rows of one (b, h) from `first` on, row r in
-    /// `s[r·Lk..][..Lk]`; −∞ where hidden. `k_t` is the (b, h)'s keys transposed
-    /// ([`Problem::transposed`]).
-    #[inline(always)]
-    fn scores(&self, first: usize, rows: usize, k_t: &[f32], s: &mut [f32]) {
-        let Dims { lq, lk, .. } = self.d;
-        let xs = self.group_rows(self.q, first, rows);
-        let end = self.key_end((first + rows - 1) % lq);
-        tiles::dots(&xs[..rows], k_t, lk, end, s, lk);
-        for (r, s) in s.chunks_exact_mut(lk).take(rows).enumerate() {
-            self.finish_scores(first + r, s);
-        }
-    }
-
-    /// The scores of `rows` consecutive query rows from `first` on (row r in `p[r·Lk..][..Lk]`)
-    /// turned into their probabilities (0 where hidden), each row's lse into `lse`. A row with
-    /// no visible key gets all zeros and lse = −∞. Each row's total is summed over its keys in
-    /// order; a full group's four totals run side by side.
-    #[inline(always)]
-    fn softmax_rows(&self, first: usize, p: &mut [f32], lse: &mut [f32]) {
-        let (lk, rows) = (self.d.lk, lse.len());
-        let mut ends = [0; GROUP];
-        let mut maxima = [f32::NEG_INFINITY; GROUP];
-        for (r, p) in p.chunks_exact_mut(lk).take(rows).enumerate() {
-            let end = self.key_end((first + r) % self.d.lq);
-            maxima[r] = max_of(&p[..end]);
-            for s in &mut p[..end] {
-                *s -= maxima[r];
-            }
-        }
-        // e^(s − max) over the group's rows as one span: a row of a few keys alone would leave
-        // most of it to the vector loop's scalar remainder. The same e^x of the same differences.
-        exp_in_place(&mut p[..rows * lk]);
-        for (r, p) in p.chunks_exact_mut(lk).take(rows).enumerate() {
-            // Keys from `end` on are hidden: their probabilities are 0 and add nothing to the sum.
-            let end = self.key_end((first + r) % self.d.lq);
-            if maxima[r] == f32::NEG_INFINITY {
-                p.fill(0.0);
+    pub fn for_each_block(&self, bh: usize, work: &mut impl OnBlock) {
+        let lq = self.d.lq;
+        for first in (0..lq).step_by(LANES) {
+            let block = Block {
+                bh,
+                first,
+                n: LANES.min(lq - first),
+            };
+            if block.n <= HALF {
+                work.run::<HALF>(self, block);
             } else {
-                p[end..].fill(0.0);
-                ends[r] = end;
+                work.run::<LANES>(self, block);
             }
         }
-        let mut totals = [0.0f32; GROUP];
-        let mut summed = 0;
-        if rows == GROUP {
-            summed = ends.iter().copied().min().unwrap_or(0);
-            for j in 0..summed {
-                for (r, total) in totals.iter_mut().enumerate() {
-                    *total += p[r * lk + j];
+    }
+
+    /// How many keys the block's queries may see at most: the last query's [`Problem::key_end`].
+    pub fn keys(&self, block: Block) -> usize {
+        self.key_end(block.first + block.n - 1)
+    }
+
+    /// The block's rows of a `[B, H, Lq, Dh]` tensor transposed into `x_t` (`[Dh][W]`), 0 in the
+    /// lanes past its queries.
+    #[inline(always)]
+    fn transposed<const W: usize>(&self, x: &[f32], block: Block, x_t: &mut [[f32; W]]) {
+        let first_row = block.bh * self.d.lq + block.first;
+        for (d, x_t) in x_t.iter_mut().enumerate() {
+            for (l, v) in x_t.iter_mut().enumerate() {
+                *v = if l < block.n {
+                    x[(first_row + l) * self.d.dh + d]
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+
+    /// The block's scores over its first `s.len()` keys (`s[j][l]`: key j, query `first + l`):
+    /// q·k scaled, the bias added, −∞ where hidden. `x_t` is scratch `[Dh][W]`.
+    #[inline(always)]
+    fn scores<const W: usize>(&self, block: Block, x_t: &mut [[f32; W]], s: &mut [[f32; W]]) {
+        let Dims { h: heads, lq, lk, .. } = self.d;
+        let (b, h) = (block.bh / heads, block.bh % heads);
+        self.transposed(self.q, block, x_t);
+        lanes::dots(x_t, self.head(self.k, block.bh, lk), s);
+        let ends: [usize; W] = std::array::from_fn(|l| {
+            if l < block.n {
+                self.key_end(block.first + l)
+            } else {
+                0
+            }
+        });
+        let query = |l: usize| block.first + l.min(block.n - 1);
+        let scale = self.op.scale;
+        for (j, s) in s.iter_mut().enumerate() {
+            let key_seen = self.mask.is_none_or(|m| m[b * lk + j] != 0);
+            let bias: [f32; W] = match self.bias {
+                Bias::None => [0.0; W],
+                Bias::Dense(bias) => std::array::from_fn(|l| bias[(h * lq + query(l)) * lk + j]),
+                Bias::Bucketed { table, buckets } => std::array::from_fn(|l| {
+                    table[buckets[self.d.bucket_row(query(l)) + j] as usize * heads + h]
+                }),
+            };
+            // One select per lane, without branches: s·scale + bias where visible, −∞ where not.
+            for l in 0..W {
+                let v = s[l] * scale + bias[l];
+                s[l] = if key_seen && j < ends[l] {
+                    v
+                } else {
+                    f32::NEG_INFINITY
+                };
+            }
+        }
+    }
+
+    /// The dropout factors Z of key `j` for the block's queries: the mask's factor at
+    /// `row·Lk + j`, row = (b·H + h)·Lq + i; 1 without dropout.
+    #[inline(always)]
+    fn factors<const W: usize>(&self, block: Block, j: usize) -> [f32; W] {
+        match self.dropout {
+            None => [1.0; W],
+            Some((mask, stream)) => {
+                // A lane loop (not `array::from_fn`), so that the hashes are vector operations and
+                // the factors one vector store.
+                let first = (block.bh * self.d.lq + block.first) * self.d.lk + j;
+                let mut z = [0.0; W];
+                for (l, z) in z.iter_mut().enumerate() {
+                    *z = mask.factor(stream, first + l * self.d.lk);
+                }
+                z
+            }
+        }
+    }
+
+    /// The block's probabilities over its first `p.len()` keys into `p` (0 where hidden), each
+    /// query's lse into `lse` (its `n` entries; −∞ for a query that sees no key).
+    #[inline(always)]
+    pub fn probs<const W: usize>(
+        &self,
+        block: Block,
+        x_t: &mut [[f32; W]],
+        p: &mut [[f32; W]],
+        lse: &mut [f32],
+    ) {
+        self.scores(block, x_t, p);
+        let (max, total) = lanes::softmax(p);
+        for (l, lse) in lse.iter_mut().enumerate() {
+            *lse = if max[l] == f32::NEG_INFINITY {
+                f32::NEG_INFINITY
+            } else {
+                max[l] + math::ln(total[l])
+            };
+        }
+    }
+
+    /// The forward of a block: its `[n, Dh]` rows of out and its `n` lses. `scratch` holds at
+    /// least (Lk + 2·Dh)·W floats.
+    #[inline(always)]
+    pub fn forward_block<const W: usize>(
+        &self,
+        block: Block,
+        scratch: &mut [f32],
+        out: &mut [f32],
+        lse: &mut [f32],
+    ) {
+        let Dims { lk, dh, .. } = self.d;
+        let keys = self.keys(block);
+        let chunks = scratch.as_chunks_mut::<W>().0;
+        let (p, rest) = chunks.split_at_mut(lk);
+        let (x_t, sums) = rest.split_at_mut(dh);
+        let p = &mut p[..keys];
+        self.probs(block, x_t, p, lse);
+        // What multiplies v: P ∘ Z (hidden keys' 0 stay 0).
+        if self.dropout.is_some() {
+            for (j, p) in p.iter_mut().enumerate() {
+                let z: [f32; W] = self.factors(block, j);
+                for l in 0..W {
+                    p[l] *= z[l];
                 }
             }
         }
-        for (r, (p, lse)) in p.chunks_exact_mut(lk).zip(lse.iter_mut()).enumerate() {
-            if maxima[r] == f32::NEG_INFINITY {
-                *lse = f32::NEG_INFINITY;
-                continue;
+        let sums = &mut sums[..dh];
+        lanes::weighted_sums(p, self.head(self.v, block.bh, lk), sums);
+        for (l, out) in out.chunks_exact_mut(dh).enumerate() {
+            for (d, o) in out.iter_mut().enumerate() {
+                *o = sums[d][l];
             }
-            let p = &mut p[..ends[r]];
-            let total = p[summed..].iter().fold(totals[r], |t, &v| t + v);
-            for s in p.iter_mut() {
-                *s /= total;
-            }
-            *lse = maxima[r] + math::ln(total);
         }
     }
 
-    /// Row `row`'s probabilities into `p` (0 where hidden); returns its lse.
+    /// For a block (and `keys = self.keys(block)`): the probabilities recomputed from the lse,
+    /// times the dropout mask Z (what dv reads), into `p[..keys]`, and dS = P ∘ (Z ∘ dout·vᵀ − D),
+    /// D = dout · out of each row, into `ds[..keys]`; `x_t` is scratch `[Dh][W]`.
     #[inline(always)]
-    pub fn probs(&self, row: usize, k_t: &[f32], p: &mut [f32]) -> f32 {
-        self.scores(row, 1, k_t, p);
-        let mut lse = [0.0];
-        self.softmax_rows(row, p, &mut lse);
-        lse[0]
-    }
-
-    /// For `rows` consecutive query rows of one (b, h) from `first` on (row r's part of each
-    /// buffer at `r·Lk`): the probabilities recomputed from the lse, times the dropout mask Z
-    /// (what dv reads), into `p`, and dS = P ∘ (Z ∘ dout·vᵀ − D) with D = dout · out of the row
-    /// into `ds`. `k_t` and `v_t` are the (b, h)'s keys and values transposed; `dp` and `z` are
-    /// scratch.
-    #[inline(always)]
-    pub fn p_and_ds(
+    pub fn p_and_ds<const W: usize>(
         &self,
-        (first, rows): (usize, usize),
-        (k_t, v_t): (&[f32], &[f32]),
+        block: Block,
         (lse, out, dout): (&[f32], &[f32], &[f32]),
-        p: &mut [f32],
-        ds: &mut [f32],
-        (dp, z): (&mut [f32], &mut [f32]),
+        x_t: &mut [[f32; W]],
+        (p, ds): (&mut [[f32; W]], &mut [[f32; W]]),
     ) {
         let Dims { lq, lk, .. } = self.d;
-        self.scores(first, rows, k_t, p);
-        let gos = self.group_rows(dout, first, rows);
-        tiles::dots(
-            &gos[..rows],
-            v_t,
-            lk,
-            self.key_end((first + rows - 1) % lq),
-            dp,
-            lk,
-        );
-        // e^(s − lse) into ds and the dropout factors into z, each over the group's rows as one
-        // span (a row of a few keys alone would leave most of it to a vector loop's scalar
-        // remainder); then P ∘ Z and dS row by row, from the same numbers as one loop would.
-        let span = rows * lk;
-        for (r, (s, x)) in p
-            .chunks_exact(lk)
-            .zip(ds.chunks_exact_mut(lk))
-            .take(rows)
-            .enumerate()
-        {
-            let end = self.key_end((first + r) % lq);
-            for (x, &s) in x[..end].iter_mut().zip(&s[..end]) {
-                *x = s - lse[first + r];
-            }
-        }
-        exp_in_place(&mut ds[..span]);
-        self.factors(first, &mut z[..span]);
-        let rows_of = p
-            .chunks_exact_mut(lk)
-            .zip(ds.chunks_exact_mut(lk))
-            .zip(dp.chunks_exact(lk).zip(z.chunks_exact(lk)));
-        for (r, ((p, ds), (dp, z))) in rows_of.take(rows).enumerate() {
-            let row = first + r;
-            let end = self.key_end(row % lq);
-            let go = gos[r];
-            let delta: f32 = go.iter().zip(self.at(out, row)).map(|(a, b)| a * b).sum();
-            let (p, hidden_p) = p.split_at_mut(end);
-            let (ds, hidden_ds) = ds.split_at_mut(end);
-            hidden_p.fill(0.0);
-            hidden_ds.fill(0.0);
-            for ((p, ds), (&dp, &z)) in p
-                .iter_mut()
-                .zip(ds.iter_mut())
-                .zip(dp[..end].iter().zip(&z[..end]))
-            {
+        self.scores(block, x_t, p);
+        self.transposed(dout, block, x_t);
+        // dP = dout·vᵀ in ds's place.
+        lanes::dots(x_t, self.head(self.v, block.bh, lk), ds);
+        let first_row = block.bh * lq + block.first;
+        let row = |l: usize| first_row + l.min(block.n - 1);
+        let lse: [f32; W] = std::array::from_fn(|l| lse[row(l)]);
+        let delta: [f32; W] = std::array::from_fn(|l| {
+            let (go, o) = (self.at(dout, row(l)), self.at(out, row(l)));
+            go.iter().zip(o).map(|(a, b)| a * b).sum()
+        });
+        for (j, (p, ds)) in p.iter_mut().zip(ds.iter_mut()).enumerate() {
+            let z: [f32; W] = self.factors(block, j);
+            // Local copies, which nothing else can alias, so that the lane loop is vectorised.
+            let (s, dp) = (*p, *ds);
+            let (mut pz, mut g) = ([0.0f32; W], [0.0f32; W]);
+            for l in 0..W {
                 // Hidden keys have score −∞; select them explicitly so that lse = −∞ gives no
-                // NaN (a select, not a branch, so that the loop is vectorised).
-                let hidden = *p == f32::NEG_INFINITY;
-                let prob = *ds;
-                *p = if hidden { 0.0 } else { prob * z };
-                *ds = if hidden { 0.0 } else { prob * (z * dp - delta) };
+                // NaN (a select, not a branch). e^x of 0 where hidden: see `lanes::softmax`.
+                let hidden = s[l] == f32::NEG_INFINITY;
+                let prob = exp(if hidden { 0.0 } else { s[l] - lse[l] });
+                pz[l] = if hidden { 0.0 } else { prob * z[l] };
+                g[l] = if hidden {
+                    0.0
+                } else {
+                    prob * (z[l] * dp[l] - delta[l])
+                };
             }
+            (*p, *ds) = (pz, g);
         }
     }
 
-    /// Query row i's dS summed per bucket of the relative bias into `sums` (`[buckets]`), key by
-    /// key in ascending order: row i's share of the table's gradient.
+    /// The block's dS (`ds[j][l]`) summed per bucket of the relative bias into `sums` (the
+    /// block's `[n, buckets]` rows), key by key in ascending order: each row's share of the
+    /// table's gradient.
     #[inline(always)]
-    pub fn sum_by_bucket(&self, i: usize, ds: &[f32], sums: &mut [f32]) {
+    fn sum_by_bucket<const W: usize>(&self, block: Block, ds: &[[f32; W]], sums: &mut [f32]) {
         let Bias::Bucketed { buckets, .. } = self.bias else {
             unreachable!("only the relative bias has buckets")
         };
-        sums.fill(0.0);
-        let end = self.key_end(i);
-        for (&bucket, &ds) in buckets[self.d.bucket_row(i)..][..end].iter().zip(&ds[..end]) {
-            sums[bucket as usize] += ds;
+        for (l, sums) in sums.chunks_exact_mut(self.d.buckets).enumerate() {
+            let i = block.first + l;
+            sums.fill(0.0);
+            let end = self.key_end(i);
+            for (&bucket, ds) in buckets[self.d.bucket_row(i)..][..end].iter().zip(ds) {
+                sums[bucket as usize] += ds[l];
+            }
         }
     }
 }
 
-/// x ← e^x over a slice, vectorised.
-#[inline(always)]
-fn exp_in_place(x: &mut [f32]) {
-    for x in x {
-        *x = exp(*x);
+/// The forward of one (b, h) block by block.
+struct Forward<'s> {
+    scratch: &'s mut [f32],
+    out: &'s mut [f32],
+    lse: &'s mut [f32],
+}
+
+impl OnBlock for Forward<'_> {
+    #[inline(always)]
+    fn run<const W: usize>(&mut self, pr: &Problem<'_>, block: Block) {
+        let dh = pr.d.dh;
+        let out = &mut self.out[block.first * dh..][..block.n * dh];
+        let lse = &mut self.lse[block.first..][..block.n];
+        pr.forward_block::<W>(block, self.scratch, out, lse);
     }
 }
 
-/// The largest of `x` (−∞ for none; NaNs passed over, as `f32::max` does), in sixteen running
-/// maxima side by side rather than one chain that waits on every compare: a maximum is the same
-/// whatever the order.
-#[inline(always)]
-fn max_of(x: &[f32]) -> f32 {
-    const LANES: usize = 16;
-    let mut lanes = [f32::NEG_INFINITY; LANES];
-    let mut chunks = x.chunks_exact(LANES);
-    for chunk in &mut chunks {
-        for (m, &v) in lanes.iter_mut().zip(chunk) {
-            *m = m.max(v);
-        }
-    }
-    let rest = chunks
-        .remainder()
-        .iter()
-        .copied()
-        .fold(f32::NEG_INFINITY, f32::max);
-    lanes.into_iter().fold(rest, f32::max)
+/// Scratch of one forward task: a block's probabilities, its rows transposed and its sums.
+pub(super) fn forward_scratch(d: Dims) -> Vec<f32> {
+    vec![0.0; (d.lk + 2 * d.dh) * LANES]
 }
 
 vectorised_fn! {
-    /// The forward of one (b, h): `out` and `lse` are its `[Lq, Dh]` and `[Lq]` parts; `k_t`
-    /// (Lk·Dh) and `p` (GROUP·Lk) are scratch. Query rows [`GROUP`] at a time.
-    pub fn forward_head(pr: &Problem<'_>, bh: usize, k_t: &mut [f32], p: &mut [f32], out: &mut [f32], lse: &mut [f32]) {
-        let Dims { lq, lk, dh, .. } = pr.d;
-        pr.transposed(pr.k, bh, k_t);
-        for (g, (out, lse)) in out.chunks_mut(GROUP * dh).zip(lse.chunks_mut(GROUP)).enumerate() {
-            let (first, rows) = (bh * lq + g * GROUP, lse.len());
-            pr.scores(first, rows, k_t, p);
-            pr.softmax_rows(first, p, lse);
-            // What multiplies v: P ∘ Z (hidden keys' 0 stay 0).
-            pr.keep_span(first, &mut p[..rows * lk]);
-            let mut ranges = <[Range<usize>; GROUP]>::default();
-            for (r, range) in ranges.iter_mut().take(rows).enumerate() {
-                *range = 0..pr.key_end((first + r) % lq);
-            }
-            tiles::weighted_sums(out, &ranges[..rows], p, lk, pr.head(pr.v, bh, lk));
-        }
+    /// The forward of one (b, h): `out` and `lse` are its `[Lq, Dh]` and `[Lq]` parts;
+    /// `scratch` is [`forward_scratch`]'s.
+    pub fn forward_head(pr: &Problem<'_>, bh: usize, scratch: &mut [f32], out: &mut [f32], lse: &mut [f32]) {
+        pr.for_each_block(bh, &mut Forward { scratch, out, lse });
     }
 }
 
-/// Scratch of one backward task: keys and values transposed (`[Dh, Lk]`), a group of query
-/// rows' P, dS, dP and dropout factors (GROUP·Lk each), and P and dS·scale transposed (`[Lk, Lq]`, key-major).
+/// Scratch of one backward task: a block's P ∘ Z and dS (`[Lk][W]` each), its rows transposed
+/// and its sums (`[Dh][W]` each), and dS·scale and P ∘ Z of every query key-major
+/// (`[Lk, Lq]`), what dk's and dv's sums read.
 pub(super) struct BackwardScratch {
-    pub k_t: Vec<f32>,
-    pub v_t: Vec<f32>,
-    pub p: Vec<f32>,
-    pub ds: Vec<f32>,
-    pub dp: Vec<f32>,
-    pub z: Vec<f32>,
+    block: Vec<f32>,
+    w_t: Vec<f32>,
     p_t: Vec<f32>,
-    ds_t: Vec<f32>,
 }
 
 impl BackwardScratch {
     pub fn new(d: Dims) -> Self {
-        let (rows, square, t) = (
-            vec![0.0; GROUP * d.lk],
-            vec![0.0; d.lq * d.lk],
-            vec![0.0; d.lk * d.dh],
-        );
         Self {
-            k_t: t.clone(),
-            v_t: t,
-            p: rows.clone(),
-            ds: rows.clone(),
-            dp: rows.clone(),
-            z: rows,
-            p_t: square.clone(),
-            ds_t: square,
+            block: vec![0.0; (2 * d.lk + 2 * d.dh) * LANES],
+            w_t: vec![0.0; d.lk * d.lq],
+            p_t: vec![0.0; d.lk * d.lq],
+        }
+    }
+}
+
+/// A block's P ∘ Z and dS (`[Lk][W]`), its transposed rows and its sums (`[Dh][W]`), from
+/// [`BackwardScratch`]'s `block`.
+#[allow(clippy::type_complexity)]
+#[inline(always)]
+fn block_parts<const W: usize>(block: &mut [f32], d: Dims) -> ([&mut [[f32; W]]; 2], [&mut [[f32; W]]; 2]) {
+    let chunks = block.as_chunks_mut::<W>().0;
+    let (p, rest) = chunks.split_at_mut(d.lk);
+    let (ds, rest) = rest.split_at_mut(d.lk);
+    let (x_t, sums) = rest.split_at_mut(d.dh);
+    ([p, ds], [x_t, &mut sums[..d.dh]])
+}
+
+/// dq of one (b, h) block by block, each block's weights kept key-major for dk and dv.
+struct Backward<'s, 'a> {
+    saved: (&'a [f32], &'a [f32], &'a [f32]),
+    scratch: &'s mut BackwardScratch,
+    dq: &'s mut [f32],
+    by_bucket: Option<&'s mut [f32]>,
+}
+
+impl OnBlock for Backward<'_, '_> {
+    #[inline(always)]
+    fn run<const W: usize>(&mut self, pr: &Problem<'_>, block: Block) {
+        let Dims {
+            lq, lk, dh, buckets, ..
+        } = pr.d;
+        let keys = pr.keys(block);
+        let BackwardScratch {
+            block: scratch,
+            w_t,
+            p_t,
+        } = &mut *self.scratch;
+        let ([p, ds], [x_t, sums]) = block_parts::<W>(scratch, pr.d);
+        let (p, ds) = (&mut p[..keys], &mut ds[..keys]);
+        pr.p_and_ds(block, self.saved, x_t, (p, ds));
+        if let Some(by_bucket) = &mut self.by_bucket {
+            pr.sum_by_bucket(
+                block,
+                ds,
+                &mut by_bucket[block.first * buckets..][..block.n * buckets],
+            );
+        }
+        // dq's weights dS·scale, in dS's place.
+        let scale = pr.op.scale;
+        for w in ds.iter_mut().flatten() {
+            *w *= scale;
+        }
+        lanes::weighted_sums(ds, pr.head(pr.k, block.bh, lk), sums);
+        for (l, dq) in self.dq[block.first * dh..][..block.n * dh]
+            .chunks_exact_mut(dh)
+            .enumerate()
+        {
+            for (d, g) in dq.iter_mut().enumerate() {
+                *g = sums[d][l];
+            }
+        }
+        // Key-major copies for dk and dv (what a key's sums read: queries from `query_start`
+        // on, never a key a row hides).
+        for (j, (p, w)) in p.iter().zip(ds.iter()).enumerate() {
+            let at = j * lq + block.first;
+            if block.n == W {
+                // A copy of a constant size: one vector store, not a call to memmove.
+                let p_row: &mut [f32; W] = (&mut p_t[at..][..W]).try_into().expect("a block's row");
+                *p_row = *p;
+                let w_row: &mut [f32; W] = (&mut w_t[at..][..W]).try_into().expect("a block's row");
+                *w_row = *w;
+            } else {
+                p_t[at..][..block.n].copy_from_slice(&p[..block.n]);
+                w_t[at..][..block.n].copy_from_slice(&w[..block.n]);
+            }
         }
     }
 }
@@ -455,9 +456,8 @@ vectorised_fn! {
     /// dq, dk, dv of one (b, h), whose `[Lq, Dh]`, `[Lk, Dh]` and `[Lk, Dh]` parts are `grads`;
     /// `saved` is (lse, out, dout).
     /// Each gradient row is one weighted sum, added up in the order of the query loop that
-    /// defines it (dq over keys, dk and dv over queries, ascending), [`GROUP`] rows at a time.
-    /// With a relative bias, `by_bucket` is the (b, h)'s `[Lq, buckets]` part of the per-row
-    /// table gradient.
+    /// defines it (dq over keys, dk and dv over queries, ascending). With a relative bias,
+    /// `by_bucket` is the (b, h)'s `[Lq, buckets]` part of the per-row table gradient.
     pub fn backward_head(
         pr: &Problem<'_>,
         bh: usize,
@@ -466,60 +466,46 @@ vectorised_fn! {
         grads: ((&mut [f32], &mut [f32]), &mut [f32]),
         by_bucket: Option<&mut [f32]>,
     ) {
-        let Dims { lq, lk, dh, .. } = pr.d;
+        let Dims { lq, dh, .. } = pr.d;
         let ((dq, dk), dv) = grads;
-        let mut by_bucket = by_bucket;
-        let scale = pr.op.scale;
-        pr.transposed(pr.k, bh, &mut s.k_t);
-        pr.transposed(pr.v, bh, &mut s.v_t);
-        for (g, dq) in dq.chunks_mut(GROUP * dh).enumerate() {
-            let (first_i, rows) = (g * GROUP, dq.len() / dh);
-            let first = bh * lq + first_i;
-            pr.p_and_ds(
-                (first, rows),
-                (&s.k_t, &s.v_t),
-                saved,
-                &mut s.p,
-                &mut s.ds,
-                (&mut s.dp, &mut s.z),
-            );
-            let mut ranges = <[Range<usize>; GROUP]>::default();
-            for (r, range) in ranges.iter_mut().take(rows).enumerate() {
-                *range = 0..pr.key_end(first_i + r);
-            }
-            // dq's weights dS·scale, in dP's place (no longer needed).
-            for ((w, ds), keys) in s.dp.chunks_exact_mut(lk).zip(s.ds.chunks_exact(lk)).zip(&ranges[..rows]) {
-                for (w, &ds) in w[keys.clone()].iter_mut().zip(&ds[keys.clone()]) {
-                    *w = ds * scale;
-                }
-            }
-            tiles::weighted_sums(dq, &ranges[..rows], &s.dp, lk, pr.head(pr.k, bh, lk));
-            if let Some(sums) = &mut by_bucket {
-                for r in 0..rows {
-                    let i = first_i + r;
-                    pr.sum_by_bucket(i, &s.ds[r * lk..][..lk], &mut sums[i * pr.d.buckets..][..pr.d.buckets]);
-                }
-            }
-            // Key-major copies for dk and dv, the group's rows side by side in each key's row
-            // (what a key's sums read: queries from `query_start` on, never a key a row hides).
-            let keys = ranges[rows - 1].end;
-            for (j, (p_t, ds_t)) in s.p_t.chunks_exact_mut(lq).zip(s.ds_t.chunks_exact_mut(lq)).take(keys).enumerate() {
-                for r in 0..rows {
-                    p_t[first_i + r] = s.p[r * lk + j];
-                    ds_t[first_i + r] = s.dp[r * lk + j];
-                }
-            }
-        }
-        for (g, (dk, dv)) in dk.chunks_mut(GROUP * dh).zip(dv.chunks_mut(GROUP * dh)).enumerate() {
-            let (first, rows) = (g * GROUP, dk.len() / dh);
+        pr.for_each_block(bh, &mut Backward { saved, scratch: s, dq, by_bucket });
+        for (g, (dk, dv)) in dk.chunks_mut(tiles::GROUP * dh).zip(dv.chunks_mut(tiles::GROUP * dh)).enumerate() {
+            let (first, rows) = (g * tiles::GROUP, dk.len() / dh);
             // The queries that may see each key.
-            let mut ranges = <[Range<usize>; GROUP]>::default();
+            let mut ranges = <[Range<usize>; tiles::GROUP]>::default();
             for (r, range) in ranges.iter_mut().take(rows).enumerate() {
                 *range = pr.query_start(first + r)..lq;
             }
-            let (p_t, ds_t) = (&s.p_t[first * lq..], &s.ds_t[first * lq..]);
-            tiles::weighted_sums(dk, &ranges[..rows], ds_t, lq, pr.head(pr.q, bh, lq));
+            let (p_t, w_t) = (&s.p_t[first * lq..], &s.w_t[first * lq..]);
+            tiles::weighted_sums(dk, &ranges[..rows], w_t, lq, pr.head(pr.q, bh, lq));
             tiles::weighted_sums(dv, &ranges[..rows], p_t, lq, pr.head(saved.2, bh, lq));
+        }
+    }
+}
+
+/// The dense bias's gradient of one head: dS summed over the batch in order.
+pub(super) struct BiasGradient<'s, 'a> {
+    pub saved: (&'a [f32], &'a [f32], &'a [f32]),
+    pub scratch: &'s mut BackwardScratch,
+    /// The head's `[Lq, Lk]` sums so far.
+    pub dbias: &'s mut [f32],
+}
+
+impl OnBlock for BiasGradient<'_, '_> {
+    #[inline(always)]
+    fn run<const W: usize>(&mut self, pr: &Problem<'_>, block: Block) {
+        let lk = pr.d.lk;
+        let keys = pr.keys(block);
+        let ([p, ds], [x_t, _]) = block_parts::<W>(&mut self.scratch.block, pr.d);
+        let (p, ds) = (&mut p[..keys], &mut ds[..keys]);
+        pr.p_and_ds(block, self.saved, x_t, (p, ds));
+        for (l, db) in self.dbias[block.first * lk..][..block.n * lk]
+            .chunks_exact_mut(lk)
+            .enumerate()
+        {
+            for (db, ds) in db.iter_mut().zip(ds.iter()) {
+                *db += ds[l];
+            }
         }
     }
 }

@@ -25,12 +25,13 @@
 //!
 //! On the GPU the forward is one FlashAttention-2 kernel with an online softmax, and the backward
 //! is four deterministic passes; see `shaders/attention.wgsl`. Here: the op and its shape rule;
-//! `cpu.rs` the CPU reference, its products in register tiles from `tiles.rs`; `backward.rs` the
-//! gradient op; `probs.rs` the probabilities;
+//! `cpu.rs` the CPU reference, blocks of queries in vector lanes (`lanes.rs`) and dk, dv in
+//! register tiles of key rows (`tiles.rs`); `backward.rs` the gradient op; `probs.rs` the probabilities;
 //! `relative.rs` T5's relative bias and its gradient.
 
 mod backward;
 mod cpu;
+mod lanes;
 mod probs;
 mod relative;
 #[cfg(test)]
@@ -49,7 +50,7 @@ use crate::graph::{Graph, TensorId};
 use crate::kernel::{AdapterKind, uniform};
 use crate::ops::dropout::DropMask;
 use crate::tensor::{DType, TensorMeta};
-use cpu::{Problem, forward_head};
+use cpu::{Problem, forward_head, forward_scratch};
 
 /// The largest head dimension the GPU kernels hold (eight vec4 registers per thread, four
 /// threads per row).
@@ -472,18 +473,18 @@ impl Op for Attention {
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let pr = Problem::new(*self, inputs, true);
-        let Dims { lq, lk, dh, .. } = pr.d;
+        let Dims { lq, dh, .. } = pr.d;
         let [out, lse] = outputs else {
             unreachable!("attention has two outputs")
         };
-        // One task per (b, h): its keys are transposed once for all its queries.
+        // One task per (b, h).
         out.data
             .par_chunks_mut(lq * dh)
             .zip(lse.data.par_chunks_mut(lq))
             .enumerate()
             .for_each_init(
-                || (vec![0.0; lk * dh], vec![0.0; tiles::GROUP * lk]),
-                |(k_t, p), (bh, (out, lse))| forward_head(&pr, bh, k_t, p, out, lse),
+                || forward_scratch(pr.d),
+                |scratch, (bh, (out, lse))| forward_head(&pr, bh, scratch, out, lse),
             );
     }
 

@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::cpu::Problem;
+use super::cpu::{Block, OnBlock, Problem, forward_scratch};
 use super::{Arg, Attention, Dims, Dispatch, GpuKernels, In, Op, Out, grid};
 use crate::error::Result;
 use crate::kernel::AdapterKind;
@@ -26,15 +26,10 @@ impl Op for AttentionProbs {
 
     fn cpu(&self, inputs: &[In], outputs: &mut [Out]) {
         let pr = Problem::new(self.0, inputs, false);
-        let Dims { lq, lk, dh, .. } = pr.d;
+        let Dims { lq, lk, .. } = pr.d;
         outputs[0].data.par_chunks_mut(lq * lk).enumerate().for_each_init(
-            || vec![0.0; lk * dh],
-            |k_t, (bh, probs)| {
-                pr.transposed(pr.k, bh, k_t);
-                for (i, p) in probs.chunks_exact_mut(lk).enumerate() {
-                    pr.probs(bh * lq + i, k_t, p);
-                }
-            },
+            || forward_scratch(pr.d),
+            |scratch, (bh, probs)| pr.for_each_block(bh, &mut Probabilities { scratch, probs }),
         );
     }
 
@@ -61,5 +56,33 @@ impl Op for AttentionProbs {
             ],
             grid(d.rows(), 64),
         ))
+    }
+}
+
+/// The probabilities of one (b, h) block by block.
+struct Probabilities<'s> {
+    scratch: &'s mut [f32],
+    /// The (b, h)'s `[Lq, Lk]`.
+    probs: &'s mut [f32],
+}
+
+impl OnBlock for Probabilities<'_> {
+    #[inline(always)]
+    fn run<const W: usize>(&mut self, pr: &Problem<'_>, block: Block) {
+        let lk = pr.d.lk;
+        let keys = pr.keys(block);
+        let (p, x_t) = self.scratch.as_chunks_mut::<W>().0.split_at_mut(lk);
+        let p = &mut p[..keys];
+        pr.probs(block, &mut x_t[..pr.d.dh], p, &mut [0.0; W][..block.n]);
+        for (l, probs) in self.probs[block.first * lk..][..block.n * lk]
+            .chunks_exact_mut(lk)
+            .enumerate()
+        {
+            let (seen, hidden) = probs.split_at_mut(keys);
+            for (x, p) in seen.iter_mut().zip(p.iter()) {
+                *x = p[l];
+            }
+            hidden.fill(0.0);
+        }
     }
 }

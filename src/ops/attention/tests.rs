@@ -12,6 +12,7 @@ use crate::params::ParamStore;
 use crate::tensor::TensorMeta;
 use crate::testing::*;
 
+mod order;
 mod relative;
 
 /// The dropout site of the [`Case`]s with dropout.
@@ -320,6 +321,26 @@ fn gpu_matches_cpu_on_odd_shapes() {
         Case::new([2, 1, 1, 8]).causal().bias(),
         // Head dimensions that are not a multiple of 4.
         Case::new([1, 2, 19, 5]).causal().bias().lengths(&[11]),
+    ];
+    for case in cases {
+        check_each_kind_matches_cpu(&case.attention(), 1e-5, 1e-4);
+    }
+}
+
+/// The CPU's blocks of queries in vector lanes (16 a block, the last ≤ 8 in a half block) at
+/// the studies' head widths 8 and 16: lengths that fill blocks exactly, leave a half block or a
+/// part of a full one, and run past 256 positions (the papers' test lengths).
+#[test]
+fn gpu_matches_cpu_on_the_cpu_query_blocks() {
+    let cases = [
+        Case::new([4, 8, 20, 8]).lengths(&[20, 13, 1, 0]),
+        Case::new([2, 8, 20, 8]).dropout(0.1, 3),
+        Case::new([2, 4, 25, 16]).causal().lengths(&[25, 17]),
+        Case::new([2, 4, 24, 16]).bias(),
+        Case::new([1, 2, 32, 8]).relative(8, 12),
+        Case::new([1, 2, 300, 8]).lengths(&[290]),
+        Case::new([1, 2, 270, 16]).causal().relative(32, 128),
+        Case::new([1, 2, 260, 8]).keys(300),
     ];
     for case in cases {
         check_each_kind_matches_cpu(&case.attention(), 1e-5, 1e-4);

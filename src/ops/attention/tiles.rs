@@ -1,12 +1,10 @@
-//! Register tiles for the CPU attention: a group of rows at a time (query rows in the forward
-//! and for dq, key rows for dk and dv), so that each row of K, V, Q or dO loaded from memory
-//! serves every row of the group, and the group's sums run as independent chains instead of one
-//! chain waiting on each add.
+//! Register tiles for the CPU attention's dk and dv: a group of key rows at a time, so that each
+//! row of Q or dO loaded from memory serves every row of the group, and the group's sums run as
+//! independent chains instead of one chain waiting on each add.
 //!
-//! Every output element is still summed term by term in the order of the one-row loop (a score
-//! over the head dimension ascending, a weighted sum over keys or queries ascending, starting
-//! from 0), so the results are the same bits as one row at a time: only independent sums share
-//! a vector or run side by side.
+//! Every output element is still summed term by term in the order of the one-row loop (a
+//! weighted sum over queries ascending, starting from 0), so the results are the same bits as
+//! one row at a time: only independent sums share a vector or run side by side.
 
 use std::ops::Range;
 
@@ -18,94 +16,6 @@ pub(super) const GROUP: usize = 4;
 #[inline(always)]
 fn wide_registers() -> bool {
     crate::vector::avx512()
-}
-
-/// `out[r·stride + j] = xs[r] · keys_t[.., j]` for each row r of the group and at least the keys
-/// `j < n` (whole tiles of keys may go further, up to `lk`), summed over the head dimension in
-/// order; `keys_t` is one (b, h)'s keys transposed, `[Dh, lk]`.
-#[inline(always)]
-pub(super) fn dots(xs: &[&[f32]], keys_t: &[f32], lk: usize, n: usize, out: &mut [f32], stride: usize) {
-    let mut tiled = 0;
-    if wide_registers() {
-        tiled = key_tiles::<32>(xs, keys_t, (lk, n), out, stride, tiled);
-    }
-    // Then one tile of 16 where 16 to 31 keys are left (a training length's row, say), so that
-    // fewer keys go one row at a time.
-    tiled = key_tiles::<16>(xs, keys_t, (lk, n), out, stride, tiled);
-    keys_by_rows(xs, keys_t, (lk, n), out, stride, tiled);
-}
-
-/// [`dots`] in tiles of `KEYS` alone, then the keys past them one row at a time.
-#[cfg(test)]
-fn dots_in_tiles<const KEYS: usize>(
-    xs: &[&[f32]],
-    keys_t: &[f32],
-    (lk, n): (usize, usize),
-    out: &mut [f32],
-    stride: usize,
-) {
-    let tiled = key_tiles::<KEYS>(xs, keys_t, (lk, n), out, stride, 0);
-    keys_by_rows(xs, keys_t, (lk, n), out, stride, tiled);
-}
-
-/// [`dots`] for a full group's keys from `tiled` on in tiles of `KEYS`, while they stay within
-/// `lk` and start below `n`; returns where the tiles stop.
-#[inline(always)]
-fn key_tiles<const KEYS: usize>(
-    xs: &[&[f32]],
-    keys_t: &[f32],
-    (lk, n): (usize, usize),
-    out: &mut [f32],
-    stride: usize,
-    mut tiled: usize,
-) -> usize {
-    if let [x0, x1, x2, x3] = *xs {
-        while tiled < n && tiled + KEYS <= lk {
-            // Four named rows of sums, so that they stay in registers.
-            let (mut a0, mut a1, mut a2, mut a3) =
-                ([0.0f32; KEYS], [0.0f32; KEYS], [0.0f32; KEYS], [0.0f32; KEYS]);
-            for d in 0..x0.len() {
-                let keys: &[f32; KEYS] = keys_t[d * lk + tiled..][..KEYS]
-                    .try_into()
-                    .expect("a tile of keys");
-                let (v0, v1, v2, v3) = (x0[d], x1[d], x2[d], x3[d]);
-                for (l, &k) in keys.iter().enumerate() {
-                    a0[l] += v0 * k;
-                    a1[l] += v1 * k;
-                    a2[l] += v2 * k;
-                    a3[l] += v3 * k;
-                }
-            }
-            for (r, a) in [a0, a1, a2, a3].iter().enumerate() {
-                out[r * stride + tiled..][..KEYS].copy_from_slice(a);
-            }
-            tiled += KEYS;
-        }
-    }
-    tiled
-}
-
-/// [`dots`] for the keys from `tiled` to `n` (all of them for a group of fewer rows), one row at
-/// a time.
-#[inline(always)]
-fn keys_by_rows(
-    xs: &[&[f32]],
-    keys_t: &[f32],
-    (lk, n): (usize, usize),
-    out: &mut [f32],
-    stride: usize,
-    tiled: usize,
-) {
-    if tiled >= n {
-        return;
-    }
-    for (r, x) in xs.iter().enumerate() {
-        let o = &mut out[r * stride + tiled..r * stride + n];
-        o.fill(0.0);
-        for (d, &xd) in x.iter().enumerate() {
-            axpy(o, xd, &keys_t[d * lk + tiled..][..n - tiled]);
-        }
-    }
 }
 
 /// `outs[r] = Σ weights[r·stride + t] · rows[t]` over `t ∈ ranges[r]` ascending, for each row r
@@ -228,70 +138,11 @@ fn axpy(x: &mut [f32], w: f32, y: &[f32]) {
 
 #[cfg(test)]
 mod tests {
-    use std::ops::Range;
-
-    use super::{GROUP, dots, dots_in_tiles, weighted_sums};
+    use super::{GROUP, weighted_sums};
 
     /// A value that makes every rounding visible: no two products alike.
     fn value(i: usize) -> f32 {
         ((i * 7919 % 1009) as f32 - 504.0) / 97.0
-    }
-
-    #[test]
-    fn grouped_scores_are_the_bits_of_one_row_at_a_time() {
-        for (dh, lk, n) in [
-            (5, 77, 71),
-            (8, 64, 33),
-            (32, 40, 40),
-            (8, 20, 20),
-            (8, 50, 50),
-            (8, 50, 17),
-        ] {
-            let keys_t: Vec<f32> = (0..dh * lk).map(value).collect();
-            let rows: Vec<Vec<f32>> = (0..GROUP)
-                .map(|r| (0..dh).map(|d| value(1000 + r * dh + d)).collect())
-                .collect();
-            let xs: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
-            // The group through `dots` and through both tile widths (whichever `dots` takes
-            // here), and each row alone through `dots`.
-            type Dots = fn(&[&[f32]], &[f32], (usize, usize), &mut [f32], usize);
-            let by_dots: Dots = |xs, keys_t, (lk, n), out, stride| dots(xs, keys_t, lk, n, out, stride);
-            let ways: [(&str, Dots); 3] = [
-                ("dots", by_dots),
-                ("tiles of 16", dots_in_tiles::<16>),
-                ("tiles of 32", dots_in_tiles::<32>),
-            ];
-            // Each result with the rows it holds.
-            let mut results: Vec<(String, Vec<f32>, Range<usize>)> = ways
-                .iter()
-                .map(|(way, scores)| {
-                    let mut grouped = vec![f32::NAN; GROUP * lk];
-                    scores(&xs, &keys_t, (lk, n), &mut grouped, lk);
-                    (way.to_string(), grouped, 0..GROUP)
-                })
-                .collect();
-            for (r, x) in xs.iter().enumerate() {
-                let mut alone = vec![f32::NAN; GROUP * lk];
-                dots(&[x], &keys_t, lk, n, &mut alone[r * lk..], lk);
-                results.push((format!("row {r} alone"), alone, r..r + 1));
-            }
-            for (way, scores, held) in &results {
-                for r in held.clone() {
-                    let x = xs[r];
-                    for j in 0..n {
-                        let by_hand = x
-                            .iter()
-                            .enumerate()
-                            .fold(0.0f32, |s, (d, &xd)| s + xd * keys_t[d * lk + j]);
-                        assert_eq!(
-                            scores[r * lk + j].to_bits(),
-                            by_hand.to_bits(),
-                            "{way}, dh {dh}: row {r}, key {j}"
-                        );
-                    }
-                }
-            }
-        }
     }
 
     #[test]

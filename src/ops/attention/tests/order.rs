@@ -118,13 +118,7 @@ impl Problem {
         let (q, k) = (&inputs[0].1, &inputs[1].1);
         let scale = self.op().scale;
         let end = self.key_end(i);
-        let visible = |j: usize| {
-            j < end
-                && self
-                    .lengths
-                    .as_ref()
-                    .is_none_or(|lengths| j < lengths[bh / h])
-        };
+        let visible = |j: usize| j < end && self.lengths.as_ref().is_none_or(|lengths| j < lengths[bh / h]);
         let ids = |t: usize| inputs[4].1[t].to_bits() as usize;
         let bias = |j: usize| match self.bias {
             Bias::None => 0.0,
@@ -200,7 +194,13 @@ impl Problem {
     }
 
     /// dq, dk, dv and the bias's gradient by the definition, from `dout`.
-    fn backward(&self, inputs: &[(TensorMeta, Vec<f32>)], out: &[f32], lse: &[f32], dout: &[f32]) -> Vec<Vec<f32>> {
+    fn backward(
+        &self,
+        inputs: &[(TensorMeta, Vec<f32>)],
+        out: &[f32],
+        lse: &[f32],
+        dout: &[f32],
+    ) -> Vec<Vec<f32>> {
         let [b, h, lq, lk, dh] = self.dims;
         let (q, k, v) = (&inputs[0].1, &inputs[1].1, &inputs[2].1);
         let scale = self.op().scale;
@@ -230,12 +230,17 @@ impl Problem {
             for i in 0..lq {
                 let row = bh * lq + i;
                 for d in 0..dh {
-                    dq[row * dh + d] = (0..self.key_end(i))
-                        .fold(0.0f32, |a, j| a + scaled[row * lk + j] * k[(bh * lk + j) * dh + d]);
+                    dq[row * dh + d] = (0..self.key_end(i)).fold(0.0f32, |a, j| {
+                        a + scaled[row * lk + j] * k[(bh * lk + j) * dh + d]
+                    });
                 }
             }
             for j in 0..lk {
-                let start = if self.causal { (j + lq).saturating_sub(lk) } else { 0 };
+                let start = if self.causal {
+                    (j + lq).saturating_sub(lk)
+                } else {
+                    0
+                };
                 for d in 0..dh {
                     let sum = |w: &[f32], x: &[f32]| {
                         (start..lq).fold(0.0f32, |a, i| {
@@ -296,7 +301,10 @@ fn run(op: &dyn Op, inputs: &[(TensorMeta, Vec<f32>)], metas: &[TensorMeta]) -> 
 fn assert_bits(name: &str, problem: &Problem, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{name} of {problem:?}");
     for (t, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(g.to_bits() == w.to_bits(), "{name} of {problem:?}: element {t} is {g}, the definition's order gives {w}");
+        assert!(
+            g.to_bits() == w.to_bits(),
+            "{name} of {problem:?}: element {t} is {g}, the definition's order gives {w}"
+        );
     }
 }
 
@@ -365,7 +373,10 @@ fn cpu_backward_is_the_definitions_order_to_the_bit() {
         let metas: Vec<&TensorMeta> = inputs.iter().map(|(m, _)| m).collect();
         let op = AttentionBackward(problem.op());
         let got = run(&op, &inputs, &op.infer(&metas).unwrap());
-        for (name, (got, want)) in ["dq", "dk", "dv", "the bias's gradient"].iter().zip(got.iter().zip(&want)) {
+        for (name, (got, want)) in ["dq", "dk", "dv", "the bias's gradient"]
+            .iter()
+            .zip(got.iter().zip(&want))
+        {
             assert_bits(name, &problem, got, want);
         }
         assert_eq!(got.len(), want.len(), "{problem:?}: outputs");
