@@ -10,7 +10,7 @@ use crate::ops::dropout::DropMask;
 use crate::ops::unary::exp;
 use crate::vector::vectorised_fn;
 
-use super::lanes::{self, HALF, LANES};
+use super::lanes::{self, LANES};
 use super::tiles;
 
 /// Query rows `first .. first + n` of one (b, h) in the lanes of a block; the lanes from `n` on
@@ -113,21 +113,23 @@ impl<'a> Problem<'a> {
         }
     }
 
-    /// Runs `work` on (b, h) `bh`'s query rows in blocks of [`LANES`], the last block of at most
-    /// [`HALF`] rows in a block of half as many lanes.
+    /// Runs `work` on (b, h) `bh`'s query rows in blocks of [`lanes::block_lanes`]'s full count,
+    /// the last block of at most half as many rows in a block of half as many lanes.
     #[inline(always)]
     pub fn for_each_block(&self, bh: usize, work: &mut impl OnBlock) {
         let lq = self.d.lq;
-        for first in (0..lq).step_by(LANES) {
+        let (full, half) = lanes::block_lanes();
+        for first in (0..lq).step_by(full) {
             let block = Block {
                 bh,
                 first,
-                n: LANES.min(lq - first),
+                n: full.min(lq - first),
             };
-            if block.n <= HALF {
-                work.run::<HALF>(self, block);
-            } else {
-                work.run::<LANES>(self, block);
+            // Each arm a constant lane count, so that each lane loop is whole vectors.
+            match (full, block.n <= half) {
+                (16, false) => work.run::<16>(self, block),
+                (16, true) | (8, false) => work.run::<8>(self, block),
+                _ => work.run::<4>(self, block),
             }
         }
     }

@@ -12,10 +12,16 @@
 
 use crate::ops::unary::exp;
 
-/// Queries a block holds on a vector unit of 16 floats (AVX-512); a block of the last ≤ 8
-/// queries takes half of it ([`HALF`]).
+/// The most queries a block holds: one AVX-512 register of 16 floats. Elsewhere (AVX2's 8, NEON's
+/// and SIMD128's 4) a block holds 8, as one such block's sums of eight columns then fill AVX2's 16
+/// registers without spilling ([`block_lanes`]).
 pub(super) const LANES: usize = 16;
-pub(super) const HALF: usize = 8;
+
+/// The queries of a full block here, and of the half block that takes the last ≤ half of them.
+#[inline(always)]
+pub(super) fn block_lanes() -> (usize, usize) {
+    if crate::vector::avx512() { (16, 8) } else { (8, 4) }
+}
 /// Head dimensions whose weighted sums run together: eight vectors of sums stay in registers.
 const COLUMNS: usize = 8;
 
