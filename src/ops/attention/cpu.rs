@@ -296,11 +296,16 @@ impl<'a> Problem<'a> {
             // Local copies, which nothing else can alias, so that the lane loop is vectorised.
             let (s, dp) = (*p, *ds);
             let (mut pz, mut g) = ([0.0f32; W], [0.0f32; W]);
+            let mut x = [0.0f32; W];
+            for l in 0..W {
+                x[l] = s[l] - lse[l];
+            }
+            lanes::zero_where_hidden(&s, &mut x);
             for l in 0..W {
                 // Hidden keys have score −∞; select them explicitly so that lse = −∞ gives no
-                // NaN (a select, not a branch). e^x of 0 where hidden: see `lanes::softmax`.
+                // NaN (a select, not a branch).
                 let hidden = s[l] == f32::NEG_INFINITY;
-                let prob = exp(if hidden { 0.0 } else { s[l] - lse[l] });
+                let prob = exp(x[l]);
                 pz[l] = if hidden { 0.0 } else { prob * z[l] };
                 g[l] = if hidden {
                     0.0

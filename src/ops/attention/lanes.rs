@@ -104,6 +104,23 @@ pub(super) fn weighted_sums<const W: usize>(w: &[[f32; W]], rows: &[f32], out: &
     }
 }
 
+/// `x`, or +0 where the score `s` is −∞ (a hidden key), lane by lane: what a hidden key's e^x
+/// is taken of. e^−∞ underflows through subnormal products, which cost this CPU a microcode assist
+/// each (a block's padding lanes are hidden at every key). The mask goes through `black_box`:
+/// the compiler drops a select (or a mask it recognises as one) on the input of an e^x whose
+/// result the same condition selects away, and the assists come back.
+#[inline(always)]
+pub(super) fn zero_where_hidden<const W: usize>(s: &[f32; W], x: &mut [f32; W]) {
+    let mut keep = [0u32; W];
+    for (k, &s) in keep.iter_mut().zip(s) {
+        *k = if s == f32::NEG_INFINITY { 0 } else { u32::MAX };
+    }
+    let keep = std::hint::black_box(keep);
+    for (x, k) in x.iter_mut().zip(keep) {
+        *x = f32::from_bits(x.to_bits() & k);
+    }
+}
+
 /// Each lane's largest score (−∞ for none; NaNs passed over, as `f32::max` does).
 #[inline(always)]
 pub(super) fn maxima<const W: usize>(s: &[[f32; W]]) -> [f32; W] {
@@ -124,13 +141,15 @@ pub(super) fn softmax<const W: usize>(s: &mut [[f32; W]]) -> ([f32; W], [f32; W]
     let max = maxima(s);
     let mut total = [0.0f32; W];
     for s in s.iter_mut() {
+        let mut x = [0.0f32; W];
         for l in 0..W {
-            // A hidden key's probability is 0 and adds nothing to the total. Its e^x is taken
-            // of 0, not of −∞: e^−∞ underflows through subnormal products, which cost this CPU
-            // a microcode assist each (a block's padding lanes are hidden at every key).
-            let hidden = s[l] == f32::NEG_INFINITY;
-            let e = exp(if hidden { 0.0 } else { s[l] - max[l] });
-            s[l] = if hidden { 0.0 } else { e };
+            x[l] = s[l] - max[l];
+        }
+        zero_where_hidden(s, &mut x);
+        for l in 0..W {
+            // A hidden key's probability is 0 and adds nothing to the total.
+            let e = exp(x[l]);
+            s[l] = if s[l] == f32::NEG_INFINITY { 0.0 } else { e };
             total[l] += s[l];
         }
     }
