@@ -41,7 +41,7 @@ enum Bias<'a> {
     },
 }
 
-/// The CPU view of one attention problem: scores, visibility and probabilities row by row.
+/// The CPU view of one attention problem: scores, visibility and probabilities block by block.
 pub(super) struct Problem<'a> {
     pub op: Attention,
     pub d: Dims,
