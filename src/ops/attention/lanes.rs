@@ -22,6 +22,7 @@ pub(super) const LANES: usize = 16;
 pub(super) fn block_lanes() -> (usize, usize) {
     if crate::vector::avx512() { (16, 8) } else { (8, 4) }
 }
+
 /// Head dimensions whose weighted sums run together: eight vectors of sums stay in registers.
 const COLUMNS: usize = 8;
 
