@@ -445,16 +445,8 @@ impl OnBlock for Backward<'_, '_> {
         // on, never a key a row hides).
         for (j, (p, w)) in p.iter().zip(ds.iter()).enumerate() {
             let at = j * lq + block.first;
-            if block.n == W {
-                // A copy of a constant size: one vector store, not a call to memmove.
-                let p_row: &mut [f32; W] = (&mut p_t[at..][..W]).try_into().expect("a block's row");
-                *p_row = *p;
-                let w_row: &mut [f32; W] = (&mut w_t[at..][..W]).try_into().expect("a block's row");
-                *w_row = *w;
-            } else {
-                p_t[at..][..block.n].copy_from_slice(&p[..block.n]);
-                w_t[at..][..block.n].copy_from_slice(&w[..block.n]);
-            }
+            p_t[at..][..block.n].copy_from_slice(&p[..block.n]);
+            w_t[at..][..block.n].copy_from_slice(&w[..block.n]);
         }
     }
 }
